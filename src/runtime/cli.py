@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+import warnings
 
 from runtime.errors import UserError
 
@@ -45,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``elastorm`` console script."""
+    # paramiko (pulled in by streamparse) warns about TripleDES on every import.
+    warnings.filterwarnings("ignore", message=".*TripleDES.*")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

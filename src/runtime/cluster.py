@@ -1,0 +1,117 @@
+"""The single-machine Storm cluster: ZooKeeper, Nimbus and N supervisors (N nodes).
+
+Each supervisor is one elastorm *node*: its own slot ports, its own local dir and
+supervisor id, its own process group (killing it with its workers is a node
+failure). Everything binds to loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from runtime.config import ElastormConfig, env_nimbus
+from runtime.services import (
+    LOOPBACK,
+    Daemon,
+    ensure_zookeeper,
+    port_open,
+    running_pid,
+    start,
+    stop,
+    wait_until,
+    zookeeper_ok,
+)
+from runtime.storm_home import ensure_storm_home
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ENV = "cluster"
+
+
+def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
+    """Storm settings every daemon of the cluster shares."""
+    return {
+        "storm.zookeeper.servers": [LOOPBACK],
+        "storm.zookeeper.port": cfg.zookeeper_port,
+        "storm.zookeeper.root": "/storm",
+        "nimbus.seeds": [LOOPBACK],
+        "nimbus.thrift.port": nimbus_port,
+        "storm.local.hostname": LOOPBACK,
+        "storm.log.dir": str(cfg.logs),
+        "worker.heap.memory.mb": cfg.worker_heap_mb,
+        "topology.worker.max.heap.size.mb": float(cfg.worker_heap_mb),
+        "worker.childopts": f"-Xmx{cfg.worker_heap_mb}m -Djava.net.preferIPv4Stack=true",
+        "supervisor.worker.start.timeout.secs": 120,
+        "nimbus.monitor.freq.secs": 5,
+        "nimbus.supervisor.timeout.secs": 30,
+    }
+
+
+def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int) -> Daemon:
+    """Nimbus with its own local dir."""
+    conf = base_conf(cfg, nimbus_port) | {"storm.local.dir": str(cfg.run / "nimbus" / "data")}
+    return Daemon(name="nimbus", main="org.apache.storm.daemon.nimbus.Nimbus",
+                  storm_conf=conf, heap_mb=512, port=nimbus_port)
+
+
+def supervisor_daemon(cfg: ElastormConfig, index: int, nimbus_port: int) -> Daemon:
+    """Supervisor ``index`` = node ``index``: own slot ports, thrift port and local dir."""
+    slots = cfg.cluster_slots_per_supervisor
+    first = cfg.cluster_first_slot_port + index * 10
+    name = f"supervisor-{index}"
+    conf = base_conf(cfg, nimbus_port) | {
+        "storm.local.dir": str(cfg.run / name / "data"),
+        "supervisor.slots.ports": list(range(first, first + slots)),
+        "supervisor.thrift.port": first + 8,
+        "logviewer.port": first + 9,
+        "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * slots * 2),
+        "supervisor.cpu.capacity": 100.0 * slots,
+    }
+    return Daemon(name=name, main="org.apache.storm.daemon.supervisor.Supervisor",
+                  storm_conf=conf, heap_mb=256)
+
+
+def up(cfg: ElastormConfig, supervisors: int | None = None) -> dict:
+    """Bring the cluster up (idempotent) and wait until Nimbus sees every supervisor."""
+    from runtime.nimbus import cluster_summary
+
+    ensure_storm_home(cfg)
+    host, port = env_nimbus(cfg.project, CLUSTER_ENV)
+    count = supervisors or cfg.cluster_supervisors
+    ensure_zookeeper(cfg)
+    nimbus = nimbus_daemon(cfg, port)
+    pid = start(cfg, nimbus)
+    wait_until(lambda: port_open(port, host), "Nimbus", 90, pid, cfg.logs / "nimbus.log")
+    for index in range(count):
+        start(cfg, supervisor_daemon(cfg, index, port))
+    wait_until(lambda: len(cluster_summary(host, port)["supervisors"]) >= count,
+               f"{count} supervisors registered with Nimbus", 90)
+    summary = cluster_summary(host, port)
+    log.info("cluster up: Nimbus %s:%d, %d supervisors", host, port, len(summary["supervisors"]))
+    return summary
+
+
+def down(cfg: ElastormConfig) -> list[str]:
+    """Stop every daemon of the cluster (supervisors first); return what was stopped."""
+    stopped = []
+    names = sorted(p.stem for p in cfg.run.glob("supervisor-*.pid")) if cfg.run.exists() else []
+    for name in [*names, "nimbus", "zookeeper"]:
+        if stop(cfg, name):
+            stopped.append(name)
+    return stopped
+
+
+def status(cfg: ElastormConfig) -> dict:
+    """What runs: daemons with pids, and what Nimbus reports if it answers."""
+    from runtime.errors import UserError
+    from runtime.nimbus import cluster_summary
+
+    host, port = env_nimbus(cfg.project, CLUSTER_ENV)
+    names = sorted(p.stem for p in cfg.run.glob("*.pid")) if cfg.run.exists() else []
+    daemons = {name: running_pid(cfg, name) for name in names}
+    result: dict = {"daemons": daemons, "zookeeper_ok": zookeeper_ok(cfg.zookeeper_port)}
+    try:
+        result["nimbus"] = cluster_summary(host, port)
+    except UserError as exc:
+        result["nimbus"] = {"error": str(exc)}
+    return result
