@@ -1,0 +1,234 @@
+"""Helpers shared by the flights job's spout and bolts.
+
+Every component writes its counters (tuples in, tuples out per stream, errors by
+reason) as a small JSON file, ``<output_dir>/counts/<component>-<task>.json``,
+replaced atomically (write a temporary file, then ``os.replace``) so a runner
+polling the directory never reads half a file. Files are written on each tick
+tuple and, as a fallback when ticks are not configured, every
+``COUNTS_CHECK_EVERY`` tuples once ``elastorm.counts_interval_secs`` has passed;
+never once per tuple.
+
+Reliability: the flights job of issue 2 emits without tuple ids (no acking, no
+replay). Bolts still ack each input because Storm's ``ShellBolt`` keeps every
+input tuple in a map until the Python side acks or fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from streamparse import Bolt
+
+OUTPUT_DIR_KEY = "elastorm.output_dir"
+COUNTS_INTERVAL_KEY = "elastorm.counts_interval_secs"
+DEFAULT_COUNTS_INTERVAL = 1.0
+COUNTS_CHECK_EVERY = 4096  # tuples between clock reads when no tick arrives
+
+ERRORS_STREAM = "errors"
+ERROR_FIELDS = ["id", "role", "reason", "detail"]
+DETAIL_MAX_CHARS = 200
+
+
+class FlightsConfigError(ValueError):
+    """A required Storm config key is missing or has a bad value."""
+
+
+def required_output_dir(conf: Mapping[str, Any]) -> str:
+    """Return ``elastorm.output_dir`` from the Storm conf as an absolute path.
+
+    Raises ``FlightsConfigError`` naming the key when it is missing or empty.
+    """
+    value = conf.get(OUTPUT_DIR_KEY)
+    if not value:
+        raise FlightsConfigError(
+            f"{OUTPUT_DIR_KEY} is not set in the topology config: set it to an absolute "
+            "directory where the components write their counters and results "
+            f"(e.g. sparse submit -o {OUTPUT_DIR_KEY}=/tmp/flights-out)"
+        )
+    return os.path.abspath(str(value))
+
+
+def conf_number(
+    conf: Mapping[str, Any],
+    key: str,
+    default: float | int | None,
+    *,
+    minimum: float = 0,
+    kind: type = int,
+) -> Any:
+    """Read a number from the Storm conf (strings accepted: ``sparse -o`` passes them).
+
+    Missing, ``None`` or ``""`` gives ``default``. Raises ``FlightsConfigError`` for a
+    value that is not a number of ``kind`` or is below ``minimum``.
+    """
+    raw = conf.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        raise FlightsConfigError(f"{key} must be a {kind.__name__}, got {raw!r}") from None
+    if value < minimum:
+        raise FlightsConfigError(f"{key} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def component_identity(context: Mapping[str, Any]) -> tuple[str, int]:
+    """Return ``(component id, task id)`` from Storm's multilang context."""
+    task = context.get("taskid", 0)
+    component = context.get("componentid")
+    if component is None:  # Storm before 0.10 only had the task->component map
+        component = context.get("task->component", {}).get(str(task), "unknown")
+    return str(component), int(task)
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` so readers see the old or the new file whole."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def error_detail(value: Any) -> str:
+    """Shorten ``value`` to a one-line string fit for the errors stream."""
+    text = value if isinstance(value, str) else repr(value)
+    return text[:DETAIL_MAX_CHARS]
+
+
+class Counters:
+    """Per-task counters of one component, written to its counts file.
+
+    ``out`` maps stream -> tuples emitted, ``errors`` maps reason -> count and
+    ``extra`` holds component-specific fields (the spout's progress, op1's
+    pending sample). Hot paths increment the attributes directly.
+    """
+
+    __slots__ = (
+        "path",
+        "role",
+        "component",
+        "task",
+        "tuples_in",
+        "out",
+        "errors",
+        "extra",
+        "interval",
+        "clock",
+        "next_write",
+    )
+
+    def __init__(
+        self,
+        output_dir: str,
+        role: str,
+        component: str,
+        task: int,
+        *,
+        streams: tuple[str, ...] = ("default",),
+        interval: float = DEFAULT_COUNTS_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        counts_dir = os.path.join(output_dir, "counts")
+        os.makedirs(counts_dir, exist_ok=True)
+        self.path = os.path.join(counts_dir, f"{component}-{task}.json")
+        self.role = role
+        self.component = component
+        self.task = task
+        self.tuples_in = 0
+        self.out: dict[str, int] = dict.fromkeys(streams, 0)
+        self.errors: dict[str, int] = {}
+        self.extra: dict[str, Any] = {}
+        self.interval = interval
+        self.clock = clock
+        self.next_write = clock() + interval
+
+    def error(self, reason: str, n: int = 1) -> None:
+        self.errors[reason] = self.errors.get(reason, 0) + n
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "component": self.component,
+            "task": self.task,
+            "pid": os.getpid(),
+            "written_at": time.time(),
+            "tuples_in": self.tuples_in,
+            "out": dict(self.out),
+            "errors": dict(self.errors),
+            "extra": dict(self.extra),
+        }
+
+    def write(self) -> None:
+        write_json_atomic(self.path, self.snapshot())
+        self.next_write = self.clock() + self.interval
+
+    def maybe_write(self) -> None:
+        if self.clock() >= self.next_write:
+            self.write()
+
+
+class ErrorReporting:
+    """Mixin for a spout or bolt that has ``role``, ``counters`` and ``emit``."""
+
+    def emit_error(self, tuple_id: Any, reason: str, detail: Any) -> None:
+        """Count an error and report it on the ``errors`` stream (never drop silently)."""
+        counters = self.counters
+        counters.error(reason)
+        counters.out[ERRORS_STREAM] += 1
+        self.emit([tuple_id, self.role, reason, error_detail(detail)], stream=ERRORS_STREAM)
+
+
+class CountingBolt(ErrorReporting, Bolt):
+    """Base of the flights bolts: config, counters, tick handling.
+
+    Subclasses set ``role`` and ``streams`` and implement ``handle(tup)``; they may
+    override ``setup(conf)`` (after the counters exist) and ``on_tick()`` (before
+    the counters are written). Tuples are unanchored (no acking in issue 2).
+    """
+
+    role = "bolt"
+    streams: tuple[str, ...] = ("default",)
+    auto_anchor = False
+    auto_ack = True  # ShellBolt holds every input until acked: always ack
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    def initialize(self, conf, context):
+        self.output_dir = required_output_dir(conf)
+        component, task = component_identity(context)
+        self.counters = Counters(
+            self.output_dir,
+            self.role,
+            component,
+            task,
+            streams=self.streams,
+            interval=conf_number(conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float),
+            clock=self.clock,
+        )
+        self.setup(conf)
+        self.counters.write()
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        """Read component-specific config; called once from ``initialize``."""
+
+    def on_tick(self) -> None:
+        """Periodic work (flush batched output); called on every tick tuple."""
+
+    def handle(self, tup) -> None:
+        raise NotImplementedError
+
+    def process(self, tup):
+        counters = self.counters
+        counters.tuples_in += 1
+        self.handle(tup)
+        if not counters.tuples_in % COUNTS_CHECK_EVERY:
+            self.on_tick()
+            counters.maybe_write()
+
+    def process_tick(self, tup):
+        self.on_tick()
+        self.counters.write()

@@ -1,0 +1,327 @@
+"""The flights job's operators and sink (seed 001, section 7).
+
+``spout -> op1 ExtractDelays -> op2 SumDelays, op3 AirShare (fields grouping on
+key = tailnum), op4 SampledDelayShare (samples) -> ResultsSink``.
+
+op2-op4 keep cumulative totals and send them to the sink as *update* tuples
+``(role, seen, updates, ids)``: ``seen`` is how many input tuples the sending task
+has processed, ``updates`` the current totals ``[key, year, *totals]`` of every
+key changed since the previous update, ``ids`` the row ids op4 sampled since its
+previous update (empty for op2/op3). Updates go out every ``flush_every`` input
+tuples and on every tick, so the sink holds exact totals once the last update of
+each task has arrived, which the runner detects by comparing ``seen`` with the
+upstream counts (see ``runtime.flights_results``). Totals are idempotent (the
+latest wins), so a later update repairs a lost one for the keys it carries.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from streamparse import Stream
+
+from bolts.common import (
+    ERROR_FIELDS,
+    ERRORS_STREAM,
+    CountingBolt,
+    conf_number,
+    error_detail,
+    write_json_atomic,
+)
+from spouts.flights import TUPLE_FIELDS
+
+SAMPLE_STREAM = "sample"
+UPDATE_FIELDS = ["role", "seen", "updates", "ids"]
+
+SAMPLE_INTERVAL_KEY = "elastorm.flights.sample_interval_ms"
+SAMPLE_SEED_KEY = "elastorm.flights.sample_seed"
+FLUSH_EVERY_KEY = "elastorm.flights.flush_every"
+SINK_WRITE_EVERY_KEY = "elastorm.sink.write_every"
+
+DEFAULT_SAMPLE_INTERVAL_MS = 200.0
+DEFAULT_SAMPLE_SEED = 13
+DEFAULT_FLUSH_EVERY = 1000
+DEFAULT_SINK_WRITE_EVERY = 10000
+ERROR_EXAMPLES = 5  # per (role, reason) kept by the sink
+
+_BAD_INPUT = (TypeError, ValueError, IndexError, KeyError, AttributeError)
+
+OP2_FIELDS = ("delay_sum", "flights")
+OP3_FIELDS = ("air_minutes", "flights_with_air_time", "na_air_time")
+OP4_FIELDS = ("samples", "delayed")
+
+
+class OperatorBolt(CountingBolt):
+    """A flights operator: never crashes on bad input, reports it on ``errors``."""
+
+    outputs = [Stream(fields=UPDATE_FIELDS), Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM)]
+    streams = ("default", ERRORS_STREAM)
+
+    def process(self, tup):
+        try:
+            super().process(tup)
+        except _BAD_INPUT as exc:
+            values = tup.values
+            tuple_id = values[0] if isinstance(values, (list, tuple)) and values else None
+            self.emit_error(tuple_id, "bad_tuple", f"{type(exc).__name__}: {values!r}")
+
+
+class ExtractDelays(OperatorBolt):
+    """op1: drops NA arrival delays (to ``errors``), forwards the rest, samples.
+
+    Forwarded tuples keep the spout's ``(id, key, value, ts)``. Sampling for op4:
+    a size-1 reservoir over the tuples forwarded since the last sample (each is
+    kept with probability 1/n, a seeded ``random.Random``), emitted on the
+    ``sample`` stream when ``elastorm.flights.sample_interval_ms`` (200 ms) has
+    passed. The clock is read on every forwarded tuple and on every tick, so a
+    sample is late by at most the gap between tuples (or one tick once the input
+    stops). The reservoir is emptied by each sample.
+    """
+
+    role = "op1"
+    outputs = [
+        Stream(fields=TUPLE_FIELDS),
+        Stream(fields=TUPLE_FIELDS, name=SAMPLE_STREAM),
+        Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
+    ]
+    streams = ("default", SAMPLE_STREAM, ERRORS_STREAM)
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        interval_ms = conf_number(
+            conf, SAMPLE_INTERVAL_KEY, DEFAULT_SAMPLE_INTERVAL_MS, minimum=1, kind=float
+        )
+        self.sample_interval = interval_ms / 1000.0
+        seed = conf_number(conf, SAMPLE_SEED_KEY, DEFAULT_SAMPLE_SEED)
+        self.random = random.Random(f"{seed}:{self.counters.task}").random
+        self.candidate = None
+        self.since_sample = 0
+        self.next_sample_at = self.clock() + self.sample_interval
+        self.counters.extra["pending_sample"] = False
+
+    def handle(self, tup):
+        values = tup.values
+        if values[2][1] is None:
+            self.emit_error(values[0], "na_arr_delay", values[1])
+            return
+        self.emit(values)
+        self.counters.out["default"] += 1
+        self.since_sample += 1
+        if self.random() * self.since_sample < 1.0:
+            self.candidate = values
+        if self.clock() >= self.next_sample_at:
+            self.emit_sample()
+
+    def emit_sample(self) -> None:
+        if self.candidate is not None:
+            self.emit(self.candidate, stream=SAMPLE_STREAM)
+            self.counters.out[SAMPLE_STREAM] += 1
+            self.candidate = None
+            self.since_sample = 0
+        self.next_sample_at = self.clock() + self.sample_interval
+
+    def on_tick(self) -> None:
+        if self.clock() >= self.next_sample_at:
+            self.emit_sample()
+        self.counters.extra["pending_sample"] = self.candidate is not None
+
+
+class TotalsBolt(OperatorBolt):
+    """Keeps totals per ``(key, year)`` and sends batched updates to the sink."""
+
+    flush_every = DEFAULT_FLUSH_EVERY
+    flush_every_key: str | None = FLUSH_EVERY_KEY
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        if self.flush_every_key is not None:
+            self.flush_every = conf_number(conf, self.flush_every_key, self.flush_every, minimum=1)
+        self.totals: dict[tuple[str, int], list[int]] = {}
+        self.dirty: set[tuple[str, int]] = set()
+        self.ids: list[int] = []
+        self.emitted_seen = 0
+
+    def process(self, tup):
+        super().process(tup)
+        if self.counters.tuples_in - self.emitted_seen >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Emit one update with the current totals of every changed key."""
+        seen = self.counters.tuples_in
+        if seen == self.emitted_seen:
+            return
+        totals = self.totals
+        updates = [[key, year, *totals[key, year]] for key, year in self.dirty]
+        self.emit([self.role, seen, updates, self.ids])
+        self.counters.out["default"] += 1
+        self.dirty = set()
+        self.ids = []
+        self.emitted_seen = seen
+
+    def on_tick(self) -> None:
+        self.flush()
+
+
+class SumDelays(TotalsBolt):
+    """op2: per ``(tailnum, year)``: sum of ``arr_delay`` (minutes) and flight count."""
+
+    role = "op2"
+
+    def handle(self, tup):
+        values = tup.values
+        value = values[2]
+        k = (values[1], value[0])
+        delay = value[1]
+        t = self.totals.get(k)
+        if t is None:
+            self.totals[k] = [delay + 0, 1]
+        else:
+            t[0] += delay
+            t[1] += 1
+        self.dirty.add(k)
+
+
+class AirShare(TotalsBolt):
+    """op3: per ``(tailnum, year)``: air minutes, flights with air time, NA air times.
+
+    The share of the year a plane spent in the air is
+    ``air_minutes / minutes_in_year(year)``; the integer sum is what is kept and
+    checked, the share is derived (``air_share``).
+    """
+
+    role = "op3"
+
+    def handle(self, tup):
+        values = tup.values
+        value = values[2]
+        k = (values[1], value[0])
+        air = value[2]
+        t = self.totals.get(k)
+        new = t is None
+        if new:
+            t = [0, 0, 0]
+        if air is None:
+            t[2] += 1
+        else:
+            t[0] += air
+            t[1] += 1
+        if new:
+            self.totals[k] = t
+        self.dirty.add(k)
+
+
+class SampledDelayShare(TotalsBolt):
+    """op4: per year, samples received and how many were delayed (``arr_delay > 0``).
+
+    Emits an update for every sample (samples are rare: one per op1 task per
+    200 ms) carrying the sampled row id, so the result can be checked exactly
+    against the rows that were sampled as well as statistically against the
+    whole file.
+    """
+
+    role = "op4"
+    flush_every = 1
+    flush_every_key = None
+
+    def handle(self, tup):
+        values = tup.values
+        value = values[2]
+        delayed = 1 if value[1] > 0 else 0
+        k = ("*", value[0])
+        t = self.totals.get(k)
+        if t is None:
+            self.totals[k] = [1, delayed]
+        else:
+            t[0] += 1
+            t[1] += delayed
+        self.ids.append(values[0])
+        self.dirty.add(k)
+
+
+class ResultsSink(CountingBolt):
+    """One task (global grouping) holding the latest totals and all error counts.
+
+    Writes ``<output_dir>/sink-<task>.json`` atomically on every tick when
+    something changed and every ``elastorm.sink.write_every`` tuples:
+    ``totals[role][tailnum][year] = [...]`` (fields ``OP2_FIELDS`` etc.),
+    ``seen[role][source task]`` (the newest ``seen`` applied), ``errors[role][reason]``,
+    ``error_examples[role][reason] = [[id, detail], ...]`` and ``sample_ids``.
+    An update older than one already applied from the same task is skipped and
+    counted as ``stale_update``.
+    """
+
+    role = "sink"
+    outputs: list[Stream] = []
+    streams = ()
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        self.write_every = conf_number(
+            conf, SINK_WRITE_EVERY_KEY, DEFAULT_SINK_WRITE_EVERY, minimum=1
+        )
+        self.path = os.path.join(self.output_dir, f"sink-{self.counters.task}.json")
+        self.totals: dict[str, dict[str, dict[str, list[int]]]] = {}
+        self.seen: dict[str, dict[str, int]] = {}
+        self.errors: dict[str, dict[str, int]] = {}
+        self.error_examples: dict[str, dict[str, list[list[Any]]]] = {}
+        self.sample_ids: list[int] = []
+        self.unwritten = 1  # write the empty file at start
+
+    def process(self, tup):
+        try:
+            super().process(tup)
+        except _BAD_INPUT as exc:
+            self.counters.error("bad_tuple")
+            self.logger.warning("sink: bad tuple %r: %s", tup, exc)
+        self.unwritten += 1
+        if self.unwritten >= self.write_every:
+            self.write()
+
+    def handle(self, tup):
+        if tup.stream == ERRORS_STREAM:
+            tuple_id, role, reason, detail = tup.values
+            by_reason = self.errors.setdefault(role, {})
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+            examples = self.error_examples.setdefault(role, {}).setdefault(reason, [])
+            if len(examples) < ERROR_EXAMPLES:
+                examples.append([tuple_id, error_detail(detail)])
+            return
+        role, seen, updates, ids = tup.values
+        seen_by_task = self.seen.setdefault(role, {})
+        task = str(tup.task)
+        if seen <= seen_by_task.get(task, -1):
+            self.counters.error("stale_update")
+            return
+        totals = self.totals.setdefault(role, {})
+        for key, year, *rest in updates:
+            by_year = totals.get(key)
+            if by_year is None:
+                by_year = totals[key] = {}
+            by_year[str(year)] = rest
+        seen_by_task[task] = seen
+        if ids:
+            self.sample_ids.extend(ids)
+
+    def on_tick(self) -> None:
+        if self.unwritten:
+            self.write()
+
+    def write(self) -> None:
+        write_json_atomic(
+            self.path,
+            {
+                "role": self.role,
+                "component": self.counters.component,
+                "task": self.counters.task,
+                "written_at": time.time(),
+                "tuples_in": self.counters.tuples_in,
+                "seen": self.seen,
+                "totals": self.totals,
+                "errors": self.errors,
+                "error_examples": self.error_examples,
+                "sample_ids": self.sample_ids,
+            },
+        )
+        self.unwritten = 0

