@@ -136,6 +136,16 @@ class CorrelationArtifact:
         a, b = self._position(operator_a), self._position(operator_b)
         return self.matrix[bounds[a] : bounds[a + 1], bounds[b] : bounds[b + 1]]
 
+    def filled(self, fill: float = 0.0) -> np.ndarray:
+        """A copy of ``matrix`` with NaN (constant key groups) set to ``fill``, diagonal 1.
+
+        The controller's convention: a constant series is uncorrelated with
+        everything but itself.
+        """
+        out = np.where(np.isnan(self.matrix), fill, self.matrix)
+        np.fill_diagonal(out, 1.0)
+        return out
+
     def covariance(self) -> np.ndarray:
         """K x K covariance (ddof 0); 0 wherever a key group is constant."""
         std = np.sqrt(self.variances)
