@@ -1,0 +1,253 @@
+"""Plain, immutable data the controller's algorithms read and return.
+
+Seed 001, section 3: a cluster of nodes; every node may own any key group
+(``Gamma_n``) and hold any checkpoint (``Pi_n``). The controller's algorithms
+(allocation, adaptation, recovery) are pure functions over these values, in the
+style of Kafka Streams' ``TaskAssignor``: spec in, result out, nothing else.
+
+Units: a key group's ``load`` and a node's ``capacity`` / ``background_load``
+share one unit (tuples/s or CPU-seconds per second, the caller decides); a node's
+utilisation is ``(background_load + sum of owned loads) / capacity``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+NodeId = str
+
+
+class ControllerModelError(ValueError):
+    """A cluster view, key group or allocation is inconsistent (you built it wrong)."""
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class KeyGroupId:
+    """Key group ``index`` of operator ``operator`` (seed 001: ``g^i_j``).
+
+    Ordered by (operator, index): this order is every algorithm's final tie-breaker.
+
+    >>> str(KeyGroupId("delays", 3))
+    'delays/3'
+    """
+
+    operator: str
+    index: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.operator, str) or not self.operator:
+            raise ControllerModelError(f"operator must be a non-empty str, got {self.operator!r}")
+        if not isinstance(self.index, int) or self.index < 0:
+            raise ControllerModelError(f"key group index must be an int >= 0, got {self.index!r}")
+
+    def __str__(self) -> str:
+        return f"{self.operator}/{self.index}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeInfo:
+    """One node (a Storm supervisor host) as the controller last saw it.
+
+    ``zone`` is the node's fault zone (seed 000, section VII); ``None`` means the
+    node is a zone of its own. ``queue_length`` is the summed input-queue length of
+    its tasks; ``cpu`` the measured CPU share in [0, 1] (``None``: derive it from
+    loads, see :meth:`ClusterView.utilization`).
+    """
+
+    node_id: NodeId
+    capacity: float = 1.0
+    background_load: float = 0.0
+    zone: str | None = None
+    queue_length: float = 0.0
+    cpu: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.node_id, str) or not self.node_id:
+            raise ControllerModelError(f"node_id must be a non-empty str, got {self.node_id!r}")
+        if not (self.capacity > 0 and math.isfinite(self.capacity)):
+            raise ControllerModelError(f"node {self.node_id}: capacity must be > 0")
+        if self.background_load < 0 or self.queue_length < 0:
+            raise ControllerModelError(f"node {self.node_id}: loads must be >= 0")
+
+    @property
+    def fault_zone(self) -> str:
+        """The zone used by the fault-zone constraint (own zone when unset)."""
+        return self.zone if self.zone is not None else f"node:{self.node_id}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyGroupInfo:
+    """A key group, its owner node, its current load and its checkpoint size.
+
+    ``replay_size`` is the number of tuples in upstream output buffers since the
+    key group's last checkpoint (what CPA must replay, seed 001 section 5).
+    """
+
+    key_group: KeyGroupId
+    owner: NodeId
+    load: float = 0.0
+    checkpoint_size: float = 0.0
+    replay_size: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.load < 0 or self.checkpoint_size < 0 or self.replay_size < 0:
+            raise ControllerModelError(f"{self.key_group}: load and sizes must be >= 0")
+
+
+def _frozen_holders(
+    items: Mapping[KeyGroupId, Iterable[NodeId]] | Iterable[tuple[KeyGroupId, Iterable[NodeId]]],
+) -> tuple[tuple[KeyGroupId, tuple[NodeId, ...]], ...]:
+    pairs = items.items() if isinstance(items, Mapping) else items
+    out = tuple(sorted((kg, tuple(nodes)) for kg, nodes in pairs))
+    for kg, nodes in out:
+        if len(set(nodes)) != len(nodes):
+            raise ControllerModelError(f"{kg}: two checkpoints on one node {nodes} (constraint 1)")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Checkpoint allocation: key group -> holder nodes (replica 0, 1, ...).
+
+    Immutable; iteration is in key-group order.
+
+    >>> a = Allocation({KeyGroupId("op", 0): ("n2",)})
+    >>> a.holders(KeyGroupId("op", 0))
+    ('n2',)
+    """
+
+    entries: tuple[tuple[KeyGroupId, tuple[NodeId, ...]], ...]
+    _index: Mapping[KeyGroupId, tuple[NodeId, ...]] = field(
+        init=False, repr=False, compare=False, hash=False
+    )
+
+    def __init__(
+        self,
+        entries: Mapping[KeyGroupId, Iterable[NodeId]]
+        | Iterable[tuple[KeyGroupId, Iterable[NodeId]]] = (),
+    ) -> None:
+        frozen = _frozen_holders(entries)
+        object.__setattr__(self, "entries", frozen)
+        object.__setattr__(self, "_index", MappingProxyType(dict(frozen)))
+
+    def holders(self, kg: KeyGroupId) -> tuple[NodeId, ...]:
+        """Holders of ``kg``'s checkpoints (empty tuple if it has none)."""
+        return self._index.get(kg, ())
+
+    def as_dict(self) -> Mapping[KeyGroupId, tuple[NodeId, ...]]:
+        """A read-only mapping view."""
+        return self._index
+
+    def __len__(self) -> int:
+        return sum(len(nodes) for _, nodes in self.entries)
+
+    def held_by(self, node: NodeId) -> tuple[KeyGroupId, ...]:
+        """Key groups whose checkpoint ``node`` holds (``Pi_n``), sorted."""
+        return tuple(kg for kg, nodes in self.entries if node in nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What the controller knows: nodes, key groups, where checkpoints live.
+
+    Raises ``ControllerModelError`` on duplicate ids, an owner or holder that is
+    not a node, or a checkpoint for an unknown key group. ``now`` is the time (s)
+    the statistics were taken; algorithms use it instead of reading a clock.
+    """
+
+    nodes: tuple[NodeInfo, ...]
+    key_groups: tuple[KeyGroupInfo, ...]
+    checkpoints: Allocation
+    now: float
+    _nodes: Mapping[NodeId, NodeInfo] = field(init=False, repr=False, compare=False, hash=False)
+    _kgs: Mapping[KeyGroupId, KeyGroupInfo] = field(
+        init=False, repr=False, compare=False, hash=False
+    )
+    _owned: Mapping[NodeId, tuple[KeyGroupId, ...]] = field(
+        init=False, repr=False, compare=False, hash=False
+    )
+
+    def __init__(
+        self,
+        *,
+        nodes: Iterable[NodeInfo],
+        key_groups: Iterable[KeyGroupInfo],
+        checkpoints: Allocation | Mapping[KeyGroupId, Iterable[NodeId]] = (),
+        now: float = 0.0,
+    ) -> None:
+        node_t = tuple(sorted(nodes, key=lambda n: n.node_id))
+        kg_t = tuple(sorted(key_groups, key=lambda k: k.key_group))
+        alloc = checkpoints if isinstance(checkpoints, Allocation) else Allocation(checkpoints)
+        by_node = {n.node_id: n for n in node_t}
+        if len(by_node) != len(node_t):
+            raise ControllerModelError("duplicate node ids")
+        by_kg = {k.key_group: k for k in kg_t}
+        if len(by_kg) != len(kg_t):
+            raise ControllerModelError("duplicate key group ids")
+        owned: dict[NodeId, list[KeyGroupId]] = {n: [] for n in by_node}
+        for k in kg_t:
+            if k.owner not in by_node:
+                raise ControllerModelError(f"{k.key_group}: owner {k.owner!r} is not a node")
+            owned[k.owner].append(k.key_group)
+        for kg, holders in alloc.entries:
+            if kg not in by_kg:
+                raise ControllerModelError(f"checkpoint for unknown key group {kg}")
+            for h in holders:
+                if h not in by_node:
+                    raise ControllerModelError(f"{kg}: holder {h!r} is not a node")
+        object.__setattr__(self, "nodes", node_t)
+        object.__setattr__(self, "key_groups", kg_t)
+        object.__setattr__(self, "checkpoints", alloc)
+        object.__setattr__(self, "now", float(now))
+        object.__setattr__(self, "_nodes", MappingProxyType(by_node))
+        object.__setattr__(self, "_kgs", MappingProxyType(by_kg))
+        object.__setattr__(
+            self, "_owned", MappingProxyType({n: tuple(v) for n, v in owned.items()})
+        )
+
+    def node(self, node_id: NodeId) -> NodeInfo:
+        """The node called ``node_id`` (``KeyError`` if unknown)."""
+        return self._nodes[node_id]
+
+    def key_group(self, kg: KeyGroupId) -> KeyGroupInfo:
+        """The key group ``kg`` (``KeyError`` if unknown)."""
+        return self._kgs[kg]
+
+    def node_ids(self) -> tuple[NodeId, ...]:
+        """Node ids, sorted."""
+        return tuple(n.node_id for n in self.nodes)
+
+    def owned_by(self, node_id: NodeId) -> tuple[KeyGroupId, ...]:
+        """Key groups owned by ``node_id`` (``Gamma_n``), sorted."""
+        return self._owned[node_id]
+
+    def node_load(self, node_id: NodeId) -> float:
+        """Background load plus the loads of the node's key groups."""
+        node = self._nodes[node_id]
+        return node.background_load + sum(self._kgs[k].load for k in self._owned[node_id])
+
+    def utilization(self, node_id: NodeId) -> float:
+        """Measured CPU if reported, else ``node_load / capacity``."""
+        node = self._nodes[node_id]
+        if node.cpu is not None:
+            return node.cpu
+        return self.node_load(node_id) / node.capacity
+
+    def replace(
+        self,
+        *,
+        nodes: Iterable[NodeInfo] | None = None,
+        key_groups: Iterable[KeyGroupInfo] | None = None,
+        checkpoints: Allocation | Mapping[KeyGroupId, Iterable[NodeId]] | None = None,
+        now: float | None = None,
+    ) -> ClusterView:
+        """A copy with some fields replaced."""
+        return ClusterView(
+            nodes=self.nodes if nodes is None else nodes,
+            key_groups=self.key_groups if key_groups is None else key_groups,
+            checkpoints=self.checkpoints if checkpoints is None else checkpoints,
+            now=self.now if now is None else now,
+        )
