@@ -1,0 +1,31 @@
+"""Smoke-test bolt: counts what it receives and writes ``<output_dir>/smoke-<task>.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from streamparse import Bolt
+
+
+class CounterBolt(Bolt):
+    """Count and sum the numbers it gets; record which task got them."""
+
+    def initialize(self, storm_conf, context):
+        self.task = context["taskid"]
+        self.path = os.path.join(storm_conf["elastorm.output_dir"], f"smoke-{self.task}.json")
+        self.received = 0
+        self.total = 0
+        self.wrong_task = 0
+
+    def process(self, tup):
+        n = tup.values[0]
+        self.received += 1
+        self.total += n
+        self._write()
+
+    def _write(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"task": self.task, "received": self.received, "total": self.total}, fh)
+        os.replace(tmp, self.path)

@@ -1,0 +1,35 @@
+"""Smoke-test spout: emits 0..N-1 on a *direct* stream, spread over the counter's tasks.
+
+Proves that a direct emit (what elastorm's routing needs) works through our submit
+path on real Storm. Configured by ``elastorm.smoke.count`` (default 1000).
+"""
+
+from __future__ import annotations
+
+import time
+
+from streamparse import Spout, Stream
+
+
+class NumberSpout(Spout):
+    """Emit each number once, directly to task ``n mod len(counter tasks)``."""
+
+    outputs = [Stream(fields=["n"], direct=True)]
+
+    def initialize(self, storm_conf, context):
+        self.count = int(storm_conf.get("elastorm.smoke.count", 1000))
+        self.next_n = 0
+        counter_tasks = sorted(
+            int(task) for task, comp in context["task->component"].items() if comp == "counter"
+        )
+        if not counter_tasks:
+            raise ValueError("smoke topology has no 'counter' component")
+        self.targets = counter_tasks
+
+    def next_tuple(self):
+        if self.next_n >= self.count:
+            time.sleep(0.05)
+            return
+        n = self.next_n
+        self.next_n += 1
+        self.emit([n], direct_task=self.targets[n % len(self.targets)])

@@ -1,0 +1,13 @@
+"""Smoke topology: a spout emitting on a direct stream to two counter tasks."""
+
+from streamparse import Grouping, Topology
+
+from bolts.smoke import CounterBolt
+from spouts.smoke import NumberSpout
+
+
+class SmokeTopology(Topology):
+    numbers = NumberSpout.spec(name="numbers")
+    counter = CounterBolt.spec(
+        name="counter", inputs={numbers: Grouping.DIRECT}, par=2
+    )
