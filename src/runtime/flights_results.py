@@ -313,7 +313,9 @@ def compare(
     checks = [
         _equal("spout rows read", result.spout_total("rows_read"), reference.rows),
         _equal("spout malformed rows by reason", result.malformed_by_reason(), reference.malformed),
-        _equal("sink got the spout's malformed rows", result.sink_errors("spout"), reference.malformed),
+        _equal(
+            "sink got the spout's malformed rows", result.sink_errors("spout"), reference.malformed
+        ),
         _equal("op1 NA arr_delay rows", result.errors("op1"), expected_errors),
         _equal("sink got op1's NA rows", result.sink_errors("op1"), expected_errors),
         _equal("op1 tuples forwarded", result.out("op1"), reference.forwarded),
@@ -322,7 +324,9 @@ def compare(
             {r: result.errors(r) for r in ("op2", "op3", "op4") if result.errors(r)},
             {},
         ),
-        _compare_totals("op2 delay sum and flights per plane-year", result.totals("op2"), reference.delay),
+        _compare_totals(
+            "op2 delay sum and flights per plane-year", result.totals("op2"), reference.delay
+        ),
         _compare_totals("op3 air minutes per plane-year", result.totals("op3"), reference.air),
     ]
     checks += _sampled_share_checks(result, reference, z, min_samples)
@@ -343,9 +347,10 @@ def format_summary(result: FlightsResult, report: CheckReport | None = None) -> 
         tasks = result.tasks(role)
         out = _sum_dicts(t.get("out", {}) for t in tasks)
         default = out.pop("default", 0)
+        errors = _format_counts(result.errors(role))
         lines.append(
             f"{role:<5} {OPERATOR_NAMES[role]:<18} {len(tasks):>5} {result.tuples_in(role):>9} "
-            f"{default:>9}  out: {_format_counts(out)}; errors: {_format_counts(result.errors(role))}"
+            f"{default:>9}  out: {_format_counts(out)}; errors: {errors}"
         )
     planes = {k for k, _ in result.totals("op2")}
     op4 = result.totals("op4")
