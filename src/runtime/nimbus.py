@@ -56,10 +56,10 @@ def sparse(project: Path, *args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
-def submit(project: Path, env: str, name: str, jar: Path, options: dict[str, object],
-           workers: int | None = None) -> None:
-    """``sparse submit -e env -n name -j jar -o k=v ...`` (Thrift to Nimbus, no lein)."""
-    args = ["submit", "-e", env, "-n", name, "-j", str(jar), "-f", "--wait", "5"]
+def submit(project: Path, env: str, topology: str, name: str, jar: Path,
+           options: dict[str, object], workers: int | None = None) -> None:
+    """``sparse submit -e env -n topology -N name -j jar -o k=v ...`` (Thrift, no lein)."""
+    args = ["submit", "-e", env, "-n", topology, "-N", name, "-j", str(jar), "-f", "--wait", "5"]
     for key, value in options.items():
         args += ["-o", f"{key}={value}"]
     if workers:
