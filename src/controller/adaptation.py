@@ -128,6 +128,14 @@ def is_overloaded(view: ClusterView, node: NodeId, thresholds: Thresholds) -> bo
     )
 
 
+def can_take_load(view: ClusterView, node: NodeId, thresholds: Thresholds) -> bool:
+    """Seed 000's "can share load" test: ``queue <= queue_low`` and ``cpu <= cpu_low``."""
+    info = view.node(node)
+    return (
+        info.queue_length <= thresholds.queue_low and view.utilization(node) <= thresholds.cpu_low
+    )
+
+
 def _protocol_at(kg: KeyGroupInfo, target: NodeId, holders: tuple[NodeId, ...], th: Thresholds):
     if target in holders:
         return Protocol.CPAL if kg.replay_size >= th.cpal_min_replay else Protocol.CPA
@@ -160,8 +168,7 @@ class _Round:
         return is_overloaded(self.view, n, self.th)
 
     def can_take(self, n: NodeId) -> bool:
-        node = self.view.node(n)
-        return node.queue_length <= self.th.queue_low and self.util[n] <= self.th.cpu_low
+        return can_take_load(self.view, n, self.th)
 
     def delta(self, kg: KeyGroupInfo, n: NodeId) -> float:
         return kg.load / self.view.node(n).capacity

@@ -302,7 +302,9 @@ def correlated_allocation(spec: AllocationSpec, *, keep: Allocation | None = Non
     rel = spec.tie_tolerance
 
     level0, level1 = prob.level0, prob.level1
-    regret0 = np.where(np.isfinite(level1), level1 - level0, 0.0)
+    finite1 = np.isfinite(level1)
+    regret0 = np.zeros_like(level0)
+    regret0[finite1] = level1[finite1] - level0[finite1]
 
     heap: list[tuple[float, float, int, int, float]] = []
     for k, need in enumerate(missing):

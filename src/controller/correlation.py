@@ -28,7 +28,9 @@ import numpy as np
 
 from controller.model import ControllerModelError, KeyGroupId
 
-_VAR_EPS = 1e-12
+# A series whose spread is below this share of its magnitude counts as constant
+# (a few hundred ulps: rounding noise, not signal).
+_REL_EPS = 1e-12
 
 
 def _index(key_groups: Sequence[KeyGroupId]) -> dict[KeyGroupId, int]:
@@ -199,7 +201,7 @@ def factors_from_loads(key_groups: Sequence[KeyGroupId], loads: object) -> Corre
         raise ControllerModelError(f"loads shape {x.shape} must be (W, {len(key_groups)})")
     dev = x - x.mean(axis=0)
     norm = np.sqrt((dev * dev).sum(axis=0))
-    floor = 1e-9 * (1.0 + np.abs(x).max(axis=0, initial=0.0)) * np.sqrt(x.shape[0])
+    floor = _REL_EPS * (1.0 + np.abs(x).max(axis=0, initial=0.0)) * np.sqrt(x.shape[0])
     scale = np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > floor)
     return CorrelationFactors(key_groups, (dev * scale).T)
 
@@ -244,7 +246,7 @@ class SlidingCorrelation:
             cov = self.s2 / n - np.outer(self.s1, self.s1) / (n * n)
             var = np.clip(np.diag(cov), 0.0, None)
             sd = np.sqrt(var)
-            ok = sd > np.sqrt(_VAR_EPS) * (1 + np.abs(self.shift))
+            ok = sd > _REL_EPS * (1 + np.abs(self.shift))
             denom = np.outer(np.where(ok, sd, 1.0), np.where(ok, sd, 1.0))
             rho = np.where(np.outer(ok, ok), cov / denom, 0.0)
             rho = np.clip((rho + rho.T) / 2, -1.0, 1.0)

@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controller.adaptation import Move, MoveReason, Protocol, Thresholds, is_overloaded
+from controller.adaptation import (
+    Move,
+    MoveReason,
+    Protocol,
+    Thresholds,
+    can_take_load,
+    is_overloaded,
+)
 from controller.model import ClusterView, ControllerModelError, KeyGroupInfo
 
 
@@ -51,8 +58,10 @@ def checkpoint_assisted_share(moves: Iterable[Move]) -> float | None:
 def usable_checkpoint_share(view: ClusterView, thresholds: Thresholds) -> float | None:
     """Share of key groups on overloaded nodes whose checkpoint is usable right now.
 
-    A checkpoint is usable when its holder is not overloaded and would stay at or
-    below ``cpu_high`` after taking the key group's load. ``None`` when no key
+    A checkpoint is usable when the adaptation planner could migrate onto its
+    holder: the holder passes seed 000's "can take load" test (queue and CPU at
+    or below the low thresholds) and would stay at or below ``cpu_high`` after
+    taking the key group's load. ``None`` when no key
     group sits on an overloaded node. ``O(K)``.
     """
     hot = [n for n in view.node_ids() if is_overloaded(view, n, thresholds)]
@@ -67,7 +76,7 @@ def usable_checkpoint_share(view: ClusterView, thresholds: Thresholds) -> float 
 
 
 def _can_absorb(view: ClusterView, node: str, kg: KeyGroupInfo, th: Thresholds) -> bool:
-    if is_overloaded(view, node, th):
+    if not can_take_load(view, node, th):
         return False
     return view.utilization(node) + kg.load / view.node(node).capacity <= th.cpu_high + 1e-12
 
