@@ -16,6 +16,7 @@ latest wins), so a later update repairs a lost one for the keys it carries.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -49,6 +50,8 @@ DEFAULT_SINK_WRITE_EVERY = 10000
 ERROR_EXAMPLES = 5  # per (role, reason) kept by the sink
 
 _BAD_INPUT = (TypeError, ValueError, IndexError, KeyError, AttributeError)
+
+log = logging.getLogger(__name__)
 
 OP2_FIELDS = ("delay_sum", "flights")
 OP3_FIELDS = ("air_minutes", "flights_with_air_time", "na_air_time")
@@ -267,14 +270,14 @@ class ResultsSink(CountingBolt):
         self.errors: dict[str, dict[str, int]] = {}
         self.error_examples: dict[str, dict[str, list[list[Any]]]] = {}
         self.sample_ids: list[int] = []
-        self.unwritten = 1  # write the empty file at start
+        self.write()
 
     def process(self, tup):
         try:
             super().process(tup)
         except _BAD_INPUT as exc:
             self.counters.error("bad_tuple")
-            self.logger.warning("sink: bad tuple %r: %s", tup, exc)
+            log.warning("sink: bad tuple %r: %s", tup, exc)
         self.unwritten += 1
         if self.unwritten >= self.write_every:
             self.write()
