@@ -12,6 +12,7 @@ classpath: local mode extracts ``resources/`` from the first jar that has one.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 from contextlib import contextmanager
@@ -38,7 +39,8 @@ def local_cluster(cfg: ElastormConfig, topology_jar: Path, timeout: float = 120.
     ensure_zookeeper(cfg)
     daemon = Daemon(
         name="local-cluster", main="elastorm.jvm.LocalRunner",
-        args=(str(port), LOOPBACK, str(cfg.zookeeper_port), str(cfg.local_supervisors)),
+        args=(str(port), LOOPBACK, str(cfg.zookeeper_port), str(cfg.local_supervisors),
+              f"/storm-local/{os.getpid()}-{int(time.time())}"),
         heap_mb=max(1024, cfg.worker_heap_mb * 2),
     )
     cmd = daemon_command(cfg, daemon, first=(topology_jar,))

@@ -13,8 +13,10 @@ import org.apache.storm.LocalCluster;
  * as production ({@code sparse submit}, streamparse's Thrift client), direct
  * streams included.
  *
- * <p>Usage: {@code LocalRunner <nimbusPort> <zkHost> <zkPort> <supervisors>}. Uses
- * the real ZooKeeper server that elastorm's scripts started. Prints
+ * <p>Usage: {@code LocalRunner <nimbusPort> <zkHost> <zkPort> <supervisors> <zkRoot>}.
+ * Uses the real ZooKeeper server that elastorm's scripts started, under a root of
+ * its own per run (a previous run's leader latch may linger until its session
+ * expires). Prints
  * {@code ELASTORM-LOCAL-READY} when Nimbus accepts submissions and shuts the cluster
  * down when its standard input closes (the Python runner holds the pipe), so an
  * abandoned cluster never outlives its parent.
@@ -24,14 +26,15 @@ public final class LocalRunner {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 4) {
-            System.err.println("usage: LocalRunner <nimbusPort> <zkHost> <zkPort> <supervisors>");
+        if (args.length != 5) {
+            System.err.println("usage: LocalRunner <nimbusPort> <zkHost> <zkPort> <supervisors> <zkRoot>");
             System.exit(2);
         }
         int nimbusPort = Integer.parseInt(args[0]);
         String zkHost = args[1];
         long zkPort = Long.parseLong(args[2]);
         int supervisors = Integer.parseInt(args[3]);
+        String zkRoot = args[4];
 
         LocalCluster.Builder builder = new LocalCluster.Builder()
             .withNimbusDaemon()
@@ -41,7 +44,7 @@ public final class LocalRunner {
             .withDaemonConf(Config.NIMBUS_SEEDS, Arrays.asList("127.0.0.1"))
             .withDaemonConf(Config.STORM_ZOOKEEPER_SERVERS, Arrays.asList(zkHost))
             .withDaemonConf(Config.STORM_ZOOKEEPER_PORT, zkPort)
-            .withDaemonConf(Config.STORM_ZOOKEEPER_ROOT, "/storm-local")
+            .withDaemonConf(Config.STORM_ZOOKEEPER_ROOT, zkRoot)
             .withDaemonConf(Config.TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS, true);
         try (LocalCluster cluster = builder.build()) {
             System.out.println("ELASTORM-LOCAL-READY nimbus=127.0.0.1:" + nimbusPort);
