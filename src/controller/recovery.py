@@ -25,6 +25,7 @@ from controller.adaptation import Move, MoveReason, Protocol
 from controller.allocation import (
     AllocationSpec,
     CheckpointMove,
+    InfeasibleAllocationError,
     correlated_allocation,
     moves_between,
 )
@@ -46,13 +47,16 @@ class RecoveryPlan:
     """What to do after ``failed`` nodes were lost.
 
     ``restores`` (phase 1, ``Protocol.RESTORE``, source = the lost owner) can run
-    in parallel; ``checkpoint_moves`` (phase 2, ``source=None``: a fresh
+    in parallel; ``unprotected`` key groups have fewer checkpoints than asked
+    because the survivors cannot satisfy constraint 1 / the zone rule;
+    ``checkpoint_moves`` (phase 2, ``source=None``: a fresh
     checkpoint) follow. ``view`` is the cluster once both phases are done.
     """
 
     failed: tuple[NodeId, ...]
     restores: tuple[Move, ...]
     unrecoverable: tuple[KeyGroupId, ...]
+    unprotected: tuple[KeyGroupId, ...]
     checkpoint_moves: tuple[CheckpointMove, ...]
     view: ClusterView
 
@@ -81,8 +85,9 @@ def plan_recovery(
     phase 1 plus one run of the policy.
 
     Raises ``ControllerModelError`` if a failed node is unknown or no node
-    survives; ``InfeasibleAllocationError`` if the survivors cannot hold the
-    checkpoints under constraint 1 and the zone rule.
+    survives. If the survivors cannot hold every checkpoint under constraint 1
+    and the zone rule, surviving checkpoints stay and the bare key groups are
+    listed in ``unprotected``.
 
     >>> from controller.model import NodeInfo
     >>> kg = KeyGroupId("op", 0)
@@ -152,11 +157,20 @@ def plan_recovery(
     spec = AllocationSpec(
         view=after_restore, correlation=correlation, replicas=replicas, epsilon=epsilon
     )
-    placed = allocate(spec, keep=survived)
+    try:
+        placed = allocate(spec, keep=survived)
+    except InfeasibleAllocationError:
+        # Too few zones left for the constraint: recover anyway, report who is bare.
+        placed = survived
     return RecoveryPlan(
         failed=lost,
         restores=tuple(restores),
         unrecoverable=tuple(sorted(unrecoverable)),
+        unprotected=tuple(
+            k.key_group
+            for k in after_restore.key_groups
+            if len(placed.holders(k.key_group)) < replicas
+        ),
         checkpoint_moves=moves_between(survived, placed),
         view=after_restore.replace(checkpoints=placed),
     )

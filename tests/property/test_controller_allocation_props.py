@@ -1,0 +1,87 @@
+"""Hypothesis properties of checkpoint allocation on random tiny instances."""
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.allocation import (
+    AllocationSpec,
+    allocation_score,
+    baseline_allocation,
+    constraint_violations,
+    correlated_allocation,
+    even_allocation,
+    optimal_allocation,
+)
+from controller.correlation import factors_from_loads
+from controller.model import ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
+
+
+@st.composite
+def instances(draw, max_nodes=6, max_kgs=7):
+    n_nodes = draw(st.integers(2, max_nodes))
+    n_zones = draw(st.integers(0, n_nodes))  # 0: every node its own zone
+    nodes = [
+        NodeInfo(node_id=f"n{i}", zone=(f"z{i % n_zones}" if n_zones else None))
+        for i in range(n_nodes)
+    ]
+    n_kgs = draw(st.integers(1, max_kgs))
+    owners = draw(st.lists(st.integers(0, n_nodes - 1), min_size=n_kgs, max_size=n_kgs))
+    loads = draw(st.lists(st.floats(0.0, 10.0, allow_nan=False), min_size=n_kgs, max_size=n_kgs))
+    kgs = [
+        KeyGroupInfo(key_group=KeyGroupId(f"op{k % 2}", k), owner=f"n{o}", load=w)
+        for k, (o, w) in enumerate(zip(owners, loads, strict=True))
+    ]
+    view = ClusterView(nodes=nodes, key_groups=kgs)
+    seed = draw(st.integers(0, 2**32 - 1))
+    history = np.random.default_rng(seed).normal(size=(8, n_kgs))
+    corr = factors_from_loads([k.key_group for k in view.key_groups], history)
+    replicas = draw(st.integers(1, 2))
+    eps = draw(st.sampled_from([math.inf, 0.0, 0.25, 1.0]))
+    return AllocationSpec(view=view, correlation=corr, replicas=replicas, epsilon=eps)
+
+
+def feasible(spec):
+    zones = {n.fault_zone for n in spec.view.nodes}
+    return (
+        all(
+            sum(1 for n in spec.view.nodes if n.fault_zone != spec.view.node(k.owner).fault_zone)
+            >= spec.replicas
+            for k in spec.view.key_groups
+        )
+        and len(zones) > 1
+    )
+
+
+def constraint1(spec, alloc):
+    return [v for v in constraint_violations(spec, alloc) if "(c2)" not in v]
+
+
+@settings(max_examples=200, deadline=None)
+@given(instances())
+def test_algorithm3_never_breaks_constraint1(spec):
+    if not feasible(spec):
+        return
+    for policy in (correlated_allocation, even_allocation, baseline_allocation):
+        assert constraint1(spec, policy(spec)) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(max_nodes=5, max_kgs=5))
+def test_algorithm3_versus_exhaustive(spec):
+    if not feasible(spec):
+        return
+    alg = correlated_allocation(spec)
+    opt = optimal_allocation(spec)
+    if opt is None:  # constraint 2 cannot be met at all
+        return
+    assert constraint_violations(spec, opt) == ()
+    s_alg, s_opt = allocation_score(spec, alg), allocation_score(spec, opt)
+    if constraint_violations(spec, alg) == ():
+        assert s_opt <= s_alg + 1e-9  # the exhaustive search really is optimal
+    if math.isinf(spec.epsilon) and spec.replicas == 1:
+        # Without constraint 2 and with one replica, checkpoints do not interact:
+        # Algorithm 3 must be exactly optimal.
+        assert math.isclose(s_alg, s_opt, rel_tol=1e-9, abs_tol=1e-9)
