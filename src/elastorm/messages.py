@@ -1,0 +1,352 @@
+"""Messages on the FIFO channel between two tasks (seed 001, sections 3-5).
+
+One FIFO channel per (sending task, receiving task) carries data and control.
+A message is **fast** (handled on arrival, skipping the key group's input queue)
+or **normal** (queued behind the key group's data), and **stateful** when it
+carries tuples or state. Every message is a frozen keyword-only dataclass,
+validated when built, and round-trips through plain JSON-able dicts
+(:func:`encode` / :func:`decode`) so the Storm adapter can ship it as a tuple field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar
+
+
+class Priority(Enum):
+    NORMAL = "normal"
+    FAST = "fast"
+
+
+class Protocol(Enum):
+    """How a key group moves. ``RESTORE`` is recovery after its owner died."""
+
+    DIRECT = "direct"
+    CPA = "cpa"
+    CPAL = "cpal"
+    RESTORE = "restore"
+
+
+def _check_group(key_group: int) -> None:
+    if not isinstance(key_group, int) or key_group < 0:
+        raise ValueError(f"key_group must be an int >= 0, got {key_group!r}")
+
+
+def _check_epoch(epoch: int) -> None:
+    if not isinstance(epoch, int) or epoch < 0:
+        raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+
+
+def _check_watermarks(watermarks: Mapping[str, int]) -> None:
+    for source, seq in watermarks.items():
+        if not isinstance(source, str) or not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"bad watermark {source!r}: {seq!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataTuple:
+    """The paper's ``(id, key, value, ts)``; ``id = (source, seq)``.
+
+    ``seq >= 1`` numbers the tuples of ``source`` bound for one downstream key
+    group, without gaps, so a receiver can drop replays by sequence.
+    """
+
+    source: str
+    seq: int
+    key: str
+    value: Any
+    ts: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source:
+            raise ValueError(f"source must be a non-empty str, got {self.source!r}")
+        if not isinstance(self.seq, int) or self.seq < 1:
+            raise ValueError(f"seq must be an int >= 1, got {self.seq!r}")
+        if not isinstance(self.key, str):
+            raise TypeError(f"key must be str, got {type(self.key).__name__}")
+
+    def to_list(self) -> list:
+        return [self.source, self.seq, self.key, self.value, self.ts]
+
+    @classmethod
+    def from_list(cls, fields: list) -> DataTuple:
+        source, seq, key, value, ts = fields
+        return cls(source=source, seq=seq, key=key, value=value, ts=ts)
+
+
+class Message:
+    """Base of every channel message: ``key_group`` plus class-level kind flags."""
+
+    PRIORITY: ClassVar[Priority] = Priority.FAST
+    STATEFUL: ClassVar[bool] = False
+    key_group: int
+
+    @property
+    def priority(self) -> Priority:
+        return self.PRIORITY
+
+    @property
+    def stateful(self) -> bool:
+        return self.STATEFUL
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Data(Message):
+    """A data tuple for ``key_group`` (normal)."""
+
+    PRIORITY: ClassVar[Priority] = Priority.NORMAL
+    key_group: int
+    item: DataTuple
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        if not isinstance(self.item, DataTuple):
+            raise TypeError("item must be a DataTuple")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToState(Message):
+    """Upstream -> target: the upstream's output buffer for the group (Alg. 1 l.3,
+    Alg. 2 l.3). Fast for CPA and RESTORE, normal for CPAL, as in the paper."""
+
+    STATEFUL: ClassVar[bool] = True
+    key_group: int
+    epoch: int
+    protocol: Protocol
+    items: tuple[DataTuple, ...]
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_epoch(self.epoch)
+        if self.protocol is Protocol.DIRECT:
+            raise ValueError("toState is sent by CPA, CPAL or RESTORE, never by DIRECT")
+        if not isinstance(self.items, tuple):
+            raise TypeError("items must be a tuple")
+
+    @property
+    def priority(self) -> Priority:
+        return Priority.NORMAL if self.protocol is Protocol.CPAL else Priority.FAST
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToCheckpoint(Message):
+    """Upstream -> source: no more data for the group from me (normal).
+
+    ``protocol`` is the migration's (CPA or CPAL) for the source's report."""
+
+    PRIORITY: ClassVar[Priority] = Priority.NORMAL
+    key_group: int
+    epoch: int
+    protocol: Protocol = Protocol.CPA
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_epoch(self.epoch)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProcessedAllReplay(Message):
+    """CPAL target -> every upstream: all toState replays are applied (fast)."""
+
+    key_group: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_epoch(self.epoch)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SyncGroup(Message):
+    """CPAL upstream -> target: I stopped duplicating to the source (normal)."""
+
+    PRIORITY: ClassVar[Priority] = Priority.NORMAL
+    key_group: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_epoch(self.epoch)
+
+
+CheckpointId = tuple[int, int]
+"""``(owner epoch, number)``: ordered lexicographically, unique per key group."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointDelta(Message):
+    """Owner -> holder: an incremental (``base`` set) or full (``base is None``)
+    checkpoint of one key group (fast, stateful).
+
+    ``entries`` are the keys updated since ``base`` with their new values;
+    ``watermarks[source]`` is the last sequence of ``source`` the checkpoint
+    reflects; ``out_seq[(source, downstream_group)]`` the group's output counters.
+    """
+
+    STATEFUL: ClassVar[bool] = True
+    key_group: int
+    checkpoint: CheckpointId
+    base: CheckpointId | None
+    entries: Mapping[str, Any]
+    watermarks: Mapping[str, int]
+    out_seq: Mapping[tuple[str, int], int]
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        epoch, number = self.checkpoint
+        _check_epoch(epoch)
+        if number < 1:
+            raise ValueError(f"checkpoint number must be >= 1, got {number}")
+        if self.base is not None and tuple(self.base) >= tuple(self.checkpoint):
+            raise ValueError(f"base {self.base} must precede checkpoint {self.checkpoint}")
+        _check_watermarks(self.watermarks)
+
+    @property
+    def full(self) -> bool:
+        return self.base is None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointAck(Message):
+    """Holder -> owner: checkpoint held; carries its watermarks for trimming."""
+
+    key_group: int
+    checkpoint: CheckpointId
+    watermarks: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_watermarks(self.watermarks)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointNack(Message):
+    """Holder -> owner: delta refused (no matching base); send a full one next."""
+
+    key_group: int
+    checkpoint: CheckpointId
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Trim(Message):
+    """Owner -> upstream: drop buffered tuples up to ``watermarks`` (fast)."""
+
+    key_group: int
+    watermarks: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_watermarks(self.watermarks)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Migrate(Message):
+    """Command: move ``key_group`` from ``source`` to ``target`` by ``protocol``.
+
+    The controller sends DIRECT to the source task, and CPA / CPAL / RESTORE to
+    every upstream emitter; the source of a direct migration forwards CPA to the
+    upstreams once the target holds its checkpoint. ``source`` is ``None`` for
+    RESTORE (the old owner is gone). ``epoch`` is the new routing epoch and names
+    the migration.
+    """
+
+    key_group: int
+    epoch: int
+    protocol: Protocol
+    source: int | None
+    target: int
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_epoch(self.epoch)
+        if (self.source is None) != (self.protocol is Protocol.RESTORE):
+            raise ValueError("source is None exactly for RESTORE")
+        if self.source == self.target:
+            raise ValueError("source and target must differ")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SetHolder(Message):
+    """Command to the owner: checkpoints of ``key_group`` now go to ``holder``."""
+
+    key_group: int
+    holder: int | None
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    cls.__name__: cls
+    for cls in (
+        Data,
+        ToState,
+        ToCheckpoint,
+        ProcessedAllReplay,
+        SyncGroup,
+        CheckpointDelta,
+        CheckpointAck,
+        CheckpointNack,
+        Trim,
+        Migrate,
+        SetHolder,
+    )
+}
+
+
+def _encode_field(name: str, value: Any) -> Any:
+    if name == "item":
+        return value.to_list()
+    if name == "items":
+        return [item.to_list() for item in value]
+    if name == "protocol":
+        return value.value
+    if name in ("checkpoint", "base"):
+        return None if value is None else list(value)
+    if name in ("entries", "watermarks"):
+        return dict(value)
+    if name == "out_seq":
+        return [[source, group, seq] for (source, group), seq in value.items()]
+    return value
+
+
+def _decode_field(name: str, value: Any) -> Any:
+    if name == "item":
+        return DataTuple.from_list(value)
+    if name == "items":
+        return tuple(DataTuple.from_list(item) for item in value)
+    if name == "protocol":
+        return Protocol(value)
+    if name in ("checkpoint", "base"):
+        return None if value is None else (int(value[0]), int(value[1]))
+    if name == "out_seq":
+        return {(source, int(group)): int(seq) for source, group, seq in value}
+    return value
+
+
+def encode(message: Message) -> dict:
+    """A JSON-able dict for ``message``: ``{"type": name, field: value, ...}``."""
+    out: dict[str, Any] = {"type": type(message).__name__}
+    for field in dataclasses.fields(message):  # type: ignore[arg-type]
+        out[field.name] = _encode_field(field.name, getattr(message, field.name))
+    return out
+
+
+def decode(data: Mapping[str, Any]) -> Message:
+    """Inverse of :func:`encode`; raises ``ValueError`` on an unknown type."""
+    try:
+        cls = MESSAGE_TYPES[data["type"]]
+    except KeyError as exc:
+        raise ValueError(f"unknown message type {data.get('type')!r}") from exc
+    kwargs = {
+        field.name: _decode_field(field.name, data[field.name])
+        for field in dataclasses.fields(cls)  # type: ignore[arg-type]
+    }
+    return cls(**kwargs)

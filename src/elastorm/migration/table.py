@@ -1,0 +1,72 @@
+"""Phases of a key group on one task, and the transition table (one table, as data).
+
+``TRANSITIONS[(phase, event)] = (handler, allowed next phases)``. A pair missing
+from the table is illegal: the machine raises ``MigrationProtocolError`` and
+stays ``FAILED``. ``docs/protocols.md`` draws its diagrams from this table.
+
+Messages whose ``epoch`` is older than the machine's are stale leftovers of an
+earlier (finished or aborted) migration; they are filtered before the table is
+consulted (see ``KeyGroupMachine._stale``).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Phase(Enum):
+    IDLE = "idle"  # no live state here (may hold a checkpoint copy)
+    ACTIVE = "active"  # owner
+    DIRECT_SOURCE = "direct_source"  # owner; full checkpoint sent to target, awaiting ack
+    DRAINING = "draining"  # CPA/CPAL source: got some toCheckpoint, awaiting the rest
+    REPLAYING = "replaying"  # CPA/RESTORE target: processing replays and new data
+    SHADOW = "shadow"  # CPAL target: replays + duplicated data, outputs suppressed
+    SYNCING = "syncing"  # CPAL target: sent processedAllReplay, awaiting syncGroup
+    FAILED = "failed"
+
+
+LIVE = frozenset(
+    {
+        Phase.ACTIVE,
+        Phase.DIRECT_SOURCE,
+        Phase.DRAINING,
+        Phase.REPLAYING,
+        Phase.SHADOW,
+        Phase.SYNCING,
+    }
+)
+"""Phases in which the task holds live state for the group."""
+
+P = Phase
+_OWNERISH = (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.REPLAYING)
+
+TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
+    # data
+    (P.IDLE, "Data"): ("_reject_data", frozenset({P.IDLE})),
+    **{(p, "Data"): ("_on_data", frozenset({p})) for p in _OWNERISH + (P.SHADOW,)},
+    (P.SYNCING, "Data"): ("_on_data_syncing", frozenset({P.SYNCING})),
+    # toState: start or continue being a target
+    (P.IDLE, "ToState"): (
+        "_on_to_state_idle",
+        frozenset({P.REPLAYING, P.SHADOW, P.SYNCING, P.ACTIVE}),
+    ),
+    (P.REPLAYING, "ToState"): ("_on_to_state", frozenset({P.REPLAYING, P.ACTIVE})),
+    (P.SHADOW, "ToState"): (
+        "_on_to_state",
+        frozenset({P.SHADOW, P.SYNCING, P.ACTIVE, P.REPLAYING}),
+    ),
+    **{
+        (p, "ToState"): ("_on_restore", frozenset({P.REPLAYING, P.ACTIVE}))
+        for p in (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.SYNCING)
+    },
+    # toCheckpoint: be a source
+    (P.ACTIVE, "ToCheckpoint"): ("_on_to_checkpoint", frozenset({P.DRAINING, P.IDLE})),
+    (P.DRAINING, "ToCheckpoint"): ("_on_to_checkpoint", frozenset({P.DRAINING, P.IDLE})),
+    # CPAL sync
+    (P.SYNCING, "SyncGroup"): ("_on_sync_group", frozenset({P.SYNCING, P.ACTIVE})),
+    # direct
+    (P.ACTIVE, "Migrate"): ("_on_direct", frozenset({P.DIRECT_SOURCE})),
+    # checkpoint acknowledgements (forward the trim in any phase)
+    **{(p, "CheckpointAck"): ("_on_ack", frozenset({p, P.ACTIVE})) for p in (P.IDLE, *LIVE)},
+    **{(p, "CheckpointNack"): ("_on_nack", frozenset({p})) for p in (P.IDLE, *LIVE)},
+}
