@@ -1,0 +1,107 @@
+"""The flights job on the single-machine cluster: ZooKeeper + Nimbus + 2 supervisors.
+
+Talks to: the real ZooKeeper server, Nimbus and supervisor daemons that
+``elastorm cluster up`` starts (separate JVMs on loopback), via ``sparse submit``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from runtime import cli, nimbus
+from runtime.cluster import down, status, up
+from runtime.config import env_nimbus, load_config
+from runtime.drivers import FlightsDriver, SmokeDriver
+from runtime.errors import UserError
+from runtime.run import run_topology
+from runtime.storm_home import ensure_storm_home
+from runtime.topology_jar import build_topology_jar
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cfg = load_config()
+    down(cfg)
+    summary = up(cfg, supervisors=2)
+    yield cfg, summary
+    down(cfg)
+
+
+def test_cluster_runs_two_supervisors_as_two_nodes(cluster) -> None:
+    cfg, summary = cluster
+    assert len(summary["supervisors"]) == 2
+    assert len({s["id"] for s in summary["supervisors"]}) == 2
+    daemons = status(cfg)["daemons"]
+    assert daemons["supervisor-0"] and daemons["supervisor-1"] and daemons["nimbus"]
+
+
+def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> None:
+    cfg, _ = cluster
+    ensure_storm_home(cfg)
+    jar = build_topology_jar(cfg.project, tmp_path / "topology.jar")
+    host, port = env_nimbus(cfg.project, "cluster")
+    driver = SmokeDriver(500)
+    nimbus.submit(cfg.project, "cluster", "smoke", "smoke-listed", jar,
+                  driver.options(str(tmp_path)))
+    try:
+        names = {t["name"]: t for t in nimbus.cluster_summary(host, port)["topologies"]}
+        assert names["smoke-listed"]["status"] == "ACTIVE"
+        driver.wait(str(tmp_path), 180, lambda _: None)
+        assert driver.outcome(str(tmp_path)).ok
+    finally:
+        nimbus.kill(cfg.project, "cluster", "smoke-listed")
+    nimbus.wait_topology_gone(host, port, "smoke-listed", timeout=60)
+
+
+def test_flights_job_on_cluster_matches_pandas_for_every_plane(cluster) -> None:
+    cfg, _ = cluster
+    outcome = run_topology(cfg, "cluster", FlightsDriver(limit=None), timeout=900)
+    assert outcome.ok, outcome.summary
+    assert outcome.facts["rows"] == 336_776
+
+
+def test_unreachable_nimbus_is_one_line(cluster, tmp_path, monkeypatch, capsys) -> None:
+    cfg, _ = cluster
+    for name in ("project.clj", "config.json"):
+        shutil.copy(cfg.project / name, tmp_path / name)
+    (tmp_path / "jvm").mkdir()
+    shutil.copy(cfg.project / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
+    raw = json.loads((tmp_path / "config.json").read_text())
+    raw["envs"]["cluster"]["nimbus"] = "127.0.0.1:1"  # nothing listens there
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    monkeypatch.setenv("ELASTORM_PROJECT", str(tmp_path))
+    assert cli.main(["check", "-e", "cluster"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "elastorm check: error: Nimbus of env cluster at 127.0.0.1:1 is unreachable"
+
+
+def test_zookeeper_down_is_one_line(cluster, tmp_path, monkeypatch, capsys) -> None:
+    cfg, _ = cluster
+    for name in ("project.clj", "config.json"):
+        shutil.copy(cfg.project / name, tmp_path / name)
+    (tmp_path / "jvm").mkdir()
+    shutil.copy(cfg.project / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
+    raw = json.loads((tmp_path / "config.json").read_text())
+    raw["elastorm"]["zookeeper_port"] = 12999  # no ZooKeeper there
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    monkeypatch.setenv("ELASTORM_PROJECT", str(tmp_path))
+    assert cli.main(["check", "-e", "cluster"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("elastorm check: error: ZooKeeper on 127.0.0.1:12999 is down")
+
+
+def test_run_against_a_stopped_cluster_fails_cleanly(cluster) -> None:
+    cfg, _ = cluster
+    down(cfg)
+    try:
+        with pytest.raises(UserError, match="unreachable"):
+            run_topology(cfg, "cluster", SmokeDriver(10), timeout=30)
+    finally:
+        up(cfg, supervisors=2)
+        time.sleep(1)
