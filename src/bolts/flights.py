@@ -167,24 +167,38 @@ class TotalsBolt(OperatorBolt):
     def on_tick(self) -> None:
         self.flush()
 
+    zero: tuple[int, ...] = ()
+
+    def key(self, values) -> tuple[str, int]:
+        """The state key of an input tuple: ``(tailnum, year)``."""
+        return values[1], values[2][0]
+
+    def fold(self, totals: list[int], values) -> None:
+        """Add one input to ``totals``; must raise before changing anything on bad input."""
+        raise NotImplementedError
+
+    def handle(self, tup):
+        values = tup.values
+        k = self.key(values)
+        t = self.totals.get(k)
+        new = t is None
+        if new:
+            t = list(self.zero)
+        self.fold(t, values)
+        if new:
+            self.totals[k] = t
+        self.dirty.add(k)
+
 
 class SumDelays(TotalsBolt):
     """op2: per ``(tailnum, year)``: sum of ``arr_delay`` (minutes) and flight count."""
 
     role = "op2"
+    zero = (0, 0)
 
-    def handle(self, tup):
-        values = tup.values
-        value = values[2]
-        k = (values[1], value[0])
-        delay = value[1]
-        t = self.totals.get(k)
-        if t is None:
-            self.totals[k] = [delay + 0, 1]
-        else:
-            t[0] += delay
-            t[1] += 1
-        self.dirty.add(k)
+    def fold(self, totals, values):
+        totals[0] += values[2][1]
+        totals[1] += 1
 
 
 class AirShare(TotalsBolt):
@@ -192,28 +206,19 @@ class AirShare(TotalsBolt):
 
     The share of the year a plane spent in the air is
     ``air_minutes / minutes_in_year(year)``; the integer sum is what is kept and
-    checked, the share is derived (``air_share``).
+    checked, the share is derived from it.
     """
 
     role = "op3"
+    zero = (0, 0, 0)
 
-    def handle(self, tup):
-        values = tup.values
-        value = values[2]
-        k = (values[1], value[0])
-        air = value[2]
-        t = self.totals.get(k)
-        new = t is None
-        if new:
-            t = [0, 0, 0]
+    def fold(self, totals, values):
+        air = values[2][2]
         if air is None:
-            t[2] += 1
+            totals[2] += 1
         else:
-            t[0] += air
-            t[1] += 1
-        if new:
-            self.totals[k] = t
-        self.dirty.add(k)
+            totals[0] += air
+            totals[1] += 1
 
 
 class SampledDelayShare(TotalsBolt):
@@ -228,20 +233,16 @@ class SampledDelayShare(TotalsBolt):
     role = "op4"
     flush_every = 1
     flush_every_key = None
+    zero = (0, 0)
 
-    def handle(self, tup):
-        values = tup.values
-        value = values[2]
-        delayed = 1 if value[1] > 0 else 0
-        k = ("*", value[0])
-        t = self.totals.get(k)
-        if t is None:
-            self.totals[k] = [1, delayed]
-        else:
-            t[0] += 1
-            t[1] += delayed
+    def key(self, values):
+        return "*", values[2][0]
+
+    def fold(self, totals, values):
+        delayed = 1 if values[2][1] > 0 else 0
+        totals[0] += 1
+        totals[1] += delayed
         self.ids.append(values[0])
-        self.dirty.add(k)
 
 
 class ResultsSink(CountingBolt):
