@@ -115,7 +115,8 @@ def gap(instances, seed):
         qs = np.quantile(left, [0.5, 0.9, 0.99])
         print(
             "- where Algorithm 3 meets constraint 2: share of the even->optimum improvement"
-            f" it leaves on the table (0 = optimal, 1 = no better than even): median {qs[0]:.3f}, p90 {qs[1]:.3f}, p99 {qs[2]:.3f},"
+            " it leaves on the table (0 = optimal, 1 = no better than even):"
+            f" median {qs[0]:.3f}, p90 {qs[1]:.3f}, p99 {qs[2]:.3f},"
             f" max {max(left):.3f}, mean {statistics.fmean(left):.3f} (n={len(left)})"
         )
     print()
