@@ -197,6 +197,8 @@ class FlightsSpout(ErrorReporting, Spout):
         self.row_no = 0
         self.blank_lines = 0
         self.exhausted = False
+        self.started_at = time.time()
+        self.exhausted_at: float | None = None
         self.write_stats()
 
     def next_tuple(self):
@@ -234,6 +236,7 @@ class FlightsSpout(ErrorReporting, Spout):
     def finish(self) -> None:
         """Record that the input is exhausted; later calls to next_tuple idle."""
         self.exhausted = True
+        self.exhausted_at = time.time()
         self.rows.close()
         self.write_stats()
 
@@ -251,6 +254,8 @@ class FlightsSpout(ErrorReporting, Spout):
             "malformed_by_reason": dict(counters.errors),
             "blank_lines": self.blank_lines,
             "exhausted": self.exhausted,
+            "started_at": self.started_at,
+            "exhausted_at": self.exhausted_at,
             "written_at": time.time(),
         }
 

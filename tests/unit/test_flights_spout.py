@@ -87,6 +87,7 @@ def test_streams_real_file_in_order_with_limit(tmp_path):
     stats = json.loads((tmp_path / "spout-7.json").read_text())
     assert stats["exhausted"] is True
     assert (stats["rows_read"], stats["emitted"], stats["malformed"]) == (250, 250, 0)
+    assert stats["started_at"] <= stats["exhausted_at"] <= stats["written_at"]
     counts = json.loads((tmp_path / "counts" / "spout-7.json").read_text())
     assert counts["tuples_in"] == 250 and counts["out"] == {"default": 250, "errors": 0}
 
