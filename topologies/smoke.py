@@ -8,6 +8,4 @@ from spouts.smoke import NumberSpout
 
 class SmokeTopology(Topology):
     numbers = NumberSpout.spec(name="numbers")
-    counter = CounterBolt.spec(
-        name="counter", inputs={numbers: Grouping.DIRECT}, par=2
-    )
+    counter = CounterBolt.spec(name="counter", inputs={numbers: Grouping.DIRECT}, par=2)

@@ -13,14 +13,16 @@ from runtime.services import port_open, zookeeper_ok
 def register(subparsers) -> None:
     """Add the ``check`` subcommand."""
     parser = subparsers.add_parser(
-        "check", help="validate config.json and check that ZooKeeper and Nimbus answer",
+        "check",
+        help="validate config.json and check that ZooKeeper and Nimbus answer",
         description="Validate config.json (every elastorm key), check that config.json, "
         "project.clj and jvm/pom.xml pin the same Storm version, that java and mvn exist, "
         "and, with --env, that ZooKeeper and that env's Nimbus answer. Exit 2 on the first "
         "problem, with a one-line reason.",
     )
-    parser.add_argument("-e", "--env", default=None,
-                        help="also check this config.json env's servers (e.g. cluster)")
+    parser.add_argument(
+        "-e", "--env", default=None, help="also check this config.json env's servers (e.g. cluster)"
+    )
     parser.set_defaults(func=_run)
 
 
@@ -35,8 +37,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.env:
         host, port = env_nimbus(cfg.project, args.env)
         if args.env != "prod" and not zookeeper_ok(cfg.zookeeper_port):
-            raise UserError(f"ZooKeeper on 127.0.0.1:{cfg.zookeeper_port} is down "
-                            "(start it with `elastorm cluster up`)")
+            raise UserError(
+                f"ZooKeeper on 127.0.0.1:{cfg.zookeeper_port} is down "
+                "(start it with `elastorm cluster up`)"
+            )
         if not port_open(port, host, timeout=3):
             raise UserError(f"Nimbus of env {args.env} at {host}:{port} is unreachable")
         print(f"ZooKeeper and Nimbus ({host}:{port}) answer")

@@ -50,8 +50,13 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
 def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int) -> Daemon:
     """Nimbus with its own local dir."""
     conf = base_conf(cfg, nimbus_port) | {"storm.local.dir": str(cfg.run / "nimbus" / "data")}
-    return Daemon(name="nimbus", main="org.apache.storm.daemon.nimbus.Nimbus",
-                  storm_conf=conf, heap_mb=512, port=nimbus_port)
+    return Daemon(
+        name="nimbus",
+        main="org.apache.storm.daemon.nimbus.Nimbus",
+        storm_conf=conf,
+        heap_mb=512,
+        port=nimbus_port,
+    )
 
 
 def supervisor_daemon(cfg: ElastormConfig, index: int, nimbus_port: int) -> Daemon:
@@ -67,8 +72,12 @@ def supervisor_daemon(cfg: ElastormConfig, index: int, nimbus_port: int) -> Daem
         "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * slots * 2),
         "supervisor.cpu.capacity": 100.0 * slots,
     }
-    return Daemon(name=name, main="org.apache.storm.daemon.supervisor.Supervisor",
-                  storm_conf=conf, heap_mb=256)
+    return Daemon(
+        name=name,
+        main="org.apache.storm.daemon.supervisor.Supervisor",
+        storm_conf=conf,
+        heap_mb=256,
+    )
 
 
 def up(cfg: ElastormConfig, supervisors: int | None = None) -> dict:
@@ -84,8 +93,11 @@ def up(cfg: ElastormConfig, supervisors: int | None = None) -> dict:
     wait_until(lambda: port_open(port, host), "Nimbus", 90, pid, cfg.logs / "nimbus.log")
     for index in range(count):
         start(cfg, supervisor_daemon(cfg, index, port))
-    wait_until(lambda: len(cluster_summary(host, port)["supervisors"]) >= count,
-               f"{count} supervisors registered with Nimbus", 90)
+    wait_until(
+        lambda: len(cluster_summary(host, port)["supervisors"]) >= count,
+        f"{count} supervisors registered with Nimbus",
+        90,
+    )
     summary = cluster_summary(host, port)
     log.info("cluster up: Nimbus %s:%d, %d supervisors", host, port, len(summary["supervisors"]))
     return summary

@@ -12,32 +12,46 @@ from runtime.config import load_config
 def register(subparsers) -> None:
     """Add the ``cluster`` subcommand."""
     parser = subparsers.add_parser(
-        "cluster", help="run a Storm cluster on this machine (ZooKeeper, Nimbus, N supervisors)",
+        "cluster",
+        help="run a Storm cluster on this machine (ZooKeeper, Nimbus, N supervisors)",
         description="Start, stop or inspect ZooKeeper + Nimbus + N supervisors on loopback. "
         "Submit to it with `sparse submit -e cluster -j <jar>` (see `elastorm jar`).",
     )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    p_up = sub.add_parser("up", help="start the cluster (idempotent)",
-                          description="Start ZooKeeper, Nimbus and the supervisors; wait "
-                          "until Nimbus lists every supervisor.")
-    p_up.add_argument("--supervisors", type=int, default=None,
-                      help="number of supervisors (nodes); default: config.json "
-                      "elastorm.cluster_supervisors")
+    p_up = sub.add_parser(
+        "up",
+        help="start the cluster (idempotent)",
+        description="Start ZooKeeper, Nimbus and the supervisors; wait "
+        "until Nimbus lists every supervisor.",
+    )
+    p_up.add_argument(
+        "--supervisors",
+        type=int,
+        default=None,
+        help="number of supervisors (nodes); default: config.json elastorm.cluster_supervisors",
+    )
     p_up.set_defaults(func=_up)
-    p_down = sub.add_parser("down", help="stop every daemon and its workers",
-                            description="Stop the supervisors (and their workers), Nimbus "
-                            "and ZooKeeper.")
+    p_down = sub.add_parser(
+        "down",
+        help="stop every daemon and its workers",
+        description="Stop the supervisors (and their workers), Nimbus and ZooKeeper.",
+    )
     p_down.set_defaults(func=_down)
-    p_status = sub.add_parser("status", help="daemons, supervisors and topologies",
-                              description="Show daemon pids and what Nimbus reports.")
+    p_status = sub.add_parser(
+        "status",
+        help="daemons, supervisors and topologies",
+        description="Show daemon pids and what Nimbus reports.",
+    )
     p_status.add_argument("--json", action="store_true", help="print JSON")
     p_status.set_defaults(func=_status)
 
 
 def _up(args: argparse.Namespace) -> int:
     summary = up(load_config(), args.supervisors)
-    print(f"cluster up: {len(summary['supervisors'])} supervisors, "
-          f"{len(summary['topologies'])} topologies")
+    print(
+        f"cluster up: {len(summary['supervisors'])} supervisors, "
+        f"{len(summary['topologies'])} topologies"
+    )
     return 0
 
 
@@ -62,6 +76,8 @@ def _status(args: argparse.Namespace) -> int:
     for sup in nimbus["supervisors"]:
         print(f"supervisor {sup['id'][:8]}  {sup['host']}  slots {sup['used']}/{sup['slots']}")
     for topo in nimbus["topologies"]:
-        print(f"topology {topo['name']}  {topo['status']}  workers {topo['workers']}  "
-              f"executors {topo['executors']}  up {topo['uptime_secs']} s")
+        print(
+            f"topology {topo['name']}  {topo['status']}  workers {topo['workers']}  "
+            f"executors {topo['executors']}  up {topo['uptime_secs']} s"
+        )
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,8 @@ class FlightsDriver:
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = limit
+        self.first_rows_at: float | None = None  # monotonic time the spout was first seen reading
+        self.complete_at: float | None = None
 
     def options(self, output_dir: str) -> dict[str, object]:
         opts: dict[str, object] = {"elastorm.output_dir": output_dir}
@@ -45,9 +48,16 @@ class FlightsDriver:
         from runtime.flights_results import IncompleteRunError, wait_until_complete
 
         def report(result, unmet) -> None:
-            progress(f"spout rows {result.spout_total('rows_read')}, "
-                     f"op1 in {result.tuples_in('op1')}, sink op2 {result.seen('op2')}; "
-                     + (unmet[0] if unmet else "complete"))
+            now = time.monotonic()
+            if self.first_rows_at is None and result.spout_total("rows_read") > 0:
+                self.first_rows_at = now
+            if not unmet:
+                self.complete_at = now
+            progress(
+                f"spout rows {result.spout_total('rows_read')}, "
+                f"op1 in {result.tuples_in('op1')}, sink op2 {result.seen('op2')}; "
+                + (unmet[0] if unmet else "complete")
+            )
 
         try:
             wait_until_complete(output_dir, timeout, poll=1.0, progress_callback=report)
@@ -61,6 +71,9 @@ class FlightsDriver:
         result = read_results(output_dir)
         report = compare(result, compute_reference(limit=self.limit))
         facts = {"rows": result.spout_total("rows_read"), "planes": len(result.totals("op2"))}
+        if self.first_rows_at is not None and self.complete_at is not None:
+            # From the first poll that saw rows to the poll that saw completion (1 s polls).
+            facts["processing_seconds"] = round(self.complete_at - self.first_rows_at, 2)
         return Outcome(summary=format_summary(result, report), ok=report.ok, facts=facts)
 
 
@@ -96,10 +109,13 @@ class SmokeDriver:
         want = self.count * (self.count - 1) // 2
         ok = received == self.count and total == want and len(parts) == 2
         lines = [f"task {p['task']}: {p['received']} numbers, sum {p['total']}" for p in parts]
-        lines.append(f"check: {received} numbers (want {self.count}), sum {total} (want {want}), "
-                     f"{len(parts)} tasks (want 2): {'OK' if ok else 'FAILED'}")
-        return Outcome(summary="\n".join(lines), ok=ok,
-                       facts={"received": received, "tasks": len(parts)})
+        lines.append(
+            f"check: {received} numbers (want {self.count}), sum {total} (want {want}), "
+            f"{len(parts)} tasks (want 2): {'OK' if ok else 'FAILED'}"
+        )
+        return Outcome(
+            summary="\n".join(lines), ok=ok, facts={"received": received, "tasks": len(parts)}
+        )
 
 
 def driver_for(topology: str, limit: int | None) -> FlightsDriver | SmokeDriver:

@@ -38,9 +38,15 @@ def local_cluster(cfg: ElastormConfig, topology_jar: Path, timeout: float = 120.
         raise UserError(f"port {port} (envs.local.nimbus) is taken: is another local run active?")
     ensure_zookeeper(cfg)
     daemon = Daemon(
-        name="local-cluster", main="elastorm.jvm.LocalRunner",
-        args=(str(port), LOOPBACK, str(cfg.zookeeper_port), str(cfg.local_supervisors),
-              f"/storm-local/{os.getpid()}-{int(time.time())}"),
+        name="local-cluster",
+        main="elastorm.jvm.LocalRunner",
+        args=(
+            str(port),
+            LOOPBACK,
+            str(cfg.zookeeper_port),
+            str(cfg.local_supervisors),
+            f"/storm-local/{os.getpid()}-{int(time.time())}",
+        ),
         heap_mb=max(1024, cfg.worker_heap_mb * 2),
     )
     cmd = daemon_command(cfg, daemon, first=(topology_jar,))
@@ -48,16 +54,26 @@ def local_cluster(cfg: ElastormConfig, topology_jar: Path, timeout: float = 120.
     cfg.logs.mkdir(parents=True, exist_ok=True)
     out_path = cfg.logs / "local-cluster.out"
     with open(out_path, "wb") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                                env=java_env(cfg), cwd=cfg.home)
-    log.info("starting Storm LocalCluster (pid %d), log %s", proc.pid, cfg.logs / "local-cluster.log")
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=java_env(cfg),
+            cwd=cfg.home,
+        )
+    log.info(
+        "starting Storm LocalCluster (pid %d), log %s", proc.pid, cfg.logs / "local-cluster.log"
+    )
     try:
         deadline = time.monotonic() + timeout
         while b"ELASTORM-LOCAL-READY" not in out_path.read_bytes():
             if proc.poll() is not None:
                 raise UserError(f"Storm LocalCluster exited during start-up; see {out_path}")
             if time.monotonic() > deadline:
-                raise UserError(f"Storm LocalCluster not ready after {timeout:.0f} s; see {out_path}")
+                raise UserError(
+                    f"Storm LocalCluster not ready after {timeout:.0f} s; see {out_path}"
+                )
             time.sleep(0.3)
         log.info("LocalCluster ready: Nimbus on %s:%d", host, port)
         yield host, port

@@ -13,20 +13,31 @@ from runtime.topology_jar import build_topology_jar
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topology", choices=("flights", "smoke"), help="topology in topologies/")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="flights: stream only the first N rows (default: all 336,776); "
-                        "smoke: numbers to send (default 1000)")
-    parser.add_argument("--timeout", type=float, default=900,
-                        help="give up if the run is not complete after this many seconds "
-                        "(default 900)")
-    parser.add_argument("--output-dir", default=None,
-                        help="where components write results (default: <home>/runs/<name>)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="flights: stream only the first N rows (default: all 336,776); "
+        "smoke: numbers to send (default 1000)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900,
+        help="give up if the run is not complete after this many seconds (default 900)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="where components write results (default: <home>/runs/<name>)",
+    )
 
 
 def register(subparsers) -> None:
     """Add the ``local``, ``run`` and ``jar`` subcommands."""
     local = subparsers.add_parser(
-        "local", help="run a topology on an embedded Storm LocalCluster and check its results",
+        "local",
+        help="run a topology on an embedded Storm LocalCluster and check its results",
         description="Start Storm's LocalCluster (one JVM, real ZooKeeper), submit the topology "
         "with `sparse submit -e local`, wait until every tuple is processed, kill it, print "
         "per-operator counts and the check against pandas.",
@@ -34,7 +45,8 @@ def register(subparsers) -> None:
     _common(local)
     local.set_defaults(func=_local)
     run = subparsers.add_parser(
-        "run", help="run a topology on a running cluster (e.g. `elastorm cluster up`) and check it",
+        "run",
+        help="run a topology on a running cluster (e.g. `elastorm cluster up`) and check it",
         description="Like `local`, but submits to the Nimbus of a config.json env that is "
         "already up.",
     )
@@ -42,7 +54,8 @@ def register(subparsers) -> None:
     run.add_argument("-e", "--env", default="cluster", help="config.json env (default: cluster)")
     run.set_defaults(func=_run)
     jar = subparsers.add_parser(
-        "jar", help="build the topology jar for `sparse submit -j`",
+        "jar",
+        help="build the topology jar for `sparse submit -j`",
         description="Pack src/ under resources/ (plus the multilang serializer) into one jar.",
     )
     jar.add_argument("--out", default=None, help="jar path (default: <home>/jars/topology.jar)")
@@ -53,8 +66,13 @@ def _execute(args: argparse.Namespace, env: str) -> int:
     from pathlib import Path
 
     cfg = load_config()
-    outcome = run_topology(cfg, env, driver_for(args.topology, args.limit), args.timeout,
-                           Path(args.output_dir).resolve() if args.output_dir else None)
+    outcome = run_topology(
+        cfg,
+        env,
+        driver_for(args.topology, args.limit),
+        args.timeout,
+        Path(args.output_dir).resolve() if args.output_dir else None,
+    )
     print(outcome.summary)
     print(f"run took {outcome.facts['seconds']} s; output in {outcome.facts['output_dir']}")
     return 0 if outcome.ok else 1

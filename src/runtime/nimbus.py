@@ -30,13 +30,23 @@ def cluster_summary(host: str, port: int) -> dict:
     info = nimbus_client(host, port).getClusterInfo()
     return {
         "supervisors": [
-            {"id": s.supervisor_id, "host": s.host, "slots": s.num_workers,
-             "used": s.num_used_workers}
+            {
+                "id": s.supervisor_id,
+                "host": s.host,
+                "slots": s.num_workers,
+                "used": s.num_used_workers,
+            }
             for s in info.supervisors
         ],
         "topologies": [
-            {"name": t.name, "id": t.id, "status": t.status, "workers": t.num_workers,
-             "executors": t.num_executors, "uptime_secs": t.uptime_secs}
+            {
+                "name": t.name,
+                "id": t.id,
+                "status": t.status,
+                "workers": t.num_workers,
+                "executors": t.num_executors,
+                "uptime_secs": t.uptime_secs,
+            }
             for t in info.topologies
         ],
     }
@@ -48,16 +58,24 @@ def sparse(project: Path, *args: str, timeout: float = 300) -> str:
     exe = Path(sys.executable).parent / "sparse"
     cmd = [str(exe) if exe.exists() else "sparse", *args]
     log.info("running %s", " ".join(cmd))
-    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
         raise UserError(f"sparse {args[0]} failed: " + (lines[-1] if lines else "no output"))
     return proc.stdout
 
 
-def submit(project: Path, env: str, topology: str, name: str, jar: Path,
-           options: dict[str, object], workers: int | None = None) -> None:
+def submit(
+    project: Path,
+    env: str,
+    topology: str,
+    name: str,
+    jar: Path,
+    options: dict[str, object],
+    workers: int | None = None,
+) -> None:
     """``sparse submit -e env -n topology -N name -j jar -o k=v ...`` (Thrift, no lein)."""
     args = ["submit", "-e", env, "-n", topology, "-N", name, "-j", str(jar), "-f", "--wait", "5"]
     for key, value in options.items():

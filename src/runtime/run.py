@@ -22,9 +22,14 @@ from runtime.topology_jar import build_topology_jar
 log = logging.getLogger(__name__)
 
 
-def run_topology(cfg: ElastormConfig, env: str, driver: FlightsDriver | SmokeDriver,
-                 timeout: float, output_dir: Path | None = None,
-                 extra_options: dict[str, object] | None = None) -> Outcome:
+def run_topology(
+    cfg: ElastormConfig,
+    env: str,
+    driver: FlightsDriver | SmokeDriver,
+    timeout: float,
+    output_dir: Path | None = None,
+    extra_options: dict[str, object] | None = None,
+) -> Outcome:
     """Submit ``driver``'s topology to ``env``, wait for it to finish, kill it, check it."""
     ensure_storm_home(cfg)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -37,8 +42,9 @@ def run_topology(cfg: ElastormConfig, env: str, driver: FlightsDriver | SmokeDri
     with context:
         host, port = env_nimbus(cfg.project, env)
         nimbus.nimbus_client(host, port)  # fails clearly if Nimbus is down
-        log.info("submitting %s to %s (Nimbus %s:%d), output in %s", name, env, host, port,
-                 output_dir)
+        log.info(
+            "submitting %s to %s (Nimbus %s:%d), output in %s", name, env, host, port, output_dir
+        )
         started = time.monotonic()
         nimbus.submit(cfg.project, env, driver.name, name, jar, options)
         last = [0.0]

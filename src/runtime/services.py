@@ -107,7 +107,9 @@ def daemon_command(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] 
     """The java command line for ``daemon``."""
     home = cfg.storm_home
     cmd = [
-        "java", "-server", f"-Xmx{daemon.heap_mb}m",
+        "java",
+        "-server",
+        f"-Xmx{daemon.heap_mb}m",
         f"-Dstorm.home={home}",
         f"-Dstorm.log.dir={cfg.logs}",
         f"-Dlogfile.name={daemon.name}.log",
@@ -140,15 +142,22 @@ def start(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] = ()) -> 
     cfg.run.mkdir(parents=True, exist_ok=True)
     out = open(cfg.logs / f"{daemon.name}.out", "ab")
     proc = subprocess.Popen(
-        daemon_command(cfg, daemon, first), stdout=out, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, env=java_env(cfg), cwd=cfg.home, start_new_session=True,
+        daemon_command(cfg, daemon, first),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=java_env(cfg),
+        cwd=cfg.home,
+        start_new_session=True,
     )
     _pidfile(cfg, daemon.name).write_text(f"{proc.pid}\n")
     log.info("started %s (pid %d), log %s", daemon.name, proc.pid, cfg.logs / f"{daemon.name}.log")
     return proc.pid
 
 
-def wait_until(check, what: str, timeout: float, pid: int | None = None, logfile: Path | None = None):
+def wait_until(
+    check, what: str, timeout: float, pid: int | None = None, logfile: Path | None = None
+):
     """Poll ``check()`` until true; fail with ``UserError`` on timeout or if ``pid`` dies."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -214,8 +223,12 @@ def zookeeper_daemon(cfg: ElastormConfig) -> Daemon:
         "autopurge.purgeInterval=1\n"
     )
     return Daemon(
-        name="zookeeper", main="org.apache.zookeeper.server.quorum.QuorumPeerMain",
-        args=(str(zoo_cfg),), heap_mb=256, port=cfg.zookeeper_port, lib="lib-zookeeper",
+        name="zookeeper",
+        main="org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        args=(str(zoo_cfg),),
+        heap_mb=256,
+        port=cfg.zookeeper_port,
+        lib="lib-zookeeper",
     )
 
 
@@ -225,6 +238,11 @@ def ensure_zookeeper(cfg: ElastormConfig, timeout: float = 30.0) -> None:
         return
     daemon = zookeeper_daemon(cfg)
     pid = start(cfg, daemon)
-    wait_until(lambda: zookeeper_ok(cfg.zookeeper_port), "ZooKeeper", timeout, pid,
-               cfg.logs / "zookeeper.log")
+    wait_until(
+        lambda: zookeeper_ok(cfg.zookeeper_port),
+        "ZooKeeper",
+        timeout,
+        pid,
+        cfg.logs / "zookeeper.log",
+    )
     log.info("ZooKeeper answers on %s:%d", LOOPBACK, cfg.zookeeper_port)

@@ -11,7 +11,8 @@ from runtime.storm_home import ensure_storm_home
 def register(subparsers) -> None:
     """Add the ``setup`` subcommand."""
     parser = subparsers.add_parser(
-        "setup", help="download Storm from Maven Central and lay out a Storm home",
+        "setup",
+        help="download Storm from Maven Central and lay out a Storm home",
         description="Resolve Storm's jars with Maven (cached in ~/.m2) and link them into "
         "<home>/storm-<version>/{lib,lib-worker}; write log4j2 configs. Idempotent.",
     )

@@ -67,9 +67,13 @@ WORKER_XML = f"""<?xml version="1.0" encoding="UTF-8"?>
 
 def _inputs(project: Path) -> list[Path]:
     jvm = project / "jvm"
-    return [jvm / "pom.xml", *(jvm / m / "pom.xml" for m in ("daemon", "worker", "zookeeper", "multilang")),
-            *sorted((jvm / "daemon" / "src").rglob("*.java")),
-            *sorted((jvm / "multilang" / "src").rglob("*.java"))]
+    modules = ("daemon", "worker", "zookeeper", "multilang")
+    return [
+        jvm / "pom.xml",
+        *(jvm / m / "pom.xml" for m in modules),
+        *sorted((jvm / "daemon" / "src").rglob("*.java")),
+        *sorted((jvm / "multilang" / "src").rglob("*.java")),
+    ]
 
 
 def _stale(stamp: Path, inputs: list[Path]) -> bool:

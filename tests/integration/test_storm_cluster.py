@@ -47,8 +47,9 @@ def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> No
     jar = build_topology_jar(cfg.project, tmp_path / "topology.jar")
     host, port = env_nimbus(cfg.project, "cluster")
     driver = SmokeDriver(500)
-    nimbus.submit(cfg.project, "cluster", "smoke", "smoke-listed", jar,
-                  driver.options(str(tmp_path)))
+    nimbus.submit(
+        cfg.project, "cluster", "smoke", "smoke-listed", jar, driver.options(str(tmp_path))
+    )
     try:
         names = {t["name"]: t for t in nimbus.cluster_summary(host, port)["topologies"]}
         assert names["smoke-listed"]["status"] == "ACTIVE"
