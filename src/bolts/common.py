@@ -71,7 +71,8 @@ def conf_number(
     try:
         value = kind(raw)
     except (TypeError, ValueError):
-        raise FlightsConfigError(f"{key} must be a {kind.__name__}, got {raw!r}") from None
+        what = "an integer" if kind is int else "a number"
+        raise FlightsConfigError(f"{key} must be {what}, got {raw!r}") from None
     if value < minimum:
         raise FlightsConfigError(f"{key} must be >= {minimum}, got {raw!r}")
     return value

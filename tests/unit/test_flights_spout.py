@@ -64,7 +64,9 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 def test_bad_limit_is_a_clear_error(tmp_path):
     conf = {"elastorm.output_dir": str(tmp_path), "elastorm.flights.limit": "ten"}
-    with pytest.raises(FlightsConfigError, match="elastorm.flights.limit must be a int"):
+    with pytest.raises(
+        FlightsConfigError, match="elastorm.flights.limit must be an integer, got 'ten'"
+    ):
         make(FlightsSpout, conf)
 
 
