@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,36 @@ def test_topology_converts_to_flux_and_thrift():
     assert {"name": "setNamedStream", "args": ["errors", ["id", "role", "reason", "detail"]]} in (
         spout["configMethods"]
     )
+
+
+def test_seeded_garbage_rows_agree_with_pandas(tmp_path):
+    """Spout rules and the pandas reference agree on odd but plausible field values."""
+    rng = random.Random(2013)
+    numbers = ["12", " 12", "-0", "+7", "1_000", "1.5", "NA", "", "nan", "NULL", "\u0663", "x"]
+    tails = ["N1", "N2", "NA", "", " ", "nan", '"N,3"', "\u00d14"]
+    times = ["2013-01-01T10:00:00Z", "", "2013-06-01T10:00:00+05:00", "2013-01-01", "bad"]
+    lines = []
+    for _ in range(400):
+        if rng.random() < 0.03:
+            lines.append(",".join(["2013"] * rng.choice([3, 20])))
+            continue
+        lines.append(
+            flight_row(
+                tailnum=rng.choice(tails),
+                arr_delay=rng.choice(numbers[:3] * 4 + numbers),
+                air_time=rng.choice(numbers[:3] * 4 + numbers),
+                year=rng.choice(["2013", "2013", "2012", "NA", " 2014"]),
+                time_hour=rng.choice(times[:1] * 6 + times),
+            )
+        )
+    conf = {
+        "elastorm.output_dir": str(tmp_path / "out"),
+        "elastorm.flights.path": write_csv(tmp_path / "f.csv", lines),
+    }
+    Pipeline(conf).run()
+    result = read_results(conf["elastorm.output_dir"])
+    assert completeness(result) == []
+    reference = compute_reference(conf["elastorm.flights.path"])
+    assert len(reference.malformed) >= 5 and reference.forwarded > 50
+    report = compare(result, reference)
+    assert report.ok, format_summary(result, report)
