@@ -143,6 +143,17 @@ class Pipeline:
         return self
 
 
+def run_lines(tmp_path, lines):
+    """Run the pipeline over a CSV of ``lines``: (output dir, result, pandas reference)."""
+    from jobs.flights_reference import compute_reference
+    from runtime.flights_results import read_results
+
+    out = tmp_path / "out"
+    path = write_csv(tmp_path / "flights.csv", lines)
+    Pipeline({"elastorm.output_dir": str(out), "elastorm.flights.path": path}).run()
+    return out, read_results(str(out)), compute_reference(path)
+
+
 def test_pipeline_routes_every_key_to_one_op2_task(tmp_path):
     lines = [flight_row(tailnum=f"N{i % 7}") for i in range(50)]
     conf = {

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_flights_harness import Pipeline, flight_row, write_csv
+from test_flights_harness import Pipeline, flight_row, run_lines
 
 from jobs.flights_reference import compute_reference
 from runtime.flights_results import compare, completeness, format_summary, read_results
@@ -57,14 +57,8 @@ def test_malformed_file_is_counted_reported_and_matches_pandas(tmp_path):
         flight_row(tailnum="N3", arr_delay="7", air_time="50", year="2012"),
         flight_row(tailnum="N1", arr_delay="0", air_time="20"),
     ]
-    conf = {
-        "elastorm.output_dir": str(tmp_path / "out"),
-        "elastorm.flights.path": write_csv(tmp_path / "flights.csv", lines),
-    }
-    Pipeline(conf).run()
-    result = read_results(conf["elastorm.output_dir"])
+    out, result, reference = run_lines(tmp_path, lines)
     assert completeness(result) == []
-    reference = compute_reference(conf["elastorm.flights.path"])
     assert reference.malformed == {
         "missing_tailnum": 2,
         "bad_arr_delay": 1,
@@ -81,7 +75,7 @@ def test_malformed_file_is_counted_reported_and_matches_pandas(tmp_path):
         ("N3", 2012): (7, 1),
     }
     assert result.totals("op3")[("N2", 2013)] == (0, 0, 1)
-    examples = json.loads(next((tmp_path / "out").glob("sink-*.json")).read_text())
+    examples = json.loads(next(out.glob("sink-*.json")).read_text())
     assert examples["error_examples"]["spout"]["bad_time_hour"][0][0] == 8
 
 
@@ -151,14 +145,8 @@ def test_seeded_garbage_rows_agree_with_pandas(tmp_path):
                 time_hour=rng.choice(times[:1] * 6 + times),
             )
         )
-    conf = {
-        "elastorm.output_dir": str(tmp_path / "out"),
-        "elastorm.flights.path": write_csv(tmp_path / "f.csv", lines),
-    }
-    Pipeline(conf).run()
-    result = read_results(conf["elastorm.output_dir"])
+    _, result, reference = run_lines(tmp_path, lines)
     assert completeness(result) == []
-    reference = compute_reference(conf["elastorm.flights.path"])
     assert len(reference.malformed) >= 5 and reference.forwarded > 50
     report = compare(result, reference)
     assert report.ok, format_summary(result, report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_flights_harness import FakeClock, Pipeline, flight_row, write_csv
+from test_flights_harness import FakeClock, flight_row, run_lines, write_csv
 
 from jobs.flights_reference import compute_reference
 from runtime.flights_results import (
@@ -30,13 +30,8 @@ LINES = [
 @pytest.fixture
 def run(tmp_path):
     """A finished in-process run over ``LINES``: (output dir, reference)."""
-    out = tmp_path / "out"
-    conf = {
-        "elastorm.output_dir": str(out),
-        "elastorm.flights.path": write_csv(tmp_path / "f.csv", LINES),
-    }
-    Pipeline(conf).run()
-    return out, compute_reference(conf["elastorm.flights.path"])
+    out, _, reference = run_lines(tmp_path, LINES)
+    return out, reference
 
 
 def _edit_sink(out, edit):
