@@ -40,6 +40,25 @@ def _index(key_groups: Sequence[KeyGroupId]) -> dict[KeyGroupId, int]:
     return idx
 
 
+def _store(obj: object, kgs: tuple[KeyGroupId, ...], name: str, arr: np.ndarray) -> None:
+    """Freeze ``arr`` and set ``key_groups``, ``name`` and the index on a frozen value."""
+    arr.setflags(write=False)
+    object.__setattr__(obj, "key_groups", kgs)
+    object.__setattr__(obj, name, arr)
+    object.__setattr__(obj, "_idx", _index(kgs))
+
+
+def _positions(idx: dict[KeyGroupId, int], a: KeyGroupId, b: KeyGroupId):
+    """Row numbers of ``a`` and ``b``, or ``None`` if either is unknown."""
+    i, j = idx.get(a), idx.get(b)
+    return None if i is None or j is None else (i, j)
+
+
+def _sources(idx: dict[KeyGroupId, int], key_groups: Sequence[KeyGroupId]) -> np.ndarray:
+    """Row of each requested key group (-1: unknown)."""
+    return np.array([idx.get(kg, -1) for kg in key_groups], dtype=np.int64)
+
+
 def _owner_sums(values: np.ndarray, owner_index: np.ndarray, n_nodes: int) -> np.ndarray:
     """``out[n] = sum of values[g] over key groups g owned by node n`` (rows of values)."""
     out = np.zeros((n_nodes,) + values.shape[1:], dtype=np.float64)
@@ -72,22 +91,17 @@ class CorrelationMatrix:
             raise ControllerModelError("correlations must be finite and within [-1, 1]")
         if not np.allclose(m, m.T, atol=1e-9):
             raise ControllerModelError("correlation matrix must be symmetric")
-        m.setflags(write=False)
-        object.__setattr__(self, "key_groups", kgs)
-        object.__setattr__(self, "matrix", m)
-        object.__setattr__(self, "_idx", _index(kgs))
+        _store(self, kgs, "matrix", m)
 
     def pair(self, a: KeyGroupId, b: KeyGroupId) -> float:
         """``rho(a, b)``; 0.0 if either key group is unknown."""
-        i, j = self._idx.get(a), self._idx.get(b)
-        if i is None or j is None:
-            return 0.0
-        return float(self.matrix[i, j])
+        pos = _positions(self._idx, a, b)
+        return 0.0 if pos is None else float(self.matrix[pos])
 
     def aligned(self, key_groups: Sequence[KeyGroupId]) -> CorrelationMatrix:
         """The same correlations in the order of ``key_groups``; unknown ones get 0."""
         kgs = tuple(key_groups)
-        src = np.array([self._idx.get(kg, -1) for kg in kgs], dtype=np.int64)
+        src = _sources(self._idx, kgs)
         known = src >= 0
         out = np.zeros((len(kgs), len(kgs)))
         out[np.ix_(known, known)] = self.matrix[np.ix_(src[known], src[known])]
@@ -132,22 +146,18 @@ class CorrelationFactors:
         f = np.array(factors, dtype=np.float64, copy=True)
         if f.ndim != 2 or f.shape[0] != len(kgs):
             raise ControllerModelError(f"factors shape {f.shape} does not match {len(kgs)} rows")
-        f.setflags(write=False)
-        object.__setattr__(self, "key_groups", kgs)
-        object.__setattr__(self, "factors", f)
-        object.__setattr__(self, "_idx", _index(kgs))
+        _store(self, kgs, "factors", f)
 
     def pair(self, a: KeyGroupId, b: KeyGroupId) -> float:
         """``rho(a, b)`` (1.0 for ``a == b`` known); 0.0 if either is unknown."""
-        i, j = self._idx.get(a), self._idx.get(b)
-        if i is None or j is None:
+        pos = _positions(self._idx, a, b)
+        if pos is None:
             return 0.0
-        if i == j:
-            return 1.0
-        return float(np.clip(self.factors[i] @ self.factors[j], -1.0, 1.0))
+        i, j = pos
+        return 1.0 if i == j else float(np.clip(self.factors[i] @ self.factors[j], -1.0, 1.0))
 
     def _aligned_factors(self, key_groups: Sequence[KeyGroupId]) -> np.ndarray:
-        src = np.array([self._idx.get(kg, -1) for kg in key_groups], dtype=np.int64)
+        src = _sources(self._idx, key_groups)
         out = np.zeros((len(src), self.factors.shape[1]))
         known = src >= 0
         out[known] = self.factors[src[known]]
