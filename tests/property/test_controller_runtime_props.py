@@ -1,0 +1,52 @@
+"""Hypothesis properties: sliding correlation vs numpy, recovery plan invariants."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.allocation import AllocationSpec, even_allocation
+from controller.correlation import push_loads, sliding_correlation
+from controller.model import KeyGroupId
+from controller.recovery import plan_recovery
+from controller.synthetic import synthetic_cluster
+
+KGS = tuple(KeyGroupId("op", i) for i in range(3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(2, 12),
+    st.lists(st.tuples(*[st.floats(-1e6, 1e6, allow_nan=False)] * 3), min_size=3, max_size=40),
+)
+def test_sliding_matches_two_pass_numpy(window, rows):
+    state = sliding_correlation(KGS, window)
+    for row in rows:
+        state = push_loads(state, row)
+    data = np.array(rows[-window:])
+    got = state.correlation().matrix
+    expected = state.factors().to_matrix().matrix  # exact two-pass over the window
+    assert np.all(np.abs(got) <= 1.0)
+    sd = data.std(axis=0)
+    ok = sd > 1e-6 * (1 + np.abs(data).max(axis=0))  # clearly non-constant series
+    mask = np.outer(ok, ok)
+    np.testing.assert_allclose(got[mask], expected[mask], atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(3, 8), st.integers(1, 2), st.data())
+def test_recovery_restores_every_lost_key_group_on_a_live_holder(seed, nodes, replicas, data):
+    c = synthetic_cluster(seed, nodes=nodes, key_groups=4 * nodes)
+    spec = AllocationSpec(view=c.view, replicas=replicas)
+    view = c.view.replace(checkpoints=even_allocation(spec, seed=seed))
+    failed = data.draw(st.sets(st.sampled_from(view.node_ids()), min_size=1, max_size=nodes - 1))
+    plan = plan_recovery(view, failed, replicas=replicas)
+    lost = {kg for n in failed for kg in view.owned_by(n)}
+    restored = {m.key_group for m in plan.restores}
+    assert restored | set(plan.unrecoverable) == lost and not restored & set(plan.unrecoverable)
+    for m in plan.restores:
+        assert m.target not in failed and m.target in view.checkpoints.holders(m.key_group)
+    for k in plan.view.key_groups:
+        assert k.owner not in failed
+        holders = plan.view.checkpoints.holders(k.key_group)
+        assert not set(holders) & set(failed) and k.owner not in holders
+        assert len(holders) == replicas or k.key_group in plan.unprotected
