@@ -36,8 +36,8 @@ class TaskCoordinator:
     ``upstreams`` are the emitter tasks feeding this operator (each sends its
     toState / toCheckpoint / syncGroup). ``owned`` groups start ``ACTIVE`` with
     empty state; ``holders`` says where each owned group checkpoints to.
-    ``epoch_floor`` is for a restarted task: messages of older migrations are
-    stale here.
+    ``stale_through`` is for a restarted task: the highest epoch the controller
+    had issued when it restarted; messages of those migrations are stale here.
     """
 
     def __init__(
@@ -50,7 +50,7 @@ class TaskCoordinator:
         owned: Iterable[int] = (),
         holders: Mapping[int, int] | None = None,
         checkpoint_interval: float | None = None,
-        epoch_floor: int = 0,
+        stale_through: int = -1,
     ) -> None:
         if num_key_groups < 1:
             raise ValueError(f"num_key_groups must be >= 1, got {num_key_groups}")
@@ -62,7 +62,7 @@ class TaskCoordinator:
         self.combine = combine
         self.held = CheckpointHolder()
         self.checkpoint_interval = checkpoint_interval
-        self.epoch_floor = epoch_floor
+        self.stale_through = stale_through
         self.stats: Counter[str] = Counter()
         self._machines: dict[int, KeyGroupMachine] = {}
         self._last_checkpoint: dict[int, float] = {}
@@ -80,7 +80,7 @@ class TaskCoordinator:
             upstreams=lambda: self.upstreams,
             holder_store=self.held,
             combine=self.combine,
-            epoch=self.epoch_floor,
+            epoch=self.stale_through + 1,
             owned=owned,
         )
 

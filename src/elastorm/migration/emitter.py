@@ -73,6 +73,7 @@ class Emitter:
     def __init__(self, *, task: int, routing: RoutingTable, source: str | None = None) -> None:
         self.task = task
         self.routing = routing
+        self._initial_epoch = routing.epoch
         self.source = source if source is not None else f"task:{task}"
         self.buffer = OutputBuffer()
         self.counters = SequenceCounters()
@@ -134,7 +135,7 @@ class Emitter:
         if isinstance(message, Migrate):
             if message.protocol is Protocol.DIRECT:
                 return self._reject(sender, message, "direct goes to the source task")
-            if message.epoch <= self._epoch.get(message.key_group, self.routing.epoch):
+            if message.epoch <= self._epoch.get(message.key_group, self._initial_epoch):
                 self.stats["stale_commands"] += 1
                 return []
             return self._dispatch(message.key_group, message.protocol.value, message)

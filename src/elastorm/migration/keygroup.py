@@ -156,9 +156,7 @@ class KeyGroupMachine:
 
     def _stale(self, message: Message) -> bool:
         epoch = getattr(message, "epoch", None)
-        if epoch is None or isinstance(message, Migrate):
-            return False
-        return epoch < self.epoch
+        return epoch is not None and epoch < self.epoch
 
     def _on_stale(self, sender: int, message: Message) -> list[Action]:
         # A toState of an older migration still carries genuine tuples: a live
@@ -362,6 +360,9 @@ class KeyGroupMachine:
             self._direct = None
             self.phase = Phase.ACTIVE
         return actions
+
+    def _ignore(self, sender: int, message: Message) -> list[Action]:
+        return []
 
     def _on_nack(self, sender: int, message: CheckpointNack) -> list[Action]:
         if self.state is not None:

@@ -66,7 +66,11 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     (P.SYNCING, "SyncGroup"): ("_on_sync_group", frozenset({P.SYNCING, P.ACTIVE})),
     # direct
     (P.ACTIVE, "Migrate"): ("_on_direct", frozenset({P.DIRECT_SOURCE})),
-    # checkpoint acknowledgements (forward the trim in any phase)
-    **{(p, "CheckpointAck"): ("_on_ack", frozenset({p, P.ACTIVE})) for p in (P.IDLE, *LIVE)},
+    # A task with live state forwards the trim (its state covers its own
+    # checkpoints); without it the ack is moot (e.g. a restarted task getting
+    # the ack of a checkpoint its previous life sent): forwarding could trim
+    # beyond the copy the group is being restored from.
+    (P.IDLE, "CheckpointAck"): ("_ignore", frozenset({P.IDLE})),
+    **{(p, "CheckpointAck"): ("_on_ack", frozenset({p, P.ACTIVE})) for p in LIVE},
     **{(p, "CheckpointNack"): ("_on_nack", frozenset({p})) for p in (P.IDLE, *LIVE)},
 }
