@@ -11,7 +11,6 @@ import argparse
 import importlib
 import logging
 import sys
-import warnings
 
 from runtime.errors import UserError
 
@@ -46,8 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``elastorm`` console script."""
-    # paramiko (pulled in by streamparse) warns about TripleDES on every import.
-    warnings.filterwarnings("ignore", message=".*TripleDES.*")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -7,11 +7,15 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from runtime.errors import UserError
 
 log = logging.getLogger(__name__)
+
+# paramiko (pulled in by streamparse) warns about TripleDES on every import.
+warnings.filterwarnings("ignore", message=".*TripleDES.*")
 
 
 def nimbus_client(host: str, port: int, timeout_ms: int = 10000):
