@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 
+from thriftpy2.transport import TTransportException
+
 from runtime.config import ElastormConfig, env_nimbus
+from runtime.errors import UserError
 from runtime.services import (
     LOOPBACK,
     Daemon,
@@ -93,11 +96,15 @@ def up(cfg: ElastormConfig, supervisors: int | None = None) -> dict:
     wait_until(lambda: port_open(port, host), "Nimbus", 90, pid, cfg.logs / "nimbus.log")
     for index in range(count):
         start(cfg, supervisor_daemon(cfg, index, port))
-    wait_until(
-        lambda: len(cluster_summary(host, port)["supervisors"]) >= count,
-        f"{count} supervisors registered with Nimbus",
-        90,
-    )
+
+    def registered() -> bool:
+        # Nimbus may still be opening its Thrift server, or drop a first connection.
+        try:
+            return len(cluster_summary(host, port)["supervisors"]) >= count
+        except (UserError, OSError, TTransportException):
+            return False
+
+    wait_until(registered, f"{count} supervisors registered with Nimbus", 90)
     summary = cluster_summary(host, port)
     log.info("cluster up: Nimbus %s:%d, %d supervisors", host, port, len(summary["supervisors"]))
     return summary
@@ -115,7 +122,6 @@ def down(cfg: ElastormConfig) -> list[str]:
 
 def status(cfg: ElastormConfig) -> dict:
     """What runs: daemons with pids, and what Nimbus reports if it answers."""
-    from runtime.errors import UserError
     from runtime.nimbus import cluster_summary
 
     host, port = env_nimbus(cfg.project, CLUSTER_ENV)

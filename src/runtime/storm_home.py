@@ -24,45 +24,42 @@ log = logging.getLogger(__name__)
 
 _LAYOUT = '<PatternLayout pattern="%d{yyyy-MM-dd HH:mm:ss.SSS} %t %c{1.} [%p] %msg%n"/>'
 
-CLUSTER_XML = f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- elastorm: log4j2 for Storm daemons (Nimbus, supervisors, ZooKeeper, local mode). -->
+
+def _log4j_xml(purpose: str, path: str, quiet: tuple[str, ...]) -> str:
+    """A log4j2 config: one size-rolled file at ``path``, ``quiet`` loggers at warn."""
+    loggers = "\n".join(f'    <Logger name="{name}" level="warn"/>' for name in quiet)
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!-- elastorm: log4j2 for {purpose}. -->
 <Configuration monitorInterval="60" shutdownHook="disable">
   <Appenders>
-    <RollingFile name="file" fileName="${{sys:storm.log.dir}}/${{sys:logfile.name}}"
-                 filePattern="${{sys:storm.log.dir}}/${{sys:logfile.name}}.%i">
-      {_LAYOUT}
+    <RollingFile name="file" fileName="{path}" filePattern="{path}.%i">
+      <PatternLayout pattern="%d{{yyyy-MM-dd HH:mm:ss.SSS}} %t %c{{1.}} [%p] %msg%n"/>
       <Policies><SizeBasedTriggeringPolicy size="100 MB"/></Policies>
       <DefaultRolloverStrategy max="3"/>
     </RollingFile>
   </Appenders>
   <Loggers>
-    <Logger name="org.apache.zookeeper" level="warn"/>
-    <Logger name="org.apache.storm.shade.org.apache.zookeeper" level="warn"/>
-    <Logger name="org.apache.storm.shade.org.apache.curator" level="warn"/>
+{loggers}
     <Root level="info"><AppenderRef ref="file"/></Root>
   </Loggers>
 </Configuration>
 """
 
-WORKER_XML = f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- elastorm: log4j2 for Storm workers; one log per worker port. -->
-<Configuration monitorInterval="60" shutdownHook="disable">
-  <Appenders>
-    <RollingFile name="file"
-        fileName="${{sys:workers.artifacts}}/${{sys:storm.id}}/${{sys:worker.port}}/${{sys:logfile.name}}"
-        filePattern="${{sys:workers.artifacts}}/${{sys:storm.id}}/${{sys:worker.port}}/${{sys:logfile.name}}.%i">
-      {_LAYOUT}
-      <Policies><SizeBasedTriggeringPolicy size="100 MB"/></Policies>
-      <DefaultRolloverStrategy max="3"/>
-    </RollingFile>
-  </Appenders>
-  <Loggers>
-    <Logger name="org.apache.storm.shade.org.apache.zookeeper" level="warn"/>
-    <Logger name="org.apache.storm.shade.org.apache.curator" level="warn"/>
-    <Root level="info"><AppenderRef ref="file"/></Root>
-  </Loggers>
-</Configuration>
-"""
+
+_SHADED_ZK = (
+    "org.apache.storm.shade.org.apache.zookeeper",
+    "org.apache.storm.shade.org.apache.curator",
+)
+CLUSTER_XML = _log4j_xml(
+    "Storm daemons (Nimbus, supervisors, ZooKeeper, local mode)",
+    "${sys:storm.log.dir}/${sys:logfile.name}",
+    ("org.apache.zookeeper", *_SHADED_ZK),
+)
+WORKER_XML = _log4j_xml(
+    "Storm workers; one log per worker port",
+    "${sys:workers.artifacts}/${sys:storm.id}/${sys:worker.port}/${sys:logfile.name}",
+    _SHADED_ZK,
+)
 
 
 def _inputs(project: Path) -> list[Path]:

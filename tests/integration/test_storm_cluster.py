@@ -67,16 +67,24 @@ def test_flights_job_on_cluster_matches_pandas_for_every_plane(cluster) -> None:
     assert outcome.facts["rows"] == 336_776
 
 
-def test_unreachable_nimbus_is_one_line(cluster, tmp_path, monkeypatch, capsys) -> None:
-    cfg, _ = cluster
+def _broken_project(cfg, tmp_path, monkeypatch, change) -> None:
+    """Point the CLI at a copy of the project whose config.json ``change`` edits."""
     for name in ("project.clj", "config.json"):
         shutil.copy(cfg.project / name, tmp_path / name)
     (tmp_path / "jvm").mkdir()
     shutil.copy(cfg.project / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
     raw = json.loads((tmp_path / "config.json").read_text())
-    raw["envs"]["cluster"]["nimbus"] = "127.0.0.1:1"  # nothing listens there
+    change(raw)
     (tmp_path / "config.json").write_text(json.dumps(raw))
     monkeypatch.setenv("ELASTORM_PROJECT", str(tmp_path))
+
+
+def test_unreachable_nimbus_is_one_line(cluster, tmp_path, monkeypatch, capsys) -> None:
+    cfg, _ = cluster
+    # Nothing listens on port 1.
+    _broken_project(
+        cfg, tmp_path, monkeypatch, lambda raw: raw["envs"]["cluster"].update(nimbus="127.0.0.1:1")
+    )
     assert cli.main(["check", "-e", "cluster"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "elastorm check: error: Nimbus of env cluster at 127.0.0.1:1 is unreachable"
@@ -84,14 +92,10 @@ def test_unreachable_nimbus_is_one_line(cluster, tmp_path, monkeypatch, capsys) 
 
 def test_zookeeper_down_is_one_line(cluster, tmp_path, monkeypatch, capsys) -> None:
     cfg, _ = cluster
-    for name in ("project.clj", "config.json"):
-        shutil.copy(cfg.project / name, tmp_path / name)
-    (tmp_path / "jvm").mkdir()
-    shutil.copy(cfg.project / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
-    raw = json.loads((tmp_path / "config.json").read_text())
-    raw["elastorm"]["zookeeper_port"] = 12999  # no ZooKeeper there
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    monkeypatch.setenv("ELASTORM_PROJECT", str(tmp_path))
+    # No ZooKeeper listens on 12999.
+    _broken_project(
+        cfg, tmp_path, monkeypatch, lambda raw: raw["elastorm"].update(zookeeper_port=12999)
+    )
     assert cli.main(["check", "-e", "cluster"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("elastorm check: error: ZooKeeper on 127.0.0.1:12999 is down")
