@@ -143,7 +143,9 @@ class Emitter:
             return self._dispatch(message.key_group, "ProcessedAllReplay", message)
         return self._reject(sender, message, "not an emitter message")
 
-    command = receive  # the controller's path reads better as ``emitter.command(...)``
+    def command(self, message: Migrate) -> list[Action]:
+        """A ``Migrate`` from the controller (same as ``receive`` from sender -1)."""
+        return self.receive(-1, message)
 
     def _dispatch(self, g: int, event: str, message: Message) -> list[Action]:
         route = self.route(g)
