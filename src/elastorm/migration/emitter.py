@@ -55,7 +55,10 @@ EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
     (Route.OWNER, "cpal"): ("_on_cpal", frozenset({Route.DUPLICATE})),
     (Route.OWNER, "restore"): ("_on_restore", frozenset({Route.OWNER})),
     (Route.DUPLICATE, "restore"): ("_on_restore", frozenset({Route.OWNER})),
-    (Route.DUPLICATE, "ProcessedAllReplay"): ("_on_processed_all", frozenset({Route.OWNER})),
+    (Route.DUPLICATE, "ProcessedAllReplay"): (
+        "_on_processed_all",
+        frozenset({Route.OWNER, Route.DUPLICATE}),  # DUPLICATE: a stale epoch, ignored
+    ),
     (Route.OWNER, "ProcessedAllReplay"): ("_ignore", frozenset({Route.OWNER})),
 }
 """``(route, event) -> (handler, allowed next routes)``; events are the protocol of
