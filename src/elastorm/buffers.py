@@ -103,3 +103,15 @@ class OutputBuffer:
 
     def __iter__(self) -> Iterator[int]:
         return iter(sorted(self._groups))
+
+
+def output_source(operator: str, key_group: int, input_source: str) -> str:
+    """Source name of the tuples a stateful operator's ``key_group`` derives from
+    ``input_source``: ``"<operator>/<key_group>/<input_source>"``.
+
+    Numbering outputs per input source (not per group alone) keeps their ids the
+    same on whichever task computes them (docs/protocols.md, Output numbering).
+    """
+    if "/" in operator:
+        raise ValueError(f"operator name must not contain '/': {operator!r}")
+    return f"{operator}/{key_group}/{input_source}"

@@ -182,3 +182,18 @@ def test_buffer_trims_per_source_and_replays_in_order() -> None:
     assert [(i.source, i.seq) for i in buf.replay(7, {"b": 1})] == [("a", 3), ("b", 2)]
     with pytest.raises(ValueError):
         buf.append(7, item(1, source="a"))
+
+
+def test_output_sources_nest_and_number_independently() -> None:
+    from elastorm.buffers import output_source
+
+    lane = output_source("sum", 3, "u10")
+    assert lane == "sum/3/u10"
+    counters = SequenceCounters()
+    assert [counters.next(lane, 0), counters.next("sum/3/u11", 0), counters.next(lane, 0)] == [
+        1,
+        1,
+        2,
+    ]
+    with pytest.raises(ValueError):
+        output_source("a/b", 0, "u")

@@ -71,6 +71,7 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     # the ack of a checkpoint its previous life sent): forwarding could trim
     # beyond the copy the group is being restored from.
     (P.IDLE, "CheckpointAck"): ("_ignore", frozenset({P.IDLE})),
-    **{(p, "CheckpointAck"): ("_on_ack", frozenset({p, P.ACTIVE})) for p in LIVE},
+    **{(p, "CheckpointAck"): ("_on_ack", frozenset({p})) for p in LIVE - {P.DIRECT_SOURCE}},
+    (P.DIRECT_SOURCE, "CheckpointAck"): ("_on_ack", frozenset({P.DIRECT_SOURCE, P.ACTIVE})),
     **{(p, "CheckpointNack"): ("_on_nack", frozenset({p})) for p in (P.IDLE, *LIVE)},
 }
