@@ -41,6 +41,11 @@ def _check_epoch(epoch: int) -> None:
         raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
 
 
+def _check_group_and_epoch(message: Any) -> None:
+    _check_group(message.key_group)
+    _check_epoch(message.epoch)
+
+
 def _check_watermarks(watermarks: Mapping[str, int]) -> None:
     for source, seq in watermarks.items():
         if not isinstance(source, str) or not isinstance(seq, int) or seq < 0:
@@ -120,8 +125,7 @@ class ToState(Message):
     items: tuple[DataTuple, ...]
 
     def __post_init__(self) -> None:
-        _check_group(self.key_group)
-        _check_epoch(self.epoch)
+        _check_group_and_epoch(self)
         if self.protocol is Protocol.DIRECT:
             raise ValueError("toState is sent by CPA, CPAL or RESTORE, never by DIRECT")
         if not isinstance(self.items, tuple):
@@ -144,8 +148,7 @@ class ToCheckpoint(Message):
     protocol: Protocol = Protocol.CPA
 
     def __post_init__(self) -> None:
-        _check_group(self.key_group)
-        _check_epoch(self.epoch)
+        _check_group_and_epoch(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,8 +159,7 @@ class ProcessedAllReplay(Message):
     epoch: int
 
     def __post_init__(self) -> None:
-        _check_group(self.key_group)
-        _check_epoch(self.epoch)
+        _check_group_and_epoch(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -169,8 +171,7 @@ class SyncGroup(Message):
     epoch: int
 
     def __post_init__(self) -> None:
-        _check_group(self.key_group)
-        _check_epoch(self.epoch)
+        _check_group_and_epoch(self)
 
 
 CheckpointId = tuple[int, int]
@@ -264,8 +265,7 @@ class Migrate(Message):
     target: int
 
     def __post_init__(self) -> None:
-        _check_group(self.key_group)
-        _check_epoch(self.epoch)
+        _check_group_and_epoch(self)
         if (self.source is None) != (self.protocol is Protocol.RESTORE):
             raise ValueError("source is None exactly for RESTORE")
         if self.source == self.target:
