@@ -1,0 +1,158 @@
+"""Where elastorm keeps things in ZooKeeper, and how to reach it (pure).
+
+One root per topology, ``/elastorm/<topology>``::
+
+    tasks/<task-id>              ephemeral, one per live task: identity + load
+    controller/leader            ephemeral, the controller that leads
+    controller/term              durable fencing counter, bumped by each new leader
+    controller/routing/<op>      durable routing table of an operator, with epoch
+    controller/checkpoints       durable checkpoint allocation
+    controller/plans/<order-id>  durable migration / checkpoint orders and their state
+
+See docs/znodes.md. Nothing here talks to ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_ROOT = "/elastorm"
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+
+class ZnodeLayoutError(ValueError):
+    """A name cannot be a znode name, or a path is not one of ours (you built it wrong)."""
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Return ``name`` if it is a safe single znode name, else raise ``ZnodeLayoutError``.
+
+    Safe: letters, digits, ``_ . -``, not starting with ``.`` or ``-`` (so never
+    ``.`` / ``..``), 1..200 characters.
+    """
+    if not isinstance(name, str) or len(name) > 200 or not _NAME.fullmatch(name):
+        raise ZnodeLayoutError(f"{what} {name!r} is not a valid znode name ([A-Za-z0-9_.-])")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ZnodeLayout:
+    """The znode paths of one topology.
+
+    >>> ZnodeLayout("flights").task(7)
+    '/elastorm/flights/tasks/7'
+    """
+
+    topology: str
+    root: str = DEFAULT_ROOT
+
+    def __post_init__(self) -> None:
+        check_name(self.topology, "topology")
+        parts = self.root.split("/")
+        if not self.root.startswith("/") or self.root == "/" or self.root.endswith("/"):
+            raise ZnodeLayoutError(f"root {self.root!r} must be an absolute path like /elastorm")
+        for part in parts[1:]:
+            check_name(part, "root component")
+
+    @property
+    def base(self) -> str:
+        return f"{self.root}/{self.topology}"
+
+    @property
+    def tasks(self) -> str:
+        return f"{self.base}/tasks"
+
+    def task(self, task_id: int) -> str:
+        return f"{self.tasks}/{task_name(task_id)}"
+
+    @property
+    def controller(self) -> str:
+        return f"{self.base}/controller"
+
+    @property
+    def leader(self) -> str:
+        return f"{self.controller}/leader"
+
+    @property
+    def term(self) -> str:
+        return f"{self.controller}/term"
+
+    @property
+    def routing_dir(self) -> str:
+        return f"{self.controller}/routing"
+
+    def routing(self, operator: str) -> str:
+        return f"{self.routing_dir}/{check_name(operator, 'operator')}"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.controller}/checkpoints"
+
+    @property
+    def plans(self) -> str:
+        return f"{self.controller}/plans"
+
+    def plan(self, order_id: str) -> str:
+        return f"{self.plans}/{check_name(order_id, 'order id')}"
+
+
+def task_name(task_id: int) -> str:
+    """The znode name of Storm task ``task_id`` (its decimal id)."""
+    if not isinstance(task_id, int) or isinstance(task_id, bool) or task_id < 0:
+        raise ZnodeLayoutError(f"task id must be an int >= 0, got {task_id!r}")
+    return str(task_id)
+
+
+def task_id_from_name(name: str) -> int:
+    """Inverse of :func:`task_name`; ``ZnodeLayoutError`` for a foreign child."""
+    if not name.isdigit() or (len(name) > 1 and name[0] == "0"):
+        raise ZnodeLayoutError(f"{name!r} is not a task znode name")
+    return int(name)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ZkSettings:
+    """How to reach ZooKeeper and how fast to notice trouble.
+
+    ``session_timeout`` (s) bounds failure detection: a killed task's ephemeral
+    znode disappears between ``session_timeout`` and ``session_timeout + tickTime``
+    after its last contact. The server clamps it to ``[2, 20] x tickTime`` (4-40 s
+    with the project's ``tickTime=2000``). Requires
+    ``0 < heartbeat_interval <= session_timeout / 2``.
+    """
+
+    hosts: str = "127.0.0.1:12181"
+    session_timeout: float = 4.0
+    heartbeat_interval: float = 1.0
+    request_timeout: float = 2.0
+    reconnect_max_delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hosts, str) or not self.hosts:
+            raise ZnodeLayoutError("hosts must be a non-empty 'host:port,...' string")
+        if not 0 < self.heartbeat_interval <= self.session_timeout / 2:
+            raise ZnodeLayoutError(
+                f"need 0 < heartbeat_interval ({self.heartbeat_interval}) <= "
+                f"session_timeout / 2 ({self.session_timeout / 2})"
+            )
+        if self.request_timeout <= 0 or self.reconnect_max_delay <= 0:
+            raise ZnodeLayoutError("request_timeout and reconnect_max_delay must be > 0")
+
+
+def hosts_from_storm_conf(conf: Mapping[str, object]) -> str:
+    """``host:port,...`` from a Storm topology conf (``storm.zookeeper.servers``/``port``).
+
+    >>> hosts_from_storm_conf({"storm.zookeeper.servers": ["127.0.0.1"],
+    ...                        "storm.zookeeper.port": 12181})
+    '127.0.0.1:12181'
+    """
+    servers = conf.get("storm.zookeeper.servers")
+    port = conf.get("storm.zookeeper.port", 2181)
+    if not isinstance(servers, list | tuple) or not servers:
+        raise ZnodeLayoutError("storm conf has no storm.zookeeper.servers list")
+    if not isinstance(port, int) or isinstance(port, bool):
+        raise ZnodeLayoutError(f"storm.zookeeper.port must be an int, got {port!r}")
+    return ",".join(f"{s}:{port}" for s in servers)
