@@ -16,10 +16,12 @@ class CounterBolt(Bolt):
         self.path = os.path.join(storm_conf["elastorm.output_dir"], f"smoke-{self.task}.json")
         self.received = 0
         self.total = 0
-        self.wrong_task = 0
+        self.wrong_payload = 0
 
     def process(self, tup):
-        n = tup.values[0]
+        n, payload = tup.values
+        if payload != {"n": n, "digits": [int(d) for d in str(n)]}:
+            self.wrong_payload += 1
         self.received += 1
         self.total += n
         self._write()
@@ -27,5 +29,13 @@ class CounterBolt(Bolt):
     def _write(self):
         tmp = self.path + ".tmp"
         with open(tmp, "w") as fh:
-            json.dump({"task": self.task, "received": self.received, "total": self.total}, fh)
+            json.dump(
+                {
+                    "task": self.task,
+                    "received": self.received,
+                    "total": self.total,
+                    "wrong_payload": self.wrong_payload,
+                },
+                fh,
+            )
         os.replace(tmp, self.path)

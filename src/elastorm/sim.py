@@ -2,24 +2,15 @@
 
 Like h11's ``ConnectionPair``: real machines wired together without I/O, for
 tests and benchmarks. The caller decides which channel delivers next, so any
-interleaving that keeps per-channel FIFO can be produced. A tiny controller
-(``migrate``, ``crash``) plays the rules the real controller must follow:
-
-* at most one migration of a key group at a time (wait for ``MigrationDone``);
-* CPA / CPAL only to the group's holder, and only if it reported
-  (``CheckpointStored``) the group's newest checkpoint since the group last
-  changed owner, else DIRECT (seed 001: the target must have the newest checkpoint);
-* after a migration the old owner becomes the holder; after a restore, the
-  lowest live task other than the new owner does;
-* a crashed task restarts empty, with ``stale_through`` = the current epoch; each
-  group it owned or was moving is restored (:meth:`Cluster.restore_target`).
+interleaving that keeps per-channel FIFO can be produced. ``migrate`` and
+``crash`` go through the same :class:`elastorm.control.MigrationController` the
+Storm controller bolt uses, whose rules are listed there.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from elastorm.actions import (
@@ -28,10 +19,10 @@ from elastorm.actions import (
     CheckpointStored,
     MigrationDone,
     Rejected,
-    Role,
     Send,
 )
-from elastorm.messages import CheckpointId, Message, Migrate, Protocol, SetHolder
+from elastorm.control import MigrationController, Moving
+from elastorm.messages import Message, Protocol
 from elastorm.migration.coordinator import EMITTER_MESSAGES, TaskCoordinator
 from elastorm.migration.emitter import Emitter
 from elastorm.routing import RoutingTable
@@ -39,15 +30,6 @@ from elastorm.state import Combine, sum_combine
 
 CONTROLLER = -1
 """Sender id of the controller's own channels (commands are FIFO per receiver too)."""
-
-
-@dataclass
-class _Moving:
-    protocol: Protocol
-    source: int | None
-    target: int
-    epoch: int
-    waiting: set[Role] = field(default_factory=set)
 
 
 class Cluster:
@@ -70,24 +52,41 @@ class Cluster:
             raise ValueError("task and emitter ids must differ")
         self.num_key_groups = num_key_groups
         self.combine = combine
-        self.routing = routing or RoutingTable.round_robin(num_key_groups, self.tasks)
-        self.epoch = self.routing.epoch
-        self.holders = {g: self._next_task(self.routing.owner(g)) for g in range(num_key_groups)}
+        self.control = MigrationController(
+            num_key_groups=num_key_groups,
+            tasks=self.tasks,
+            emitters=self.emitter_ids,
+            routing=routing,
+        )
         self.coordinators = {t: self._new_task(t, owned=True) for t in self.tasks}
         self.emitters = {
             u: Emitter(task=u, routing=self.routing, source=f"u{u}") for u in self.emitter_ids
         }
         self.channels: dict[tuple[int, int], deque[Message]] = {}
-        self.moving: dict[int, _Moving] = {}
-        self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
         self.applied: list[tuple[int, Applied]] = []
         self.rejected: list[tuple[int, Rejected]] = []
         self.stats: Counter[str] = Counter()
 
     # -- wiring --------------------------------------------------------------------
-    def _next_task(self, task: int, skip: Iterable[int] = ()) -> int:
-        others = [t for t in self.tasks if t != task and t not in set(skip)]
-        return min(others, key=lambda t: (t < task, t))  # the next id after ``task``, wrapping
+    @property
+    def routing(self):
+        return self.control.routing
+
+    @property
+    def epoch(self) -> int:
+        return self.control.epoch
+
+    @property
+    def holders(self) -> dict[int, int]:
+        return self.control.holders
+
+    @property
+    def moving(self) -> dict[int, Moving]:
+        return self.control.moving
+
+    @property
+    def reports(self):
+        return self.control.reports
 
     def _new_task(self, t: int, *, owned: bool, floor: int = -1) -> TaskCoordinator:
         groups = self.routing.key_groups_of(t) if owned else ()
@@ -115,9 +114,9 @@ class Cluster:
             elif isinstance(action, Rejected):
                 self.rejected.append((actor, action))
             elif isinstance(action, MigrationDone):
-                self._on_done(action)
+                self.control.on_migration_done(action)
             elif isinstance(action, CheckpointStored):
-                self.reports[action.key_group][actor] = action.checkpoint
+                self.control.on_checkpoint_stored(actor, action)
             self.stats[type(action).__name__] += 1
 
     # -- driving -------------------------------------------------------------------
@@ -163,77 +162,30 @@ class Cluster:
 
     # -- controller ----------------------------------------------------------------
     def owner(self, key_group: int) -> int:
-        return self.routing.owner(key_group)
+        return self.control.owner(key_group)
 
     def has_newest(self, task: int, key_group: int) -> bool:
-        """Whether ``task`` reported the newest checkpoint of ``key_group`` (and has
-        not since turned it into state or crashed)."""
-        reports = self.reports[key_group]
-        return task in reports and reports[task] == max(reports.values())
+        return self.control.has_newest(task, key_group)
 
     def can_migrate(self, key_group: int) -> bool:
-        return key_group not in self.moving
-
-    def migrate(self, key_group: int, target: int, protocol: Protocol) -> Protocol:
-        """Order a migration; CPA/CPAL fall back to DIRECT unless ``target`` is the
-        holder and holds a copy. Returns the protocol used."""
-        g = key_group
-        source = self.owner(g)
-        if not self.can_migrate(g):
-            raise ValueError(f"group {g} is already moving")
-        if target == source:
-            raise ValueError("target is the owner")
-        if protocol is Protocol.RESTORE:
-            raise ValueError("restores follow crash()")
-        assisted = self.holders[g] == target and self.has_newest(target, g)
-        if protocol is not Protocol.DIRECT and not assisted:
-            protocol = Protocol.DIRECT
-        self.epoch += 1
-        cmd = Migrate(
-            key_group=g, epoch=self.epoch, protocol=protocol, source=source, target=target
-        )
-        if protocol is Protocol.DIRECT:
-            self._send(CONTROLLER, source, cmd)
-        else:
-            for u in self.emitter_ids:
-                self._send(CONTROLLER, u, cmd)
-        self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
-        # Ownership changes: copies of the old lineage stop being bases for CPA.
-        self.reports[g].clear()
-        self.holders[g] = source
-        self._send(CONTROLLER, target, SetHolder(key_group=g, holder=source))
-        self.moving[g] = _Moving(protocol, source, target, self.epoch, {Role.SOURCE, Role.TARGET})
-        self.stats[f"migrate.{protocol.value}"] += 1
-        return protocol
-
-    def _on_done(self, done: MigrationDone) -> None:
-        moving = self.moving.get(done.key_group)
-        if moving is None or moving.epoch != done.epoch:
-            return  # an aborted migration's late report
-        moving.waiting.discard(done.role)
-        if not moving.waiting:
-            del self.moving[done.key_group]
+        return self.control.can_migrate(key_group)
 
     def restore_target(self, key_group: int, dead: int) -> int:
-        """Where to restore ``key_group`` after ``dead`` died.
+        return self.control.restore_target(key_group, dead)
 
-        Mid-migration, the surviving end: it has live state, or a copy at least
-        as new as any checkpoint whose ack trimmed a buffer (the source's own
-        checkpoints all went to the target). Otherwise the task that reported
-        the newest checkpoint. Raises ``RuntimeError`` when no copy survives.
-        """
-        g = key_group
-        moving = self.moving.get(g)
-        if moving is not None and moving.protocol is not Protocol.RESTORE:
-            if dead == moving.target:
-                assert moving.source is not None
-                return moving.source
-            if moving.protocol is not Protocol.DIRECT or moving.target in self.reports[g]:
-                return moving.target
-        for t in self.tasks:
-            if t != dead and self.has_newest(t, g):
-                return t
-        raise RuntimeError(f"group {g}: no checkpoint survives task {dead}")
+    def involved(self, key_group: int, task: int) -> bool:
+        return self.control.involved(key_group, task)
+
+    def _send_all(self, sends: Iterable[Send]) -> None:
+        for send in sends:
+            self._send(CONTROLLER, send.to_task, send.message)
+
+    def migrate(self, key_group: int, target: int, protocol: Protocol) -> Protocol:
+        """Order a migration through the controller; returns the protocol used."""
+        used, sends = self.control.migrate(key_group, target, protocol)
+        self._send_all(sends)
+        self.stats[f"migrate.{used.value}"] += 1
+        return used
 
     def crash(self, task: int) -> list[int]:
         """Kill ``task`` (losing its state, copies and inbox), restart it empty and
@@ -241,45 +193,16 @@ class Cluster:
         dead = task
         for ch in [ch for ch in self.channels if ch[1] == dead]:
             self.stats["lost_in_flight"] += len(self.channels.pop(ch))
-        floor = self.epoch
-        restored: list[int] = []
-        for g in range(self.num_key_groups):
-            if self.involved(g, dead):
-                restored.append(g)
-                target = self.restore_target(g, dead)
-                self.epoch += 1
-                cmd = Migrate(
-                    key_group=g,
-                    epoch=self.epoch,
-                    protocol=Protocol.RESTORE,
-                    source=None,
-                    target=target,
-                )
-                for u in self.emitter_ids:
-                    self._send(CONTROLLER, u, cmd)
-                self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
-                self.reports[g].clear()
-                self.moving[g] = _Moving(Protocol.RESTORE, None, target, self.epoch, {Role.TARGET})
-            if self.holders[g] in (dead, self.owner(g)):
-                self.holders[g] = self._next_task(self.owner(g))
-                self._send(
-                    CONTROLLER, self.owner(g), SetHolder(key_group=g, holder=self.holders[g])
-                )
-        for reports in self.reports.values():
-            reports.pop(dead, None)
-        self.coordinators[dead] = self._new_task(dead, owned=False, floor=floor)
+        plan = self.control.crash(dead)
+        self._send_all(plan.sends)
+        self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
         for t, c in self.coordinators.items():
             if t != dead:
                 self.perform(t, c.peer_down(dead))
         self.stats["crashes"] += 1
-        return restored
+        return list(plan.restored)
 
     # -- inspection ----------------------------------------------------------------
-    def involved(self, key_group: int, task: int) -> bool:
-        """Whether ``task`` owns ``key_group`` or is the source of its migration."""
-        moving = self.moving.get(key_group)
-        return self.owner(key_group) == task or (moving is not None and moving.source == task)
-
     def coverage(self, task: int, key_group: int) -> dict[str, int] | None:
         """Watermarks of the live state, else of the held copy, of ``key_group`` on ``task``."""
         c = self.coordinators[task]

@@ -8,6 +8,7 @@ failure). Everything binds to loopback.
 from __future__ import annotations
 
 import logging
+import shutil
 
 from thriftpy2.transport import TTransportException
 
@@ -110,13 +111,21 @@ def up(cfg: ElastormConfig, supervisors: int | None = None) -> dict:
     return summary
 
 
-def down(cfg: ElastormConfig) -> list[str]:
-    """Stop every daemon of the cluster (supervisors first); return what was stopped."""
+def down(cfg: ElastormConfig, *, wipe: bool = False) -> list[str]:
+    """Stop every daemon of the cluster (supervisors first); return what was stopped.
+
+    ``wipe`` also deletes ZooKeeper's data and the daemons' local dirs, so the next
+    ``up`` starts with no topologies (otherwise Nimbus resumes what was running).
+    """
     stopped = []
     names = sorted(p.stem for p in cfg.run.glob("supervisor-*.pid")) if cfg.run.exists() else []
     for name in [*names, "nimbus", "zookeeper"]:
         if stop(cfg, name):
             stopped.append(name)
+    if wipe:
+        for path in [cfg.home / "zookeeper", *cfg.run.glob("*/data")]:
+            shutil.rmtree(path, ignore_errors=True)
+        log.info("wiped ZooKeeper data and the daemons' local dirs")
     return stopped
 
 

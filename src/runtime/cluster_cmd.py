@@ -36,6 +36,11 @@ def register(subparsers) -> None:
         help="stop every daemon and its workers",
         description="Stop the supervisors (and their workers), Nimbus and ZooKeeper.",
     )
+    p_down.add_argument(
+        "--wipe",
+        action="store_true",
+        help="also delete ZooKeeper data and local dirs (next `up` starts with no topologies)",
+    )
     p_down.set_defaults(func=_down)
     p_status = sub.add_parser(
         "status",
@@ -56,7 +61,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    stopped = down(load_config())
+    stopped = down(load_config(), wipe=args.wipe)
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     return 0
 

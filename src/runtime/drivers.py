@@ -107,11 +107,13 @@ class SmokeDriver:
         received = sum(p["received"] for p in parts)
         total = sum(p["total"] for p in parts)
         want = self.count * (self.count - 1) // 2
-        ok = received == self.count and total == want and len(parts) == 2
+        wrong = sum(p["wrong_payload"] for p in parts)
+        ok = received == self.count and total == want and len(parts) == 2 and wrong == 0
         lines = [f"task {p['task']}: {p['received']} numbers, sum {p['total']}" for p in parts]
         lines.append(
             f"check: {received} numbers (want {self.count}), sum {total} (want {want}), "
-            f"{len(parts)} tasks (want 2): {'OK' if ok else 'FAILED'}"
+            f"{len(parts)} tasks (want 2), {wrong} payloads damaged (want 0): "
+            f"{'OK' if ok else 'FAILED'}"
         )
         return Outcome(
             summary="\n".join(lines), ok=ok, facts={"received": received, "tasks": len(parts)}

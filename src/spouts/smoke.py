@@ -1,7 +1,8 @@
 """Smoke-test spout: emits 0..N-1 on a *direct* stream, spread over the counter's tasks.
 
 Proves that a direct emit (what elastorm's routing needs) works through our submit
-path on real Storm. Configured by ``elastorm.smoke.count`` (default 1000).
+path on real Storm, and that tuples holding lists and maps survive the trip from
+one worker to another (Kryo). Configured by ``elastorm.smoke.count`` (default 1000).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from streamparse import Spout, Stream
 class NumberSpout(Spout):
     """Emit each number once, directly to task ``n mod len(counter tasks)``."""
 
-    outputs = [Stream(fields=["n"], direct=True)]
+    outputs = [Stream(fields=["n", "payload"], direct=True)]
 
     def initialize(self, storm_conf, context):
         self.count = int(storm_conf.get("elastorm.smoke.count", 1000))
@@ -32,4 +33,5 @@ class NumberSpout(Spout):
             return
         n = self.next_n
         self.next_n += 1
-        self.emit([n], direct_task=self.targets[n % len(self.targets)])
+        payload = {"n": n, "digits": [int(d) for d in str(n)]}
+        self.emit([n, payload], direct_task=self.targets[n % len(self.targets)])

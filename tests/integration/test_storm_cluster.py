@@ -27,10 +27,10 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def cluster():
     cfg = load_config()
-    down(cfg)
+    down(cfg, wipe=True)  # no topology left over from an earlier, interrupted run
     summary = up(cfg, supervisors=2)
     yield cfg, summary
-    down(cfg)
+    down(cfg, wipe=True)
 
 
 def test_cluster_runs_two_supervisors_as_two_nodes(cluster) -> None:
@@ -62,7 +62,7 @@ def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> No
 
 def test_flights_job_on_cluster_matches_pandas_for_every_plane(cluster) -> None:
     cfg, _ = cluster
-    outcome = run_topology(cfg, "cluster", FlightsDriver(limit=None), timeout=900)
+    outcome = run_topology(cfg, "cluster", FlightsDriver(limit=None), timeout=400)
     assert outcome.ok, outcome.summary
     assert outcome.facts["rows"] == 336_776
 

@@ -23,7 +23,7 @@ def test_direct_emits_reach_the_chosen_task_on_local_cluster() -> None:
 
 
 def test_flights_job_on_local_cluster_matches_pandas_for_every_plane() -> None:
-    outcome = run_topology(load_config(), "local", FlightsDriver(limit=None), timeout=900)
+    outcome = run_topology(load_config(), "local", FlightsDriver(limit=None), timeout=400)
     assert outcome.ok, outcome.summary
     assert outcome.facts["rows"] == ALL_ROWS
     assert outcome.facts["planes"] > 4000

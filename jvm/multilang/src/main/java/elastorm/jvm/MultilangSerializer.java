@@ -3,6 +3,8 @@ package elastorm.jvm;
 import java.io.IOException;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.storm.multilang.JsonSerializer;
@@ -17,7 +19,13 @@ import org.apache.storm.multilang.ShellMsg;
  * of an emit to {@code Long}: every direct emit from a Python component fails with a
  * ClassCastException and kills the worker. elastorm routes key groups with direct
  * emits, so it sets {@code topology.multilang.serializer} to this class, which reads
- * every number as a {@link Number}. Everything else is inherited unchanged.
+ * every number as a {@link Number}.
+ *
+ * <p>It also turns the json-smart {@code JSONArray}/{@code JSONObject} values of an
+ * emitted tuple into plain {@link ArrayList}/{@link HashMap}: json-smart's classes
+ * are not registered with Kryo, so a tuple holding a list dies ("Class is not
+ * registered") as soon as it crosses from one worker to another. Everything else
+ * is inherited unchanged.
  */
 public class MultilangSerializer extends JsonSerializer {
     private static final long serialVersionUID = 1L;
@@ -46,9 +54,14 @@ public class MultilangSerializer extends JsonSerializer {
         shellMsg.setTask(task instanceof Number ? ((Number) task).longValue() : 0L);
         Object needTaskIds = msg.get("need_task_ids");
         shellMsg.setNeedTaskIds(needTaskIds == null || Boolean.TRUE.equals(needTaskIds));
-        @SuppressWarnings("unchecked")
-        List<Object> tuple = (List<Object>) msg.get("tuple");
-        shellMsg.setTuple(tuple);
+        Object tuple = msg.get("tuple");
+        if (tuple instanceof List) {
+            List<Object> values = new ArrayList<>(((List<?>) tuple).size());
+            for (Object value : (List<?>) tuple) {
+                values.add(plain(value));
+            }
+            shellMsg.setTuple(values);
+        }
         Object anchors = msg.get("anchors");
         if (anchors instanceof String) {
             shellMsg.addAnchor((String) anchors);
@@ -67,6 +80,25 @@ public class MultilangSerializer extends JsonSerializer {
             shellMsg.setLogLevel(((Number) level).intValue());
         }
         return shellMsg;
+    }
+
+    /** A value with every json-smart list or map replaced by a plain Java one. */
+    static Object plain(Object value) {
+        if (value instanceof List) {
+            List<Object> list = new ArrayList<>(((List<?>) value).size());
+            for (Object item : (List<?>) value) {
+                list.add(plain(item));
+            }
+            return list;
+        }
+        if (value instanceof Map) {
+            Map<Object, Object> map = new HashMap<>();
+            for (Map.Entry<?, ?> entry : ((Map<?, ?>) value).entrySet()) {
+                map.put(entry.getKey(), plain(entry.getValue()));
+            }
+            return map;
+        }
+        return value;
     }
 
     private Map<?, ?> readMessage() throws IOException, NoOutputException {
