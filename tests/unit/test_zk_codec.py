@@ -1,0 +1,254 @@
+"""Znode layout and the versioned JSON encodings (pure; no ZooKeeper)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller.adaptation import Move, MoveReason, Protocol
+from controller.allocation import CheckpointMove
+from controller.model import Allocation, KeyGroupId
+from controller.zk.codec import (
+    MAX_ZNODE_BYTES,
+    SCHEMA_VERSION,
+    Heartbeat,
+    LeaderInfo,
+    OrderKind,
+    OrderState,
+    OrderTransitionError,
+    TaskIdentity,
+    TaskRecord,
+    ZnodeSchemaError,
+    ZnodeTooLargeError,
+    decode_checkpoints,
+    decode_leader,
+    decode_order,
+    decode_routing,
+    decode_task,
+    decode_term,
+    encode_checkpoints,
+    encode_leader,
+    encode_order,
+    encode_routing,
+    encode_task,
+    encode_term,
+    order_from_checkpoint_move,
+    order_from_move,
+)
+from controller.zk.layout import (
+    ZkSettings,
+    ZnodeLayout,
+    ZnodeLayoutError,
+    hosts_from_storm_conf,
+    task_id_from_name,
+    task_name,
+)
+from elastorm.routing import RoutingTable
+
+IDENT = TaskIdentity(task_id=7, operator="delays", node_id="n1", host="h", pid=42, zone="z1")
+HB = Heartbeat(
+    key_groups=(3, 1),
+    checkpoints=(5,),
+    input_rates={1: 2.5, 3: 0.0},
+    queue_length=4,
+    cpu=0.25,
+    node_cpu=0.5,
+    memory=1e6,
+    state_sizes={1: 100.0},
+    buffered={KeyGroupId("sink", 2): 9},
+    epoch=3,
+)
+RECORD = TaskRecord(identity=IDENT, heartbeat=HB, seq=11, time=1000.5)
+
+
+def _edit(data: bytes, **changes) -> bytes:
+    obj = json.loads(data)
+    obj.update(changes)
+    return json.dumps(obj).encode()
+
+
+# ------------------------------------------------------------------ layout
+
+
+def test_layout_paths_live_under_one_root_per_topology() -> None:
+    lay = ZnodeLayout("flights")
+    assert lay.task(7) == "/elastorm/flights/tasks/7"
+    assert lay.routing("delays") == "/elastorm/flights/controller/routing/delays"
+    assert lay.checkpoints == "/elastorm/flights/controller/checkpoints"
+    assert lay.plan("o-1") == "/elastorm/flights/controller/plans/o-1"
+    assert lay.leader == "/elastorm/flights/controller/leader"
+    assert lay.term == "/elastorm/flights/controller/term"
+    assert ZnodeLayout("t", root="/a/b").tasks == "/a/b/t/tasks"
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "-x", "a b", "x" * 201])
+def test_layout_refuses_unsafe_names(name: str) -> None:
+    with pytest.raises(ZnodeLayoutError):
+        ZnodeLayout(name)
+    with pytest.raises(ZnodeLayoutError):
+        ZnodeLayout("t").routing(name)
+
+
+@pytest.mark.parametrize("root", ["", "/", "rel", "/a/", "/a//b"])
+def test_layout_refuses_bad_roots(root: str) -> None:
+    with pytest.raises(ZnodeLayoutError):
+        ZnodeLayout("t", root=root)
+
+
+def test_task_names_round_trip_and_refuse_foreign_children() -> None:
+    assert task_id_from_name(task_name(12)) == 12
+    for bad in ["x", "-1", "01", ""]:
+        with pytest.raises(ZnodeLayoutError):
+            task_id_from_name(bad)
+    for bad in [-1, True, "3"]:
+        with pytest.raises(ZnodeLayoutError):
+            task_name(bad)
+
+
+def test_settings_need_a_heartbeat_well_inside_the_session_timeout() -> None:
+    ZkSettings(session_timeout=4.0, heartbeat_interval=2.0)
+    with pytest.raises(ZnodeLayoutError):
+        ZkSettings(session_timeout=4.0, heartbeat_interval=2.5)
+    with pytest.raises(ZnodeLayoutError):
+        ZkSettings(hosts="")
+
+
+def test_hosts_from_storm_conf() -> None:
+    conf = {"storm.zookeeper.servers": ["a", "b"], "storm.zookeeper.port": 2182}
+    assert hosts_from_storm_conf(conf) == "a:2182,b:2182"
+    with pytest.raises(ZnodeLayoutError):
+        hosts_from_storm_conf({})
+
+
+# ------------------------------------------------------------------ task record
+
+
+def test_task_record_round_trips_and_normalises_order() -> None:
+    data = encode_task(RECORD)
+    back = decode_task(data)
+    assert back == RECORD
+    assert back.heartbeat.key_groups == (1, 3)
+    obj = json.loads(data)
+    assert obj["schema"] == "elastorm.task" and obj["version"] == SCHEMA_VERSION
+    assert data == encode_task(back)  # deterministic bytes
+
+
+def test_minimal_task_record_round_trips() -> None:
+    rec = TaskRecord(identity=TaskIdentity(task_id=0, operator="o", node_id="n", host="h", pid=1))
+    assert decode_task(encode_task(rec)) == rec
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"schema": "elastorm.routing"}, "expected schema"),
+        ({"version": SCHEMA_VERSION + 1}, "newer"),
+        ({"version": 0}, "bad version"),
+        ({"task_id": -1}, "task_id"),
+        ({"pid": 0}, "pid"),
+        ({"key_groups": [1, 1]}, "duplicate"),
+        ({"key_groups": "1"}, "key_groups"),
+        ({"load": {"rates": {"x": 1}}}, "load.rates"),
+        ({"load": {"rates": {"1": -2}}}, "load.rates"),
+        ({"load": {"queue": "many"}}, "queue_length"),
+        ({"buffered": [["op", 1]]}, "buffered"),
+        ({"buffered": [["", 1, 2]]}, "operator"),
+        ({"operator": "a/b"}, "operator"),
+        ({"time": None}, "time"),
+    ],
+)
+def test_task_decoder_names_the_bad_field(changes: dict, message: str) -> None:
+    with pytest.raises(ZnodeSchemaError, match=message):
+        decode_task(_edit(encode_task(RECORD), **changes))
+
+
+@pytest.mark.parametrize("data", [None, b"", b"\xff\xfe", b"[1]", b"{not json"])
+def test_task_decoder_refuses_garbage(data) -> None:
+    with pytest.raises(ZnodeSchemaError):
+        decode_task(data)
+
+
+def test_heartbeat_refuses_bad_values_when_built() -> None:
+    with pytest.raises(ZnodeSchemaError):
+        Heartbeat(key_groups=(1, 1))
+    with pytest.raises(ZnodeSchemaError):
+        Heartbeat(queue_length=float("nan"))
+    with pytest.raises(ZnodeSchemaError):
+        Heartbeat(buffered={("op", 1): 2})
+
+
+# ------------------------------------------------------------------ controller decisions
+
+
+def test_routing_round_trips_with_epoch() -> None:
+    table = RoutingTable(epoch=4, owners=(3, 3, 9))
+    op, back = decode_routing(encode_routing("delays", table, controller="c"))
+    assert (op, back) == ("delays", table)
+    with pytest.raises(ZnodeSchemaError, match="epoch"):
+        decode_routing(_edit(encode_routing("d", table, controller="c"), epoch=-1))
+    with pytest.raises(ZnodeSchemaError):
+        decode_routing(_edit(encode_routing("d", table, controller="c"), owners=[]))
+
+
+def test_checkpoints_round_trip_and_refuse_constraint_1_breaks() -> None:
+    alloc = Allocation({KeyGroupId("a", 0): ("n2", "n3"), KeyGroupId("b", 5): ("n1",)})
+    data = encode_checkpoints(alloc, controller="c")
+    assert decode_checkpoints(data) == alloc
+    with pytest.raises(ZnodeSchemaError, match="two checkpoints"):
+        decode_checkpoints(_edit(data, entries=[["a", 0, ["n2", "n2"]]]))
+    with pytest.raises(ZnodeSchemaError, match="twice"):
+        decode_checkpoints(_edit(data, entries=[["a", 0, ["n2"]], ["a", 0, ["n3"]]]))
+    with pytest.raises(ZnodeSchemaError):
+        decode_checkpoints(_edit(data, entries=[["a", -1, ["n2"]]]))
+
+
+def test_too_large_values_are_refused_before_zookeeper_sees_them() -> None:
+    holder = "n" * 500
+    big = Allocation({KeyGroupId("op", i): (holder,) for i in range(MAX_ZNODE_BYTES // 500)})
+    with pytest.raises(ZnodeTooLargeError):
+        encode_checkpoints(big, controller="c")
+
+
+MOVE = Move(
+    key_group=KeyGroupId("op", 2),
+    source="n1",
+    target="n2",
+    protocol=Protocol.CPAL,
+    reason=MoveReason.SCALE_OUT,
+)
+
+
+def test_orders_round_trip_for_moves_and_checkpoint_moves() -> None:
+    order = order_from_move(MOVE, order_id="o-1", epoch=7, now=5.0)
+    assert order.kind is OrderKind.MIGRATE and order.state is OrderState.ISSUED
+    assert decode_order(encode_order(order, controller="c")) == order
+    cp = order_from_checkpoint_move(
+        CheckpointMove(key_group=KeyGroupId("op", 1), source=None, target="n3", lazy=True),
+        order_id="o-2",
+        epoch=7,
+        now=6.0,
+    )
+    assert decode_order(encode_order(cp, controller="c")) == cp
+    with pytest.raises(ZnodeSchemaError, match="protocol"):
+        decode_order(_edit(encode_order(order, controller="c"), protocol="teleport"))
+    with pytest.raises(ZnodeSchemaError, match="source"):
+        decode_order(_edit(encode_order(order, controller="c"), source=None))
+
+
+def test_order_transitions_follow_the_table() -> None:
+    order = order_from_move(MOVE, order_id="o-1", epoch=0, now=1.0)
+    done = order.advance(OrderState.DONE, 2.0)
+    assert done.terminal and done.updated_at == 2.0 and done.issued_at == 1.0
+    with pytest.raises(OrderTransitionError, match="from done to aborted"):
+        done.advance(OrderState.ABORTED, 3.0)
+    with pytest.raises(OrderTransitionError):
+        order.advance(OrderState.ISSUED, 3.0)
+
+
+def test_leader_and_term_round_trip() -> None:
+    info = LeaderInfo(controller="c1", host="h", pid=9)
+    assert decode_leader(encode_leader(info)) == info
+    assert decode_term(encode_term("c1")) == "c1"
+    with pytest.raises(ZnodeSchemaError):
+        decode_term(encode_leader(info))
