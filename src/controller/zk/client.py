@@ -129,15 +129,13 @@ class BackgroundLoop:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(self._interval)
-            self._wake.clear()
-            if self._stopping.is_set():
-                break
+            self._wake.clear()  # a wake-up during the step below makes the wait return at once
             try:
                 self._step()
             except Exception:
                 self.step_errors += 1
                 log.exception("%s: step failed", self._thread.name)
+            self._wake.wait(self._interval)
 
     def _step(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -389,7 +389,8 @@ class ControllerStore(BackgroundLoop):
                     self._call(self._client.delete_async(lay.leader, version=stat.version))
                 except (NoNodeError, BadVersionError):
                     pass
-                return False  # create it on the next step
+                self.wake()  # create it on the next step, at once
+                return False
         return self._bump_term(sid)
 
     def _bump_term(self, sid: int | None) -> bool:

@@ -1,0 +1,340 @@
+"""Heartbeats, the cluster watcher and the controller store on a real ZooKeeper.
+
+Talks to: the ZooKeeper 3.8.4 server started by ``runtime.services.ensure_zookeeper``
+(loopback, ``cfg.zookeeper_port``). Every test works under its own topology root
+(``/elastorm/zktest-<random>``) and deletes it afterwards, so it shares the server
+with other tests and Storm runs safely.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from controller.adaptation import Move, MoveReason, Protocol
+from controller.model import Allocation, KeyGroupId
+from controller.zk.client import make_client
+from controller.zk.codec import (
+    Heartbeat,
+    OrderState,
+    decode_order,
+    decode_routing,
+    decode_task,
+    order_from_move,
+)
+from controller.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
+from controller.zk.layout import ZkSettings, ZnodeLayout
+from controller.zk.store import (
+    ControllerStore,
+    StoreConflictError,
+    StoreStatus,
+    StoreUnavailableError,
+)
+from controller.zk.view import NodeLost, TaskJoined, TaskLeft
+from controller.zk.watcher import ClusterWatcher
+from elastorm.routing import RoutingTable
+from runtime.config import load_config
+from runtime.services import ensure_zookeeper
+
+pytestmark = pytest.mark.integration
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+SESSION_TIMEOUT = 4.0  # the server's minimum with tickTime=2000
+TICK = 2.0
+
+
+@pytest.fixture(scope="module")
+def settings() -> ZkSettings:
+    cfg = load_config()
+    ensure_zookeeper(cfg)
+    return ZkSettings(
+        hosts=f"127.0.0.1:{cfg.zookeeper_port}",
+        session_timeout=SESSION_TIMEOUT,
+        heartbeat_interval=0.5,
+    )
+
+
+@pytest.fixture
+def admin(settings):
+    client = make_client(settings)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def layout(admin):
+    lay = ZnodeLayout(f"zktest-{uuid.uuid4().hex[:8]}")
+    yield lay
+    admin.delete(lay.base, recursive=True)
+
+
+def wait_for(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def collect(loop, into: list):
+    into.extend(loop.poll_events())
+    return into
+
+
+def child(script: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+HEARTBEAT_CHILD = """
+    import sys, time
+    from controller.zk.codec import Heartbeat
+    from controller.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
+    from controller.zk.layout import ZkSettings, ZnodeLayout
+    hosts, topology, task_id, node = sys.argv[1:5]
+    pub = HeartbeatPublisher(
+        layout=ZnodeLayout(topology),
+        identity=default_identity(task_id=int(task_id), operator="op", node_id=node),
+        heartbeat=lambda: Heartbeat(key_groups=(int(task_id),)),
+        settings=ZkSettings(hosts=hosts, session_timeout=4.0, heartbeat_interval=0.5),
+    )
+    pub.start()
+    while pub.state() is not PublisherState.REGISTERED:
+        time.sleep(0.01)
+    print("registered", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_task_registers_refreshes_its_load_and_leaves_cleanly(settings, layout, admin) -> None:
+    load = {"beat": Heartbeat(key_groups=(0, 1), input_rates={0: 1.0})}
+    watcher = ClusterWatcher(layout=layout, client=admin, settings=settings)
+    watcher.start()
+    assert watcher.wait_synced(10)
+    pub = HeartbeatPublisher(
+        layout=layout,
+        identity=default_identity(task_id=5, operator="op", node_id="n1"),
+        heartbeat=lambda: load["beat"],
+        settings=settings,
+    )
+    pub.start()
+    events: list = []
+    wait_for(lambda: TaskJoined in map(type, collect(watcher, events)), 10, "join seen")
+    data, stat = admin.get(layout.task(5))
+    assert stat.ephemeralOwner != 0 and decode_task(data).heartbeat.key_groups == (0, 1)
+
+    load["beat"] = Heartbeat(key_groups=(0, 1), input_rates={0: 42.0}, queue_length=7)
+    wait_for(lambda: watcher.live()[5].heartbeat.queue_length == 7, 3 * 0.5 + 1, "refresh seen")
+    view = watcher.view(now=1.0)
+    assert view.key_group(KeyGroupId("op", 0)).load == 42.0
+    assert view.node("n1").queue_length == 7
+
+    pub.stop()
+    assert pub.state() is PublisherState.STOPPED
+    wait_for(lambda: NodeLost in map(type, collect(watcher, events)), 2, "clean leave seen")
+    assert [type(e) for e in events[-2:]] == [TaskLeft, NodeLost]
+    assert 5 in watcher.departed() and not watcher.live()
+    watcher.stop()
+
+
+def test_expired_session_re_creates_the_ephemeral_znode(settings, layout, admin) -> None:
+    watcher = ClusterWatcher(layout=layout, client=admin, settings=settings)
+    watcher.start()
+    client = make_client(settings)
+    client.start(timeout=10)
+    pub = HeartbeatPublisher(
+        layout=layout,
+        identity=default_identity(task_id=1, operator="op", node_id="n1"),
+        heartbeat=lambda: Heartbeat(key_groups=(3,)),
+        settings=settings,
+        client=client,
+    )
+    pub.start()
+    wait_for(lambda: pub.state() is PublisherState.REGISTERED, 10, "registered")
+    first = admin.exists(layout.task(1))
+    events: list = []
+    wait_for(lambda: TaskJoined in map(type, collect(watcher, events)), 5, "join seen")
+
+    # Expire the publisher's session the standard way: a second client joins the
+    # same session and closes it; the server then deletes the session's ephemerals.
+    twin = KazooClient(hosts=settings.hosts, client_id=client.client_id, timeout=SESSION_TIMEOUT)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+
+    seen: list = []
+    wait_for(lambda: PublisherState.EXPIRED in [e.state for e in collect(pub, seen)], 10, "expiry")
+    wait_for(lambda: pub.state() is PublisherState.REGISTERED, 10, "registered again")
+    second = admin.exists(layout.task(1))
+    assert second.czxid != first.czxid and second.ephemeralOwner == client.client_id[0]
+    del events[:]
+    wait_for(lambda: TaskJoined in map(type, collect(watcher, events)), 5, "re-join seen")
+    assert type(events[0]) is TaskLeft and events[0].incarnation == first.czxid
+    assert events[-1] == TaskJoined(
+        task_id=1, operator="op", node_id="n1", incarnation=second.czxid
+    )
+    pub.stop()
+    client.stop()
+    client.close()
+    watcher.stop()
+
+
+def test_controller_sees_killed_tasks_leave_within_the_session_timeout(
+    settings, layout, admin
+) -> None:
+    watcher = ClusterWatcher(layout=layout, client=admin, settings=settings)
+    watcher.start()
+    nodes = ["n1", "n2", "n3"]
+    procs = [
+        child(HEARTBEAT_CHILD, settings.hosts, layout.topology, str(i), n)
+        for i, n in enumerate(nodes)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "registered"
+        wait_for(lambda: len(watcher.live()) == 3, 5, "three tasks seen")
+        watcher.poll_events()
+        killed_at = time.monotonic()
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        lost: dict[str, float] = {}
+
+        def all_lost():
+            for e in watcher.poll_events():
+                if isinstance(e, NodeLost):
+                    lost[e.node_id] = time.monotonic() - killed_at
+            return len(lost) == 3
+
+        wait_for(all_lost, SESSION_TIMEOUT + TICK + 3, "every killed node lost")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    latencies = sorted(lost.values())
+    print(f"failure detection (session timeout {SESSION_TIMEOUT} s): {latencies}")
+    # Detection comes from session expiry: not before the timeout, at most a tick late.
+    assert SESSION_TIMEOUT - 0.5 <= latencies[0]
+    assert latencies[-1] <= SESSION_TIMEOUT + TICK + 1.0
+    assert sorted(watcher.departed()) == [0, 1, 2]
+    view = watcher.view(now=0.0)
+    assert view.owned_by("n2") == (KeyGroupId("op", 1),)  # what the lost node owned
+    watcher.stop()
+
+
+CONTROLLER_CHILD = """
+    import sys, time
+    from controller.adaptation import Move, MoveReason, Protocol
+    from controller.model import Allocation, KeyGroupId
+    from controller.zk.codec import order_from_move
+    from controller.zk.layout import ZkSettings, ZnodeLayout
+    from controller.zk.store import ControllerStore
+    from elastorm.routing import RoutingTable
+    hosts, topology = sys.argv[1:3]
+    store = ControllerStore(layout=ZnodeLayout(topology), controller_id="ctl",
+                            settings=ZkSettings(hosts=hosts, session_timeout=4.0,
+                                                heartbeat_interval=0.5))
+    store.start()
+    store.load(10)
+    store.set_routing("op", RoutingTable(epoch=3, owners=(1, 2, 1, 2)))
+    store.set_checkpoints(Allocation({KeyGroupId("op", 0): ("n2",)}))
+    move = Move(key_group=KeyGroupId("op", 0), source="n1", target="n2",
+                protocol=Protocol.CPA, reason=MoveReason.LOAD_BALANCE)
+    assert store.issue(order_from_move(move, order_id="o-1", epoch=3, now=1.0))
+    assert store.flush(10)
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_restarted_controller_resumes_its_decisions(settings, layout) -> None:
+    proc = child(CONTROLLER_CHILD, settings.hosts, layout.topology)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a crash: its leader znode lingers
+        proc.wait()
+    store = ControllerStore(layout=layout, controller_id="ctl", settings=settings)
+    store.start()
+    started = time.monotonic()
+    decisions = store.load(10)
+    took = time.monotonic() - started
+    print(f"restarted controller loaded its decisions in {took:.2f} s")
+    assert took < SESSION_TIMEOUT  # took over its predecessor's lead, did not wait it out
+    assert decisions.routing == {"op": RoutingTable(epoch=3, owners=(1, 2, 1, 2))}
+    assert decisions.checkpoints == Allocation({KeyGroupId("op", 0): ("n2",)})
+    assert decisions.orders["o-1"].state is OrderState.ISSUED
+    store.advance_order("o-1", OrderState.DONE)
+    assert store.flush(5)
+    store.stop()
+
+
+def test_two_controllers_cannot_both_write(settings, layout, admin) -> None:
+    first = ControllerStore(layout=layout, controller_id="c1", settings=settings)
+    first.start()
+    first.load(10)
+    first.set_routing("op", RoutingTable(epoch=1, owners=(1, 2)))
+    assert first.flush(5)
+
+    other = ControllerStore(layout=layout, controller_id="c2", settings=settings)
+    other.start()
+    with pytest.raises(StoreUnavailableError, match="c1 leads"):
+        other.load(2)
+    assert other.status() is StoreStatus.STANDBY
+    other.stop()
+
+    # A second process with the same id (a restart while the old one still runs)
+    # takes over and bumps the term: the old one's next write is refused.
+    second = ControllerStore(layout=layout, controller_id="c1", settings=settings)
+    second.start()
+    assert second.load(10).routing["op"].epoch == 1
+    second.set_routing("op", RoutingTable(epoch=2, owners=(2, 2)))
+    assert second.flush(5)
+    first.set_routing("op", RoutingTable(epoch=5, owners=(1, 1)))
+    wait_for(lambda: first.status() is StoreStatus.CONFLICT, 5, "old controller fenced")
+    with pytest.raises(StoreConflictError):
+        first.set_routing("op", RoutingTable(epoch=6, owners=(1, 1)))
+    _, table = decode_routing(admin.get(layout.routing("op"))[0])
+    assert table == RoutingTable(epoch=2, owners=(2, 2))
+    # An order can only be issued by the controller that leads.
+    move = Move(
+        key_group=KeyGroupId("op", 0),
+        source="n1",
+        target="n2",
+        protocol=Protocol.DIRECT,
+        reason=MoveReason.SCALE_IN,
+    )
+    assert second.issue(order_from_move(move, order_id="o-9", epoch=2, now=1.0))
+    assert decode_order(admin.get(layout.plan("o-9"))[0]).state is OrderState.ISSUED
+    first.stop()
+    second.stop()
+
+
+def test_malformed_task_znode_is_reported_not_fatal(settings, layout, admin) -> None:
+    admin.create(layout.task(8), b"{broken", makepath=True, ephemeral=True)
+    admin.create(layout.tasks + "/stray", json.dumps({"x": 1}).encode())
+    watcher = ClusterWatcher(layout=layout, client=admin, settings=settings)
+    watcher.start()
+    assert watcher.wait_synced(10)
+    events = wait_for(lambda: collect(watcher, []), 5, "malformed reported")
+    assert sorted(e.name for e in events) == ["8", "stray"]
+    assert watcher.malformed == 2 and watcher.live() == {}
+    watcher.stop()
