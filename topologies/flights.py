@@ -18,11 +18,9 @@ likewise sets ``elastorm.flights.limit``.
 
 from __future__ import annotations
 
-import os
-
 from streamparse import Grouping, Topology
 
-from bolts.common import ERRORS_STREAM, OUTPUT_DIR_KEY
+from bolts.common import ERRORS_STREAM, env_int, flights_topology_config
 from bolts.flights import (
     SAMPLE_STREAM,
     AirShare,
@@ -31,36 +29,13 @@ from bolts.flights import (
     SampledDelayShare,
     SumDelays,
 )
-from spouts.flights import LIMIT_KEY, FlightsSpout
+from spouts.flights import FlightsSpout
 
-TICK_SECS = 1
-
-
-def _parallelism() -> int:
-    raw = os.environ.get("ELASTORM_PARALLELISM", "2")
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"ELASTORM_PARALLELISM must be an integer >= 1, got {raw!r}")
-    return value
-
-
-def _config() -> dict[str, object]:
-    config: dict[str, object] = {"topology.tick.tuple.freq.secs": TICK_SECS}
-    if os.environ.get("ELASTORM_OUTPUT_DIR"):
-        config[OUTPUT_DIR_KEY] = os.path.abspath(os.environ["ELASTORM_OUTPUT_DIR"])
-    if os.environ.get("ELASTORM_FLIGHTS_LIMIT"):
-        config[LIMIT_KEY] = int(os.environ["ELASTORM_FLIGHTS_LIMIT"])
-    return config
-
-
-PARALLELISM = _parallelism()
+PARALLELISM = env_int("ELASTORM_PARALLELISM", 2)
 
 
 class FlightsTopology(Topology):
-    config = _config()
+    config = flights_topology_config()
 
     flights_spout = FlightsSpout.spec(par=1)
     extract_delays = ExtractDelays.spec(inputs=[flights_spout], par=PARALLELISM)

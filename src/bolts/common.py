@@ -233,3 +233,31 @@ class CountingBolt(ErrorReporting, Bolt):
     def process_tick(self, tup):
         self.on_tick()
         self.counters.write()
+
+
+TICK_SECS = 1
+
+
+def env_int(name: str, default: int, minimum: int = 1) -> int:
+    """An integer setting from the environment at submit time, validated."""
+    raw = os.environ.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}")
+    return value
+
+
+def flights_topology_config() -> dict[str, object]:
+    """Topology config of the flights jobs: 1 s ticks, plus output dir and row limit
+    from ``ELASTORM_OUTPUT_DIR`` / ``ELASTORM_FLIGHTS_LIMIT`` when set at submit."""
+    from spouts.flights import LIMIT_KEY
+
+    config: dict[str, object] = {"topology.tick.tuple.freq.secs": TICK_SECS}
+    if os.environ.get("ELASTORM_OUTPUT_DIR"):
+        config[OUTPUT_DIR_KEY] = os.path.abspath(os.environ["ELASTORM_OUTPUT_DIR"])
+    if os.environ.get("ELASTORM_FLIGHTS_LIMIT"):
+        config[LIMIT_KEY] = int(os.environ["ELASTORM_FLIGHTS_LIMIT"])
+    return config

@@ -110,13 +110,17 @@ class ExtractDelays(OperatorBolt):
         if values[2][1] is None:
             self.emit_error(values[0], "na_arr_delay", values[1])
             return
-        self.emit(values)
-        self.counters.out["default"] += 1
+        self.forward(values)
         self.since_sample += 1
         if self.random() * self.since_sample < 1.0:
             self.candidate = values
         if self.clock() >= self.next_sample_at:
             self.emit_sample()
+
+    def forward(self, values) -> None:
+        """Send a tuple with a delay on to op2 and op3 (one ``default`` emit here)."""
+        self.emit(values)
+        self.counters.out["default"] += 1
 
     def emit_sample(self) -> None:
         if self.candidate is not None:
@@ -303,7 +307,11 @@ class ResultsSink(CountingBolt):
             by_year = totals.get(key)
             if by_year is None:
                 by_year = totals[key] = {}
-            by_year[str(year)] = rest
+            old = by_year.get(str(year))
+            # op2's flight count only grows, so the larger one is the newer total. This
+            # matters when a key group moves: its old and new owner both send updates.
+            if role != "op2" or old is None or rest[1] >= old[1]:
+                by_year[str(year)] = rest
         seen_by_task[task] = seen
         if ids:
             self.sample_ids.extend(ids)

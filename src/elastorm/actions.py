@@ -95,3 +95,39 @@ class HolderLost:
 Action = (
     Send | Applied | Rejected | CheckpointStored | MigrationDone | MigrationAborted | HolderLost
 )
+
+
+Report = CheckpointStored | MigrationDone | MigrationAborted | HolderLost
+"""Actions a task reports to the controller."""
+
+_REPORT_TYPES: dict[str, type] = {
+    cls.__name__: cls for cls in (CheckpointStored, MigrationDone, MigrationAborted, HolderLost)
+}
+
+
+def encode_report(report: Report) -> dict[str, Any]:
+    """A JSON-able dict for a report: ``{"type": name, field: value, ...}``."""
+    out: dict[str, Any] = {"type": type(report).__name__}
+    for name in report.__slots__:  # type: ignore[union-attr]
+        value = getattr(report, name)
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out
+
+
+def decode_report(data: dict[str, Any]) -> Report:
+    """Inverse of :func:`encode_report`; raises ``ValueError`` on anything else."""
+    cls = _REPORT_TYPES.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown report type {data.get('type')!r}")
+    kwargs = {name: data[name] for name in cls.__slots__}
+    if "checkpoint" in kwargs:
+        epoch, number = kwargs["checkpoint"]
+        kwargs["checkpoint"] = (int(epoch), int(number))
+    for name, enum in (("protocol", Protocol), ("role", Role), ("hint", Hint)):
+        if name in kwargs:
+            kwargs[name] = enum(kwargs[name])
+    return cls(**kwargs)

@@ -27,6 +27,23 @@ from elastorm.messages import CheckpointId, Migrate, Protocol, SetHolder
 from elastorm.routing import RoutingTable
 
 
+def next_task(tasks: Iterable[int], task: int, skip: Iterable[int] = ()) -> int:
+    """The next id after ``task`` among ``tasks`` (wrapping), skipping ``skip``."""
+    skipped = set(skip)
+    others = [t for t in tasks if t != task and t not in skipped]
+    return min(others, key=lambda t: (t < task, t))
+
+
+def initial_holders(routing: RoutingTable, tasks: Iterable[int]) -> dict[int, int]:
+    """Where each key group checkpoints at start: the next task after its owner.
+
+    Every task of a keyed operator computes this on its own at start, as does
+    the controller, so no message is needed before the first checkpoint.
+    """
+    ordered = sorted(set(tasks))
+    return {g: next_task(ordered, routing.owner(g)) for g in range(routing.num_key_groups)}
+
+
 class MigrationRefused(ValueError):
     """An order the controller cannot carry out (group busy, target is the owner...)."""
 
@@ -74,16 +91,10 @@ class MigrationController:
         self.num_key_groups = num_key_groups
         self.routing = routing or RoutingTable.round_robin(num_key_groups, self.tasks)
         self.epoch = self.routing.epoch
-        self.holders = {g: self.next_task(self.routing.owner(g)) for g in range(num_key_groups)}
+        self.holders = initial_holders(self.routing, self.tasks)
         self.moving: dict[int, Moving] = {}
         self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
         self.stats: Counter[str] = Counter()
-
-    def next_task(self, task: int, skip: Iterable[int] = ()) -> int:
-        """The next task id after ``task`` (wrapping), skipping ``skip``."""
-        skipped = set(skip)
-        others = [t for t in self.tasks if t != task and t not in skipped]
-        return min(others, key=lambda t: (t < task, t))
 
     def owner(self, key_group: int) -> int:
         return self.routing.owner(key_group)
@@ -201,7 +212,7 @@ class MigrationController:
                 self.reports[g].clear()
                 self.moving[g] = Moving(Protocol.RESTORE, None, target, self.epoch, {Role.TARGET})
             if self.holders[g] in (dead, self.owner(g)):
-                self.holders[g] = self.next_task(self.owner(g))
+                self.holders[g] = next_task(self.tasks, self.owner(g))
                 sends.append(
                     Send(
                         to_task=self.owner(g),

@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = (
     "runtime.local_cmd",
     "runtime.cluster_cmd",
     "runtime.check_cmd",
+    "runtime.migrate_cmd",
     "jobs.correlation_cmd",
 )
 

@@ -32,6 +32,9 @@ class FlightsDriver:
     """The flights job: done when every emitted tuple reached the sink; checked by pandas."""
 
     name = "flights"
+    keyed: frozenset[str] = frozenset()  # roles on elastorm key groups (see completeness)
+    topology: str = ""  # set by runtime.run before submitting
+    zk_hosts: str = ""
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = limit
@@ -53,6 +56,7 @@ class FlightsDriver:
                 self.first_rows_at = now
             if not unmet:
                 self.complete_at = now
+            self.on_poll(result)
             progress(
                 f"spout rows {result.spout_total('rows_read')}, "
                 f"op1 in {result.tuples_in('op1')}, sink op2 {result.seen('op2')}; "
@@ -60,9 +64,14 @@ class FlightsDriver:
             )
 
         try:
-            wait_until_complete(output_dir, timeout, poll=1.0, progress_callback=report)
+            wait_until_complete(
+                output_dir, timeout, poll=1.0, progress_callback=report, keyed=self.keyed
+            )
         except IncompleteRunError as exc:
             raise UserError(str(exc)) from None
+
+    def on_poll(self, result) -> None:
+        """Called after every poll of a running job (the elastic driver migrates here)."""
 
     def outcome(self, output_dir: str) -> Outcome:
         from jobs.flights_reference import compute_reference
@@ -120,10 +129,118 @@ class SmokeDriver:
         )
 
 
+class ElasticFlightsDriver(FlightsDriver):
+    """The flights job on key groups, with a scripted series of migrations while it runs.
+
+    ``script`` holds ``(share of rows read, protocol)``: when the spout has read that
+    share of the rows, a key group moves by that protocol (CPA/CPAL to its holder,
+    direct to a task that is neither owner nor holder), through ``elastorm migrate``'s
+    path. The run passes only if every migration completed, each protocol was used
+    as asked, and every plane's totals still equal pandas'.
+    """
+
+    name = "flights_elastic"
+    keyed = frozenset({"op2"})
+    DEFAULT_SCRIPT = tuple(
+        (share, protocol)
+        for share, protocol in zip(
+            (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
+            ("direct", "cpa", "cpal", "direct", "cpa", "cpal", "cpa", "cpal"),
+            strict=True,
+        )
+    )
+
+    def __init__(
+        self,
+        limit: int | None = None,
+        script: tuple[tuple[float, str], ...] = DEFAULT_SCRIPT,
+        key_groups: int = 20,
+        checkpoint_interval: float = 5.0,
+    ) -> None:
+        super().__init__(limit)
+        self.script = list(script)
+        self.key_groups = key_groups
+        self.checkpoint_interval = checkpoint_interval
+        self.migrations: list[dict[str, Any]] = []
+        self._client = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        return super().options(output_dir) | {
+            "elastorm.key_groups": self.key_groups,
+            "elastorm.checkpoint_interval_secs": self.checkpoint_interval,
+        }
+
+    def _total_rows(self) -> int:
+        return self.limit or 336_776
+
+    def on_poll(self, result) -> None:
+        if not self.script or result.exhausted:
+            return
+        share, protocol = self.script[0]
+        if result.spout_total("rows_read") < share * self._total_rows():
+            return
+        self.script.pop(0)
+        self.migrations.append(self._migrate(len(self.migrations), protocol))
+
+    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        from elastorm.messages import Protocol
+        from runtime.migrate import connect, request_migration, wait_for_status
+
+        if self._client is None:
+            self._client = connect(self.zk_hosts)
+        status = wait_for_status(self._client, self.topology, "sum_delays", timeout=30)
+        group = (index * 7 + 3) % self.key_groups
+        owner, holder = status["owners"][group], status["holders"][group]
+        if protocol == "direct":
+            target: int | str = next(t for t in status["tasks"] if t not in (owner, holder))
+        else:
+            target = "holder"
+        done = request_migration(
+            self._client, self.topology, "sum_delays", group, target, Protocol(protocol)
+        )
+        times = done.times
+        return {
+            "group": group,
+            "asked": protocol,
+            "used": done.protocol_used.value if done.protocol_used else None,
+            "state": done.state.value,
+            "source": done.source,
+            "target": done.target,
+            "ms": round((times["done"] - times["started"]) * 1000) if "done" in times else None,
+            "detail": done.detail,
+        }
+
+    def outcome(self, output_dir: str) -> Outcome:
+        base = super().outcome(output_dir)
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+        lines = [
+            f"migration {i + 1}: key group {m['group']} task {m['source']} -> {m['target']}, "
+            f"asked {m['asked']}, used {m['used']}, {m['state']}"
+            + (f" in {m['ms']} ms" if m["ms"] is not None else f" ({m['detail']})")
+            for i, m in enumerate(self.migrations)
+        ]
+        all_done = bool(self.migrations) and all(
+            m["state"] == "done" and m["used"] == m["asked"] for m in self.migrations
+        )
+        missing = f"{len(self.script)} scripted migrations never ran" if self.script else ""
+        lines.append(
+            f"migrations: {len(self.migrations)} run, "
+            + ("all done as asked" if all_done and not missing else "NOT all done as asked")
+            + (f"; {missing}" if missing else "")
+        )
+        facts = base.facts | {"migrations": self.migrations}
+        ok = base.ok and all_done and not self.script
+        return Outcome(summary=base.summary + "\n" + "\n".join(lines), ok=ok, facts=facts)
+
+
 def driver_for(topology: str, limit: int | None) -> FlightsDriver | SmokeDriver:
     """The driver of a topology in ``topologies/``."""
     if topology == "flights":
         return FlightsDriver(limit)
+    if topology == "flights_elastic":
+        return ElasticFlightsDriver(limit)
     if topology == "smoke":
         return SmokeDriver(limit or 1000)
-    raise UserError(f"unknown topology {topology!r} (have: flights, smoke)")
+    raise UserError(f"unknown topology {topology!r} (have: flights, flights_elastic, smoke)")

@@ -12,7 +12,9 @@ from runtime.topology_jar import build_topology_jar
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("topology", choices=("flights", "smoke"), help="topology in topologies/")
+    parser.add_argument(
+        "topology", choices=("flights", "flights_elastic", "smoke"), help="topology in topologies/"
+    )
     parser.add_argument(
         "--limit",
         type=int,

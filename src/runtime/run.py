@@ -38,6 +38,8 @@ def run_topology(
     jar = build_topology_jar(cfg.project, cfg.home / "jars" / "topology.jar")
     name = f"{driver.name}-{stamp}"
     options = driver.options(str(output_dir)) | (extra_options or {})
+    driver.topology = name
+    driver.zk_hosts = f"127.0.0.1:{cfg.zookeeper_port}"
     context = local_cluster(cfg, jar) if env == LOCAL_ENV else nullcontext(None)
     with context:
         host, port = env_nimbus(cfg.project, env)

@@ -1,0 +1,271 @@
+"""Storm adapters for elastorm's core: emitters, keyed operators and the controller.
+
+Thin on purpose (DESIGN: adapters translate, they decide nothing). Tuples become
+``receive(...)`` calls on the sans-IO machines of ``elastorm``; the actions they
+return become emits:
+
+* one direct stream, ``elastorm``, carries every protocol message between a pair
+  of tasks (data, toState, toCheckpoint, syncGroup, checkpoints, acks, trims,
+  processedAllReplay, commands), so control stays FIFO with data on each channel;
+* keyed tasks report to the controller on ``elastorm_reports`` (checkpoint stored,
+  migration done, aborted, holder lost);
+* the controller (one task) reads migration requests from ZooKeeper, orders them
+  through ``elastorm.control.MigrationController`` and sends the commands on
+  ``elastorm``.
+
+Component names come from class attributes, so one topology can wire several
+keyed operators. Conf keys: ``elastorm.key_groups`` (default 20),
+``elastorm.checkpoint_interval_secs`` (default 5).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from streamparse import Bolt, Stream
+
+from elastorm.actions import (
+    Action,
+    Applied,
+    MigrationDone,
+    Rejected,
+    Send,
+    decode_report,
+    encode_report,
+)
+from elastorm.control import MigrationController, MigrationRefused, initial_holders
+from elastorm.errors import MigrationProtocolError
+from elastorm.messages import Message, decode, encode
+from elastorm.migration.coordinator import TaskCoordinator
+from elastorm.migration.emitter import Emitter
+from elastorm.routing import RoutingTable
+from elastorm.state import Combine
+
+log = logging.getLogger(__name__)
+
+STREAM = "elastorm"
+REPORTS = "elastorm_reports"
+MESSAGE_FIELDS = ["message"]
+CONTROLLER_SENDER = -1  # how the machines see the controller's channel
+
+KEY_GROUPS_KEY = "elastorm.key_groups"
+CHECKPOINT_INTERVAL_KEY = "elastorm.checkpoint_interval_secs"
+DEFAULT_KEY_GROUPS = 20
+DEFAULT_CHECKPOINT_INTERVAL = 5.0
+
+MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
+REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
+
+
+def to_wire(message: Message) -> str:
+    """A protocol message as the single string field of an ``elastorm`` tuple."""
+    return json.dumps(encode(message), separators=(",", ":"))
+
+
+def from_wire(text: str) -> Message:
+    """Inverse of :func:`to_wire`; ``ValueError`` on anything malformed."""
+    try:
+        return decode(json.loads(text))
+    except (TypeError, KeyError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not an elastorm message: {exc}") from None
+
+
+def tasks_of(context: Mapping[str, Any], components: str | Iterable[str]) -> list[int]:
+    """Sorted task ids of ``components`` from a Storm topology context."""
+    names = {components} if isinstance(components, str) else set(components)
+    return sorted(int(t) for t, c in context["task->component"].items() if c in names)
+
+
+def conf_key_groups(conf: Mapping[str, Any]) -> int:
+    """``elastorm.key_groups``, validated (fixed at submit, like Flink's max parallelism)."""
+    value = int(conf.get(KEY_GROUPS_KEY, DEFAULT_KEY_GROUPS))
+    if value < 1:
+        raise ValueError(f"{KEY_GROUPS_KEY} must be >= 1, got {value}")
+    return value
+
+
+class _Sending:
+    """Mixin: perform ``Send`` actions as direct emits on the ``elastorm`` stream."""
+
+    controller_component = "controller"
+
+    def _senders(self, context: Mapping[str, Any]) -> None:
+        self._controller_tasks = set(tasks_of(context, self.controller_component))
+
+    def sender_of(self, tup) -> int:
+        return CONTROLLER_SENDER if tup.task in self._controller_tasks else tup.task
+
+    def send(self, action: Send) -> None:
+        self.emit([to_wire(action.message)], stream=STREAM, direct_task=action.to_task)
+
+
+class KeyedEmitting(_Sending):
+    """Mixin for a spout or bolt that feeds a keyed operator (``keyed_component``).
+
+    Call :meth:`setup_emitting` from ``initialize``, :meth:`emit_keyed` instead of
+    a grouped emit, and :meth:`receive_elastorm` for tuples on the ``elastorm``
+    stream (trims, processedAllReplay, the controller's commands).
+    """
+
+    keyed_component = "keyed"
+
+    def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+        self._senders(context)
+        task = int(context["taskid"])
+        routing = RoutingTable.round_robin(
+            conf_key_groups(conf), tasks_of(context, self.keyed_component)
+        )
+        # The source name must survive restarts: receivers de-duplicate by it.
+        self.emitter = Emitter(
+            task=task, routing=routing, source=f"{context['componentid']}:{task}"
+        )
+
+    def emit_keyed(self, key: str, value: Any, ts: float) -> None:
+        for action in self.emitter.emit(key, value, ts):
+            self.send(action)
+
+    def receive_elastorm(self, tup) -> list[Action]:
+        """Handle one ``elastorm`` tuple; returns the non-``Send`` actions (rejections)."""
+        actions = self.emitter.receive(self.sender_of(tup), from_wire(tup.values[0]))
+        rest = []
+        for action in actions:
+            if isinstance(action, Send):
+                self.send(action)
+            else:
+                rest.append(action)
+        return rest
+
+
+class KeyedOperator(_Sending):
+    """Mixin for a bolt whose state lives in key groups (a ``TaskCoordinator``).
+
+    ``emitter_components`` name the components feeding it. Subclasses implement
+    :meth:`on_applied` (the tuple's effect on the state: emit outputs) and may
+    override :meth:`on_rejected`. Call :meth:`setup_keyed` from ``initialize``,
+    :meth:`receive_elastorm` for ``elastorm`` tuples and :meth:`tick_keyed` on
+    ticks (checkpoints).
+    """
+
+    emitter_components: tuple[str, ...] = ()
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    def setup_keyed(
+        self, conf: Mapping[str, Any], context: Mapping[str, Any], combine: Combine
+    ) -> None:
+        self._senders(context)
+        task = int(context["taskid"])
+        tasks = tasks_of(context, context["componentid"])
+        routing = RoutingTable.round_robin(conf_key_groups(conf), tasks)
+        holders = initial_holders(routing, tasks)
+        owned = routing.key_groups_of(task)
+        interval = float(conf.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL))
+        self.coordinator = TaskCoordinator(
+            task=task,
+            num_key_groups=routing.num_key_groups,
+            upstreams=tasks_of(context, self.emitter_components),
+            combine=combine,
+            owned=owned,
+            holders={g: holders[g] for g in owned},
+            checkpoint_interval=interval if interval > 0 else None,
+        )
+
+    def receive_elastorm(self, tup) -> None:
+        message = from_wire(tup.values[0])
+        try:
+            actions = self.coordinator.receive(self.sender_of(tup), message)
+        except MigrationProtocolError as exc:
+            # The group's machine stays FAILED; the controller decides what next.
+            log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
+            self.on_protocol_error(message, exc)
+            return
+        self.perform(actions)
+
+    def tick_keyed(self) -> None:
+        self.perform(self.coordinator.on_tick(self.clock()))
+
+    def perform(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                self.send(action)
+            elif isinstance(action, Applied):
+                self.on_applied(action)
+            elif isinstance(action, Rejected):
+                self.on_rejected(action)
+            else:  # a report for the controller
+                self.emit([json.dumps(encode_report(action))], stream=REPORTS)
+
+    def on_applied(self, applied: Applied) -> None:
+        raise NotImplementedError
+
+    def on_rejected(self, rejected: Rejected) -> None:
+        log.warning("rejected from task %s: %s", rejected.sender, rejected.reason)
+
+    def on_protocol_error(self, message: Message, exc: MigrationProtocolError) -> None:
+        """Called when a message broke its key group's protocol."""
+
+
+class MigrationControllerBolt(_Sending, Bolt):
+    """The controller of one keyed operator: one task, global grouping on reports.
+
+    On every tick it reads new requests under ``/elastorm/<topology>/requests``
+    in the topology's own ZooKeeper, orders them, and writes each request's state
+    back (started, done, refused). A request it cannot reach ZooKeeper for waits
+    for the next tick; processing never depends on ZooKeeper being up.
+    """
+
+    keyed_component = "keyed"
+    emitter_components: tuple[str, ...] = ()
+    outputs = [MESSAGE_STREAM]
+
+    def initialize(self, conf, context):
+        from controller.requests_zk import RequestBoard
+
+        self._senders(context)
+        self.control = MigrationController(
+            num_key_groups=conf_key_groups(conf),
+            tasks=tasks_of(context, self.keyed_component),
+            emitters=tasks_of(context, self.emitter_components),
+        )
+        self.board = RequestBoard.from_storm_conf(conf, operator=self.keyed_component)
+        self.active: dict[int, str] = {}  # key group -> request being carried out
+
+    def process(self, tup):
+        if tup.stream != REPORTS:
+            return
+        report = decode_report(json.loads(tup.values[0]))
+        if isinstance(report, MigrationDone):
+            if self.control.on_migration_done(report):
+                name = self.active.pop(report.key_group, None)
+                if name is not None:
+                    self.board.finish(name)
+        elif report.__class__.__name__ == "CheckpointStored":
+            self.control.on_checkpoint_stored(tup.task, report)
+        else:
+            log.warning("controller: task %s reports %s", tup.task, report)
+
+    def process_tick(self, tup):
+        for name, request in self.board.pending():
+            g = request.key_group
+            target = (
+                self.control.holders.get(g, -1) if request.target == "holder" else request.target
+            )
+            try:
+                used, sends = self.control.migrate(g, int(target), request.protocol)
+            except MigrationRefused as exc:
+                self.board.refuse(name, str(exc))
+                continue
+            for send in sends:
+                self.send(send)
+            self.active[g] = name
+            self.board.start(
+                name,
+                protocol_used=used,
+                epoch=self.control.epoch,
+                source=self.control.moving[g].source,
+                target=int(target),
+            )
+        self.board.publish_routing(self.control)

@@ -1,0 +1,163 @@
+"""The flights job on elastorm: op2 (delay sum per plane and year) keeps its state in
+key groups that can move between tasks while the job runs.
+
+``extract_delays`` (op1) feeds ``sum_delays`` through an elastorm ``Emitter``
+(routing table, sequence numbers, output buffers) instead of a fields grouping;
+``sum_delays`` keeps ``tailnum -> {year: [delay_sum, flights]}`` in a
+``TaskCoordinator`` and checkpoints each key group every
+``elastorm.checkpoint_interval_secs`` onto its holder; ``controller`` carries out
+migration requests. op3, op4 and the sink are the plain job's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from streamparse import Stream
+
+from bolts.common import ERROR_FIELDS, ERRORS_STREAM, conf_number
+from bolts.elastic import (
+    MESSAGE_STREAM,
+    REPORT_STREAM,
+    REPORTS,
+    STREAM,
+    KeyedEmitting,
+    KeyedOperator,
+    MigrationControllerBolt,
+)
+from bolts.flights import (
+    DEFAULT_FLUSH_EVERY,
+    FLUSH_EVERY_KEY,
+    SAMPLE_STREAM,
+    UPDATE_FIELDS,
+    ExtractDelays,
+    OperatorBolt,
+)
+from elastorm.actions import Applied, Rejected
+from elastorm.errors import MigrationProtocolError
+from spouts.flights import TUPLE_FIELDS
+
+OP1 = "extract_delays"
+OP2 = "sum_delays"
+CONTROLLER = "controller"
+
+
+def add_delay(current: dict[str, list[int]] | None, value: list) -> dict[str, list[int]]:
+    """op2's fold: ``value = [row id, year, arr_delay]`` into ``{year: [sum, flights]}``.
+
+    Returns a new dict (checkpoint fragments keep the latest value per key, so the
+    current one must not change under them).
+    """
+    _, year, delay = value
+    totals = dict(current) if current else {}
+    delay_sum, flights = totals.get(str(year), (0, 0))
+    totals[str(year)] = [delay_sum + delay, flights + 1]
+    return totals
+
+
+class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
+    """op1 feeding op2 by key group (direct emits) and op3 as before (fields grouping)."""
+
+    keyed_component = OP2
+    controller_component = CONTROLLER
+    outputs = [
+        Stream(fields=TUPLE_FIELDS),
+        Stream(fields=TUPLE_FIELDS, name=SAMPLE_STREAM),
+        Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
+        MESSAGE_STREAM,
+    ]
+    streams = ("default", SAMPLE_STREAM, ERRORS_STREAM, STREAM)
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        super().setup(conf)
+        self.setup_emitting(conf, self.context)
+
+    def process(self, tup):
+        if tup.stream == STREAM:  # protocol traffic is not an input of op1
+            try:
+                rest = self.receive_elastorm(tup)
+            except (ValueError, MigrationProtocolError) as exc:
+                self.emit_error(None, "bad_control", f"{type(exc).__name__}: {exc}")
+                return
+            for action in rest:
+                if isinstance(action, Rejected):
+                    self.emit_error(None, "rejected_control", action.reason)
+            return
+        super().process(tup)
+
+    def forward(self, values) -> None:
+        super().forward(values)
+        row_id, key, (year, arr_delay, _), ts = values
+        self.emit_keyed(key, [row_id, year, arr_delay], ts)
+        self.counters.out[STREAM] += 1
+
+
+class KeyedSumDelays(KeyedOperator, OperatorBolt):
+    """op2 on key groups: per tailnum and year, the sum of arrival delays and flights.
+
+    Sends the sink batched updates ``[tailnum, year, delay_sum, flights]`` of the
+    keys it changed (every ``elastorm.flights.flush_every`` applied tuples and on
+    ticks). Outputs of replayed tuples are not sent (the old owner sent them).
+    """
+
+    role = "op2"
+    emitter_components = (OP1,)
+    controller_component = CONTROLLER
+    outputs = [
+        Stream(fields=UPDATE_FIELDS),
+        Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
+        MESSAGE_STREAM,
+        REPORT_STREAM,
+    ]
+    streams = ("default", ERRORS_STREAM, STREAM, REPORTS)
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        self.flush_every = conf_number(conf, FLUSH_EVERY_KEY, DEFAULT_FLUSH_EVERY, minimum=1)
+        self.setup_keyed(conf, self.context, add_delay)
+        self.latest: dict[str, dict[str, list[int]]] = {}
+        self.applied = 0
+        self.flushed_at = 0
+
+    def handle(self, tup):
+        self.receive_elastorm(tup)
+        if self.applied - self.flushed_at >= self.flush_every:
+            self.flush()
+
+    def on_applied(self, applied: Applied) -> None:
+        self.applied += 1
+        if applied.emit_output:
+            self.latest[applied.item.key] = applied.result
+
+    def on_rejected(self, rejected: Rejected) -> None:
+        self.emit_error(None, "rejected", rejected.reason)
+
+    def on_protocol_error(self, message, exc) -> None:
+        self.emit_error(None, "protocol_error", f"{type(message).__name__}: {exc}")
+
+    def flush(self) -> None:
+        if not self.latest:
+            return
+        updates = [
+            [key, int(year), *totals]
+            for key, by_year in self.latest.items()
+            for year, totals in by_year.items()
+        ]
+        self.emit([self.role, self.counters.tuples_in, updates, []])
+        self.counters.out["default"] += 1
+        self.latest = {}
+        self.flushed_at = self.applied
+
+    def on_tick(self) -> None:
+        self.tick_keyed()
+        self.flush()
+        self.counters.extra["owned"] = list(self.coordinator.owned())
+        self.counters.extra["held"] = sorted(self.coordinator.held)
+
+
+class FlightsController(MigrationControllerBolt):
+    """The controller of ``sum_delays``."""
+
+    keyed_component = OP2
+    emitter_components = (OP1,)
+    controller_component = CONTROLLER

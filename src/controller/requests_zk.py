@@ -1,0 +1,155 @@
+"""Migration requests in ZooKeeper: the client side (``elastorm migrate``) and the
+controller bolt's side. A thin kazoo adapter over ``controller.requests``.
+
+Layout, under ``/elastorm/<topology>/``::
+
+    requests/req-<seq>      one MigrationRequest (JSON), its state updated in place
+    status/<operator>       the controller's routing table, holders and epoch (JSON)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from controller.requests import (
+    REQUESTS_DIR,
+    MigrationRequest,
+    RequestError,
+    RequestState,
+    decode_request,
+    encode_request,
+)
+from controller.zk.layout import DEFAULT_ROOT, hosts_from_storm_conf
+
+log = logging.getLogger(__name__)
+
+ZK_ERRORS = (KazooException, KazooTimeoutError, OSError)
+
+
+def requests_path(topology: str, root: str = DEFAULT_ROOT) -> str:
+    return f"{root}/{topology}/{REQUESTS_DIR}"
+
+
+def status_path(topology: str, operator: str, root: str = DEFAULT_ROOT) -> str:
+    return f"{root}/{topology}/status/{operator}"
+
+
+class RequestBoard:
+    """The controller bolt's view of its topology's requests (never blocks on ZooKeeper)."""
+
+    def __init__(self, client: KazooClient, topology: str, operator: str) -> None:
+        self.client = client
+        self.operator = operator
+        self.topology = topology
+        self.path = requests_path(topology)
+        self.status = status_path(topology, operator)
+        self.seen: set[str] = set()
+        self._published_epoch: int | None = None
+
+    @classmethod
+    def from_storm_conf(cls, conf: Mapping[str, Any], *, operator: str) -> RequestBoard:
+        """Connect (in the background) to the ZooKeeper of the Storm cluster we run on."""
+        client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
+        client.start_async()
+        return cls(client, str(conf["topology.name"]), operator)
+
+    def pending(self) -> list[tuple[str, MigrationRequest]]:
+        """New ``PENDING`` requests for our operator, oldest first; [] if ZooKeeper is away."""
+        if not self.client.connected:
+            return []
+        found = []
+        try:
+            names = sorted(self.client.get_children(self.path))
+        except NoNodeError:
+            return []
+        except ZK_ERRORS as exc:
+            log.warning("requests: ZooKeeper unavailable (%s); retrying next tick", exc)
+            return []
+        for name in names:
+            if name in self.seen:
+                continue
+            try:
+                request = decode_request(self.client.get(f"{self.path}/{name}")[0])
+            except RequestError as exc:
+                log.error("request %s is malformed, refusing it: %s", name, exc)
+                self._write_raw(name, {"state": "refused", "detail": str(exc)})
+                self.seen.add(name)
+                continue
+            except ZK_ERRORS as exc:
+                log.warning("request %s unreadable now (%s)", name, exc)
+                return found
+            self.seen.add(name)
+            if request.operator == self.operator and request.state is RequestState.PENDING:
+                found.append((name, request))
+        return found
+
+    def _update(self, name: str, state: RequestState, **changes: Any) -> None:
+        try:
+            request = decode_request(self.client.get(f"{self.path}/{name}")[0])
+            request = request.with_state(state, time.time(), **changes)
+            self.client.set(f"{self.path}/{name}", encode_request(request))
+            log.info("request %s: %s %s", name, state.value, changes or "")
+        except ZK_ERRORS as exc:
+            log.error("request %s: could not record state %s (%s)", name, state.value, exc)
+
+    def _write_raw(self, name: str, data: dict) -> None:
+        try:
+            self.client.set(f"{self.path}/{name}", json.dumps(data).encode())
+        except ZK_ERRORS as exc:
+            log.error("request %s: could not record refusal (%s)", name, exc)
+
+    def start(self, name: str, **changes: Any) -> None:
+        self._update(name, RequestState.STARTED, **changes)
+
+    def finish(self, name: str) -> None:
+        self._update(name, RequestState.DONE)
+
+    def refuse(self, name: str, detail: str) -> None:
+        self._update(name, RequestState.REFUSED, detail=detail)
+
+    def publish_routing(self, control) -> None:
+        """Write routing table, holders and tasks to ``status/<operator>`` when they change."""
+        if self._published_epoch == control.epoch or not self.client.connected:
+            return
+        data = {
+            "epoch": control.epoch,
+            "owners": [control.owner(g) for g in range(control.num_key_groups)],
+            "holders": [control.holders[g] for g in range(control.num_key_groups)],
+            "tasks": control.tasks,
+            "emitters": control.emitters,
+            "moving": sorted(control.moving),
+        }
+        try:
+            self.client.ensure_path(self.status)
+            self.client.set(self.status, json.dumps(data).encode())
+            self._published_epoch = control.epoch
+        except ZK_ERRORS as exc:
+            log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
+
+
+def submit_request(client: KazooClient, topology: str, request: MigrationRequest) -> str:
+    """Create a request znode; return its name (``req-<seq>``)."""
+    path = requests_path(topology)
+    client.ensure_path(path)
+    created = client.create(f"{path}/req-", encode_request(request), sequence=True)
+    return created.rsplit("/", 1)[1]
+
+
+def read_request(client: KazooClient, topology: str, name: str) -> MigrationRequest:
+    return decode_request(client.get(f"{requests_path(topology)}/{name}")[0])
+
+
+def read_status(client: KazooClient, topology: str, operator: str) -> dict | None:
+    """The controller's published routing status, or None before its first tick."""
+    try:
+        return json.loads(client.get(status_path(topology, operator))[0].decode())
+    except NoNodeError:
+        return None

@@ -1,0 +1,71 @@
+"""Ask a running topology's controller to migrate a key group, and wait for the answer.
+
+The request goes through ZooKeeper (``controller.requests_zk``), the same path
+the automatic controller's decisions take, so a scripted series of migrations
+exercises exactly what adaptation will use.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+from controller.requests import MigrationRequest, RequestError, RequestState
+from controller.requests_zk import read_request, read_status, submit_request
+from elastorm.messages import Protocol
+from runtime.errors import UserError
+
+
+def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
+    """A started kazoo client, or ``UserError`` if ZooKeeper does not answer."""
+    client = KazooClient(hosts=hosts, timeout=6.0)
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        client.close()
+        raise UserError(f"ZooKeeper at {hosts} does not answer") from None
+    return client
+
+
+def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: float) -> dict:
+    """The controller's published routing status (it appears on its first tick)."""
+    deadline = time.monotonic() + timeout
+    while (status := read_status(client, topology, operator)) is None:
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"no controller status for {topology}/{operator} after {timeout:.0f} s: "
+                "is the topology running, and is it an elastic one?"
+            )
+        time.sleep(0.2)
+    return status
+
+
+def request_migration(
+    client: KazooClient,
+    topology: str,
+    operator: str,
+    key_group: int,
+    target: int | str,
+    protocol: Protocol,
+    timeout: float = 60.0,
+) -> MigrationRequest:
+    """Submit a request and wait until it is done or refused; return its final form."""
+    try:
+        request = MigrationRequest(
+            operator=operator, key_group=key_group, target=target, protocol=protocol
+        )
+    except RequestError as exc:
+        raise UserError(str(exc)) from None
+    name = submit_request(client, topology, request)
+    deadline = time.monotonic() + timeout
+    while True:
+        current = read_request(client, topology, name)
+        if current.state in (RequestState.DONE, RequestState.REFUSED):
+            return current
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"migration request {name} still {current.state.value} after {timeout:.0f} s"
+            )
+        time.sleep(0.05)

@@ -1,0 +1,78 @@
+"""The flights job with op2 on elastorm key groups (seed 001, sections 3-5 and 7).
+
+flights_spout -> extract_delays (op1) --elastorm, direct by routing table--> sum_delays (op2)
+                                      --default, fields(key)--> air_share (op3)
+                                      --sample, global--> sampled_delay_share (op4)
+sum_delays --elastorm--> sum_delays (checkpoints to holders, acks), extract_delays (trims,
+           processedAllReplay); --elastorm_reports--> controller --elastorm--> both
+op2, op3, op4, errors --> results_sink
+
+op2 has ``elastorm.key_groups`` key groups (20) on ``ELASTORM_KEYED_TASKS`` tasks
+(default 3); each key group checkpoints every ``elastorm.checkpoint_interval_secs``
+(5). ``elastorm migrate`` moves key groups while it runs.
+"""
+
+from __future__ import annotations
+
+from streamparse import Grouping, Topology
+from streamparse.thrift import GlobalStreamId
+
+from bolts.common import ERRORS_STREAM, env_int, flights_topology_config
+from bolts.elastic import REPORTS, STREAM
+from bolts.flights import SAMPLE_STREAM, AirShare, ResultsSink, SampledDelayShare
+from bolts.flights_elastic import (
+    CONTROLLER,
+    OP2,
+    ElasticExtractDelays,
+    FlightsController,
+    KeyedSumDelays,
+)
+from spouts.flights import FlightsSpout
+
+PARALLELISM = env_int("ELASTORM_PARALLELISM", 2)
+KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=2)  # an owner and a holder at least
+
+
+def _from(component: str) -> GlobalStreamId:
+    """The ``elastorm`` stream of a component declared later (cycles are by name)."""
+    return GlobalStreamId(componentId=component, streamId=STREAM)
+
+
+class FlightsElasticTopology(Topology):
+    config = flights_topology_config()
+
+    flights_spout = FlightsSpout.spec(par=1)
+    extract_delays = ElasticExtractDelays.spec(
+        inputs={
+            flights_spout: Grouping.SHUFFLE,
+            _from(OP2): Grouping.DIRECT,
+            _from(CONTROLLER): Grouping.DIRECT,
+        },
+        par=PARALLELISM,
+    )
+    sum_delays = KeyedSumDelays.spec(
+        inputs={
+            extract_delays[STREAM]: Grouping.DIRECT,
+            _from(OP2): Grouping.DIRECT,
+            _from(CONTROLLER): Grouping.DIRECT,
+        },
+        par=KEYED_TASKS,
+    )
+    controller = FlightsController.spec(inputs={sum_delays[REPORTS]: Grouping.GLOBAL}, par=1)
+    air_share = AirShare.spec(inputs={extract_delays: Grouping.fields("key")}, par=PARALLELISM)
+    sampled_delay_share = SampledDelayShare.spec(
+        inputs={extract_delays[SAMPLE_STREAM]: Grouping.GLOBAL}, par=1
+    )
+    results_sink = ResultsSink.spec(
+        inputs={
+            sum_delays: Grouping.GLOBAL,
+            air_share: Grouping.GLOBAL,
+            sampled_delay_share: Grouping.GLOBAL,
+            flights_spout[ERRORS_STREAM]: Grouping.GLOBAL,
+            extract_delays[ERRORS_STREAM]: Grouping.GLOBAL,
+            sum_delays[ERRORS_STREAM]: Grouping.GLOBAL,
+            air_share[ERRORS_STREAM]: Grouping.GLOBAL,
+            sampled_delay_share[ERRORS_STREAM]: Grouping.GLOBAL,
+        },
+        par=1,
+    )
