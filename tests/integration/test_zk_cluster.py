@@ -27,6 +27,7 @@ from controller.zk.client import make_client
 from controller.zk.codec import (
     Heartbeat,
     OrderState,
+    OrderTransitionError,
     decode_order,
     decode_routing,
     decode_task,
@@ -37,6 +38,7 @@ from controller.zk.layout import ZkSettings, ZnodeLayout
 from controller.zk.store import (
     ControllerStore,
     StoreConflictError,
+    StoreError,
     StoreStatus,
     StoreUnavailableError,
 )
@@ -282,8 +284,14 @@ def test_restarted_controller_resumes_its_decisions(settings, layout) -> None:
     assert decisions.routing == {"op": RoutingTable(epoch=3, owners=(1, 2, 1, 2))}
     assert decisions.checkpoints == Allocation({KeyGroupId("op", 0): ("n2",)})
     assert decisions.orders["o-1"].state is OrderState.ISSUED
+    with pytest.raises(StoreError, match="epoch"):
+        store.set_routing("op", RoutingTable(epoch=3, owners=(2, 2, 2, 2)))
+    with pytest.raises(OrderTransitionError):
+        store.remove_order("o-1")  # still in flight
     store.advance_order("o-1", OrderState.DONE)
+    store.remove_order("o-1")
     assert store.flush(5)
+    assert store.decisions().orders == {}
     store.stop()
 
 
