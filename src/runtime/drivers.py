@@ -156,8 +156,10 @@ class ElasticFlightsDriver(FlightsDriver):
         script: tuple[tuple[float, str], ...] = DEFAULT_SCRIPT,
         key_groups: int = 20,
         checkpoint_interval: float = 5.0,
+        max_rate: float = 4000.0,
     ) -> None:
         super().__init__(limit)
+        self.max_rate = max_rate
         self.script = list(script)
         self.key_groups = key_groups
         self.checkpoint_interval = checkpoint_interval
@@ -168,6 +170,7 @@ class ElasticFlightsDriver(FlightsDriver):
         return super().options(output_dir) | {
             "elastorm.key_groups": self.key_groups,
             "elastorm.checkpoint_interval_secs": self.checkpoint_interval,
+            "elastorm.flights.max_rate": self.max_rate,
         }
 
     def _total_rows(self) -> int:

@@ -53,6 +53,7 @@ PATH_KEY = "elastorm.flights.path"
 LIMIT_KEY = "elastorm.flights.limit"
 BATCH_KEY = "elastorm.flights.batch"
 IDLE_SLEEP_KEY = "elastorm.flights.idle_sleep_ms"
+MAX_RATE_KEY = "elastorm.flights.max_rate"
 
 DEFAULT_BATCH = 100
 DEFAULT_IDLE_SLEEP_MS = 50
@@ -176,6 +177,8 @@ class FlightsSpout(ErrorReporting, Spout):
         self.idle_sleep = (
             conf_number(storm_conf, IDLE_SLEEP_KEY, DEFAULT_IDLE_SLEEP_MS, kind=float) / 1000.0
         )
+        # Rows per second; 0 = as fast as Storm takes them (backpressure only).
+        self.max_rate = conf_number(storm_conf, MAX_RATE_KEY, 0.0, minimum=0, kind=float)
         self.counters = Counters(
             self.output_dir,
             self.role,
@@ -198,12 +201,16 @@ class FlightsSpout(ErrorReporting, Spout):
         self.blank_lines = 0
         self.exhausted = False
         self.started_at = time.time()
+        self.started_clock = self.clock()
         self.exhausted_at: float | None = None
         self.write_stats()
 
     def next_tuple(self):
         if self.exhausted:
             self.sleep(self.idle_sleep)
+            return
+        if self.max_rate and self.row_no >= (self.clock() - self.started_clock) * self.max_rate:
+            self.sleep(min(0.01, self.batch / self.max_rate))
             return
         counters = self.counters
         out = counters.out

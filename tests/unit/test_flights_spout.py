@@ -185,3 +185,24 @@ def test_spout_speaks_multilang(tmp_path):
     assert messages[1]["stream"] == "errors"
     assert messages[1]["tuple"][:3] == [1, "spout", "missing_tailnum"]
     assert messages[-1] == {"command": "sync"}
+
+
+def test_max_rate_paces_the_spout(tmp_path):
+    path = write_csv(tmp_path / "f.csv", [flight_row(tailnum=f"N{i}") for i in range(500)])
+    clock = FakeClock()
+    spout = make(
+        FlightsSpout,
+        {
+            "elastorm.output_dir": str(tmp_path),
+            "elastorm.flights.path": path,
+            "elastorm.flights.max_rate": "100",
+            "elastorm.flights.batch": 10,
+        },
+        clock=clock,
+    )
+    spout.sleep = lambda seconds: None
+    for _ in range(50):  # one second of calls, 20 ms apart
+        spout.next_tuple()
+        clock.advance(0.02)
+    # 100 rows/s for 1 s, give or take the batch that crossed the limit
+    assert 100 <= spout.row_no <= 110
