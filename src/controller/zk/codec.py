@@ -10,10 +10,11 @@ See docs/znodes.md for the field tables.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.adaptation import Move, MoveReason, Protocol
@@ -438,49 +439,38 @@ class Order:
             raise OrderTransitionError(
                 f"order {self.order_id}: cannot go from {self.state.value} to {state.value}"
             )
-        return _replace_order(self, state=state, updated_at=now)
+        return dataclasses.replace(self, state=state, updated_at=now)
 
     @property
     def terminal(self) -> bool:
         return self.state is not OrderState.ISSUED
 
 
-def _replace_order(order: Order, **changes) -> Order:
-    fields_ = {f: getattr(order, f) for f in Order.__dataclass_fields__}
-    return Order(**{**fields_, **changes})
+def _issued(kind: OrderKind, move, order_id: str, epoch: int, now: float, **extra) -> Order:
+    return Order(
+        order_id=order_id,
+        kind=kind,
+        key_group=move.key_group,
+        source=move.source,
+        target=move.target,
+        epoch=epoch,
+        issued_at=now,
+        updated_at=now,
+        **extra,
+    )
 
 
 def order_from_move(move: Move, *, order_id: str, epoch: int, now: float) -> Order:
     """An ``ISSUED`` migration order for an adaptation / recovery ``Move``."""
-    return Order(
-        order_id=order_id,
-        kind=OrderKind.MIGRATE,
-        key_group=move.key_group,
-        source=move.source,
-        target=move.target,
-        protocol=move.protocol,
-        reason=move.reason,
-        epoch=epoch,
-        issued_at=now,
-        updated_at=now,
-    )
+    extra = {"protocol": move.protocol, "reason": move.reason}
+    return _issued(OrderKind.MIGRATE, move, order_id, epoch, now, **extra)
 
 
 def order_from_checkpoint_move(
     move: CheckpointMove, *, order_id: str, epoch: int, now: float
 ) -> Order:
     """An ``ISSUED`` checkpoint order for an allocation ``CheckpointMove``."""
-    return Order(
-        order_id=order_id,
-        kind=OrderKind.CHECKPOINT,
-        key_group=move.key_group,
-        source=move.source,
-        target=move.target,
-        lazy=move.lazy,
-        epoch=epoch,
-        issued_at=now,
-        updated_at=now,
-    )
+    return _issued(OrderKind.CHECKPOINT, move, order_id, epoch, now, lazy=move.lazy)
 
 
 def encode_order(order: Order, *, controller: str) -> bytes:
@@ -575,13 +565,3 @@ def encode_term(controller: str) -> bytes:
 
 def decode_term(data: bytes | None) -> str:
     return _str(_load(data, TERM).get("controller"), "controller")
-
-
-def routing_tables(items: Iterable[tuple[str, RoutingTable]]) -> dict[str, RoutingTable]:
-    """``{operator: table}`` from decoded pairs; ``ZnodeSchemaError`` on a duplicate."""
-    out: dict[str, RoutingTable] = {}
-    for op, table in items:
-        if op in out:
-            raise ZnodeSchemaError(f"two routing tables for operator {op!r}")
-        out[op] = table
-    return out
