@@ -48,6 +48,9 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
         "supervisor.worker.start.timeout.secs": 120,
         "nimbus.monitor.freq.secs": 5,
         "nimbus.supervisor.timeout.secs": 30,
+        # Nodes fail on purpose here (tests, experiments): a supervisor whose slots
+        # failed is blacklisted by Nimbus for 30 min by default; let it back quickly.
+        "blacklist.scheduler.resume.time.secs": 15,
     }
 
 

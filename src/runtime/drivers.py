@@ -177,13 +177,16 @@ class ElasticFlightsDriver(FlightsDriver):
         return self.limit or 336_776
 
     def on_poll(self, result) -> None:
-        if not self.script or result.exhausted:
-            return
-        share, protocol = self.script[0]
-        if result.spout_total("rows_read") < share * self._total_rows():
-            return
-        self.script.pop(0)
-        self.migrations.append(self._migrate(len(self.migrations), protocol))
+        # Migrations run one at a time; those still due when the input is exhausted
+        # (a slow one delays the rest) run then, before the run can count as complete.
+        while self.script:
+            share, protocol = self.script[0]
+            if result.spout_total("rows_read") < share * self._total_rows():
+                return
+            self.script.pop(0)
+            self.migrations.append(self._migrate(len(self.migrations), protocol))
+            if not result.exhausted:
+                return
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
         from elastorm.messages import Protocol

@@ -210,24 +210,35 @@ def _kill_group(pid: int, grace: float) -> None:
         pass
 
 
-def zookeeper_daemon(cfg: ElastormConfig) -> Daemon:
-    """A real ZooKeeper server (the Maven artifact Storm depends on), standalone, loopback."""
-    data = cfg.home / "zookeeper"
+def zookeeper_daemon(
+    cfg: ElastormConfig,
+    *,
+    name: str = "zookeeper",
+    port: int | None = None,
+    data_dir: Path | None = None,
+) -> Daemon:
+    """A real ZooKeeper server (the Maven artifact Storm depends on), standalone, loopback.
+
+    By default the project's server; tests that stop a server on purpose ask for a
+    private one with its own ``name``, ``port`` and ``data_dir``.
+    """
+    port = cfg.zookeeper_port if port is None else port
+    data = data_dir or cfg.home / name
     data.mkdir(parents=True, exist_ok=True)
-    zoo_cfg = cfg.run / "zoo.cfg"
     cfg.run.mkdir(parents=True, exist_ok=True)
+    zoo_cfg = cfg.run / f"{name}.cfg"
     zoo_cfg.write_text(
-        f"tickTime=2000\ndataDir={data}\nclientPort={cfg.zookeeper_port}\n"
+        f"tickTime=2000\ndataDir={data}\nclientPort={port}\n"
         f"clientPortAddress={LOOPBACK}\nmaxClientCnxns=200\nadmin.enableServer=false\n"
         "4lw.commands.whitelist=ruok,srvr,stat\nautopurge.snapRetainCount=3\n"
         "autopurge.purgeInterval=1\n"
     )
     return Daemon(
-        name="zookeeper",
+        name=name,
         main="org.apache.zookeeper.server.quorum.QuorumPeerMain",
         args=(str(zoo_cfg),),
         heap_mb=256,
-        port=cfg.zookeeper_port,
+        port=port,
         lib="lib-zookeeper",
     )
 

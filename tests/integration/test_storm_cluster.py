@@ -15,7 +15,7 @@ import pytest
 from runtime import cli, nimbus
 from runtime.cluster import down, status, up
 from runtime.config import env_nimbus, load_config
-from runtime.drivers import FlightsDriver, SmokeDriver
+from runtime.drivers import ElasticFlightsDriver, FlightsDriver, SmokeDriver
 from runtime.errors import UserError
 from runtime.run import run_topology
 from runtime.storm_home import ensure_storm_home
@@ -65,6 +65,14 @@ def test_flights_job_on_cluster_matches_pandas_for_every_plane(cluster) -> None:
     outcome = run_topology(cfg, "cluster", FlightsDriver(limit=None), timeout=400)
     assert outcome.ok, outcome.summary
     assert outcome.facts["rows"] == 336_776
+
+
+def test_elastic_flights_with_migrations_on_cluster_matches_pandas(cluster) -> None:
+    cfg, _ = cluster
+    outcome = run_topology(cfg, "cluster", ElasticFlightsDriver(limit=None), timeout=400)
+    assert outcome.ok, outcome.summary
+    used = {m["used"] for m in outcome.facts["migrations"]}
+    assert {"direct", "cpa", "cpal"} <= used
 
 
 def _broken_project(cfg, tmp_path, monkeypatch, change) -> None:

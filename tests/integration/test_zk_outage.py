@@ -9,7 +9,6 @@ project's ``zoo.cfg``), so stopping it does not disturb the shared server on
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import socket
 import threading
@@ -51,26 +50,10 @@ def _free_port() -> int:
 
 
 def private_zookeeper(cfg, name: str = NAME) -> services.Daemon:
-    """A second ZooKeeper daemon: the project's ``zoo.cfg`` with its own port and a fresh
-    dataDir (``zookeeper_daemon`` rewrites the shared ``zoo.cfg`` with the same text)."""
-    base = services.zookeeper_daemon(cfg)
-    port = _free_port()
+    """A second ZooKeeper daemon with its own port and a fresh data dir."""
     data = cfg.home / name
     shutil.rmtree(data, ignore_errors=True)
-    data.mkdir(parents=True)
-    lines = []
-    for line in (cfg.run / "zoo.cfg").read_text().splitlines():
-        key = line.partition("=")[0]
-        lines.append(
-            f"dataDir={data}"
-            if key == "dataDir"
-            else f"clientPort={port}"
-            if key == "clientPort"
-            else line
-        )
-    conf = cfg.run / f"{name}.cfg"
-    conf.write_text("\n".join(lines) + "\n")
-    return dataclasses.replace(base, name=name, args=(str(conf),), port=port)
+    return services.zookeeper_daemon(cfg, name=name, port=_free_port(), data_dir=data)
 
 
 def start_zookeeper(cfg, daemon: services.Daemon) -> None:
