@@ -283,6 +283,21 @@ class SetHolder(Message):
         _check_group(self.key_group)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PeerDown(Message):
+    """Controller to every task: task ``task`` died and restarted empty.
+
+    Not about one key group (``key_group`` is 0 and ignored): the receiver stops
+    waiting for ``task`` wherever it did (``TaskCoordinator.peer_down``).
+    """
+
+    key_group: int
+    task: int
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+
+
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.__name__: cls
     for cls in (
@@ -297,6 +312,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         Trim,
         Migrate,
         SetHolder,
+        PeerDown,
     )
 }
 

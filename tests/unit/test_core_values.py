@@ -17,6 +17,7 @@ from elastorm.messages import (
     Data,
     DataTuple,
     Migrate,
+    PeerDown,
     Priority,
     Protocol,
     ToCheckpoint,
@@ -106,7 +107,8 @@ def test_message_kinds_follow_the_paper() -> None:
     assert cpa.priority is Priority.FAST and cpa.stateful
     assert cpal.priority is Priority.NORMAL
     assert ToCheckpoint(key_group=0, epoch=1).priority is Priority.NORMAL
-    assert len(MESSAGE_TYPES) == 11
+    assert PeerDown(key_group=0, task=3).priority is Priority.FAST
+    assert len(MESSAGE_TYPES) == 12
 
 
 def test_messages_are_validated_on_construction() -> None:

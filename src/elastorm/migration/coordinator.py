@@ -20,6 +20,7 @@ from elastorm.messages import (
     CheckpointNack,
     Data,
     Message,
+    PeerDown,
     SetHolder,
 )
 from elastorm.migration.keygroup import KeyGroupMachine
@@ -132,6 +133,8 @@ class TaskCoordinator:
             return m.receive(sender, message)
         if isinstance(message, CheckpointDelta):
             return self._on_delta(sender, message)
+        if isinstance(message, PeerDown):
+            return self.peer_down(message.task)
         if isinstance(message, SetHolder):
             self.machine(message.key_group).set_holder(message.holder)
             return []
