@@ -3,8 +3,9 @@
 flights_spout -> extract_delays (op1) --elastorm, direct by routing table--> sum_delays (op2)
                                       --default, fields(key)--> air_share (op3)
                                       --sample, global--> sampled_delay_share (op4)
-sum_delays --elastorm--> sum_delays (checkpoints to holders, acks), extract_delays (trims,
-           processedAllReplay); --elastorm_reports--> controller --elastorm--> both
+sum_delays --elastorm_relay--> relay --elastorm--> sum_delays (checkpoints to holders, acks),
+           extract_delays (trims, processedAllReplay)  [the relay breaks backpressure cycles]
+sum_delays --elastorm_reports--> controller --elastorm--> extract_delays, sum_delays
 op2, op3, op4, errors --> results_sink
 
 op2 has ``elastorm.key_groups`` key groups (20) on ``ELASTORM_KEYED_TASKS`` tasks
@@ -18,11 +19,11 @@ from streamparse import Grouping, Topology
 from streamparse.thrift import GlobalStreamId
 
 from bolts.common import ERRORS_STREAM, env_int, flights_topology_config
-from bolts.elastic import REPORTS, STREAM
+from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
 from bolts.flights import SAMPLE_STREAM, AirShare, ResultsSink, SampledDelayShare
 from bolts.flights_elastic import (
     CONTROLLER,
-    OP2,
+    RELAY_COMPONENT,
     ElasticExtractDelays,
     FlightsController,
     KeyedSumDelays,
@@ -45,7 +46,7 @@ class FlightsElasticTopology(Topology):
     extract_delays = ElasticExtractDelays.spec(
         inputs={
             flights_spout: Grouping.SHUFFLE,
-            _from(OP2): Grouping.DIRECT,
+            _from(RELAY_COMPONENT): Grouping.DIRECT,
             _from(CONTROLLER): Grouping.DIRECT,
         },
         par=PARALLELISM,
@@ -53,11 +54,12 @@ class FlightsElasticTopology(Topology):
     sum_delays = KeyedSumDelays.spec(
         inputs={
             extract_delays[STREAM]: Grouping.DIRECT,
-            _from(OP2): Grouping.DIRECT,
+            _from(RELAY_COMPONENT): Grouping.DIRECT,
             _from(CONTROLLER): Grouping.DIRECT,
         },
         par=KEYED_TASKS,
     )
+    relay = RelayBolt.spec(name=RELAY_COMPONENT, inputs={sum_delays[RELAY]: Grouping.GLOBAL}, par=1)
     controller = FlightsController.spec(inputs={sum_delays[REPORTS]: Grouping.GLOBAL}, par=1)
     air_share = AirShare.spec(inputs={extract_delays: Grouping.fields("key")}, par=PARALLELISM)
     sampled_delay_share = SampledDelayShare.spec(

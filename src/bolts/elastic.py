@@ -7,6 +7,13 @@ return become emits:
 * one direct stream, ``elastorm``, carries every protocol message between a pair
   of tasks (data, toState, toCheckpoint, syncGroup, checkpoints, acks, trims,
   processedAllReplay, commands), so control stays FIFO with data on each channel;
+  each tuple names its original sender;
+* what a keyed task sends (checkpoints to holders, acks, trims and
+  processedAllReplay back upstream) goes through a relay bolt (``elastorm_relay``)
+  first: those edges close cycles, and a cycle of bounded queues deadlocks under
+  Storm's backpressure (op1 blocked on a full op2 while op2 blocks on a full op1;
+  seen at full speed). The relay's queue only holds that low-volume traffic, so
+  the keyed tasks never block on it;
 * keyed tasks report to the controller on ``elastorm_reports`` (checkpoint stored,
   migration done, aborted, holder lost);
 * the controller (one task) reads migration requests from ZooKeeper, orders them
@@ -31,15 +38,17 @@ from streamparse import Bolt, Stream
 from elastorm.actions import (
     Action,
     Applied,
+    CheckpointStored,
     MigrationDone,
     Rejected,
     Send,
+    TaskStarted,
     decode_report,
     encode_report,
 )
 from elastorm.control import MigrationController, MigrationRefused, initial_holders
 from elastorm.errors import MigrationProtocolError
-from elastorm.messages import Message, decode, encode
+from elastorm.messages import Message, PeerDown, decode, encode
 from elastorm.migration.coordinator import TaskCoordinator
 from elastorm.migration.emitter import Emitter
 from elastorm.routing import RoutingTable
@@ -49,7 +58,8 @@ log = logging.getLogger(__name__)
 
 STREAM = "elastorm"
 REPORTS = "elastorm_reports"
-MESSAGE_FIELDS = ["message"]
+MESSAGE_FIELDS = ["message", "sender"]
+RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
 
 KEY_GROUPS_KEY = "elastorm.key_groups"
@@ -59,6 +69,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 5.0
 
 MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
 REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
+RELAY_STREAM = Stream(fields=["to_task", "message", "sender"], name=RELAY)
 
 
 def to_wire(message: Message) -> str:
@@ -95,12 +106,14 @@ class _Sending:
 
     def _senders(self, context: Mapping[str, Any]) -> None:
         self._controller_tasks = set(tasks_of(context, self.controller_component))
+        self._task = int(context["taskid"])
 
     def sender_of(self, tup) -> int:
-        return CONTROLLER_SENDER if tup.task in self._controller_tasks else tup.task
+        sender = int(tup.values[1])
+        return CONTROLLER_SENDER if sender in self._controller_tasks else sender
 
     def send(self, action: Send) -> None:
-        self.emit([to_wire(action.message)], stream=STREAM, direct_task=action.to_task)
+        self.emit([to_wire(action.message), self._task], stream=STREAM, direct_task=action.to_task)
 
 
 class KeyedEmitting(_Sending):
@@ -156,12 +169,22 @@ class KeyedOperator(_Sending):
     def setup_keyed(
         self, conf: Mapping[str, Any], context: Mapping[str, Any], combine: Combine
     ) -> None:
+        from controller.requests_zk import task_start
+
         self._senders(context)
         task = int(context["taskid"])
-        tasks = tasks_of(context, context["componentid"])
+        component = context["componentid"]
+        tasks = tasks_of(context, component)
         routing = RoutingTable.round_robin(conf_key_groups(conf), tasks)
         holders = initial_holders(routing, tasks)
-        owned = routing.key_groups_of(task)
+        incarnation, epoch = task_start(conf, component, task, component)
+        restarted = incarnation > 1
+        # A restarted task lost its state, copies and inbox: it owns nothing until the
+        # controller restores its groups elsewhere, and ignores commands it missed.
+        owned = () if restarted else routing.key_groups_of(task)
+        if restarted:
+            log.warning("task %s restarted (incarnation %d): starting empty", task, incarnation)
+        self._started = TaskStarted(task=task, restarted=restarted, stale_through=epoch)
         interval = float(conf.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL))
         self.coordinator = TaskCoordinator(
             task=task,
@@ -171,6 +194,7 @@ class KeyedOperator(_Sending):
             owned=owned,
             holders={g: holders[g] for g in owned},
             checkpoint_interval=interval if interval > 0 else None,
+            stale_through=epoch if restarted else -1,
         )
 
     def receive_elastorm(self, tup) -> None:
@@ -184,7 +208,14 @@ class KeyedOperator(_Sending):
             return
         self.perform(actions)
 
+    def send(self, action: Send) -> None:
+        """Through the relay (see the module docstring): a keyed task must never block."""
+        self.emit([action.to_task, to_wire(action.message), self._task], stream=RELAY)
+
     def tick_keyed(self) -> None:
+        if self._started is not None:  # tell the controller we are here (once)
+            self.emit([json.dumps(encode_report(self._started))], stream=REPORTS)
+            self._started = None
         self.perform(self.coordinator.on_tick(self.clock()))
 
     def perform(self, actions: list[Action]) -> None:
@@ -206,6 +237,20 @@ class KeyedOperator(_Sending):
 
     def on_protocol_error(self, message: Message, exc: MigrationProtocolError) -> None:
         """Called when a message broke its key group's protocol."""
+
+
+class RelayBolt(Bolt):
+    """Forwards what keyed tasks send (``elastorm_relay``) to its target on ``elastorm``.
+
+    One task; keeps each sender's order (one FIFO in, one FIFO out per target).
+    """
+
+    outputs = [MESSAGE_STREAM]
+    auto_anchor = False
+
+    def process(self, tup):
+        to_task, message, sender = tup.values
+        self.emit([message, sender], stream=STREAM, direct_task=int(to_task))
 
 
 class MigrationControllerBolt(_Sending, Bolt):
@@ -242,10 +287,28 @@ class MigrationControllerBolt(_Sending, Bolt):
                 name = self.active.pop(report.key_group, None)
                 if name is not None:
                     self.board.finish(name)
-        elif report.__class__.__name__ == "CheckpointStored":
+        elif isinstance(report, CheckpointStored):
             self.control.on_checkpoint_stored(tup.task, report)
+        elif isinstance(report, TaskStarted):
+            if report.restarted:
+                self.recover(report.task)
         else:
             log.warning("controller: task %s reports %s", tup.task, report)
+
+    def recover(self, dead: int) -> None:
+        """Task ``dead`` came back empty: restore its groups from the surviving copies."""
+        plan = self.control.crash(dead)
+        log.warning("task %s restarted empty: restoring key groups %s", dead, plan.restored)
+        for send in plan.sends:
+            self.send(send)
+        for task in self.control.tasks:
+            if task != dead:
+                self.send(Send(to_task=task, message=PeerDown(key_group=0, task=dead)))
+        for g in plan.restored:
+            name = self.active.pop(g, None)
+            if name is not None:
+                self.board.refuse(name, f"task {dead} died; key group {g} restored instead")
+        self.board.publish_routing(self.control)
 
     def process_tick(self, tup):
         for name, request in self.board.pending():
@@ -268,4 +331,5 @@ class MigrationControllerBolt(_Sending, Bolt):
                 source=self.control.moving[g].source,
                 target=int(target),
             )
+            self.board.publish_routing(self.control)
         self.board.publish_routing(self.control)

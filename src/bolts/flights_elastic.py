@@ -19,6 +19,8 @@ from streamparse import Stream
 from bolts.common import ERROR_FIELDS, ERRORS_STREAM, conf_number
 from bolts.elastic import (
     MESSAGE_STREAM,
+    RELAY,
+    RELAY_STREAM,
     REPORT_STREAM,
     REPORTS,
     STREAM,
@@ -41,6 +43,7 @@ from spouts.flights import TUPLE_FIELDS
 OP1 = "extract_delays"
 OP2 = "sum_delays"
 CONTROLLER = "controller"
+RELAY_COMPONENT = "relay"
 
 
 def add_delay(current: dict[str, list[int]] | None, value: list) -> dict[str, list[int]]:
@@ -107,10 +110,10 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
     outputs = [
         Stream(fields=UPDATE_FIELDS),
         Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
-        MESSAGE_STREAM,
+        RELAY_STREAM,
         REPORT_STREAM,
     ]
-    streams = ("default", ERRORS_STREAM, STREAM, REPORTS)
+    streams = ("default", ERRORS_STREAM, RELAY, REPORTS)
 
     def setup(self, conf: Mapping[str, Any]) -> None:
         self.flush_every = conf_number(conf, FLUSH_EVERY_KEY, DEFAULT_FLUSH_EVERY, minimum=1)

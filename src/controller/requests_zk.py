@@ -5,6 +5,7 @@ Layout, under ``/elastorm/<topology>/``::
 
     requests/req-<seq>      one MigrationRequest (JSON), its state updated in place
     status/<operator>       the controller's routing table, holders and epoch (JSON)
+    incarnations/<comp>-<task>   how many times that task has started (a restart is > 1)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.requests import (
@@ -153,3 +154,39 @@ def read_status(client: KazooClient, topology: str, operator: str) -> dict | Non
         return json.loads(client.get(status_path(topology, operator))[0].decode())
     except NoNodeError:
         return None
+
+
+def register_incarnation(client: KazooClient, topology: str, component: str, task: int) -> int:
+    """Count one more start of ``component``'s task ``task``; return the count (1 = first)."""
+    path = f"{DEFAULT_ROOT}/{topology}/incarnations/{component}-{task}"
+    try:
+        client.create(path, b"1", makepath=True)
+        return 1
+    except NodeExistsError:
+        data, stat = client.get(path)
+        count = int(data.decode() or "1") + 1
+        client.set(path, str(count).encode(), version=stat.version)
+        return count
+
+
+def task_start(
+    conf: Mapping[str, Any], component: str, task: int, operator: str
+) -> tuple[int, int]:
+    """At a keyed task's start: (incarnation, controller epoch) from the topology's ZooKeeper.
+
+    ``(1, -1)`` when ZooKeeper cannot be reached (logged): the task then starts as
+    if for the first time.
+    """
+    client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
+    try:
+        client.start(timeout=10)
+        topology = str(conf["topology.name"])
+        incarnation = register_incarnation(client, topology, component, task)
+        status = read_status(client, topology, operator) if incarnation > 1 else None
+        return incarnation, int(status["epoch"]) if status else -1
+    except ZK_ERRORS as exc:
+        log.error("task %s: ZooKeeper unreachable at start (%s); assuming a first start", task, exc)
+        return 1, -1
+    finally:
+        client.stop()
+        client.close()

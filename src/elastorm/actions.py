@@ -92,16 +92,30 @@ class HolderLost:
     holder: int
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskStarted:
+    """Task ``task`` started; ``restarted`` if it had run before and lost everything.
+
+    A restarted task owns nothing and ignores commands up to ``stale_through``;
+    the controller restores what it owned (``MigrationController.crash``).
+    """
+
+    task: int
+    restarted: bool
+    stale_through: int
+
+
 Action = (
     Send | Applied | Rejected | CheckpointStored | MigrationDone | MigrationAborted | HolderLost
 )
 
 
-Report = CheckpointStored | MigrationDone | MigrationAborted | HolderLost
-"""Actions a task reports to the controller."""
+Report = CheckpointStored | MigrationDone | MigrationAborted | HolderLost | TaskStarted
+"""What a task reports to the controller."""
 
 _REPORT_TYPES: dict[str, type] = {
-    cls.__name__: cls for cls in (CheckpointStored, MigrationDone, MigrationAborted, HolderLost)
+    cls.__name__: cls
+    for cls in (CheckpointStored, MigrationDone, MigrationAborted, HolderLost, TaskStarted)
 }
 
 

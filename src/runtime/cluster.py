@@ -66,9 +66,13 @@ def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int) -> Daemon:
     )
 
 
-def supervisor_daemon(cfg: ElastormConfig, index: int, nimbus_port: int) -> Daemon:
+def supervisor_daemon(
+    cfg: ElastormConfig, index: int, nimbus_port: int, slots: int | None = None
+) -> Daemon:
     """Supervisor ``index`` = node ``index``: own slot ports, thrift port and local dir."""
-    slots = cfg.cluster_slots_per_supervisor
+    slots = slots or cfg.cluster_slots_per_supervisor
+    if not 1 <= slots <= 8:
+        raise ValueError(f"slots per supervisor must be in 1..8, got {slots}")
     first = cfg.cluster_first_slot_port + index * 10
     name = f"supervisor-{index}"
     conf = base_conf(cfg, nimbus_port) | {
@@ -87,7 +91,7 @@ def supervisor_daemon(cfg: ElastormConfig, index: int, nimbus_port: int) -> Daem
     )
 
 
-def up(cfg: ElastormConfig, supervisors: int | None = None) -> dict:
+def up(cfg: ElastormConfig, supervisors: int | None = None, slots: int | None = None) -> dict:
     """Bring the cluster up (idempotent) and wait until Nimbus sees every supervisor."""
     from runtime.nimbus import cluster_summary
 
@@ -99,7 +103,7 @@ def up(cfg: ElastormConfig, supervisors: int | None = None) -> dict:
     pid = start(cfg, nimbus)
     wait_until(lambda: port_open(port, host), "Nimbus", 90, pid, cfg.logs / "nimbus.log")
     for index in range(count):
-        start(cfg, supervisor_daemon(cfg, index, port))
+        start(cfg, supervisor_daemon(cfg, index, port, slots))
 
     def registered() -> bool:
         # Nimbus may still be opening its Thrift server, or drop a first connection.

@@ -100,9 +100,11 @@ def load_config(project: Path | None = None) -> ElastormConfig:
     for key in ("zookeeper_port", "cluster_first_slot_port"):
         if not 1024 <= values[key] <= 65000:
             raise UserError(f"{path}: elastorm.{key} must be a port in 1024..65000")
-    for key in ("local_supervisors", "cluster_supervisors", "cluster_slots_per_supervisor"):
+    for key in ("local_supervisors", "cluster_supervisors"):
         if not 1 <= values[key] <= 16:
             raise UserError(f"{path}: elastorm.{key} must be in 1..16, got {values[key]}")
+    if not 1 <= values["cluster_slots_per_supervisor"] <= 8:  # 10 ports per supervisor
+        raise UserError(f"{path}: elastorm.cluster_slots_per_supervisor must be in 1..8")
     if values["worker_heap_mb"] < 128:
         raise UserError(f"{path}: elastorm.worker_heap_mb must be >= 128")
     home = Path(values["home"])

@@ -161,6 +161,7 @@ class ElasticFlightsDriver(FlightsDriver):
         super().__init__(limit)
         self.max_rate = max_rate
         self.script = list(script)
+        self.scripted = len(script)
         self.key_groups = key_groups
         self.checkpoint_interval = checkpoint_interval
         self.migrations: list[dict[str, Any]] = []
@@ -216,6 +217,12 @@ class ElasticFlightsDriver(FlightsDriver):
             "detail": done.detail,
         }
 
+    def _migrations_ok(self) -> bool:
+        """Every scripted migration ran, completed, and used the protocol asked."""
+        return len(self.migrations) == self.scripted and all(
+            m["state"] == "done" and m["used"] == m["asked"] for m in self.migrations
+        )
+
     def outcome(self, output_dir: str) -> Outcome:
         base = super().outcome(output_dir)
         if self._client is not None:
@@ -227,9 +234,7 @@ class ElasticFlightsDriver(FlightsDriver):
             + (f" in {m['ms']} ms" if m["ms"] is not None else f" ({m['detail']})")
             for i, m in enumerate(self.migrations)
         ]
-        all_done = bool(self.migrations) and all(
-            m["state"] == "done" and m["used"] == m["asked"] for m in self.migrations
-        )
+        all_done = self._migrations_ok()
         missing = f"{len(self.script)} scripted migrations never ran" if self.script else ""
         lines.append(
             f"migrations: {len(self.migrations)} run, "
@@ -239,6 +244,105 @@ class ElasticFlightsDriver(FlightsDriver):
         facts = base.facts | {"migrations": self.migrations}
         ok = base.ok and all_done and not self.script
         return Outcome(summary=base.summary + "\n" + "\n".join(lines), ok=ok, facts=facts)
+
+
+class ElasticCrashDriver(ElasticFlightsDriver):
+    """The elastic flights job with a task killed (``kill -9`` of its Python process)
+    in the middle of a migration, on a real cluster.
+
+    Every executor runs in a worker of its own (``topology.ras.one.executor.per.worker``)
+    so the kill takes down exactly one task, as a crashed process would; Storm
+    restarts that worker and the task comes back empty. The controller restores
+    its key groups from their checkpoint holders and the emitters' buffers. The run
+    passes if every plane's totals still equal pandas'.
+    """
+
+    name = "flights_elastic"
+    DEFAULT_SCRIPT = ((0.15, "cpa"), (0.3, "crash"), (0.7, "cpal"))
+
+    def __init__(self, limit: int | None = None, victim: str = "source", **kwargs: Any) -> None:
+        super().__init__(limit, script=self.DEFAULT_SCRIPT, **kwargs)
+        if victim not in ("source", "target"):
+            raise ValueError("victim must be 'source' or 'target'")
+        self.victim = victim
+        self.kills: list[dict[str, Any]] = []
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        self.output_dir = output_dir
+        return super().options(output_dir) | {
+            "topology.ras.one.executor.per.worker": True,
+            "topology.acker.executors": 0,
+        }
+
+    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        if protocol != "crash":
+            return super()._migrate(index, protocol)
+        return self._kill_mid_migration(index)
+
+    def _kill_mid_migration(self, index: int) -> dict[str, Any]:
+        import signal
+
+        from controller.requests import MigrationRequest, RequestState
+        from controller.requests_zk import read_request, submit_request
+        from elastorm.messages import Protocol
+        from runtime.migrate import connect, wait_for_status
+
+        if self._client is None:
+            self._client = connect(self.zk_hosts)
+        status = wait_for_status(self._client, self.topology, "sum_delays", timeout=30)
+        group = (index * 7 + 3) % self.key_groups
+        request = MigrationRequest(
+            operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
+        )
+        name = submit_request(self._client, self.topology, request)
+        deadline = time.monotonic() + 30
+        while (current := read_request(self._client, self.topology, name)).state in (
+            RequestState.PENDING,
+        ):
+            if time.monotonic() > deadline:
+                raise UserError(f"request {name} never started")
+            time.sleep(0.02)
+        if current.state is not RequestState.STARTED:
+            raise UserError(f"request {name}: {current.state.value} ({current.detail})")
+        victim = current.source if self.victim == "source" else current.target
+        pid = self._pid_of("sum_delays", int(victim))
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        while (current := read_request(self._client, self.topology, name)).state is (
+            RequestState.STARTED
+        ):
+            if time.monotonic() > deadline + 120:
+                raise UserError(f"request {name} neither done nor refused after the kill")
+            time.sleep(0.1)
+        restored_at = time.time()
+        self.kills.append({"task": victim, "pid": pid, "group": group})
+        return {
+            "group": group,
+            "asked": f"cpal, then kill -9 of the {self.victim} (task {victim}, pid {pid})",
+            "used": "crash",
+            "state": current.state.value,
+            "source": current.source,
+            "target": current.target,
+            "ms": None,
+            "detail": f"{current.detail}; answered {restored_at - killed_at:.1f} s after the kill",
+            "epoch": status["epoch"],
+        }
+
+    def _pid_of(self, component: str, task: int) -> int:
+        path = os.path.join(self.output_dir, "counts", f"{component}-{task}.json")
+        with open(path, encoding="utf-8") as fh:
+            return int(json.load(fh)["pid"])
+
+    def _migrations_ok(self) -> bool:
+        # The crash step ends "refused" on purpose: its group was restored instead.
+        crashed = [m for m in self.migrations if m["used"] == "crash"]
+        others = [m for m in self.migrations if m["used"] != "crash"]
+        return (
+            len(self.migrations) == self.scripted
+            and bool(crashed)
+            and all(m["state"] == "refused" for m in crashed)
+            and all(m["state"] == "done" and m["used"] == m["asked"] for m in others)
+        )
 
 
 def driver_for(topology: str, limit: int | None) -> FlightsDriver | SmokeDriver:
