@@ -141,6 +141,7 @@ class ElasticFlightsDriver(FlightsDriver):
 
     name = "flights_elastic"
     keyed = frozenset({"op2"})
+    migration_timeout = 60.0  # seconds a scripted migration may take
     DEFAULT_SCRIPT = tuple(
         (share, protocol)
         for share, protocol in zip(
@@ -203,7 +204,13 @@ class ElasticFlightsDriver(FlightsDriver):
         else:
             target = "holder"
         done = request_migration(
-            self._client, self.topology, "sum_delays", group, target, Protocol(protocol)
+            self._client,
+            self.topology,
+            "sum_delays",
+            group,
+            target,
+            Protocol(protocol),
+            timeout=self.migration_timeout,
         )
         times = done.times
         return {
@@ -250,8 +257,8 @@ class ElasticCrashDriver(ElasticFlightsDriver):
     """The elastic flights job with a task killed (``kill -9`` of its Python process)
     in the middle of a migration, on a real cluster.
 
-    Every executor runs in a worker of its own (``topology.ras.one.executor.per.worker``)
-    so the kill takes down exactly one task, as a crashed process would; Storm
+    Every executor runs in a worker of its own so the kill takes down exactly one
+    task, as a crashed process would; Storm
     restarts that worker and the task comes back empty. The controller restores
     its key groups from their checkpoint holders and the emitters' buffers. The run
     passes if every plane's totals still equal pandas'.
@@ -269,10 +276,27 @@ class ElasticCrashDriver(ElasticFlightsDriver):
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir
+        # Nimbus here schedules with the EvenScheduler, which spreads executors
+        # round-robin over topology.workers: as many workers as executors puts each
+        # executor in a worker of its own (no ackers: the job does not ack).
         return super().options(output_dir) | {
-            "topology.ras.one.executor.per.worker": True,
+            "topology.workers": self.executors(),
             "topology.acker.executors": 0,
         }
+
+    @staticmethod
+    def executors() -> int:
+        """Executors of the elastic flights topology (one task each)."""
+        import importlib.util
+
+        path = os.path.join(
+            os.path.dirname(__file__), "..", "..", "topologies", "flights_elastic.py"
+        )
+        spec = importlib.util.spec_from_file_location("flights_elastic_topology", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        topology = module.FlightsElasticTopology
+        return sum(c.common.parallelism_hint for c in topology.specs)
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
         if protocol != "crash":
@@ -295,7 +319,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
             operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
         )
         name = submit_request(self._client, self.topology, request)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.migration_timeout
         while (current := read_request(self._client, self.topology, name)).state in (
             RequestState.PENDING,
         ):
@@ -311,7 +335,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         while (current := read_request(self._client, self.topology, name)).state is (
             RequestState.STARTED
         ):
-            if time.monotonic() > deadline + 120:
+            if time.monotonic() > deadline + self.migration_timeout:
                 raise UserError(f"request {name} neither done nor refused after the kill")
             time.sleep(0.1)
         restored_at = time.time()
