@@ -227,6 +227,7 @@ class KeyedOperator(_Sending):
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
             else:  # a report for the controller
+                self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
 
     def on_applied(self, applied: Applied) -> None:
@@ -234,6 +235,9 @@ class KeyedOperator(_Sending):
 
     def on_rejected(self, rejected: Rejected) -> None:
         log.warning("rejected from task %s: %s", rejected.sender, rejected.reason)
+
+    def on_report(self, report) -> None:
+        """Called with each report before it goes to the controller."""
 
     def on_protocol_error(self, message: Message, exc: MigrationProtocolError) -> None:
         """Called when a message broke its key group's protocol."""

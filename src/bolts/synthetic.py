@@ -1,0 +1,280 @@
+"""Bolts of the synthetic migration benchmark (seed 001, Figs. 5-6).
+
+``generator -> emitter (KeyedEmitting) --elastorm, direct--> counter (KeyedOperator, 3
+tasks) --reports--> controller``. The emitter is a pass-through: Storm spouts cannot
+receive tuples, and an elastorm emitter must receive trims and commands.
+
+The counter sums a count per key and measures, for the *hot* key group only
+(``elastorm.synthetic.hot_group``, the one the benchmark migrates), the latency of
+every tuple whose output it emits (``Applied.emit_output``: replays and CPAL
+shadow processing produce no output, so they do not count): now minus the
+spout's stamp, kept per 100 ms bucket of output time as ``[max, count, sum]``
+and appended to ``latency-<task>.jsonl`` on ticks.
+
+Checkpoints: the cold groups every ``elastorm.checkpoint_interval_secs``; the hot
+group once when a task first owns it and then only when the driver asks (the
+``checkpoint`` counter of the control file), so the driver decides how many of
+its tuples wait in the emitter's buffer (the replay size) when it migrates.
+
+Every non-data message of the hot group and every ``Migrate`` at the emitter is
+timed (``events-<task>.jsonl``): where a migration's time goes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bolts.common import CountingBolt, conf_number
+from bolts.elastic import (
+    CHECKPOINT_INTERVAL_KEY,
+    DEFAULT_CHECKPOINT_INTERVAL,
+    MESSAGE_STREAM,
+    REPORT_STREAM,
+    REPORTS,
+    STREAM,
+    KeyedEmitting,
+    KeyedOperator,
+    MigrationControllerBolt,
+    from_wire,
+)
+from elastorm.actions import Applied
+from elastorm.errors import MigrationProtocolError
+from elastorm.messages import Migrate
+from spouts.synthetic import HOT_GROUP_KEY, conf_value, read_control
+
+log = logging.getLogger(__name__)
+
+EMITTER = "emitter"
+COUNTER = "counter"
+CONTROLLER = "controller"
+BUCKET_SECS = 0.1
+DATA_PREFIX = '{"type":"Data",'
+
+
+def add_count(current: int | None, value: list) -> int:
+    """The counter's fold: ``value = [increment, stamp]``."""
+    return (current or 0) + value[0]
+
+
+def message_type(text: str) -> str:
+    """The ``type`` of a wire message without decoding it (``to_wire`` puts it first)."""
+    return text[9 : text.find('"', 9)] if text.startswith('{"type":"') else "?"
+
+
+class LatencyBuckets:
+    """Per ``width``-second bucket of output time: ``[max, count, sum]`` of latencies (s)."""
+
+    __slots__ = ("width", "open")
+
+    def __init__(self, width: float = BUCKET_SECS) -> None:
+        self.width = width
+        self.open: dict[int, list[float]] = {}
+
+    def add(self, now: float, latency: float) -> None:
+        b = int(now / self.width)
+        row = self.open.get(b)
+        if row is None:
+            self.open[b] = [latency, 1, latency]
+        else:
+            if latency > row[0]:
+                row[0] = latency
+            row[1] += 1
+            row[2] += latency
+
+    def drain(self, now: float) -> list[list[float]]:
+        """Remove and return the buckets that ended before ``now``, as rows
+        ``[bucket index, max ms, count, sum ms]`` in time order."""
+        current = int(now / self.width)
+        closed = sorted(b for b in self.open if b < current)
+        rows = []
+        for b in closed:
+            top, count, total = self.open.pop(b)
+            rows.append([b, round(top * 1000, 3), int(count), round(total * 1000, 3)])
+        return rows
+
+
+class CheckpointPlan:
+    """Which owned groups a counter task checkpoints on a tick.
+
+    Cold groups: when first owned, then every ``interval`` seconds (none if 0).
+    The hot group: when first owned here, and whenever the driver's request
+    counter passes the last one this task saw while owning it.
+    """
+
+    def __init__(self, hot: int, interval: float) -> None:
+        self.hot = hot
+        self.interval = interval
+        self.last: dict[int, float] = {}
+        self.seen_request = 0
+
+    def due(self, now: float, owned: Iterable[int], requested: int) -> list[int]:
+        groups = []
+        for g in owned:
+            last = self.last.get(g)
+            if g == self.hot:
+                take = last is None or requested > self.seen_request
+            else:
+                take = last is None or (self.interval > 0 and now - last >= self.interval)
+            if take:
+                groups.append(g)
+                self.last[g] = now
+        self.seen_request = max(self.seen_request, requested)
+        return groups
+
+
+class EventLog:
+    """Timed protocol events, appended to ``<dir>/events-<task>.jsonl`` on flush."""
+
+    def __init__(self, output_dir: str, task: int) -> None:
+        self.path = os.path.join(output_dir, f"events-{task}.jsonl")
+        self.task = task
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, **row: Any) -> None:
+        self.rows.append({"task": self.task, **row})
+
+    def flush(self) -> None:
+        if self.rows:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in self.rows)
+            self.rows = []
+
+
+class SyntheticEmitter(KeyedEmitting, CountingBolt):
+    """Pass-through: each ``(key, stamp)`` goes to the counter's owner of its group."""
+
+    role = "emitter"
+    keyed_component = COUNTER
+    controller_component = CONTROLLER
+    outputs = [MESSAGE_STREAM]
+    streams = (STREAM,)
+    auto_ack = True
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        self.setup_emitting(conf, self.context)
+        self.hot = conf_value(conf, HOT_GROUP_KEY)
+        self.events = EventLog(self.output_dir, self.counters.task)
+
+    def handle(self, tup):
+        if tup.stream != STREAM:
+            key, stamp = tup.values
+            self.emit_keyed(key, [1, stamp], stamp)
+            self.counters.out[STREAM] += 1
+            return
+        text = tup.values[0]
+        kind = message_type(text)
+        replayed = self.emitter.stats["replayed"]
+        buffered = self.emitter.buffer.size(self.hot)
+        started = time.perf_counter()
+        try:
+            rest = self.receive_elastorm(tup)
+        except (ValueError, MigrationProtocolError) as exc:
+            log.error("emitter: %s: %s", type(exc).__name__, exc)
+            self.counters.error("bad_control")
+            return
+        ms = (time.perf_counter() - started) * 1000
+        if rest:
+            self.counters.error("rejected", len(rest))
+        if kind in ("Migrate", "ProcessedAllReplay"):
+            message = from_wire(text)
+            if message.key_group == self.hot:
+                self.events.add(
+                    at=time.time(),
+                    type=kind,
+                    epoch=message.epoch,
+                    protocol=message.protocol.value if isinstance(message, Migrate) else None,
+                    buffered=buffered,
+                    replayed=self.emitter.stats["replayed"] - replayed,
+                    ms=round(ms, 3),
+                )
+                self.events.flush()
+
+    def on_tick(self) -> None:
+        self.counters.extra["buffer_hot"] = self.emitter.buffer.size(self.hot)
+        self.counters.extra["buffered"] = len(self.emitter.buffer)
+        self.counters.extra["stats"] = dict(self.emitter.stats)
+
+
+class SyntheticCounter(KeyedOperator, CountingBolt):
+    """Count per key on key groups; latency of the hot group's outputs (module docstring)."""
+
+    role = "counter"
+    emitter_components = (EMITTER,)
+    controller_component = CONTROLLER
+    outputs = [MESSAGE_STREAM, REPORT_STREAM]
+    streams = (STREAM, REPORTS)
+    wall = staticmethod(time.time)
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        interval = conf_number(
+            conf, CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL, kind=float
+        )
+        # The coordinator takes no checkpoints on its own: CheckpointPlan decides.
+        self.setup_keyed({**conf, CHECKPOINT_INTERVAL_KEY: 0}, self.context, add_count)
+        self.hot = conf_value(conf, HOT_GROUP_KEY)
+        self.plan = CheckpointPlan(self.hot, interval)
+        self.hot_marker = f'"key_group":{self.hot},'
+        self.latency = LatencyBuckets()
+        task = self.counters.task
+        self.latency_path = os.path.join(self.output_dir, f"latency-{task}.jsonl")
+        self.events = EventLog(self.output_dir, task)
+        self.outputs_hot = 0
+
+    def handle(self, tup):
+        text = tup.values[0]
+        if text.startswith(DATA_PREFIX) or self.hot_marker not in text[:64]:
+            self.receive_elastorm(tup)
+            return
+        started = time.perf_counter()
+        self.receive_elastorm(tup)
+        self.events.add(
+            at=self.wall(),
+            type=message_type(text),
+            chars=len(text),
+            ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+
+    def on_applied(self, applied: Applied) -> None:
+        if applied.emit_output and applied.key_group == self.hot:
+            now = self.wall()
+            self.latency.add(now, now - applied.item.value[1])
+            self.outputs_hot += 1
+
+    def on_tick(self) -> None:
+        control = read_control(self.output_dir)
+        coordinator = self.coordinator
+        for g in self.plan.due(self.clock(), coordinator.owned(), int(control.get("checkpoint", 0))):
+            self.perform(coordinator.checkpoint(g))
+            if g == self.hot:
+                self.events.add(at=self.wall(), type="checkpoint_taken", request=self.plan.seen_request)
+        rows = self.latency.drain(self.wall())
+        if rows:
+            with open(self.latency_path, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+        self.events.flush()
+        extra = self.counters.extra
+        extra["owned"] = list(coordinator.owned())
+        extra["held"] = sorted(coordinator.held)
+        extra["hot_phase"] = coordinator.phase(self.hot).value
+        extra["outputs_hot"] = self.outputs_hot
+        extra["checkpoint_request_seen"] = self.plan.seen_request
+        if control.get("final"):
+            extra["state_total"] = sum(
+                sum(coordinator.state(g).items().values()) for g in coordinator.live()
+            )
+            extra["live"] = list(coordinator.live())
+            state = coordinator.state(self.hot)
+            extra["hot_keys"] = len(state) if state is not None else None
+
+
+class SyntheticController(MigrationControllerBolt):
+    """The controller of ``counter``."""
+
+    keyed_component = COUNTER
+    emitter_components = (EMITTER,)
+    controller_component = CONTROLLER
