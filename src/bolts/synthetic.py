@@ -1,8 +1,9 @@
 """Bolts of the synthetic migration benchmark (seed 001, Figs. 5-6).
 
 ``generator -> emitter (KeyedEmitting) --elastorm, direct--> counter (KeyedOperator, 3
-tasks) --reports--> controller``. The emitter is a pass-through: Storm spouts cannot
-receive tuples, and an elastorm emitter must receive trims and commands.
+tasks) --reports--> controller``; what the counter sends goes through the relay. The
+emitter is a pass-through: Storm spouts cannot receive tuples, and an elastorm
+emitter must receive trims and commands.
 
 The counter sums a count per key and measures, for the *hot* key group only
 (``elastorm.synthetic.hot_group``, the one the benchmark migrates), the latency of
@@ -34,6 +35,8 @@ from bolts.elastic import (
     CHECKPOINT_INTERVAL_KEY,
     DEFAULT_CHECKPOINT_INTERVAL,
     MESSAGE_STREAM,
+    RELAY,
+    RELAY_STREAM,
     REPORT_STREAM,
     REPORTS,
     STREAM,
@@ -52,6 +55,7 @@ log = logging.getLogger(__name__)
 EMITTER = "emitter"
 COUNTER = "counter"
 CONTROLLER = "controller"
+RELAY_COMPONENT = "relay"
 BUCKET_SECS = 0.1
 DATA_PREFIX = '{"type":"Data",'
 
@@ -206,8 +210,8 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
     role = "counter"
     emitter_components = (EMITTER,)
     controller_component = CONTROLLER
-    outputs = [MESSAGE_STREAM, REPORT_STREAM]
-    streams = (STREAM, REPORTS)
+    outputs = [RELAY_STREAM, REPORT_STREAM]
+    streams = (RELAY, REPORTS)
     wall = staticmethod(time.time)
 
     def setup(self, conf: Mapping[str, Any]) -> None:
@@ -246,12 +250,17 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
             self.outputs_hot += 1
 
     def on_tick(self) -> None:
+        self.tick_keyed()  # the start-up report (the coordinator's own checkpoints are off)
         control = read_control(self.output_dir)
         coordinator = self.coordinator
-        for g in self.plan.due(self.clock(), coordinator.owned(), int(control.get("checkpoint", 0))):
+        for g in self.plan.due(
+            self.clock(), coordinator.owned(), int(control.get("checkpoint", 0))
+        ):
             self.perform(coordinator.checkpoint(g))
             if g == self.hot:
-                self.events.add(at=self.wall(), type="checkpoint_taken", request=self.plan.seen_request)
+                self.events.add(
+                    at=self.wall(), type="checkpoint_taken", request=self.plan.seen_request
+                )
         rows = self.latency.drain(self.wall())
         if rows:
             with open(self.latency_path, "a", encoding="utf-8") as f:

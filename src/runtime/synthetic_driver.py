@@ -28,12 +28,16 @@ on its 1 s tick).
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
+import shutil
+import socket
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +84,31 @@ class Settings:
     @property
     def hot_rate(self) -> float:
         return self.rate * self.hot_share
+
+
+@contextmanager
+def private_zookeeper(cfg, name: str = "zookeeper-migration-bench") -> Iterator[Any]:
+    """A ZooKeeper server of our own for one LocalCluster run; yields a config using it.
+
+    The project's server is shared: another engineer's ``elastorm cluster down``
+    stops it, which takes a LocalCluster that uses it down mid-run.
+    """
+    from runtime import services
+
+    with socket.socket() as sock:
+        sock.bind((services.LOOPBACK, 0))
+        port = sock.getsockname()[1]
+    data = cfg.home / name
+    shutil.rmtree(data, ignore_errors=True)
+    daemon = services.zookeeper_daemon(cfg, name=name, port=port, data_dir=data)
+    pid = services.start(cfg, daemon)
+    try:
+        services.wait_until(
+            lambda: services.zookeeper_ok(port), name, 30, pid, cfg.logs / f"{name}.log"
+        )
+        yield dataclasses.replace(cfg, zookeeper_port=port)
+    finally:
+        services.stop(cfg, name)
 
 
 # -- analysis (pure) ------------------------------------------------------------------
@@ -130,7 +159,7 @@ def analyse(output_dir: str, records: list[dict[str, Any]], settings: Settings) 
     """Add pause, completion and the replay actually found to each record, in place."""
     buckets = merge_buckets(read_jsonl(os.path.join(output_dir, "latency-*.jsonl")))
     events = read_jsonl(os.path.join(output_dir, "events-*.jsonl"))
-    migrates = {e["epoch"]: e for e in events if e["type"] == "Migrate"}
+    migrates = {e["epoch"]: e for e in events if e["type"] == "Migrate" and "epoch" in e}
     for r in records:
         r.update(
             pause_of(buckets, r["started"], r["done"], before=settings.before, after=settings.after)
@@ -144,7 +173,8 @@ def analyse(output_dir: str, records: list[dict[str, Any]], settings: Settings) 
         r["emitter_ms"] = found["ms"] if found else None
         lo, hi = r["started"] - 0.5, r["done"] + 0.5
         r["events"] = [
-            {k: e[k] for k in ("task", "type", "ms") if k in e} | {"t": round(e["at"] - r["started"], 3)}
+            {k: e[k] for k in ("task", "type", "ms") if k in e}
+            | {"t": round(e["at"] - r["started"], 3)}
             for e in events
             if lo <= e["at"] <= hi and e["type"] != "checkpoint_taken"
         ]
@@ -188,7 +218,9 @@ class SyntheticDriver:
     # -- files ------------------------------------------------------------------
     def _counts(self, component: str) -> list[dict[str, Any]]:
         out = []
-        for path in sorted(glob.glob(os.path.join(self.output_dir, "counts", f"{component}-*.json"))):
+        for path in sorted(
+            glob.glob(os.path.join(self.output_dir, "counts", f"{component}-*.json"))
+        ):
             try:
                 with open(path, encoding="utf-8") as f:
                     out.append(json.load(f))
@@ -216,6 +248,19 @@ class SyntheticDriver:
         spouts = self._counts("generator")
         return bool(spouts) and spouts[0]["extra"].get("loaded", 0) >= keys
 
+    def _status(self, timeout: float) -> dict[str, Any]:
+        """The controller's routing status; an empty znode (the controller creates it,
+        then writes it) reads as not there yet."""
+        from controller.requests_zk import read_status
+
+        def attempt() -> dict[str, Any] | None:
+            try:
+                return read_status(self._client, self.topology, OPERATOR)
+            except ValueError:
+                return None
+
+        return self._until("the controller's status", attempt, timeout, step=0.2)
+
     def _checkpoint_taken(self, request: int) -> float | None:
         for e in read_jsonl(os.path.join(self.output_dir, "events-*.jsonl")):
             if e["type"] == "checkpoint_taken" and e.get("request", 0) >= request:
@@ -224,25 +269,33 @@ class SyntheticDriver:
 
     # -- steps ------------------------------------------------------------------
     def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
-        from runtime.migrate import connect, wait_for_status
+        from runtime.migrate import connect
 
         s = self.settings
         self._client = connect(self.zk_hosts)
-        wait_for_status(self._client, self.topology, OPERATOR, timeout=min(timeout, 120))
+        self._status(timeout=min(timeout, 120))
         self._until("the initial preload", lambda: self._loaded(s.keys), timeout)
         time.sleep(s.warmup)
         for i, step in enumerate(self.plan):
             progress(f"step {i + 1}/{len(self.plan)}: {step}")
             if step.kind == "keys":
                 self._set(keys=step.keys)
-                self._until(f"preload to {step.keys} keys", lambda k=step.keys: self._loaded(k), 300)
+                self._until(
+                    f"preload to {step.keys} keys", lambda k=step.keys: self._loaded(k), 300
+                )
                 time.sleep(s.settle)
             elif step.kind == "idle":
                 started = time.time()
                 time.sleep(step.seconds)
                 self.records.append(
-                    {"kind": "idle", "tag": step.tag, "keys": self.control["keys"],
-                     "started": started, "done": time.time()}
+                    {
+                        "kind": "idle",
+                        "tag": step.tag,
+                        "keys": self.control["keys"],
+                        "started": started,
+                        "done": time.time(),
+                        "load": os.getloadavg()[0],
+                    }
                 )
                 time.sleep(s.after + 0.2)
             else:
@@ -262,7 +315,11 @@ class SyntheticDriver:
     def _final_totals(self, asked: float) -> dict[str, Any] | None:
         counters = [c for c in self._counts(OPERATOR) if c["written_at"] > asked + 1.0]
         spouts = self._counts("generator")
-        if len(counters) < 3 or not spouts or any("state_total" not in c["extra"] for c in counters):
+        if (
+            len(counters) < 3
+            or not spouts
+            or any("state_total" not in c["extra"] for c in counters)
+        ):
             return None
         return {
             "emitted": spouts[0]["out"]["default"],
@@ -274,15 +331,16 @@ class SyntheticDriver:
     def _migrate(self, step: Step) -> dict[str, Any]:
         from elastorm.messages import Protocol
         from runtime.migrate import request_migration
-        from controller.requests_zk import read_status
 
         s = self.settings
         request = self.control["checkpoint"] + 1
         self._set(checkpoint=request)
-        taken = self._until("the hot group's checkpoint", lambda: self._checkpoint_taken(request), 15)
+        taken = self._until(
+            "the hot group's checkpoint", lambda: self._checkpoint_taken(request), 15
+        )
         wait = max(s.trim_wait, step.replay / s.hot_rate)
         time.sleep(max(0.0, taken + wait - time.time()))
-        status = read_status(self._client, self.topology, OPERATOR)
+        status = self._status(timeout=10)
         g = s.hot_group
         owner, holder = status["owners"][g], status["holders"][g]
         if step.protocol == "direct":
@@ -310,6 +368,7 @@ class SyntheticDriver:
             "submitted": submitted,
             "started": times.get("started", submitted),
             "done": times.get("done", submitted),
+            "load": os.getloadavg()[0],  # 1-min load average of this (shared) machine
         }
 
     # -- outcome ----------------------------------------------------------------
@@ -317,6 +376,8 @@ class SyntheticDriver:
         if self._client is not None:
             self._client.stop()
             self._client.close()
+        with open(os.path.join(output_dir, "records.json"), "w", encoding="utf-8") as f:
+            json.dump({"records": self.records, "final": self.final}, f)
         analyse(output_dir, self.records, self.settings)
         migrations = [r for r in self.records if r["kind"] == "migrate"]
         as_asked = all(r["state"] == "done" and r["used"] == r["protocol"] for r in migrations)
@@ -334,9 +395,9 @@ class SyntheticDriver:
         )
         return Outcome(
             summary="\n".join(lines),
-            ok=exact and as_asked and len(migrations) == sum(
-                st.kind == "migrate" for st in self.plan
-            ),
+            ok=exact
+            and as_asked
+            and len(migrations) == sum(st.kind == "migrate" for st in self.plan),
             facts={"records": self.records, "final": self.final},
         )
 

@@ -1,0 +1,244 @@
+"""The synthetic spout of the migration benchmark (seed 001, Figs. 5-6).
+
+Emits ``(key, stamp)`` tuples at a set rate: with probability ``hot_share`` a key
+of the *hot* key group (the one the benchmark migrates), drawn uniformly from
+its first ``keys`` keys, otherwise one of ``cold_keys`` keys of the other groups.
+``stamp`` is the wall-clock time (``time.time()``) of the emit: the keyed bolt
+measures latency from it, so a tuple's latency includes every hop after the
+spout (the emitter bolt building a replay included).
+
+**State size.** Raising ``keys`` first *preloads* the new keys: each new hot key
+is emitted once, in order, at ``preload_rate``; then the steady mix resumes. The
+hot group's state then has exactly ``keys`` distinct keys.
+
+**Control file.** Conf (``elastorm.synthetic.*``) gives the starting values; a
+driver changes them while the topology runs by writing
+``<output_dir>/synthetic-control.json`` (``rate``, ``keys``, ``hot_share``, and
+``checkpoint``, a counter the keyed bolt reads): the spout re-reads it when its
+modification time changes, checking every ``CONTROL_POLL_SECS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from streamparse import Spout, Stream
+
+from bolts.common import (
+    COUNTS_INTERVAL_KEY,
+    DEFAULT_COUNTS_INTERVAL,
+    Counters,
+    component_identity,
+    conf_number,
+    required_output_dir,
+    write_json_atomic,
+)
+
+PREFIX = "elastorm.synthetic."
+RATE_KEY = PREFIX + "rate"
+KEYS_KEY = PREFIX + "keys"
+HOT_GROUP_KEY = PREFIX + "hot_group"
+HOT_SHARE_KEY = PREFIX + "hot_share"
+COLD_KEYS_KEY = PREFIX + "cold_keys"
+PRELOAD_RATE_KEY = PREFIX + "preload_rate"
+SEED_KEY = PREFIX + "seed"
+BATCH_KEY = PREFIX + "batch"
+
+DEFAULTS: dict[str, float] = {
+    RATE_KEY: 1000.0,
+    KEYS_KEY: 1000,
+    HOT_GROUP_KEY: 7,
+    HOT_SHARE_KEY: 0.5,
+    COLD_KEYS_KEY: 2000,
+    PRELOAD_RATE_KEY: 3000.0,
+    SEED_KEY: 1,
+    BATCH_KEY: 20,
+}
+
+CONTROL_FILE = "synthetic-control.json"
+CONTROL_POLL_SECS = 0.2
+FIELDS = ["key", "stamp"]
+
+
+def key_in_group(prefix: str, index: int, group: int, num_groups: int) -> str:
+    """The ``index``-th key of the form ``<prefix><index>-<salt>`` in ``group``:
+    the smallest salt whose key lands there (crc32 mod n, as ``elastorm.keygroups``)."""
+    salt = 0
+    while True:
+        key = f"{prefix}{index}-{salt}"
+        if zlib.crc32(key.encode()) % num_groups == group:
+            return key
+        salt += 1
+
+
+class KeySpace:
+    """Hot keys (all in ``hot_group``) made on demand, and a fixed set of cold keys
+    spread over the other groups. Deterministic: the same arguments give the same keys."""
+
+    def __init__(self, hot_group: int, num_groups: int, cold_keys: int) -> None:
+        if not 0 <= hot_group < num_groups:
+            raise ValueError(f"hot group {hot_group} not in [0, {num_groups})")
+        self.hot_group = hot_group
+        self.num_groups = num_groups
+        self.hot: list[str] = []
+        others = [g for g in range(num_groups) if g != hot_group]
+        self.cold = (
+            [key_in_group("c", i, others[i % len(others)], num_groups) for i in range(cold_keys)]
+            if others
+            else []
+        )
+
+    def ensure(self, count: int) -> list[str]:
+        """The first ``count`` hot keys (made now if needed)."""
+        hot = self.hot
+        for i in range(len(hot), count):
+            hot.append(key_in_group("h", i, self.hot_group, self.num_groups))
+        return hot
+
+
+def read_control(output_dir: str) -> dict[str, Any]:
+    """The driver's control file, or ``{}`` if absent or half-written."""
+    try:
+        with open(os.path.join(output_dir, CONTROL_FILE), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_control(output_dir: str, control: Mapping[str, Any]) -> None:
+    """Write the control file atomically (the driver's side)."""
+    write_json_atomic(os.path.join(output_dir, CONTROL_FILE), dict(control))
+
+
+def conf_value(conf: Mapping[str, Any], key: str) -> float:
+    kind = float if isinstance(DEFAULTS[key], float) else int
+    return conf_number(conf, key, DEFAULTS[key], kind=kind)
+
+
+class Pacer:
+    """How many tuples are due at time ``now`` to hold ``rate`` since the last change."""
+
+    __slots__ = ("rate", "since", "sent")
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate = rate
+        self.since = now
+        self.sent = 0
+
+    def reset(self, rate: float, now: float) -> None:
+        self.rate, self.since, self.sent = rate, now, 0
+
+    def due(self, now: float) -> int:
+        return max(0, int((now - self.since) * self.rate) - self.sent)
+
+
+class SyntheticSpout(Spout):
+    """Rate-limited generator; see the module docstring."""
+
+    outputs = [Stream(fields=FIELDS)]
+    clock = staticmethod(time.monotonic)
+    wall = staticmethod(time.time)
+    sleep = staticmethod(time.sleep)
+
+    def initialize(self, storm_conf, context):
+        from bolts.elastic import conf_key_groups
+
+        self.output_dir = required_output_dir(storm_conf)
+        component, task = component_identity(context)
+        self.counters = Counters(
+            self.output_dir,
+            "spout",
+            component,
+            task,
+            interval=conf_number(
+                storm_conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float
+            ),
+            clock=self.clock,
+        )
+        self.rate = conf_value(storm_conf, RATE_KEY)
+        self.keys = conf_value(storm_conf, KEYS_KEY)
+        self.hot_share = conf_value(storm_conf, HOT_SHARE_KEY)
+        self.preload_rate = conf_value(storm_conf, PRELOAD_RATE_KEY)
+        self.batch = conf_value(storm_conf, BATCH_KEY)
+        self.random = random.Random(conf_value(storm_conf, SEED_KEY) * 1000 + task)
+        self.space = KeySpace(
+            conf_value(storm_conf, HOT_GROUP_KEY),
+            conf_key_groups(storm_conf),
+            conf_value(storm_conf, COLD_KEYS_KEY),
+        )
+        self.loaded = 0  # hot keys emitted at least once (preloaded)
+        self.control_mtime = 0
+        self.next_control = 0.0
+        now = self.clock()
+        self.pacer = Pacer(self.preload_rate, now)
+        self.apply_control({}, now)
+        self.write_counts()
+
+    def apply_control(self, control: Mapping[str, Any], now: float) -> None:
+        self.rate = float(control.get("rate", self.rate))
+        self.keys = int(control.get("keys", self.keys))
+        self.hot_share = float(control.get("hot_share", self.hot_share))
+        self.space.ensure(self.keys)
+        rate = self.preload_rate if self.loaded < self.keys else self.rate
+        if rate != self.pacer.rate:
+            self.pacer.reset(rate, now)
+
+    def poll_control(self, now: float) -> None:
+        self.next_control = now + CONTROL_POLL_SECS
+        try:
+            mtime = os.stat(os.path.join(self.output_dir, CONTROL_FILE)).st_mtime_ns
+        except OSError:
+            return
+        if mtime != self.control_mtime:
+            self.control_mtime = mtime
+            self.apply_control(read_control(self.output_dir), now)
+
+    def next_tuple(self):
+        now = self.clock()
+        if now >= self.next_control:
+            self.poll_control(now)
+            if now >= self.counters.next_write:
+                self.write_counts()
+        pacer = self.pacer
+        n = min(pacer.due(now), self.batch)
+        if n == 0:
+            self.sleep(min(0.005, 1.0 / max(pacer.rate, 1.0)))
+            return
+        emit, wall = self.emit, self.wall
+        hot, cold, keys = self.space.hot, self.space.cold, self.keys
+        preloading = self.loaded < keys
+        sent = 0
+        for _ in range(n):
+            if preloading:  # each new hot key once, in order
+                key = hot[self.loaded]
+                self.loaded += 1
+            elif not cold or self.random.random() < self.hot_share:
+                key = hot[int(self.random.random() * keys)]
+            else:
+                key = cold[int(self.random.random() * len(cold))]
+            emit([key, wall()])
+            sent += 1
+            if preloading and self.loaded == keys:
+                break
+        pacer.sent += sent
+        self.counters.out["default"] += sent
+        if preloading and self.loaded == keys:  # preload over: the steady rate resumes
+            pacer.reset(self.rate, self.clock())
+            self.write_counts()
+
+    def write_counts(self) -> None:
+        self.counters.extra = {
+            "rate": self.rate,
+            "keys": self.keys,
+            "loaded": self.loaded,
+            "hot_share": self.hot_share,
+            "hot_group": self.space.hot_group,
+        }
+        self.counters.write()

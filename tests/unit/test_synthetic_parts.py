@@ -1,0 +1,89 @@
+"""The synthetic benchmark's pieces: keys, pacing, latency buckets, checkpoint plan, analysis."""
+
+from __future__ import annotations
+
+import pytest
+
+from bolts.synthetic import CheckpointPlan, LatencyBuckets, add_count, message_type
+from elastorm.keygroups import key_group
+from runtime.synthetic_driver import Step, merge_buckets, pause_of
+from spouts.synthetic import KeySpace, Pacer, key_in_group
+
+
+def test_keyspace_puts_hot_keys_in_the_hot_group_and_cold_keys_elsewhere():
+    space = KeySpace(hot_group=7, num_groups=20, cold_keys=200)
+    hot = space.ensure(500)
+    assert len(set(hot)) == 500 and all(key_group(k, 20) == 7 for k in hot)
+    assert len(set(space.cold)) == 200 and all(key_group(k, 20) != 7 for k in space.cold)
+    assert {key_group(k, 20) for k in space.cold} == set(range(20)) - {7}
+    assert KeySpace(7, 20, 200).ensure(500) == hot  # deterministic
+    assert space.ensure(10) is hot and len(hot) == 500  # never shrinks
+
+
+def test_key_in_group_rejects_nothing_and_bad_hot_group_raises():
+    assert key_group(key_in_group("x", 3, 4, 5), 5) == 4
+    with pytest.raises(ValueError):
+        KeySpace(hot_group=20, num_groups=20, cold_keys=1)
+
+
+def test_pacer_holds_the_rate_and_restarts_on_reset():
+    pacer = Pacer(100.0, now=10.0)
+    assert pacer.due(10.0) == 0
+    assert pacer.due(10.5) == 50
+    pacer.sent += 50
+    assert pacer.due(10.5) == 0 and pacer.due(11.0) == 50
+    pacer.reset(10.0, now=11.0)
+    assert pacer.due(12.0) == 10
+    assert Pacer(0.0, now=0.0).due(100.0) == 0
+
+
+def test_latency_buckets_keep_max_count_sum_and_drain_only_closed_buckets():
+    b = LatencyBuckets(width=0.1)
+    b.add(100.01, 0.010)
+    b.add(100.05, 0.030)
+    b.add(100.12, 0.005)
+    assert b.drain(100.15) == [[1000, 30.0, 2, 40.0]]
+    assert b.drain(100.15) == []
+    assert b.drain(100.3) == [[1001, 5.0, 1, 5.0]]
+
+
+def test_checkpoint_plan_hot_group_only_when_first_owned_or_asked():
+    plan = CheckpointPlan(hot=7, interval=5.0)
+    assert plan.due(0.0, [1, 7], requested=0) == [1, 7]
+    assert plan.due(3.0, [1, 7], requested=0) == []
+    assert plan.due(5.0, [1, 7], requested=0) == [1]  # cold group on its interval
+    assert plan.due(6.0, [1, 7], requested=1) == [7]
+    assert plan.due(7.0, [1, 7], requested=1) == []
+    # A request seen while not owning the group is not served later.
+    plan2 = CheckpointPlan(hot=7, interval=0.0)
+    assert plan2.due(0.0, [7], requested=0) == [7]
+    assert plan2.due(1.0, [], requested=3) == []
+    assert plan2.due(2.0, [7, 2], requested=3) == [2]
+    assert plan2.due(9.0, [7, 2], requested=3) == []  # interval 0: cold once only
+
+
+def test_add_count_and_message_type():
+    assert add_count(None, [1, 5.0]) == 1 and add_count(4, [1, 5.0]) == 5
+    assert message_type('{"type":"ToState","key_group":7}') == "ToState"
+    assert message_type("garbage") == "?"
+
+
+def test_merge_buckets_and_pause():
+    rows = [[100, 10.0, 2, 16.0], [100, 12.0, 1, 12.0], [105, 300.0, 1, 300.0]]
+    rows += [[b, 9.0, 1, 8.0] for b in range(60, 100)]
+    merged = merge_buckets(rows)
+    assert merged[100] == [12.0, 3, 28.0]
+    got = pause_of(merged, started=10.2, done=10.4, before=5.0, after=0.2)
+    assert got["baseline_ms"] == 8.0
+    assert got["window_max_ms"] == 300.0 and got["pause_ms"] == 292.0
+    assert got["outputs"] == 1
+    empty = pause_of({}, started=1.0, done=2.0)
+    assert empty["pause_ms"] is None and empty["outputs"] == 0
+
+
+def test_step_validates_kind_and_protocol():
+    with pytest.raises(ValueError):
+        Step(kind="nap")
+    with pytest.raises(ValueError):
+        Step(kind="migrate", protocol="teleport")
+    assert Step(kind="migrate", protocol="cpal", replay=5).replay == 5
