@@ -356,6 +356,10 @@ class ElasticCrashDriver(ElasticFlightsDriver):
             "epoch": status["epoch"],
         }
 
+    def outcome(self, output_dir: str) -> Outcome:
+        out = super().outcome(output_dir)
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"kills": self.kills})
+
     def _pid_of(self, component: str, task: int) -> int:
         path = os.path.join(self.output_dir, "counts", f"{component}-{task}.json")
         with open(path, encoding="utf-8") as fh:
