@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from streamparse import Grouping, Topology
 
-from bolts.common import ERRORS_STREAM, env_int, flights_topology_config
+from bolts.common import env_int, flights_topology_config
 from bolts.flights import (
     SAMPLE_STREAM,
     AirShare,
@@ -28,6 +28,7 @@ from bolts.flights import (
     ResultsSink,
     SampledDelayShare,
     SumDelays,
+    results_sink_inputs,
 )
 from spouts.flights import FlightsSpout
 
@@ -45,15 +46,8 @@ class FlightsTopology(Topology):
         inputs={extract_delays[SAMPLE_STREAM]: Grouping.GLOBAL}, par=1
     )
     results_sink = ResultsSink.spec(
-        inputs={
-            sum_delays: Grouping.GLOBAL,
-            air_share: Grouping.GLOBAL,
-            sampled_delay_share: Grouping.GLOBAL,
-            flights_spout[ERRORS_STREAM]: Grouping.GLOBAL,
-            extract_delays[ERRORS_STREAM]: Grouping.GLOBAL,
-            sum_delays[ERRORS_STREAM]: Grouping.GLOBAL,
-            air_share[ERRORS_STREAM]: Grouping.GLOBAL,
-            sampled_delay_share[ERRORS_STREAM]: Grouping.GLOBAL,
-        },
+        inputs=results_sink_inputs(
+            flights_spout, extract_delays, sum_delays, air_share, sampled_delay_share
+        ),
         par=1,
     )

@@ -18,9 +18,15 @@ from __future__ import annotations
 from streamparse import Grouping, Topology
 from streamparse.thrift import GlobalStreamId
 
-from bolts.common import ERRORS_STREAM, env_int, flights_topology_config
+from bolts.common import env_int, flights_topology_config
 from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
-from bolts.flights import SAMPLE_STREAM, AirShare, ResultsSink, SampledDelayShare
+from bolts.flights import (
+    SAMPLE_STREAM,
+    AirShare,
+    ResultsSink,
+    SampledDelayShare,
+    results_sink_inputs,
+)
 from bolts.flights_elastic import (
     CONTROLLER,
     RELAY_COMPONENT,
@@ -66,15 +72,8 @@ class FlightsElasticTopology(Topology):
         inputs={extract_delays[SAMPLE_STREAM]: Grouping.GLOBAL}, par=1
     )
     results_sink = ResultsSink.spec(
-        inputs={
-            sum_delays: Grouping.GLOBAL,
-            air_share: Grouping.GLOBAL,
-            sampled_delay_share: Grouping.GLOBAL,
-            flights_spout[ERRORS_STREAM]: Grouping.GLOBAL,
-            extract_delays[ERRORS_STREAM]: Grouping.GLOBAL,
-            sum_delays[ERRORS_STREAM]: Grouping.GLOBAL,
-            air_share[ERRORS_STREAM]: Grouping.GLOBAL,
-            sampled_delay_share[ERRORS_STREAM]: Grouping.GLOBAL,
-        },
+        inputs=results_sink_inputs(
+            flights_spout, extract_delays, sum_delays, air_share, sampled_delay_share
+        ),
         par=1,
     )

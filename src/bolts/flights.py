@@ -337,3 +337,15 @@ class ResultsSink(CountingBolt):
             },
         )
         self.unwritten = 0
+
+
+def results_sink_inputs(spout, op1, op2, op3, op4) -> dict:
+    """The sink's inputs in a flights topology: totals of op2-op4, every errors stream."""
+    from streamparse import Grouping
+
+    return {
+        op2: Grouping.GLOBAL,
+        op3: Grouping.GLOBAL,
+        op4: Grouping.GLOBAL,
+        **{component[ERRORS_STREAM]: Grouping.GLOBAL for component in (spout, op1, op2, op3, op4)},
+    }
