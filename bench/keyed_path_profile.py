@@ -1,0 +1,115 @@
+"""Where an elastic tuple's time goes in Python: the op1 -> op2 path without Storm.
+
+Usage::
+
+    .venv/bin/python bench/keyed_path_profile.py [--rows N]
+
+Runs the flights rows' (tailnum, [id, year, arr_delay]) through what the Storm
+adapters do per tuple — ``Emitter.emit`` (routing, numbering, buffering), the wire
+encoding (``to_wire``/``from_wire``), ``TaskCoordinator.receive`` (dedup, fold,
+fragments) — with checkpoints every 5,000 tuples, and compares it in the same run
+with the plain op2 fold (``SumDelays``' dict update). Prints tuples/s of each and a
+cProfile summary of the elastic path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from bolts.elastic import from_wire, to_wire  # noqa: E402
+from bolts.flights_elastic import add_delay  # noqa: E402
+from elastorm.actions import Send  # noqa: E402
+from elastorm.migration.coordinator import TaskCoordinator  # noqa: E402
+from elastorm.migration.emitter import Emitter  # noqa: E402
+from elastorm.routing import RoutingTable  # noqa: E402
+from jobs.flights_reference import default_flights_path  # noqa: E402
+from spouts.flights import column_index, open_rows, parse_row  # noqa: E402
+
+
+def load(n: int) -> list[tuple[str, list]]:
+    rows = open_rows(default_flights_path())
+    header = next(rows)
+    index, width = column_index(header), len(header)
+    out = []
+    for row_no, row in enumerate(rows):
+        reason, parsed = parse_row(row, index, width)
+        if reason is None and parsed[2] is not None:
+            tailnum, year, arr_delay, _, ts = parsed
+            out.append((tailnum, [row_no, year, arr_delay], ts))
+        if len(out) >= n:
+            break
+    return out
+
+
+def plain(rows) -> float:
+    totals: dict = {}
+    start = time.perf_counter()
+    for key, (_, year, delay), _ts in rows:
+        t = totals.get((key, year))
+        if t is None:
+            t = totals[(key, year)] = [0, 0]
+        t[0] += delay
+        t[1] += 1
+    return len(rows) / (time.perf_counter() - start)
+
+
+def elastic(rows) -> float:
+    tasks = [10, 11]
+    routing = RoutingTable.round_robin(20, tasks)
+    emitter = Emitter(task=4, routing=routing, source="extract_delays:4")
+    coords = {
+        t: TaskCoordinator(
+            task=t,
+            num_key_groups=20,
+            upstreams=[4],
+            combine=add_delay,
+            owned=routing.key_groups_of(t),
+            holders={g: tasks[1 - tasks.index(t)] for g in routing.key_groups_of(t)},
+        )
+        for t in tasks
+    }
+    start = time.perf_counter()
+    for i, (key, value, ts) in enumerate(rows):
+        for send in emitter.emit(key, value, ts):
+            message = from_wire(to_wire(send.message))
+            for action in coords[send.to_task].receive(4, message):
+                if isinstance(action, Send):  # a checkpoint delta to the holder
+                    holder = coords[action.to_task]
+                    for ack in holder.receive(send.to_task, from_wire(to_wire(action.message))):
+                        if isinstance(ack, Send):
+                            coords[ack.to_task].receive(action.to_task, ack.message)
+        if i % 5000 == 4999:
+            for t, c in coords.items():
+                for g in c.owned():
+                    for action in c.checkpoint(g):
+                        if isinstance(action, Send):
+                            coords[action.to_task].receive(t, from_wire(to_wire(action.message)))
+    return len(rows) / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    args = parser.parse_args()
+    rows = load(args.rows)
+    base = plain(rows)
+    rate = elastic(rows)
+    print(
+        f"plain op2 fold: {base:,.0f} tuples/s; elastic op1->op2 path: {rate:,.0f} tuples/s "
+        f"({1e6 / rate:.1f} us per tuple; {rate / base:.3f} of plain)"
+    )
+    profile = cProfile.Profile()
+    profile.runcall(elastic, rows)
+    pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
