@@ -38,7 +38,12 @@ sys.path.insert(0, str(ROOT / "src"))
 from runtime.config import load_config  # noqa: E402
 from runtime.errors import UserError  # noqa: E402
 from runtime.run import run_topology  # noqa: E402
-from runtime.synthetic_driver import Settings, Step, SyntheticDriver  # noqa: E402
+from runtime.synthetic_driver import (  # noqa: E402
+    Settings,
+    Step,
+    SyntheticDriver,
+    private_zookeeper,
+)
 
 PROTOCOLS = ("direct", "cpa", "cpal")
 
@@ -62,10 +67,12 @@ def build_plan(
 
 
 def run_with_retry(cfg, driver_factory, attempts: int = 3):
-    """One run; a busy LocalCluster port (someone else's local run) is waited out."""
+    """One run on a private ZooKeeper; a busy LocalCluster port (someone else's local
+    run) is waited out."""
     for attempt in range(attempts):
         try:
-            return run_topology(cfg, "local", driver_factory(), timeout=3600)
+            with private_zookeeper(cfg) as own:
+                return run_topology(own, "local", driver_factory(), timeout=3600)
         except UserError as exc:
             if "is taken" not in str(exc) or attempt == attempts - 1:
                 raise
@@ -89,41 +96,43 @@ def table(records, tag, by):
 
 
 def summarise(records: list[dict], replays: list[int], keys: list[int]) -> list[str]:
+    """Median tables and ratios; pauses only of steady records (baseline not backlogged)."""
     lines = []
-    idle = [r["pause_ms"] for r in records if r["kind"] == "idle"]
-    lines.append(
-        f"noise floor (idle windows, no migration): pause median {_f(median(idle))} ms, "
-        f"max {_f(max((v for v in idle if v is not None), default=None))} ms over {len(idle)}"
-    )
+    idle = [r for r in records if r["kind"] == "idle" and r["steady"]]
+    for what in ("pause_ms", "hop_pause_ms"):
+        values = [r[what] for r in idle if r[what] is not None]
+        lines.append(
+            f"noise floor ({what}, idle windows, no migration): median {_f(median(values))} ms, "
+            f"max {_f(max(values, default=None))} ms over {len(values)}"
+        )
     for tag, by, axis in (("state", "keys", keys), ("replay", "replay_asked", replays)):
         groups = table(records, tag, by)
-        lines.append(f"-- {tag} sweep (medians; replayed = tuples in the toState) --")
+        lines.append(f"-- {tag} sweep (medians; pauses of steady runs only) --")
         lines.append(
-            f"{by:>12} {'protocol':>8} {'n':>2} {'replayed':>9} {'pause ms':>9} "
-            f"{'complete ms':>11} {'pickup ms':>9}"
+            f"{by:>12} {'protocol':>8} {'steady/n':>8} {'replayed':>9} {'pause ms':>9} "
+            f"{'hop pause':>9} {'complete ms':>11} {'pickup ms':>9}"
         )
         for x in axis:
+            med: dict[str, dict[str, float | None]] = {}
             for p in PROTOCOLS:
                 rs = groups.get((p, x), [])
+                ok = [r for r in rs if r["steady"]]
+                med[p] = {m: median([r[m] for r in ok]) for m in ("pause_ms", "hop_pause_ms")}
+                med[p]["completion_ms"] = median([r["completion_ms"] for r in rs])
                 lines.append(
-                    f"{x:>12} {p:>8} {len(rs):>2} {_f(median([r['replayed'] for r in rs])):>9} "
-                    f"{_f(median([r['pause_ms'] for r in rs])):>9} "
-                    f"{_f(median([r['completion_ms'] for r in rs])):>11} "
+                    f"{x:>12} {p:>8} {len(ok):>4}/{len(rs):<3} "
+                    f"{_f(median([r['replayed'] for r in rs])):>9} "
+                    f"{_f(med[p]['pause_ms']):>9} {_f(med[p]['hop_pause_ms']):>9} "
+                    f"{_f(med[p]['completion_ms']):>11} "
                     f"{_f(median([r['pickup_ms'] for r in rs])):>9}"
                 )
-            med = {
-                p: {
-                    m: median([r[m] for r in groups.get((p, x), [])])
-                    for m in ("pause_ms", "completion_ms")
-                }
-                for p in PROTOCOLS
-            }
-            pause = {p: med[p]["pause_ms"] for p in PROTOCOLS}
-            done = {p: med[p]["completion_ms"] for p in PROTOCOLS}
             lines.append(
-                f"{'':>12} ratios: CPAL/direct pause {_ratio(pause['cpal'], pause['direct'])}, "
-                f"CPA/direct pause {_ratio(pause['cpa'], pause['direct'])}, "
-                f"CPA/CPAL completion {_ratio(done['cpa'], done['cpal'])}"
+                f"{'':>12} ratios: CPAL/direct pause "
+                f"{_ratio(med['cpal']['pause_ms'], med['direct']['pause_ms'])} "
+                f"(hop {_ratio(med['cpal']['hop_pause_ms'], med['direct']['hop_pause_ms'])}), "
+                f"CPA/direct pause {_ratio(med['cpa']['pause_ms'], med['direct']['pause_ms'])}, "
+                f"CPA/CPAL completion "
+                f"{_ratio(med['cpa']['completion_ms'], med['cpal']['completion_ms'])}"
             )
     return lines
 
@@ -143,35 +152,43 @@ def plot(records: list[dict], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    idle = [r["pause_ms"] for r in records if r["kind"] == "idle" and r["pause_ms"] is not None]
+    idle = [r for r in records if r["kind"] == "idle" and r["steady"]]
+    panels = (
+        ("pause_ms", "pause from the spout's stamp (ms)", True),
+        ("hop_pause_ms", "pause from the emitter's stamp (ms)", True),
+        ("completion_ms", "completion (ms)", False),
+    )
     for tag, by, xlabel, name in (
         ("replay", "replayed", "tuples replayed (toState size)", "migration_replay.png"),
         ("state", "keys", "state size (distinct keys in the group)", "migration_state.png"),
     ):
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        mine = [r for r in records if r["kind"] == "migrate" and r["tag"] == tag]
         for p, marker in zip(PROTOCOLS, "osD", strict=True):
-            rs = [
-                r
-                for r in records
-                if r["kind"] == "migrate" and r["tag"] == tag and r["protocol"] == p
-            ]
-            xs = [r[by] if r[by] is not None else 0 for r in rs]
-            axes[0].scatter(xs, [r["pause_ms"] for r in rs], marker=marker, label=p)
-            axes[1].scatter(xs, [r["completion_ms"] for r in rs], marker=marker, label=p)
-        if idle:
-            axes[0].axhline(max(idle), color="grey", linestyle=":", label="idle max (noise)")
-        axes[0].set_ylabel("pause (ms)")
-        axes[1].set_ylabel("completion (ms)")
-        for ax in axes:
+            rs = [r for r in mine if r["protocol"] == p]
+            for ax, (field, _, steady_only) in zip(axes, panels, strict=True):
+                pts = [r for r in rs if r["steady"] or not steady_only]
+                ax.scatter(
+                    [r[by] or 0 for r in pts], [r[field] for r in pts], marker=marker, label=p
+                )
+        for ax, (field, ylabel, steady_only) in zip(axes, panels, strict=True):
+            if steady_only and idle:
+                top = max(r[field] for r in idle)
+                ax.axhline(top, color="grey", linestyle=":", label="idle max (noise)")
+            ax.set_ylabel(ylabel)
             ax.set_xlabel(xlabel)
             if tag == "state":
                 ax.set_xscale("log")
             ax.grid(alpha=0.3)
             ax.legend()
-        fig.suptitle(f"Migration on Storm LocalCluster: {tag} sweep")
+        skipped = sum(not r["steady"] for r in mine)
+        fig.suptitle(
+            f"Migration on Storm LocalCluster, {tag} sweep "
+            f"({skipped} of {len(mine)} runs started backlogged: left out of the pause panels)"
+        )
         fig.tight_layout()
         path = out_dir / name
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=80)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -9,8 +9,10 @@ The counter sums a count per key and measures, for the *hot* key group only
 (``elastorm.synthetic.hot_group``, the one the benchmark migrates), the latency of
 every tuple whose output it emits (``Applied.emit_output``: replays and CPAL
 shadow processing produce no output, so they do not count): now minus the
-spout's stamp, kept per 100 ms bucket of output time as ``[max, count, sum]``
-and appended to ``latency-<task>.jsonl`` on ticks.
+spout's stamp, and now minus the emitter's stamp (the same tuple's latency without
+its wait in the emitter's queue), kept per 100 ms bucket of output time as
+``[max, count, sum, max from emitter, sum from emitter]`` and appended to
+``latency-<task>.jsonl`` on ticks.
 
 Checkpoints: the cold groups every ``elastorm.checkpoint_interval_secs``; the hot
 group once when a task first owns it and then only when the driver asks (the
@@ -61,7 +63,7 @@ DATA_PREFIX = '{"type":"Data",'
 
 
 def add_count(current: int | None, value: list) -> int:
-    """The counter's fold: ``value = [increment, stamp]``."""
+    """The counter's fold: ``value = [increment, spout stamp, emitter stamp]``."""
     return (current or 0) + value[0]
 
 
@@ -71,7 +73,8 @@ def message_type(text: str) -> str:
 
 
 class LatencyBuckets:
-    """Per ``width``-second bucket of output time: ``[max, count, sum]`` of latencies (s)."""
+    """Per ``width``-second bucket of output time: ``[max, count, sum, hop max, hop sum]``
+    of latencies (s) measured from the spout and from the emitter ("hop")."""
 
     __slots__ = ("width", "open")
 
@@ -79,26 +82,29 @@ class LatencyBuckets:
         self.width = width
         self.open: dict[int, list[float]] = {}
 
-    def add(self, now: float, latency: float) -> None:
+    def add(self, now: float, latency: float, hop: float) -> None:
         b = int(now / self.width)
         row = self.open.get(b)
         if row is None:
-            self.open[b] = [latency, 1, latency]
+            self.open[b] = [latency, 1, latency, hop, hop]
         else:
             if latency > row[0]:
                 row[0] = latency
             row[1] += 1
             row[2] += latency
+            if hop > row[3]:
+                row[3] = hop
+            row[4] += hop
 
     def drain(self, now: float) -> list[list[float]]:
         """Remove and return the buckets that ended before ``now``, as rows
-        ``[bucket index, max ms, count, sum ms]`` in time order."""
+        ``[bucket index, max ms, count, sum ms, hop max ms, hop sum ms]`` in time order."""
         current = int(now / self.width)
-        closed = sorted(b for b in self.open if b < current)
         rows = []
-        for b in closed:
-            top, count, total = self.open.pop(b)
-            rows.append([b, round(top * 1000, 3), int(count), round(total * 1000, 3)])
+        for b in sorted(b for b in self.open if b < current):
+            top, count, total, hop_top, hop_total = self.open.pop(b)
+            ms = [round(v * 1000, 3) for v in (top, total, hop_top, hop_total)]
+            rows.append([b, ms[0], int(count), ms[1], ms[2], ms[3]])
         return rows
 
 
@@ -150,7 +156,8 @@ class EventLog:
 
 
 class SyntheticEmitter(KeyedEmitting, CountingBolt):
-    """Pass-through: each ``(key, stamp)`` goes to the counter's owner of its group."""
+    """Pass-through: each ``(key, stamp)`` goes to the counter's owner of its group,
+    with the emitter's own stamp added."""
 
     role = "emitter"
     keyed_component = COUNTER
@@ -167,7 +174,7 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
     def handle(self, tup):
         if tup.stream != STREAM:
             key, stamp = tup.values
-            self.emit_keyed(key, [1, stamp], stamp)
+            self.emit_keyed(key, [1, stamp, time.time()], stamp)
             self.counters.out[STREAM] += 1
             return
         text = tup.values[0]
@@ -246,7 +253,8 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
     def on_applied(self, applied: Applied) -> None:
         if applied.emit_output and applied.key_group == self.hot:
             now = self.wall()
-            self.latency.add(now, now - applied.item.value[1])
+            value = applied.item.value
+            self.latency.add(now, now - value[1], now - value[2])
             self.outputs_hot += 1
 
     def on_tick(self) -> None:

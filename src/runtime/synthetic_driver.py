@@ -23,7 +23,10 @@ group's tuples output in ``[started, done + after]`` minus the group's median
 latency before (median of 100 ms bucket means over the ``before`` seconds before
 ``started``); **completion** = ``done - started`` on the controller's clock;
 **pickup** = ``started`` - the request's creation (the controller polls requests
-on its 1 s tick).
+on its 1 s tick). The same pause measured from the emitter's stamp (``hop_pause_ms``)
+leaves out the tuples' wait in the emitter's queue (e.g. while it builds a toState).
+A migration whose baseline exceeds ``steady_ms`` started on a backlogged group
+(``steady`` False): its pause is not meaningful.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class Settings:
     settle: float = 2.5
     before: float = 5.0
     after: float = 1.0
+    steady_ms: float = 50.0  # a baseline above this: the group was backlogged, no pause
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -113,16 +117,19 @@ def private_zookeeper(cfg, name: str = "zookeeper-migration-bench") -> Iterator[
 
 # -- analysis (pure) ------------------------------------------------------------------
 def merge_buckets(rows: Iterable[list[float]]) -> dict[int, list[float]]:
-    """Rows ``[bucket, max, count, sum]`` from every task, merged per bucket."""
+    """Rows ``[bucket, max, count, sum, hop max, hop sum]`` from every task, merged
+    per bucket into ``[max, count, sum, hop max, hop sum]``."""
     merged: dict[int, list[float]] = {}
-    for b, top, count, total in rows:
+    for b, top, count, total, hop_top, hop_total in rows:
         have = merged.get(int(b))
         if have is None:
-            merged[int(b)] = [top, count, total]
+            merged[int(b)] = [top, count, total, hop_top, hop_total]
         else:
             have[0] = max(have[0], top)
             have[1] += count
             have[2] += total
+            have[3] = max(have[3], hop_top)
+            have[4] += hop_total
     return merged
 
 
@@ -135,16 +142,20 @@ def pause_of(
     before: float = 5.0,
     after: float = 1.0,
 ) -> dict[str, float | None]:
-    """Baseline (median bucket mean before), window max and pause, in ms."""
+    """Baseline (median bucket mean before), window max and pause, in ms; the same
+    measured from the emitter's stamp (``hop_``: without the emitter's queue)."""
     lo, hi = int(started / width), int((done + after) / width)
     first = int((started - before) / width)
-    means = [v[2] / v[1] for b, v in buckets.items() if first <= b < lo and v[1] > 0]
-    window = [v[0] for b, v in buckets.items() if lo <= b <= hi and v[1] > 0]
-    baseline = statistics.median(means) if means else None
-    top = max(window) if window else None
-    pause = None if baseline is None or top is None else top - baseline
-    outputs = sum(v[1] for b, v in buckets.items() if lo <= b <= hi)
-    return {"baseline_ms": baseline, "window_max_ms": top, "pause_ms": pause, "outputs": outputs}
+    prior = [v for b, v in buckets.items() if first <= b < lo and v[1] > 0]
+    window = [v for b, v in buckets.items() if lo <= b <= hi and v[1] > 0]
+    out: dict[str, float | None] = {"outputs": sum(v[1] for v in window)}
+    for prefix, top_at, sum_at in (("", 0, 2), ("hop_", 3, 4)):
+        baseline = statistics.median(v[sum_at] / v[1] for v in prior) if prior else None
+        top = max(v[top_at] for v in window) if window else None
+        out[f"{prefix}baseline_ms"] = baseline
+        out[f"{prefix}window_max_ms"] = top
+        out[f"{prefix}pause_ms"] = None if baseline is None or top is None else top - baseline
+    return out
 
 
 def read_jsonl(pattern: str) -> list[Any]:
@@ -164,6 +175,8 @@ def analyse(output_dir: str, records: list[dict[str, Any]], settings: Settings) 
         r.update(
             pause_of(buckets, r["started"], r["done"], before=settings.before, after=settings.after)
         )
+        base = r["baseline_ms"]
+        r["steady"] = base is not None and base <= settings.steady_ms
         if r["kind"] != "migrate":
             continue
         r["completion_ms"] = round((r["done"] - r["started"]) * 1000, 1)

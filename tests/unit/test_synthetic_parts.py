@@ -39,12 +39,12 @@ def test_pacer_holds_the_rate_and_restarts_on_reset():
 
 def test_latency_buckets_keep_max_count_sum_and_drain_only_closed_buckets():
     b = LatencyBuckets(width=0.1)
-    b.add(100.01, 0.010)
-    b.add(100.05, 0.030)
-    b.add(100.12, 0.005)
-    assert b.drain(100.15) == [[1000, 30.0, 2, 40.0]]
+    b.add(100.01, 0.010, 0.002)
+    b.add(100.05, 0.030, 0.001)
+    b.add(100.12, 0.005, 0.004)
+    assert b.drain(100.15) == [[1000, 30.0, 2, 40.0, 2.0, 3.0]]
     assert b.drain(100.15) == []
-    assert b.drain(100.3) == [[1001, 5.0, 1, 5.0]]
+    assert b.drain(100.3) == [[1001, 5.0, 1, 5.0, 4.0, 4.0]]
 
 
 def test_checkpoint_plan_hot_group_only_when_first_owned_or_asked():
@@ -69,16 +69,18 @@ def test_add_count_and_message_type():
 
 
 def test_merge_buckets_and_pause():
-    rows = [[100, 10.0, 2, 16.0], [100, 12.0, 1, 12.0], [105, 300.0, 1, 300.0]]
-    rows += [[b, 9.0, 1, 8.0] for b in range(60, 100)]
+    rows = [[100, 10.0, 2, 16.0, 2.0, 3.0], [100, 12.0, 1, 12.0, 1.0, 1.0]]
+    rows += [[105, 300.0, 1, 300.0, 20.0, 20.0]]
+    rows += [[b, 9.0, 1, 8.0, 2.0, 1.0] for b in range(60, 100)]
     merged = merge_buckets(rows)
-    assert merged[100] == [12.0, 3, 28.0]
+    assert merged[100] == [12.0, 3, 28.0, 2.0, 4.0]
     got = pause_of(merged, started=10.2, done=10.4, before=5.0, after=0.2)
     assert got["baseline_ms"] == 8.0
     assert got["window_max_ms"] == 300.0 and got["pause_ms"] == 292.0
+    assert got["hop_baseline_ms"] == 1.0 and got["hop_pause_ms"] == 19.0
     assert got["outputs"] == 1
     empty = pause_of({}, started=1.0, done=2.0)
-    assert empty["pause_ms"] is None and empty["outputs"] == 0
+    assert empty["pause_ms"] is None and empty["hop_pause_ms"] is None and empty["outputs"] == 0
 
 
 def test_step_validates_kind_and_protocol():
