@@ -53,7 +53,7 @@ class RequestBoard:
         self.path = requests_path(topology)
         self.status = status_path(topology, operator)
         self.seen: set[str] = set()
-        self._published_epoch: int | None = None
+        self._published: bytes | None = None
 
     @classmethod
     def from_storm_conf(cls, conf: Mapping[str, Any], *, operator: str) -> RequestBoard:
@@ -117,21 +117,28 @@ class RequestBoard:
         self._update(name, RequestState.REFUSED, detail=detail)
 
     def publish_routing(self, control) -> None:
-        """Write routing table, holders and tasks to ``status/<operator>`` when they change."""
-        if self._published_epoch == control.epoch or not self.client.connected:
+        """Write routing table, holders, moving groups and which groups a CPA/CPAL could
+        move right now (``assisted``: the holder reported the newest checkpoint) to
+        ``status/<operator>`` whenever any of it changes."""
+        if not self.client.connected:
             return
+        groups = range(control.num_key_groups)
         data = {
             "epoch": control.epoch,
-            "owners": [control.owner(g) for g in range(control.num_key_groups)],
-            "holders": [control.holders[g] for g in range(control.num_key_groups)],
+            "owners": [control.owner(g) for g in groups],
+            "holders": [control.holders[g] for g in groups],
+            "assisted": [control.has_newest(control.holders[g], g) for g in groups],
             "tasks": control.tasks,
             "emitters": control.emitters,
             "moving": sorted(control.moving),
         }
+        encoded = json.dumps(data).encode()
+        if encoded == self._published:
+            return
         try:
             self.client.ensure_path(self.status)
-            self.client.set(self.status, json.dumps(data).encode())
-            self._published_epoch = control.epoch
+            self.client.set(self.status, encoded)
+            self._published = encoded
         except ZK_ERRORS as exc:
             log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
 

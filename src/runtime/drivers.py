@@ -193,12 +193,21 @@ class ElasticFlightsDriver(FlightsDriver):
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
         from elastorm.messages import Protocol
-        from runtime.migrate import connect, request_migration, wait_for_status
+        from runtime.migrate import connect, request_migration, wait_until_movable
 
         if self._client is None:
             self._client = connect(self.zk_hosts)
-        status = wait_for_status(self._client, self.topology, "sum_delays", timeout=30)
         group = (index * 7 + 3) % self.key_groups
+        # Like a controller would: move a group once its last move is over, and by
+        # CPA/CPAL once its holder has reported the newest checkpoint.
+        status = wait_until_movable(
+            self._client,
+            self.topology,
+            "sum_delays",
+            group,
+            assisted=protocol != "direct",
+            timeout=self.migration_timeout,
+        )
         owner, holder = status["owners"][group], status["holders"][group]
         if protocol == "direct":
             target: int | str = next(t for t in status["tasks"] if t not in (owner, holder))
@@ -266,7 +275,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
     """
 
     name = "flights_elastic"
-    DEFAULT_SCRIPT = ((0.15, "cpa"), (0.3, "crash"), (0.7, "cpal"))
+    DEFAULT_SCRIPT = ((0.15, "cpa"), (0.3, "crash"), (0.7, "direct"))
     # Tuples in flight to the killed task reach its new, empty life and are rejected;
     # they are replayed from the emitters' buffers to the group's new owner.
     tolerated = {"op2": {"rejected"}}
@@ -313,12 +322,19 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         from controller.requests import MigrationRequest, RequestState
         from controller.requests_zk import read_request, submit_request
         from elastorm.messages import Protocol
-        from runtime.migrate import connect, wait_for_status
+        from runtime.migrate import connect, wait_until_movable
 
         if self._client is None:
             self._client = connect(self.zk_hosts)
-        status = wait_for_status(self._client, self.topology, "sum_delays", timeout=30)
         group = (index * 7 + 3) % self.key_groups
+        status = wait_until_movable(
+            self._client,
+            self.topology,
+            "sum_delays",
+            group,
+            assisted=True,
+            timeout=self.migration_timeout,
+        )
         request = MigrationRequest(
             operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
         )

@@ -42,6 +42,31 @@ def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: 
     return status
 
 
+def wait_until_movable(
+    client: KazooClient,
+    topology: str,
+    operator: str,
+    key_group: int,
+    assisted: bool,
+    timeout: float,
+) -> dict:
+    """Wait until ``key_group`` is not moving and, for CPA/CPAL (``assisted``), until its
+    holder has reported the newest checkpoint; return the status then.
+
+    On timeout, return the last status anyway: the controller then refuses the
+    request or falls back to direct, and says so.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        status = wait_for_status(client, topology, operator, timeout)
+        ready = key_group not in status["moving"] and (
+            not assisted or status.get("assisted", [True] * (key_group + 1))[key_group]
+        )
+        if ready or time.monotonic() > deadline:
+            return status
+        time.sleep(0.1)
+
+
 def request_migration(
     client: KazooClient,
     topology: str,
