@@ -89,3 +89,58 @@ def test_step_validates_kind_and_protocol():
     with pytest.raises(ValueError):
         Step(kind="migrate", protocol="teleport")
     assert Step(kind="migrate", protocol="cpal", replay=5).replay == 5
+
+
+def _spout(tmp_path, clock, **conf):
+    from bolts.pipeline import make
+    from spouts.synthetic import SyntheticSpout
+
+    base = {"elastorm.output_dir": str(tmp_path), "elastorm.synthetic.cold_keys": 50}
+    spout = make(SyntheticSpout, base | conf, task=3, component="generator", clock=clock)
+    spout.sleep = lambda _s: None
+    return spout
+
+
+def test_spout_preloads_each_hot_key_once_then_holds_the_steady_mix(tmp_path):
+    from bolts.pipeline import FakeClock, drain
+
+    clock = FakeClock()
+    conf = {
+        "elastorm.synthetic.keys": 300,
+        "elastorm.synthetic.preload_rate": 1000.0,
+        "elastorm.synthetic.rate": 200.0,
+        "elastorm.synthetic.hot_share": 0.5,
+    }
+    spout = _spout(tmp_path, clock, **conf)
+    keys = []
+    for _ in range(31):  # 0.31 s at 1000/s: the 300 preload keys, then it stops
+        clock.advance(0.01)
+        spout.next_tuple()
+        keys += [v[0] for _, v in drain(spout)]
+    assert keys == spout.space.hot[:300] and spout.loaded == 300
+    steady = []
+    for _ in range(100):  # 1 s at 200/s, half of them hot
+        clock.advance(0.01)
+        spout.next_tuple()
+        steady += [v[0] for _, v in drain(spout)]
+    assert 190 <= len(steady) <= 200
+    hot = sum(key_group(k, 20) == 7 for k in steady)
+    assert 60 <= hot <= 140 and set(steady) - set(spout.space.hot[:300]) <= set(spout.space.cold)
+
+
+def test_spout_follows_the_control_file(tmp_path):
+    from bolts.pipeline import FakeClock, drain
+    from spouts.synthetic import write_control
+
+    clock = FakeClock()
+    spout = _spout(tmp_path, clock, **{"elastorm.synthetic.keys": 10})
+    clock.advance(1.0)
+    spout.next_tuple()
+    drain(spout)
+    write_control(str(tmp_path), {"rate": 0.0, "keys": 20})
+    clock.advance(1.0)
+    for _ in range(10):
+        clock.advance(0.1)
+        spout.next_tuple()
+    out = [v[0] for _, v in drain(spout)]
+    assert out == spout.space.hot[10:20]  # the 10 new keys, then rate 0: nothing
