@@ -136,8 +136,10 @@ class RequestBoard:
         if encoded == self._published:
             return
         try:
-            self.client.ensure_path(self.status)
-            self.client.set(self.status, encoded)
+            try:
+                self.client.set(self.status, encoded)
+            except NoNodeError:  # created with its data: never readable empty
+                self.client.create(self.status, encoded, makepath=True)
             self._published = encoded
         except ZK_ERRORS as exc:
             log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
@@ -158,9 +160,10 @@ def read_request(client: KazooClient, topology: str, name: str) -> MigrationRequ
 def read_status(client: KazooClient, topology: str, operator: str) -> dict | None:
     """The controller's published routing status, or None before its first tick."""
     try:
-        return json.loads(client.get(status_path(topology, operator))[0].decode())
+        data = client.get(status_path(topology, operator))[0]
     except NoNodeError:
         return None
+    return json.loads(data.decode()) if data else None
 
 
 def register_incarnation(client: KazooClient, topology: str, component: str, task: int) -> int:
