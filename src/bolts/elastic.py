@@ -178,6 +178,7 @@ class KeyedOperator(_Sending):
         routing = RoutingTable.round_robin(conf_key_groups(conf), tasks)
         holders = initial_holders(routing, tasks)
         incarnation, epoch = task_start(conf, component, task, component)
+        self.incarnation = incarnation
         restarted = incarnation > 1
         # A restarted task lost its state, copies and inbox: it owns nothing until the
         # controller restores its groups elsewhere, and ignores commands it missed.
