@@ -100,7 +100,8 @@ def ensure_storm_home(cfg: ElastormConfig) -> Path:
     jvm = cfg.project / "jvm"
     home = cfg.storm_home
     stamp = home / ".assembled"
-    if not _stale(stamp, _inputs(cfg.project)):
+    built = all(link.exists() for link in (home / "lib").glob("*.jar")) if stamp.exists() else False
+    if built and not _stale(stamp, _inputs(cfg.project)):
         return home
     build_jvm(cfg.project)
     daemon_jar = jvm / "daemon" / "target" / "elastorm-daemon-0.1.0.jar"
