@@ -36,9 +36,9 @@ from bolts.flights import (
     ExtractDelays,
     OperatorBolt,
 )
-from elastorm.actions import Applied, MigrationDone, Rejected, Role
+from elastorm.actions import Applied, Rejected
 from elastorm.errors import MigrationProtocolError
-from elastorm.messages import Protocol
+from elastorm.outputs import LatestValues
 from spouts.flights import TUPLE_FIELDS
 
 OP1 = "extract_delays"
@@ -119,7 +119,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
     def setup(self, conf: Mapping[str, Any]) -> None:
         self.flush_every = conf_number(conf, FLUSH_EVERY_KEY, DEFAULT_FLUSH_EVERY, minimum=1)
         self.setup_keyed(conf, self.context, add_delay)
-        self.latest: dict[str, dict[str, list[int]]] = {}
+        self.latest = LatestValues()  # key -> totals owed to the sink
         self.applied = 0
         self.flushed_at = 0
 
@@ -130,24 +130,18 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
 
     def on_applied(self, applied: Applied) -> None:
         self.applied += 1
-        if applied.emit_output:
-            self.latest[applied.item.key] = applied.result
+        self.latest.applied(applied)
 
     def on_rejected(self, rejected: Rejected) -> None:
         self.emit_error(None, "rejected", rejected.reason)
 
     def on_report(self, report) -> None:
-        # A restored group's outputs may have died with its old owner (its batch of
-        # updates was not flushed yet), and tuples this task applied silently in
-        # CPAL shadow produced none: send the totals of every key of the group.
-        if (
-            isinstance(report, MigrationDone)
-            and report.protocol is Protocol.RESTORE
-            and report.role is Role.TARGET
-        ):
-            state = self.coordinator.state(report.key_group)
-            if state is not None:
-                self.latest.update(state.items())
+        # Taking a group over: send the totals of the keys applied quietly here (their
+        # last update may be missing a tuple, elastorm.outputs explains how), and after
+        # a RESTORE of every key (the old owner's unflushed updates died with it).
+        key_group = getattr(report, "key_group", None)
+        if key_group is not None:
+            self.latest.reported(report, self.coordinator.state(key_group))
 
     def on_protocol_error(self, message, exc) -> None:
         self.emit_error(None, "protocol_error", f"{type(message).__name__}: {exc}")
@@ -157,7 +151,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
             return
         updates = [
             [key, int(year), *totals]
-            for key, by_year in self.latest.items()
+            for key, by_year in self.latest.take().items()
             for year, totals in by_year.items()
         ]
         # The sink drops an update whose ``seen`` is not above the last from this task;
@@ -165,7 +159,6 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         seen = self.incarnation * 10**12 + self.counters.tuples_in
         self.emit([self.role, seen, updates, []])
         self.counters.out["default"] += 1
-        self.latest = {}
         self.flushed_at = self.applied
 
     def on_tick(self) -> None:

@@ -1,0 +1,174 @@
+"""Issue 3: op2's totals at the sink after a migration, with the real adapters.
+
+Two ``KeyedSumDelays`` (source and target of a direct migration), two op1 emitters
+(the core's ``Emitter``) and the real ``ResultsSink``, wired by hand so that the
+interleaving seen once on the 2-worker cluster is played exactly: the target applies
+a *new* flight of a plane from one op1 task before the toState of the other op1 task
+brings an *older* flight of the same plane, which the target then replays quietly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from itertools import permutations
+
+import pytest
+from test_flights_harness import TICK, drain, make, tup
+
+import controller.requests_zk
+from bolts.elastic import CONTROLLER_SENDER, RELAY, STREAM, from_wire, to_wire
+from bolts.flights import ResultsSink
+from bolts.flights_elastic import CONTROLLER, OP1, OP2, KeyedSumDelays
+from elastorm.actions import Send
+from elastorm.keygroups import key_group
+from elastorm.messages import Message, Migrate, Protocol
+from elastorm.migration.emitter import Emitter
+from elastorm.routing import RoutingTable
+
+GROUPS = 20
+OP2_TASKS = (1, 2, 3)
+OP1_TASKS = (5, 6)
+CONTROLLER_TASK = 4
+PLANE = "N525US"  # the plane of the cluster run: rows 10121, 16176, 131098
+G = key_group(PLANE, GROUPS)
+
+
+def context(task: int) -> dict:
+    names = {t: OP2 for t in OP2_TASKS} | {t: OP1 for t in OP1_TASKS}
+    names[CONTROLLER_TASK] = CONTROLLER
+    return {
+        "taskid": task,
+        "componentid": OP2,
+        "task->component": {str(t): c for t, c in names.items()},
+    }
+
+
+class Wiring:
+    """op1 emitters, op2 tasks and the sink; messages wait in per-channel queues."""
+
+    def __init__(self, tmp_path, monkeypatch) -> None:
+        monkeypatch.setattr(controller.requests_zk, "task_start", lambda *a: (1, -1))
+        conf = {
+            "elastorm.output_dir": str(tmp_path),
+            "elastorm.key_groups": GROUPS,
+            "elastorm.checkpoint_interval_secs": 0,  # no tick-driven checkpoints here
+            "elastorm.flights.flush_every": 10**6,  # flush on ticks only
+        }
+        self.op2 = {}
+        for t in OP2_TASKS:
+            bolt = KeyedSumDelays(
+                input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None
+            )
+            bolt.emitted = []
+            bolt.emit = lambda values, stream=None, _b=bolt, **_: _b.emitted.append(
+                (stream or "default", list(values))
+            )
+            bolt.context = context(t)  # pystorm sets it from Storm's handshake
+            bolt.initialize(conf, bolt.context)
+            self.op2[t] = bolt
+        routing = RoutingTable.round_robin(GROUPS, list(OP2_TASKS))
+        self.op1 = {t: Emitter(task=t, routing=routing, source=f"{OP1}:{t}") for t in OP1_TASKS}
+        self.sink = make(ResultsSink, conf, task=9, component="results_sink")
+        self.queues: dict[tuple[int, int], list[Message]] = {}
+        self.updates: list[tuple[int, list]] = []  # (op2 task, update tuple)
+
+    def owner(self) -> int:
+        return self.op1[OP1_TASKS[0]].routing.owner(G)
+
+    def put(self, sender: int, to: int, message: Message) -> None:
+        self.queues.setdefault((sender, to), []).append(message)
+
+    def emit(self, op1: int, row: int, delay: int) -> None:
+        for action in self.op1[op1].emit(PLANE, [row, 2013, delay], float(row)):
+            self.put(op1, action.to_task, action.message)
+
+    def command(self, to: int, message: Message) -> None:
+        self.put(CONTROLLER_SENDER, to, message)
+
+    def deliver(self, sender: int, to: int, count: int = 1) -> None:
+        for _ in range(count):
+            message = self.queues[(sender, to)].pop(0)
+            if to in self.op1:
+                for action in self.op1[to].receive(sender, message):
+                    assert isinstance(action, Send), action
+                    self.put(to, action.to_task, action.message)
+                continue
+            bolt = self.op2[to]
+            wire_sender = CONTROLLER_TASK if sender == CONTROLLER_SENDER else sender
+            bolt.process(tup([to_wire(message), wire_sender], stream=STREAM, task=sender))
+            self.collect(to)
+
+    def collect(self, task: int) -> None:
+        for stream, values in drain(self.op2[task]):
+            if stream == RELAY:  # what the relay bolt would forward, sender kept
+                to_task, wire, sender = values
+                self.put(sender, int(to_task), from_wire(wire))
+            elif stream == "default":
+                self.updates.append((task, values))
+            else:
+                assert stream == "elastorm_reports", (stream, values)
+
+    def tick(self) -> None:
+        for task, bolt in self.op2.items():
+            bolt.process_tick(TICK)
+            self.collect(task)
+
+
+def direct_migration_with_late_to_state(tmp_path, monkeypatch) -> Wiring:
+    """The interleaving of the cluster run, up to both ends' MigrationDone."""
+    w = Wiring(tmp_path, monkeypatch)
+    source = w.owner()
+    target = next(t for t in OP2_TASKS if t != source)
+    fast, slow = OP1_TASKS
+    w.emit(fast, 10121, -28)  # applied by the source, then in its full checkpoint
+    w.deliver(fast, source)
+    w.command(
+        source,
+        Migrate(key_group=G, epoch=1, protocol=Protocol.DIRECT, source=source, target=target),
+    )
+    w.deliver(CONTROLLER_SENDER, source)  # full checkpoint to the target
+    w.emit(slow, 16176, -14)  # after the checkpoint: only in the slow op1's buffer
+    w.deliver(slow, source)
+    w.deliver(source, target)  # the target holds the checkpoint, acks
+    w.deliver(target, source)  # ack: Trim and Migrate(CPA) to both op1 tasks
+    w.deliver(source, fast, 2)  # the fast op1: toState (empty) to the target, redirect
+    w.deliver(fast, target)  # the target converts its copy, REPLAYING
+    w.deliver(fast, source)  # toCheckpoint from the fast op1
+    w.emit(fast, 131098, 43)  # new data, straight to the target (outputs on)
+    w.deliver(fast, target)
+    w.deliver(source, slow, 2)  # the slow op1 gets Trim and Migrate(CPA) only now
+    w.deliver(slow, target)  # toState [16176]: replayed at the target, quietly
+    w.deliver(slow, source)  # toCheckpoint: the source is done
+    assert not any(w.queues.values()), w.queues
+    w.tick()
+    return w
+
+
+def test_target_state_has_every_flight(tmp_path, monkeypatch) -> None:
+    w = direct_migration_with_late_to_state(tmp_path, monkeypatch)
+    target = w.op1[OP1_TASKS[0]].routing.owner(G)
+    state = w.op2[target].coordinator.state(G)
+    assert state is not None and state.get(PLANE) == {"2013": [1, 3]}
+
+
+@pytest.mark.parametrize("order", list(permutations(range(3))))
+def test_sink_gets_every_flight_whatever_order_updates_arrive_in(
+    tmp_path, monkeypatch, order
+) -> None:
+    w = direct_migration_with_late_to_state(tmp_path, monkeypatch)
+    # Per sending task the sink sees updates in order (one Storm channel each);
+    # between tasks any interleaving. Play every order of the senders' streams.
+    by_task: dict[int, list] = {}
+    for task, values in w.updates:
+        by_task.setdefault(task, []).append(values)
+    tasks = sorted(by_task)
+    assert len(tasks) <= 3
+    for i in order:
+        if i < len(tasks):
+            for values in by_task[tasks[i]]:
+                w.sink.process(tup(values, component=OP2, task=tasks[i]))
+    w.sink.write()
+    with open(w.sink.path, encoding="utf-8") as fh:
+        totals = json.load(fh)["totals"]["op2"]
+    assert totals[PLANE] == {"2013": [1, 3]}
