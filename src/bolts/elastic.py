@@ -35,6 +35,7 @@ from typing import Any
 
 from streamparse import Bolt, Stream
 
+from bolts.load import HEARTBEATS_KEY, LoadMeter, external_load, start_heartbeats
 from elastorm.actions import (
     Action,
     Applied,
@@ -116,34 +117,86 @@ class _Sending:
         self.emit([to_wire(action.message), self._task], stream=STREAM, direct_task=action.to_task)
 
 
-class KeyedEmitting(_Sending):
-    """Mixin for a spout or bolt that feeds a keyed operator (``keyed_component``).
+INITIAL_NODES_KEY = "elastorm.initial_nodes"
 
-    Call :meth:`setup_emitting` from ``initialize``, :meth:`emit_keyed` instead of
-    a grouped emit, and :meth:`receive_elastorm` for tuples on the ``elastorm``
-    stream (trims, processedAllReplay, the controller's commands).
+
+def initial_routing(conf: Mapping[str, Any], operator: str, tasks: Iterable[int]) -> RoutingTable:
+    """``operator``'s routing table at start, computed alike by every task and the controller.
+
+    Round robin over its tasks, or, if ``elastorm.initial_nodes`` names the
+    operator (``{operator: [node index, ...]}``, node ``i`` = the operator's
+    ``i``-th task by id), over the tasks on those nodes only (seed 001 7.2 starts
+    each operator on one node).
+    """
+    ordered = sorted(tasks)
+    chosen = ordered
+    wanted = (conf.get(INITIAL_NODES_KEY) or {}).get(operator)
+    if wanted is not None:
+        try:
+            chosen = [ordered[int(i)] for i in wanted]
+        except (IndexError, TypeError, ValueError):
+            raise ValueError(
+                f"{INITIAL_NODES_KEY}[{operator}] = {wanted!r}: need node indices "
+                f"in [0, {len(ordered)})"
+            ) from None
+        if not chosen:
+            raise ValueError(f"{INITIAL_NODES_KEY}[{operator}] names no node")
+    return RoutingTable.round_robin(conf_key_groups(conf), chosen)
+
+
+class KeyedEmitting(_Sending):
+    """Mixin for a spout or bolt that feeds keyed operators (``keyed_components``).
+
+    One :class:`Emitter` per keyed operator (``self.emitters``; ``self.emitter`` is
+    the first). Call :meth:`setup_emitting` from ``initialize``,
+    :meth:`emit_keyed` instead of a grouped emit, and :meth:`receive_elastorm` for
+    tuples on the ``elastorm`` stream (trims, processedAllReplay, the controller's
+    commands), which go to the emitter of the operator they concern.
     """
 
     keyed_component = "keyed"
+    keyed_components: tuple[str, ...] = ()
 
     def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         self._senders(context)
         task = int(context["taskid"])
-        routing = RoutingTable.round_robin(
-            conf_key_groups(conf), tasks_of(context, self.keyed_component)
-        )
-        # The source name must survive restarts: receivers de-duplicate by it.
-        self.emitter = Emitter(
-            task=task, routing=routing, source=f"{context['componentid']}:{task}"
-        )
+        operators = self.keyed_components or (self.keyed_component,)
+        self.emitters: dict[str, Emitter] = {}
+        self._operator_of: dict[int, str] = {}
+        for op in operators:
+            tasks = tasks_of(context, op)
+            self._operator_of.update(dict.fromkeys(tasks, op))
+            # The source name must survive restarts: receivers de-duplicate by it.
+            self.emitters[op] = Emitter(
+                task=task,
+                routing=initial_routing(conf, op, tasks),
+                source=f"{context['componentid']}:{task}",
+            )
+        self.emitter = self.emitters[operators[0]]
 
-    def emit_keyed(self, key: str, value: Any, ts: float) -> None:
-        for action in self.emitter.emit(key, value, ts):
+    def emit_keyed(self, key: str, value: Any, ts: float, operator: str | None = None) -> None:
+        emitter = self.emitter if operator is None else self.emitters[operator]
+        for action in emitter.emit(key, value, ts):
             self.send(action)
+
+    def _emitter_for(self, sender: int, message: Message) -> Emitter:
+        """The emitter a message concerns: by its keyed sender, else by the task it names."""
+        task = sender
+        if sender == CONTROLLER_SENDER:
+            task = getattr(message, "target", None)
+            if task is None:
+                task = getattr(message, "task", None)
+        op = self._operator_of.get(task) if task is not None else None
+        if op is None:
+            if len(self.emitters) == 1:
+                return self.emitter
+            raise ValueError(f"cannot tell which keyed operator {type(message).__name__} is for")
+        return self.emitters[op]
 
     def receive_elastorm(self, tup) -> list[Action]:
         """Handle one ``elastorm`` tuple; returns the non-``Send`` actions (rejections)."""
-        actions = self.emitter.receive(self.sender_of(tup), from_wire(tup.values[0]))
+        sender, message = self.sender_of(tup), from_wire(tup.values[0])
+        actions = self._emitter_for(sender, message).receive(sender, message)
         rest = []
         for action in actions:
             if isinstance(action, Send):
@@ -169,13 +222,14 @@ class KeyedOperator(_Sending):
     def setup_keyed(
         self, conf: Mapping[str, Any], context: Mapping[str, Any], combine: Combine
     ) -> None:
+        from controller.loop import node_name
         from controller.requests_zk import task_start
 
         self._senders(context)
         task = int(context["taskid"])
         component = context["componentid"]
         tasks = tasks_of(context, component)
-        routing = RoutingTable.round_robin(conf_key_groups(conf), tasks)
+        routing = initial_routing(conf, component, tasks)
         holders = initial_holders(routing, tasks)
         incarnation, epoch = task_start(conf, component, task, component)
         self.incarnation = incarnation
@@ -197,9 +251,20 @@ class KeyedOperator(_Sending):
             checkpoint_interval=interval if interval > 0 else None,
             stale_through=epoch if restarted else -1,
         )
+        self.node = node_name(tasks.index(task))
+        self.load_meter = LoadMeter(external=external_load(conf, self.node))
+        self._epoch = routing.epoch
+        self.heartbeats = None
+        if conf.get(HEARTBEATS_KEY, True):
+            self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
+        self._last_heartbeat = None
 
     def receive_elastorm(self, tup) -> None:
+        began = time.monotonic()
         message = from_wire(tup.values[0])
+        epoch = getattr(message, "epoch", None)
+        if isinstance(epoch, int) and epoch > self._epoch:
+            self._epoch = epoch
         try:
             actions = self.coordinator.receive(self.sender_of(tup), message)
         except MigrationProtocolError as exc:
@@ -208,6 +273,7 @@ class KeyedOperator(_Sending):
             self.on_protocol_error(message, exc)
             return
         self.perform(actions)
+        self.load_meter.worked(time.monotonic() - began)
 
     def send(self, action: Send) -> None:
         """Through the relay (see the module docstring): a keyed task must never block."""
@@ -218,12 +284,42 @@ class KeyedOperator(_Sending):
             self.emit([json.dumps(encode_report(self._started))], stream=REPORTS)
             self._started = None
         self.perform(self.coordinator.on_tick(self.clock()))
+        self._last_heartbeat = self.measure()
+        if self.heartbeats is not None:
+            self.heartbeats.publish_now()
+
+    def measure(self):
+        """This interval's ``Heartbeat`` (loads, owned groups, held checkpoints)."""
+        from controller.zk.codec import Heartbeat
+
+        sample = self.load_meter.sample()
+        owned = self.coordinator.owned()
+        sizes = []
+        for g in owned:
+            state = self.coordinator.state(g)
+            sizes.append((g, float(len(state)) if state is not None else 0.0))
+        return Heartbeat(
+            key_groups=owned,
+            checkpoints=tuple(self.coordinator.held),
+            input_rates=tuple(sample.rates.items()),
+            queue_length=sample.queue,
+            cpu=sample.cpu,
+            state_sizes=tuple(sizes),
+            epoch=max(self._epoch, 0),
+        )
+
+    def _heartbeat(self):
+        """Called on the publisher's thread: the last measured heartbeat (immutable)."""
+        from controller.zk.codec import Heartbeat
+
+        return self._last_heartbeat or Heartbeat(key_groups=self.coordinator.owned())
 
     def perform(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
                 self.send(action)
             elif isinstance(action, Applied):
+                self.load_meter.applied(action.key_group, action.item.ts)
                 self.on_applied(action)
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
@@ -259,15 +355,23 @@ class RelayBolt(Bolt):
 
 
 class MigrationControllerBolt(_Sending, Bolt):
-    """The controller of one keyed operator: one task, global grouping on reports.
+    """The controller of the keyed operators: one task, global grouping on reports.
 
     On every tick it reads new requests under ``/elastorm/<topology>/requests``
     in the topology's own ZooKeeper, orders them, and writes each request's state
     back (started, done, refused). A request it cannot reach ZooKeeper for waits
     for the next tick; processing never depends on ZooKeeper being up.
+
+    With ``elastorm.controller.adapt`` or a ``strategy`` set it also runs the
+    :class:`controller.loop.ControllerLoop` every ``elastorm.controller.round_secs``:
+    the keyed tasks' heartbeats (a ``ClusterWatcher``) in, checkpoint holders and
+    migrations out; its routing tables and allocation go to a ``ControllerStore``
+    (and are read back if this task restarts), its metrics to the log and to
+    ``controller-metrics.json`` in the output dir.
     """
 
     keyed_component = "keyed"
+    keyed_components: tuple[str, ...] = ()
     emitter_components: tuple[str, ...] = ()
     outputs = [MESSAGE_STREAM]
 
@@ -275,66 +379,106 @@ class MigrationControllerBolt(_Sending, Bolt):
         from controller.requests_zk import RequestBoard
 
         self._senders(context)
-        self.control = MigrationController(
-            num_key_groups=conf_key_groups(conf),
-            tasks=tasks_of(context, self.keyed_component),
-            emitters=tasks_of(context, self.emitter_components),
-        )
-        self.board = RequestBoard.from_storm_conf(conf, operator=self.keyed_component)
-        self.active: dict[int, str] = {}  # key group -> request being carried out
+        self.operators = self.keyed_components or (self.keyed_component,)
+        emitters = tasks_of(context, self.emitter_components)
+        self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
+        self.controls = {
+            op: MigrationController(
+                num_key_groups=conf_key_groups(conf),
+                tasks=tasks,
+                emitters=emitters,
+                routing=initial_routing(conf, op, tasks),
+            )
+            for op, tasks in self.operator_tasks.items()
+        }
+        self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
+        self.boards = {op: RequestBoard.from_storm_conf(conf, operator=op) for op in self.operators}
+        self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
+        self.loop = None
+        self.runtime = None
+        from controller.loop import settings_from_conf
+
+        settings = settings_from_conf(conf)
+        if settings.active:
+            from bolts.controller_runtime import ControllerRuntime
+
+            self.runtime = ControllerRuntime.start(
+                conf, self.controls, self.operator_tasks, settings
+            )
+            self.loop = self.runtime.loop
+
+    @property
+    def control(self) -> MigrationController:
+        """The controller of the (first) keyed operator."""
+        return self.controls[self.operators[0]]
 
     def process(self, tup):
         if tup.stream != REPORTS:
             return
         report = decode_report(json.loads(tup.values[0]))
+        op = self.operator_of.get(tup.task, self.operators[0])
+        control = self.controls[op]
         if isinstance(report, MigrationDone):
-            if self.control.on_migration_done(report):
-                name = self.active.pop(report.key_group, None)
+            done = (
+                self.loop.on_migration_done(op, report, time.time())
+                if self.loop is not None
+                else control.on_migration_done(report)
+            )
+            if done:
+                name = self.active.pop((op, report.key_group), None)
                 if name is not None:
-                    self.board.finish(name)
+                    self.boards[op].finish(name)
         elif isinstance(report, CheckpointStored):
-            self.control.on_checkpoint_stored(tup.task, report)
+            control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
             if report.restarted:
-                self.recover(report.task)
+                self.recover(op, report.task)
         else:
             log.warning("controller: task %s reports %s", tup.task, report)
 
-    def recover(self, dead: int) -> None:
+    def recover(self, op: str, dead: int) -> None:
         """Task ``dead`` came back empty: restore its groups from the surviving copies."""
-        plan = self.control.crash(dead)
+        control = self.controls[op]
+        plan = control.crash(dead)
         log.warning("task %s restarted empty: restoring key groups %s", dead, plan.restored)
         for send in plan.sends:
             self.send(send)
-        for task in self.control.tasks:
+        for task in control.tasks:
             if task != dead:
                 self.send(Send(to_task=task, message=PeerDown(key_group=0, task=dead)))
         for g in plan.restored:
-            name = self.active.pop(g, None)
+            name = self.active.pop((op, g), None)
             if name is not None:
-                self.board.refuse(name, f"task {dead} died; key group {g} restored instead")
-        self.board.publish_routing(self.control)
+                self.boards[op].refuse(name, f"task {dead} died; key group {g} restored instead")
+        self.boards[op].publish_routing(control)
 
     def process_tick(self, tup):
-        for name, request in self.board.pending():
+        for op, board in self.boards.items():
+            self.carry_out_requests(op, board)
+        if self.runtime is not None:
+            for send in self.runtime.tick(time.time()):
+                self.send(send)
+        for op, board in self.boards.items():
+            board.publish_routing(self.controls[op])
+
+    def carry_out_requests(self, op: str, board) -> None:
+        control = self.controls[op]
+        for name, request in board.pending():
             g = request.key_group
-            target = (
-                self.control.holders.get(g, -1) if request.target == "holder" else request.target
-            )
+            target = control.holders.get(g, -1) if request.target == "holder" else request.target
             try:
-                used, sends = self.control.migrate(g, int(target), request.protocol)
+                used, sends = control.migrate(g, int(target), request.protocol)
             except MigrationRefused as exc:
-                self.board.refuse(name, str(exc))
+                board.refuse(name, str(exc))
                 continue
             for send in sends:
                 self.send(send)
-            self.active[g] = name
-            self.board.start(
+            self.active[(op, g)] = name
+            board.start(
                 name,
                 protocol_used=used,
-                epoch=self.control.epoch,
-                source=self.control.moving[g].source,
+                epoch=control.epoch,
+                source=control.moving[g].source,
                 target=int(target),
             )
-            self.board.publish_routing(self.control)
-        self.board.publish_routing(self.control)
+            board.publish_routing(control)

@@ -163,6 +163,22 @@ class MigrationController:
         self.stats[f"migrate.{protocol.value}"] += 1
         return protocol, sends
 
+    def set_holder(self, key_group: int, holder: int) -> list[Send]:
+        """Move ``key_group``'s checkpoint to ``holder`` (checkpoint allocation).
+
+        Returns the ``SetHolder`` for the owner (its next checkpoint is then full),
+        or nothing while the group moves or if ``holder`` is its owner or already
+        its holder. The new holder is no CPA target until it reports a checkpoint.
+        """
+        g = key_group
+        if holder not in self.tasks:
+            raise MigrationRefused(f"task {holder} is not a task of this operator {self.tasks}")
+        if g in self.moving or holder in (self.owner(g), self.holders[g]):
+            return []
+        self.holders[g] = holder
+        self.stats["set_holder"] += 1
+        return [Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder))]
+
     def restore_target(self, key_group: int, dead: int) -> int:
         """Where to restore ``key_group`` after ``dead`` died.
 

@@ -396,7 +396,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         )
 
 
-def driver_for(topology: str, limit: int | None) -> FlightsDriver | SmokeDriver:
+def driver_for(topology: str, limit: int | None, *, strategy: str = "correlated"):
     """The driver of a topology in ``topologies/``."""
     if topology == "flights":
         return FlightsDriver(limit)
@@ -404,4 +404,8 @@ def driver_for(topology: str, limit: int | None) -> FlightsDriver | SmokeDriver:
         return ElasticFlightsDriver(limit)
     if topology == "smoke":
         return SmokeDriver(limit or 1000)
-    raise UserError(f"unknown topology {topology!r} (have: flights, flights_elastic, smoke)")
+    if topology == "shift":
+        from runtime.shift_driver import ShiftDriver
+
+        return ShiftDriver(strategy)
+    raise UserError(f"unknown topology {topology!r} (have: flights, flights_elastic, shift, smoke)")

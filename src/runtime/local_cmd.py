@@ -13,7 +13,15 @@ from runtime.topology_jar import build_topology_jar
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "topology", choices=("flights", "flights_elastic", "smoke"), help="topology in topologies/"
+        "topology",
+        choices=("flights", "flights_elastic", "shift", "smoke"),
+        help="topology in topologies/",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=("none", "baseline", "even", "correlated"),
+        default="correlated",
+        help="shift: the controller's checkpoint allocation (default correlated)",
     )
     parser.add_argument(
         "--limit",
@@ -71,7 +79,7 @@ def _execute(args: argparse.Namespace, env: str) -> int:
     outcome = run_topology(
         cfg,
         env,
-        driver_for(args.topology, args.limit),
+        driver_for(args.topology, args.limit, strategy=args.strategy),
         args.timeout,
         Path(args.output_dir).resolve() if args.output_dir else None,
     )

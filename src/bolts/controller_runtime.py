@@ -1,0 +1,263 @@
+"""The controller loop's I/O, for the Storm controller bolt.
+
+:class:`controller.loop.ControllerLoop` decides; this adapter feeds it the live
+tasks' heartbeats (a ``ClusterWatcher``), persists what it decided (routing
+tables, checkpoint allocation) through a ``ControllerStore`` so a restarted
+controller resumes from them, and writes its metrics to the log and to
+``controller-metrics.json`` in ``elastorm.output_dir``. Nothing here blocks on
+ZooKeeper: the watcher and the store run on their own threads; while ZooKeeper
+is away the loop keeps deciding on the last records it saw and the store holds
+the decisions until it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bolts.common import OUTPUT_DIR_KEY, write_json_atomic
+from controller.loop import (
+    CONTROLLER_PREFIX,
+    ControllerLoop,
+    LoopSettings,
+    Placement,
+    Round,
+    prior_from_artifact,
+)
+from controller.model import Allocation, KeyGroupId
+from controller.zk.layout import ZkSettings, ZnodeLayout, hosts_from_storm_conf
+from controller.zk.store import ControllerStore, Decisions, StoreError
+from controller.zk.watcher import ClusterWatcher
+from elastorm.actions import Send
+from elastorm.control import MigrationController
+
+log = logging.getLogger(__name__)
+
+ROUND_KEY = CONTROLLER_PREFIX + "round_secs"
+ARTIFACT_KEY = CONTROLLER_PREFIX + "correlation_artifact"
+PRIOR_WEIGHT_KEY = CONTROLLER_PREFIX + "prior_weight"
+METRICS_FILE = "controller-metrics.json"
+LOAD_TIMEOUT = 5.0  # s to wait for earlier decisions at start
+
+
+def resume(
+    controls: Mapping[str, MigrationController], decisions: Decisions, placement: Placement
+) -> list[str]:
+    """Take over routing tables and holders a previous controller persisted.
+
+    Only tables newer than the start-up ones are taken (a fresh topology has none).
+    Returns the operators resumed.
+    """
+    resumed = []
+    for op, control in controls.items():
+        table = decisions.routing.get(op)
+        if table is None or table.epoch <= control.epoch:
+            continue
+        control.routing = table
+        control.epoch = table.epoch
+        resumed.append(op)
+        if decisions.checkpoints is not None:
+            for g in range(control.num_key_groups):
+                nodes = decisions.checkpoints.holders(KeyGroupId(op, g))
+                if nodes:
+                    control.holders[g] = placement.task_on(op, nodes[0])
+    return resumed
+
+
+def holders_allocation(controls: Mapping[str, MigrationController], placement: Placement):
+    """The controllers' holders as an ``Allocation`` over nodes."""
+    return Allocation(
+        {
+            KeyGroupId(op, g): (placement.node_of(c.holders[g]),)
+            for op, c in controls.items()
+            for g in range(c.num_key_groups)
+        }
+    )
+
+
+class ControllerRuntime:
+    """Runs ``loop`` every ``round_secs`` on the watcher's records; see the module doc."""
+
+    def __init__(
+        self,
+        *,
+        loop: ControllerLoop,
+        watcher: ClusterWatcher,
+        store: ControllerStore,
+        round_secs: float,
+        metrics_path: str | None,
+    ) -> None:
+        self.loop = loop
+        self.watcher = watcher
+        self.store = store
+        self.round_secs = round_secs
+        self.metrics_path = metrics_path
+        self._last_round = -float("inf")
+        self.rounds = 0
+        self.history: list[dict[str, Any]] = []
+        self.holder_moves: list[dict[str, Any]] = []
+
+    @classmethod
+    def start(
+        cls,
+        conf: Mapping[str, Any],
+        controls: Mapping[str, MigrationController],
+        operator_tasks: Mapping[str, Sequence[int]],
+        settings: LoopSettings,
+    ) -> ControllerRuntime:
+        layout = ZnodeLayout(str(conf["topology.name"]))
+        zk = ZkSettings(hosts=hosts_from_storm_conf(conf))
+        placement = Placement.by_index(operator_tasks)
+        watcher = ClusterWatcher(layout=layout, settings=zk)
+        watcher.start()
+        store = ControllerStore(
+            layout=layout, controller_id=f"controller-{os.getpid()}", settings=zk
+        )
+        store.start()
+        try:
+            resumed = resume(controls, store.load(timeout=LOAD_TIMEOUT), placement)
+            if resumed:
+                log.warning("controller: resumed routing and holders of %s", resumed)
+        except StoreError as exc:
+            log.error("controller: earlier decisions not loaded (%s); starting afresh", exc)
+        prior, weight = None, 0.0
+        if conf.get(ARTIFACT_KEY):
+            prior = _load_prior(str(conf[ARTIFACT_KEY]), controls)
+            weight = float(conf.get(PRIOR_WEIGHT_KEY, settings.window))
+        loop = ControllerLoop(
+            controls=controls,
+            placement=placement,
+            settings=settings,
+            started_at=time.time(),
+            prior=prior,
+            prior_weight=weight,
+        )
+        out = conf.get(OUTPUT_DIR_KEY)
+        log.info(
+            "controller: strategy=%s adapt=%s nodes=%s warmup=%.0fs",
+            settings.strategy,
+            settings.adapt,
+            placement.nodes,
+            settings.warmup,
+        )
+        return cls(
+            loop=loop,
+            watcher=watcher,
+            store=store,
+            round_secs=float(conf.get(ROUND_KEY, 1.0)),
+            metrics_path=os.path.join(str(out), METRICS_FILE) if out else None,
+        )
+
+    def tick(self, now: float) -> list[Send]:
+        """One round if one is due; returns the commands to send."""
+        if now - self._last_round < self.round_secs:
+            return []
+        self._last_round = now
+        records = list(self.watcher.live().values())
+        if not records:
+            return []
+        rnd = self.loop.round(records, now)
+        self.rounds += 1
+        self._log(rnd)
+        self._persist()
+        self._record(rnd, now)
+        return list(rnd.sends)
+
+    def _log(self, rnd: Round) -> None:
+        if rnd.allocated:
+            log.info(
+                "controller: %s allocation, %d checkpoints moved",
+                self.loop.settings.strategy,
+                len(rnd.holders_moved),
+            )
+        for m in rnd.moves:
+            log.info(
+                "controller: %s %s %s -> %s by %s",
+                m.reason.value,
+                m.key_group,
+                m.source,
+                m.target,
+                m.protocol.value,
+            )
+        for m, why in rnd.refused:
+            log.info("controller: move of %s refused: %s", m.key_group, why)
+
+    def _persist(self) -> None:
+        try:
+            for op, control in self.loop.controls.items():
+                self.store.set_routing(op, control.routing)
+            self.store.set_checkpoints(holders_allocation(self.loop.controls, self.loop.placement))
+        except StoreError as exc:  # not loaded yet, or deposed: decisions stay in memory
+            log.debug("controller: decisions not persisted yet (%s)", exc)
+
+    def _record(self, rnd: Round, now: float) -> None:
+        view = rnd.view
+        self.history.append(
+            {
+                "t": now,
+                "cpu": {n.node_id: n.cpu for n in view.nodes},
+                "queue": {n.node_id: n.queue_length for n in view.nodes},
+                "overloaded": [
+                    n.node_id
+                    for n in view.nodes
+                    if n.queue_length >= self.loop.settings.thresholds.queue_high
+                    and (n.cpu or 0.0) >= self.loop.settings.thresholds.cpu_high
+                ],
+            }
+        )
+        for kg, old, new in rnd.holders_moved:
+            self.holder_moves.append({"t": now, "key_group": str(kg), "from": old, "to": new})
+        if self.metrics_path is None:
+            return
+        snap = self.loop.metrics()
+        write_json_atomic(
+            self.metrics_path,
+            {
+                "strategy": self.loop.settings.strategy,
+                "rounds": self.rounds,
+                "allocated_at": self.loop.allocated_at,
+                "started_at": self.loop.started_at,
+                "orders": [
+                    {
+                        "key_group": str(m.key_group),
+                        "source": m.source,
+                        "target": m.target,
+                        "protocol": m.protocol.value,
+                        "reason": m.reason.value,
+                    }
+                    for m in self.loop.orders
+                ],
+                "finished": [
+                    {"key_group": str(r.move.key_group), "seconds": r.pause}
+                    for r in self.loop.records
+                ],
+                "ordered_assisted_share": self.loop.ordered_share(),
+                "assisted_share": snap.assisted_share if snap else None,
+                "usable_share_now": snap.usable_share if snap else None,
+                "usable_samples": self.loop.usable_samples,
+                "accumulated_latency": snap.accumulated_latency if snap else 0.0,
+                "holders": {
+                    str(kg): list(nodes)
+                    for kg, nodes in holders_allocation(
+                        self.loop.controls, self.loop.placement
+                    ).entries
+                },
+                "holder_moves": self.holder_moves,
+                "history": self.history[-600:],
+                "store": self.store.status().value,
+            },
+        )
+
+
+def _load_prior(path: str, controls: Mapping[str, MigrationController]):
+    from elastorm.correlation_artifact import decode_artifact
+
+    with open(path, "rb") as f:
+        artifact = decode_artifact(
+            f.read(), expected_key_groups={op: c.num_key_groups for op, c in controls.items()}
+        )
+    log.info("controller: correlation prior from %s", path)
+    return prior_from_artifact(artifact)

@@ -1,0 +1,119 @@
+"""Bolts of seed 001 section 7.2's job: two counting operators whose loads are correlated -1.
+
+``generator -> emitter (KeyedEmitting, two keyed operators) --elastorm, direct-->
+op1, op2 (KeyedOperator: count per key, one task per node)``; what op1 and op2
+send goes through the relay; their reports go to the controller, which runs the
+:class:`controller.loop.ControllerLoop` (heartbeats in, checkpoint holders and
+migrations out). Each counter task writes, with its counts, the total count of
+every key group it owns, so a driver can check that every tuple the spout sent
+was counted exactly once whatever moved where.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bolts.common import CountingBolt
+from bolts.elastic import (
+    MESSAGE_STREAM,
+    RELAY,
+    RELAY_STREAM,
+    REPORT_STREAM,
+    REPORTS,
+    STREAM,
+    KeyedEmitting,
+    KeyedOperator,
+    MigrationControllerBolt,
+)
+from elastorm.actions import Applied, Rejected
+from elastorm.errors import MigrationProtocolError
+from spouts.shift import OPERATORS, shift_conf
+
+EMITTER = "emitter"
+CONTROLLER = "controller"
+RELAY_COMPONENT = "relay"
+
+
+def add_one(current: int | None, value: Any) -> int:
+    """The counters' fold: one more tuple of the key."""
+    return (current or 0) + 1
+
+
+class ShiftEmitter(KeyedEmitting, CountingBolt):
+    """Pass-through: each ``(key, operator, stamp)`` goes to that operator's owner task."""
+
+    role = "emitter"
+    keyed_components = OPERATORS
+    controller_component = CONTROLLER
+    outputs = [MESSAGE_STREAM]
+    streams = (STREAM,)
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        self.setup_emitting(conf, self.context)
+
+    def handle(self, tup):
+        if tup.stream != STREAM:
+            key, operator, stamp = tup.values
+            if operator not in self.emitters:
+                self.counters.error("unknown_operator")
+                return
+            self.emit_keyed(key, 1, float(stamp), operator=operator)
+            self.counters.out[STREAM] += 1
+            return
+        try:
+            for action in self.receive_elastorm(tup):
+                if isinstance(action, Rejected):
+                    self.counters.error("rejected_control")
+        except (ValueError, MigrationProtocolError):
+            self.counters.error("bad_control")
+
+
+class ShiftCounter(KeyedOperator, CountingBolt):
+    """Counts tuples per key in key groups; see the module docstring."""
+
+    role = "counter"
+    emitter_components = (EMITTER,)
+    controller_component = CONTROLLER
+    outputs = [RELAY_STREAM, REPORT_STREAM]
+    streams = (RELAY, REPORTS)
+
+    def setup(self, conf: Mapping[str, Any]) -> None:
+        self.setup_keyed(conf, self.context, add_one)
+        self.work = shift_conf(conf)["work_us"] / 1e6
+
+    def handle(self, tup):
+        self.receive_elastorm(tup)
+
+    def on_applied(self, applied: Applied) -> None:
+        # The operator's computation: ``elastorm.shift.work_us`` of CPU per tuple.
+        # Nothing goes downstream: the count is the state.
+        if self.work:
+            end = time.perf_counter() + self.work
+            while time.perf_counter() < end:
+                pass
+
+    def on_tick(self) -> None:
+        self.tick_keyed()
+        totals = {}
+        for g in self.coordinator.owned():
+            state = self.coordinator.state(g)
+            if state is not None:
+                totals[str(g)] = sum(state.items().values())
+        self.counters.extra = {
+            "node": self.node,
+            "owned": list(self.coordinator.owned()),
+            "held": sorted(self.coordinator.held),
+            "totals": totals,
+            "idled": round(self.load_meter.idled, 3),
+            "at": time.time(),
+        }
+
+
+class ShiftController(MigrationControllerBolt):
+    """The controller of op1 and op2."""
+
+    keyed_components = OPERATORS
+    emitter_components = (EMITTER,)
+    controller_component = CONTROLLER

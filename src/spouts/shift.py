@@ -1,0 +1,131 @@
+"""The spout of seed 001 section 7.2's job: load shifts from one operator to another.
+
+Emits ``(key, operator, stamp)`` at ``elastorm.shift.rate`` tuples/s. Each tuple
+goes to operator ``op2`` with probability ``p(t)`` and to ``op1`` otherwise,
+where ``p`` grows linearly from 0 to 1 over ``elastorm.shift.ramp_secs`` seconds
+after a ``elastorm.shift.hold_secs`` start (the paper: one percent more each
+second, all on operator 2 after 100 s), so the two operators' loads are
+correlated -1. Keys are drawn uniformly from ``elastorm.shift.keys`` keys.
+The counters spend ``elastorm.shift.work_us`` of CPU on each tuple (the
+operator's computation; the paper's job only counts, but on our shared machine a
+bare count is too cheap for a 70%-loaded node to run out of CPU).
+After ``elastorm.shift.duration_secs`` (0: never) the spout stops emitting; its
+counts file then says ``done`` with how many tuples went to each operator, which
+the driver checks against the operators' state.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from streamparse import Spout, Stream
+
+from bolts.common import (
+    COUNTS_INTERVAL_KEY,
+    DEFAULT_COUNTS_INTERVAL,
+    Counters,
+    component_identity,
+    conf_number,
+    required_output_dir,
+)
+from spouts.synthetic import Pacer
+
+PREFIX = "elastorm.shift."
+OPERATORS = ("op1", "op2")
+FIELDS = ["key", "operator", "stamp"]
+DEFAULTS: dict[str, float] = {
+    "rate": 800.0,
+    "keys": 1000,
+    "hold_secs": 0.0,
+    "ramp_secs": 100.0,
+    "duration_secs": 0.0,
+    "seed": 1,
+    "batch": 20,
+    "work_us": 400.0,
+}
+
+
+def shift_conf(conf: Mapping[str, Any]) -> dict[str, float]:
+    """``elastorm.shift.*`` with defaults, validated (``FlightsConfigError`` names the key)."""
+    out = {}
+    for name, default in DEFAULTS.items():
+        kind = float if isinstance(default, float) else int
+        out[name] = conf_number(conf, PREFIX + name, default, kind=kind, minimum=0)
+    if out["ramp_secs"] <= 0:
+        out["ramp_secs"] = 1e-9  # a step
+    return out
+
+
+def share_to_op2(elapsed: float, hold: float, ramp: float) -> float:
+    """``p(t)``: 0 during the hold, then linear up to 1 over ``ramp`` seconds."""
+    return min(1.0, max(0.0, (elapsed - hold) / ramp))
+
+
+class ShiftSpout(Spout):
+    """Rate-limited generator of the shifting load; see the module docstring."""
+
+    outputs = [Stream(fields=FIELDS)]
+    clock = staticmethod(time.monotonic)
+    wall = staticmethod(time.time)
+    sleep = staticmethod(time.sleep)
+
+    def initialize(self, storm_conf, context):
+        self.output_dir = required_output_dir(storm_conf)
+        component, task = component_identity(context)
+        self.counters = Counters(
+            self.output_dir,
+            "spout",
+            component,
+            task,
+            streams=("default",),
+            interval=conf_number(
+                storm_conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float
+            ),
+            clock=self.clock,
+        )
+        self.cfg = shift_conf(storm_conf)
+        self.random = random.Random(int(self.cfg["seed"]) * 1000 + task)
+        self.keys = [f"k{i}" for i in range(int(self.cfg["keys"]))]
+        self.sent = dict.fromkeys(OPERATORS, 0)
+        self.start = self.clock()
+        self.pacer = Pacer(self.cfg["rate"], self.start)
+        self.done = False
+        self.write_counts()
+
+    def next_tuple(self):
+        now = self.clock()
+        if now >= self.counters.next_write:
+            self.write_counts()
+        elapsed = now - self.start
+        duration = self.cfg["duration_secs"]
+        if self.done or (duration and elapsed >= duration):
+            if not self.done:
+                self.done = True
+                self.write_counts()
+            self.sleep(0.05)
+            return
+        n = min(self.pacer.due(now), int(self.cfg["batch"]))
+        if n == 0:
+            self.sleep(min(0.005, 1.0 / max(self.pacer.rate, 1.0)))
+            return
+        p = share_to_op2(elapsed, self.cfg["hold_secs"], self.cfg["ramp_secs"])
+        rnd, keys, wall = self.random.random, self.keys, self.wall()
+        for _ in range(n):
+            op = "op2" if rnd() < p else "op1"
+            self.emit([keys[int(rnd() * len(keys))], op, wall])
+            self.sent[op] += 1
+        self.pacer.sent += n
+        self.counters.out["default"] += n
+
+    def write_counts(self) -> None:
+        self.counters.extra = {
+            "sent": dict(self.sent),
+            "done": self.done,
+            "share_to_op2": share_to_op2(
+                self.clock() - self.start, self.cfg["hold_secs"], self.cfg["ramp_secs"]
+            ),
+        }
+        self.counters.write()

@@ -1,0 +1,256 @@
+"""The controller's decision loop (pure): heartbeats in, holders and migrations out.
+
+The scenario is seed 001 section 7.2 in miniature: op1 on node1, op2 on node2,
+node0 and node2 under 70% external load, op2's load rising while op1's falls.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bolts.load import LoadMeter, external_load
+from controller.adaptation import Thresholds
+from controller.loop import (
+    ControllerLoop,
+    LoopSettings,
+    Placement,
+    build_view,
+    per_tuple_cpu,
+    settings_from_conf,
+)
+from controller.model import ControllerModelError, KeyGroupId
+from controller.zk.codec import Heartbeat, TaskIdentity, TaskRecord
+from elastorm.actions import CheckpointStored, MigrationDone, Role
+from elastorm.control import MigrationController
+from elastorm.messages import Protocol, SetHolder
+from elastorm.routing import RoutingTable
+
+G = 4  # key groups per operator
+OP1 = {"node0": 10, "node1": 11, "node2": 12}
+OP2 = {"node0": 20, "node1": 21, "node2": 22}
+BACKGROUND = {"node0": 0.7, "node2": 0.7}
+THRESHOLDS = Thresholds(
+    cpu_high=0.8, cpu_low=0.5, queue_high=50, queue_low=20, cooldown=30, scale_in=False
+)
+
+
+def controls() -> dict[str, MigrationController]:
+    def one(tasks: dict[str, int], node: str) -> MigrationController:
+        return MigrationController(
+            num_key_groups=G,
+            tasks=tasks.values(),
+            emitters=[1],
+            routing=RoutingTable.round_robin(G, [tasks[node]]),
+        )
+
+    return {"op1": one(OP1, "node1"), "op2": one(OP2, "node2")}
+
+
+def rec(task: int, op: str, node: str, *, owned=(), rates=None, cpu=0.0, queue=0.0):
+    return TaskRecord(
+        identity=TaskIdentity(task_id=task, operator=op, node_id=node, host="h", pid=1),
+        heartbeat=Heartbeat(
+            key_groups=tuple(owned),
+            input_rates=tuple((rates or {}).items()),
+            cpu=cpu,
+            queue_length=queue,
+        ),
+    )
+
+
+def records(share2: float, *, hot: bool) -> list[TaskRecord]:
+    """op1 carries ``1 - share2`` of 400 tuples/s, op2 ``share2``; node2 hot or not."""
+    r1, r2 = 400 * (1 - share2) / G, 400 * share2 / G
+    return [
+        rec(11, "op1", "node1", owned=range(G), rates=dict.fromkeys(range(G), r1), cpu=0.2),
+        rec(
+            22,
+            "op2",
+            "node2",
+            owned=range(G),
+            rates=dict.fromkeys(range(G), r2),
+            cpu=0.25 if hot else 0.05,
+            queue=200 if hot else 0,
+        ),
+        *(rec(t, "op1", n) for n, t in OP1.items() if t != 11),
+        *(rec(t, "op2", n) for n, t in OP2.items() if t != 22),
+    ]
+
+
+def report_checkpoints(loop: ControllerLoop) -> None:
+    """Every holder reports the newest checkpoint of the group it holds."""
+    for control in loop.controls.values():
+        for g in range(G):
+            control.on_checkpoint_stored(
+                control.holders[g],
+                CheckpointStored(key_group=g, checkpoint=(0, 1)),
+            )
+
+
+def run(strategy: str) -> tuple[ControllerLoop, list]:
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(
+            strategy=strategy, warmup=10, window=20, thresholds=THRESHOLDS, background=BACKGROUND
+        ),
+        started_at=0.0,
+    )
+    rounds = []
+    for t in range(30):  # the ramp: op2's share grows, node2 overloads at t=25
+        rnd = loop.round(records(t / 30, hot=t >= 25), float(t))
+        rounds.append(rnd)
+        if rnd.allocated:
+            report_checkpoints(loop)
+    return loop, rounds
+
+
+def test_placement_by_index_and_lookups() -> None:
+    p = Placement.by_index({"a": [5, 3], "b": [8, 7]})
+    assert p.nodes == ("node0", "node1")
+    assert p.task_on("a", "node1") == 5 and p.node_of(7) == "node0" and p.operator_of(8) == "b"
+    with pytest.raises(ControllerModelError):
+        Placement({"a": {"n0": 1, "n1": 2}, "b": {"n0": 3}})
+    with pytest.raises(ControllerModelError):
+        Placement({"a": {"n0": 1}, "b": {"n0": 1}})
+
+
+def test_view_uses_the_controllers_routing_and_cpu_shares_of_rates() -> None:
+    cs = controls()
+    recs = records(0.5, hot=True)
+    view = build_view(
+        recs,
+        controls=cs,
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        now=3.0,
+        background=BACKGROUND,
+    )
+    assert view.node("node2").cpu == pytest.approx(0.25 + 0.7)
+    assert view.node("node2").queue_length == 200
+    assert view.node("node0").cpu == pytest.approx(0.7)
+    kg = view.key_group(KeyGroupId("op2", 1))
+    assert kg.owner == "node2"
+    # 0.25 CPU over 200 tuples/s; this group gets 50 tuples/s of it.
+    assert kg.load == pytest.approx(50 * 0.25 / 200)
+    assert per_tuple_cpu(recs[0]) == pytest.approx(0.2 / 200)
+    # Holders: the next task after the owner (op2 on node2 -> node0).
+    assert view.checkpoints.holders(KeyGroupId("op2", 0)) == ("node0",)
+
+
+def test_correlated_allocation_puts_op2_checkpoints_where_op1_shrinks() -> None:
+    loop, rounds = run("correlated")
+    assert [r.allocated for r in rounds].index(True) == 10  # after the warm-up
+    assert loop.allocation is not None
+    for g in range(G):
+        assert loop.allocation.holders(KeyGroupId("op2", g)) == ("node1",)
+        assert loop.allocation.holders(KeyGroupId("op1", g)) == ("node2",)
+    moves = [m for r in rounds for m in r.moves]
+    assert moves and all(m.key_group.operator == "op2" and m.target == "node1" for m in moves)
+    assert all(m.protocol.checkpoint_assisted for m in moves)
+    assert loop.ordered_share() == 1.0
+    # op1's start-up holders (node2) were right already; op2's owner got one SetHolder
+    # per group.
+    sends = [s for r in rounds if r.allocated for s in r.sends]
+    assert [(s.to_task, s.message.holder) for s in sends if isinstance(s.message, SetHolder)] == [
+        (22, 21)
+    ] * G
+
+
+def test_without_allocation_the_same_overload_migrates_directly() -> None:
+    loop, rounds = run("none")
+    moves = [m for r in rounds for m in r.moves]
+    assert moves and not any(m.protocol.checkpoint_assisted for m in moves)
+    assert loop.ordered_share() == 0.0
+    assert loop.usable_samples and all(s == 0.0 for _, s in loop.usable_samples)
+
+
+def test_even_allocation_makes_only_some_migrations_assisted() -> None:
+    loop, rounds = run("even")
+    moves = [m for r in rounds for m in r.moves]
+    assert loop.allocation is not None
+    held_on_node1 = sum(
+        loop.allocation.holders(KeyGroupId("op2", g)) == ("node1",) for g in range(G)
+    )
+    assert 0 < held_on_node1 < G
+    assisted = sum(m.protocol.checkpoint_assisted for m in moves)
+    assert assisted == held_on_node1
+    assert loop.ordered_share() < 1.0
+
+
+def test_finished_migrations_become_metrics_records() -> None:
+    loop, rounds = run("correlated")
+    move = next(m for r in rounds for m in r.moves)
+    control = loop.controls["op2"]
+    g, epoch = move.key_group.index, control.moving[move.key_group.index].epoch
+    done = MigrationDone(key_group=g, epoch=epoch, role=Role.SOURCE, protocol=Protocol.CPA)
+    assert not loop.on_migration_done("op2", done, 40.0)
+    target = MigrationDone(key_group=g, epoch=epoch, role=Role.TARGET, protocol=Protocol.CPA)
+    assert loop.on_migration_done("op2", target, 41.5)
+    assert loop.records[-1].pause == pytest.approx(41.5 - 25.0)
+    snap = loop.metrics()
+    assert snap is not None and snap.migrations == 1 and snap.assisted_share == 1.0
+
+
+def test_settings_from_conf_defaults_to_requests_only_and_validates() -> None:
+    s = settings_from_conf({})
+    assert not s.active and s.strategy == "none"
+    s = settings_from_conf(
+        {
+            "elastorm.controller.adapt": True,
+            "elastorm.controller.strategy": "even",
+            "elastorm.controller.queue_high": "80",
+            "elastorm.external_load": {"node2": 0.7},
+        }
+    )
+    assert s.active and s.thresholds.queue_high == 80 and s.background == {"node2": 0.7}
+    for bad in (
+        {"elastorm.controller.strategy": "random"},
+        {"elastorm.controller.cpu_low": 0.9},
+        {"elastorm.controller.adapt": "yes"},
+        {"elastorm.controller.window": "x"},
+        {"elastorm.external_load": {"node0": 1.5}},
+    ):
+        with pytest.raises(ControllerModelError, match="elastorm"):
+            settings_from_conf(bad)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.cpu = 0.0
+        self.slept = 0.0
+
+    def sleep(self, s: float) -> None:
+        self.slept += s
+        self.t += s
+
+
+def test_load_meter_rates_queue_cpu_and_external_throttle() -> None:
+    c = FakeClock()
+    meter = LoadMeter(
+        external=0.75, wall=lambda: c.t, mono=lambda: c.t, cpu=lambda: c.cpu, sleep=c.sleep
+    )
+    for _ in range(10):
+        meter.applied(3, c.t - 0.5)  # each waited 0.5 s
+        meter.worked(0.002)  # 2 ms of work owes 6 ms of idling at 75% external load
+    meter.applied(4, c.t)
+    c.cpu += 0.5
+    c.t += 2.0
+    sample = meter.sample()
+    assert c.slept == pytest.approx(10 * 0.006, rel=0.01)
+    dt = 2.0 + c.slept
+    assert sample.rates == {3: pytest.approx(10 / dt), 4: pytest.approx(1 / dt)}
+    assert sample.queue == pytest.approx((11 / dt) * (5.0 / 11))  # Little's law
+    assert sample.cpu == pytest.approx(0.5 / dt)
+    assert meter.sample().rates == {}
+    with pytest.raises(ValueError):
+        LoadMeter(external=1.0)
+
+
+def test_external_load_conf() -> None:
+    assert external_load({}, "node0") == 0.0
+    assert external_load({"elastorm.external_load": {"node2": 0.7}}, "node2") == 0.7
+    with pytest.raises(ValueError, match="elastorm.external_load"):
+        external_load({"elastorm.external_load": {"node2": 2}}, "node2")
+    with pytest.raises(ValueError, match="elastorm.external_load"):
+        external_load({"elastorm.external_load": [1]}, "node2")

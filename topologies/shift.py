@@ -1,0 +1,86 @@
+"""Seed 001 section 7.2's job on real Storm: load shifts from op1 to op2 (correlation -1).
+
+generator (ShiftSpout) -> emitter --elastorm, direct--> op1, op2 (count per key,
+10 key groups each, one task per node: node0, node1, node2)
+op1, op2 --elastorm_relay--> relay --elastorm--> op1, op2, emitter
+op1, op2 --elastorm_reports--> controller --elastorm--> op1, op2, emitter
+
+As in the paper: op1's key groups start on node1, op2's on node2; node0 and
+node2 are under a 70% external CPU load (emulated, see ``bolts.load``). The
+controller allocates checkpoints after a warm-up with
+``ELASTORM_STRATEGY`` (none, baseline, even, correlated) and then balances load
+from the heartbeats. ``runtime.shift_driver`` runs it and reports the share of
+checkpoint-assisted migrations.
+"""
+
+from __future__ import annotations
+
+import os
+
+from streamparse import Grouping, Topology
+from streamparse.thrift import GlobalStreamId
+
+from bolts.common import TICK_SECS
+from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
+from bolts.shift import (
+    CONTROLLER,
+    RELAY_COMPONENT,
+    ShiftController,
+    ShiftCounter,
+    ShiftEmitter,
+)
+from spouts.shift import ShiftSpout
+
+NODES = 3
+
+
+def _from(component: str) -> GlobalStreamId:
+    return GlobalStreamId(componentId=component, streamId=STREAM)
+
+
+def _inputs(emitter) -> dict:
+    return {
+        emitter[STREAM]: Grouping.DIRECT,
+        _from(RELAY_COMPONENT): Grouping.DIRECT,
+        _from(CONTROLLER): Grouping.DIRECT,
+    }
+
+
+class ShiftTopology(Topology):
+    config = {
+        "topology.tick.tuple.freq.secs": TICK_SECS,
+        "elastorm.key_groups": 10,
+        "elastorm.checkpoint_interval_secs": 2,
+        "elastorm.initial_nodes": {"op1": [1], "op2": [2]},
+        "elastorm.external_load": {"node0": 0.7, "node2": 0.7},
+        "elastorm.controller.adapt": True,
+        "elastorm.controller.strategy": os.environ.get("ELASTORM_STRATEGY", "correlated"),
+        "elastorm.controller.warmup_secs": 25,
+        "elastorm.controller.reallocate_secs": 1e9,
+        "elastorm.controller.cpu_high": 0.8,
+        "elastorm.controller.cpu_low": 0.5,
+        "elastorm.controller.queue_high": 50,
+        "elastorm.controller.queue_low": 20,
+        "elastorm.controller.cooldown_secs": 30,
+        "elastorm.controller.scale_in": False,
+    }
+
+    generator = ShiftSpout.spec(par=1)
+    emitter = ShiftEmitter.spec(
+        inputs={
+            generator: Grouping.SHUFFLE,
+            _from(RELAY_COMPONENT): Grouping.DIRECT,
+            _from(CONTROLLER): Grouping.DIRECT,
+        },
+        par=1,
+    )
+    op1 = ShiftCounter.spec(name="op1", inputs=_inputs(emitter), par=NODES)
+    op2 = ShiftCounter.spec(name="op2", inputs=_inputs(emitter), par=NODES)
+    relay = RelayBolt.spec(
+        name=RELAY_COMPONENT,
+        inputs={op1[RELAY]: Grouping.GLOBAL, op2[RELAY]: Grouping.GLOBAL},
+        par=1,
+    )
+    controller = ShiftController.spec(
+        inputs={op1[REPORTS]: Grouping.GLOBAL, op2[REPORTS]: Grouping.GLOBAL}, par=1
+    )
