@@ -375,7 +375,7 @@ class ControllerLoop:
         Only once the job runs: before the first tuple every load is 0, and a
         window holding the jump from nothing to something makes every pair of key
         groups look positively correlated. The first non-zero round (a partial
-        interval) is skipped too; the warm-up counts from the second.
+        interval) is not pushed; the warm-up counts from it.
         """
         rates = self._rates(records)
         if not any(rates.values()):

@@ -254,3 +254,25 @@ def test_external_load_conf() -> None:
         external_load({"elastorm.external_load": {"node2": 2}}, "node2")
     with pytest.raises(ValueError, match="elastorm.external_load"):
         external_load({"elastorm.external_load": [1]}, "node2")
+
+
+def test_start_up_zeros_do_not_make_every_pair_look_correlated() -> None:
+    """Before the first tuple every rate is 0; a window holding that jump would make
+    op1 and op2 look positively correlated and send op2's checkpoints nowhere useful."""
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(
+            strategy="correlated", warmup=10, window=40, thresholds=THRESHOLDS, adapt=False
+        ),
+        started_at=0.0,
+    )
+    idle = [rec(t, op, n) for op, tasks in (("op1", OP1), ("op2", OP2)) for n, t in tasks.items()]
+    for t in range(8):
+        assert not loop.round(idle, float(t)).allocated
+    assert loop.running_since is None
+    for t in range(8, 30):
+        loop.round(records((t - 8) / 60, hot=False), float(t))
+    assert loop.running_since == 8.0 and loop.allocated_at == 18.0
+    assert loop.allocation is not None
+    assert {loop.allocation.holders(KeyGroupId("op2", g)) for g in range(G)} == {("node1",)}

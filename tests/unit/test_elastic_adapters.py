@@ -1,0 +1,63 @@
+"""The Storm adapters' routing of control messages (no Storm: a fake context)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bolts.elastic import CONTROLLER_SENDER, KeyedEmitting, initial_routing, to_wire
+from elastorm.messages import Migrate, Protocol
+
+CONTEXT = {
+    "taskid": 1,
+    "componentid": "emitter",
+    "task->component": {
+        "1": "emitter",
+        "2": "controller",
+        "10": "op1",
+        "11": "op1",
+        "20": "op2",
+        "21": "op2",
+    },
+}
+
+
+class Tup:
+    def __init__(self, message, sender: int) -> None:
+        self.values = [to_wire(message), sender]
+
+
+class TwoOperators(KeyedEmitting):
+    keyed_components = ("op1", "op2")
+
+    def __init__(self) -> None:
+        self.sent = []
+
+    def send(self, action) -> None:
+        self.sent.append(action)
+
+
+def test_an_emitter_per_keyed_operator_and_commands_reach_the_right_one() -> None:
+    e = TwoOperators()
+    e.setup_emitting({"elastorm.key_groups": 4}, CONTEXT)
+    assert set(e.emitters) == {"op1", "op2"}
+    e.emit_keyed("k", 1, 0.0, operator="op2")
+    assert e.sent[-1].to_task in (20, 21)
+    e.emit_keyed("k", 1, 0.0, operator="op1")
+    assert e.sent[-1].to_task in (10, 11)
+    # A CPA command of op2 from the controller names op2's tasks: op2's emitter takes it.
+    g = 1
+    cmd = Migrate(key_group=g, epoch=1, protocol=Protocol.CPA, source=21, target=20)
+    e.receive_elastorm(Tup(cmd, 2))
+    assert e.sender_of(Tup(cmd, 2)) == CONTROLLER_SENDER
+    assert e.emitters["op2"].routing.owner(g) == 20
+    assert e.emitters["op1"].routing.owner(g) == 11
+
+
+def test_initial_routing_on_named_nodes_and_its_errors() -> None:
+    conf = {"elastorm.key_groups": 4, "elastorm.initial_nodes": {"op2": [1]}}
+    assert {initial_routing(conf, "op2", [21, 20]).owner(g) for g in range(4)} == {21}
+    assert {initial_routing(conf, "op1", [10, 11]).owner(g) for g in range(4)} == {10, 11}
+    with pytest.raises(ValueError, match="elastorm.initial_nodes"):
+        initial_routing({"elastorm.initial_nodes": {"op2": [5]}}, "op2", [20, 21])
+    with pytest.raises(ValueError, match="names no node"):
+        initial_routing({"elastorm.initial_nodes": {"op2": []}}, "op2", [20, 21])
