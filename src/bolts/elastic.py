@@ -49,7 +49,7 @@ from elastorm.actions import (
 )
 from elastorm.control import MigrationController, MigrationRefused, initial_holders
 from elastorm.errors import MigrationProtocolError
-from elastorm.messages import Message, PeerDown, decode, encode
+from elastorm.messages import Message, PeerDown, from_json, to_json
 from elastorm.migration.coordinator import TaskCoordinator
 from elastorm.migration.emitter import Emitter
 from elastorm.routing import RoutingTable
@@ -74,16 +74,14 @@ RELAY_STREAM = Stream(fields=["to_task", "message", "sender"], name=RELAY)
 
 
 def to_wire(message: Message) -> str:
-    """A protocol message as the single string field of an ``elastorm`` tuple."""
-    return json.dumps(encode(message), separators=(",", ":"))
+    """A protocol message as the single string field of an ``elastorm`` tuple
+    (``elastorm.messages.to_json``: a ``Data`` is a flat JSON array, the rest objects)."""
+    return to_json(message)
 
 
 def from_wire(text: str) -> Message:
     """Inverse of :func:`to_wire`; ``ValueError`` on anything malformed."""
-    try:
-        return decode(json.loads(text))
-    except (TypeError, KeyError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not an elastorm message: {exc}") from None
+    return from_json(text)
 
 
 def tasks_of(context: Mapping[str, Any], components: str | Iterable[str]) -> list[int]:

@@ -28,8 +28,9 @@ class SequenceCounters:
 
     def next(self, source: str, key_group: int) -> int:
         """The next sequence number of ``source`` towards ``key_group``."""
-        seq = self._last.get((source, key_group), 0) + 1
-        self._last[(source, key_group)] = seq
+        k = (source, key_group)
+        seq = self._last.get(k, 0) + 1
+        self._last[k] = seq
         return seq
 
     def last(self, source: str, key_group: int) -> int:
@@ -59,8 +60,13 @@ class OutputBuffer:
 
     def append(self, key_group: int, item: DataTuple) -> None:
         """Buffer ``item``; its sequence must follow the last buffered one of its source."""
-        lane = self._groups.setdefault(key_group, {}).setdefault(item.source, deque())
-        if lane and item.seq <= lane[-1].seq:
+        lanes = self._groups.get(key_group)
+        if lanes is None:
+            lanes = self._groups[key_group] = {}
+        lane = lanes.get(item.source)
+        if lane is None:
+            lane = lanes[item.source] = deque()
+        elif lane and item.seq <= lane[-1].seq:
             raise ValueError(
                 f"group {key_group} source {item.source}: seq {item.seq} after {lane[-1].seq}"
             )
@@ -87,8 +93,12 @@ class OutputBuffer:
         lanes = self._groups.get(key_group, {})
         out: list[DataTuple] = []
         for source in sorted(lanes):
+            lane = lanes[source]
             start = (after or {}).get(source, 0)
-            out.extend(item for item in lanes[source] if item.seq > start)
+            if not lane or lane[0].seq > start:
+                out.extend(lane)  # the usual case: nothing to skip
+            else:
+                out.extend(item for item in lane if item.seq > start)
         return tuple(out)
 
     def size(self, key_group: int) -> int:

@@ -6,15 +6,21 @@ or **normal** (queued behind the key group's data), and **stateful** when it
 carries tuples or state. Every message is a frozen keyword-only dataclass,
 validated when built, and round-trips through plain JSON-able dicts
 (:func:`encode` / :func:`decode`) so the Storm adapter can ship it as a tuple field.
+
+The hot path skips the checks where the values are our own: the emitter builds
+its tuples with ``DataTuple.trusted`` / ``Data.trusted``. What comes off the
+wire is always checked (:func:`from_json`), and a ``Data`` travels as a flat
+JSON array rather than an object (:func:`to_json`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 
 class Priority(Enum):
@@ -52,35 +58,59 @@ def _check_watermarks(watermarks: Mapping[str, int]) -> None:
             raise ValueError(f"bad watermark {source!r}: {seq!r}")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DataTuple:
-    """The paper's ``(id, key, value, ts)``; ``id = (source, seq)``.
-
-    ``seq >= 1`` numbers the tuples of ``source`` bound for one downstream key
-    group, without gaps, so a receiver can drop replays by sequence.
-    """
-
+class _DataTupleFields(NamedTuple):
     source: str
     seq: int
     key: str
     value: Any
     ts: float
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.source, str) or not self.source:
-            raise ValueError(f"source must be a non-empty str, got {self.source!r}")
-        if not isinstance(self.seq, int) or self.seq < 1:
-            raise ValueError(f"seq must be an int >= 1, got {self.seq!r}")
-        if not isinstance(self.key, str):
-            raise TypeError(f"key must be str, got {type(self.key).__name__}")
+
+def _check_item(source: Any, seq: Any, key: Any) -> None:
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"source must be a non-empty str, got {source!r}")
+    if not isinstance(seq, int) or seq < 1:
+        raise ValueError(f"seq must be an int >= 1, got {seq!r}")
+    if not isinstance(key, str):
+        raise TypeError(f"key must be str, got {type(key).__name__}")
+
+
+class DataTuple(_DataTupleFields):
+    """The paper's ``(id, key, value, ts)``; ``id = (source, seq)``.
+
+    ``seq >= 1`` numbers the tuples of ``source`` bound for one downstream key
+    group, without gaps, so a receiver can drop replays by sequence.
+
+    An immutable named tuple, validated when built by name; :meth:`trusted`
+    skips the checks for the emitter's own hot path (it numbers tuples itself),
+    and a toState's items encode as plain JSON arrays at C speed.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, source: str, seq: int, key: str, value: Any, ts: float) -> DataTuple:
+        _check_item(source, seq, key)
+        return _new_tuple(cls, (source, seq, key, value, ts))
+
+    @classmethod
+    def trusted(cls, source: str, seq: int, key: str, value: Any, ts: float) -> DataTuple:
+        """Build without validation: only for values this process produced itself."""
+        return _new_tuple(cls, (source, seq, key, value, ts))
 
     def to_list(self) -> list:
-        return [self.source, self.seq, self.key, self.value, self.ts]
+        return list(self)
 
     @classmethod
     def from_list(cls, fields: list) -> DataTuple:
+        """Validated, from the wire (``ValueError`` unless five fields)."""
+        if not isinstance(fields, (list, tuple)) or len(fields) != 5:
+            raise ValueError(f"a data tuple has 5 fields, got {fields!r:.80}")
         source, seq, key, value, ts = fields
-        return cls(source=source, seq=seq, key=key, value=value, ts=ts)
+        _check_item(source, seq, key)
+        return _new_tuple(cls, (source, seq, key, value, ts))
+
+
+_new_tuple = tuple.__new__
 
 
 class Message:
@@ -111,6 +141,18 @@ class Data(Message):
         _check_group(self.key_group)
         if not isinstance(self.item, DataTuple):
             raise TypeError("item must be a DataTuple")
+
+    @classmethod
+    def trusted(cls, key_group: int, item: DataTuple) -> Data:
+        """Build without validation (the emitter's hot path: it computed both)."""
+        message = _new_object(cls)
+        _set_field(message, "key_group", key_group)
+        _set_field(message, "item", item)
+        return message
+
+
+_new_object = object.__new__
+_set_field = object.__setattr__
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -319,9 +361,9 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
 
 def _encode_field(name: str, value: Any) -> Any:
     if name == "item":
-        return value.to_list()
+        return list(value)
     if name == "items":
-        return [item.to_list() for item in value]
+        return list(value)  # named tuples: JSON arrays, encoded at C speed
     if name == "protocol":
         return value.value
     if name in ("checkpoint", "base"):
@@ -333,11 +375,30 @@ def _encode_field(name: str, value: Any) -> Any:
     return value
 
 
+def _decode_items(rows: Any) -> tuple[DataTuple, ...]:
+    """A toState's items from the wire, each checked (a tight loop: 50k rows are common)."""
+    if not isinstance(rows, list):
+        raise ValueError(f"items must be a list, got {type(rows).__name__}")
+    out = []
+    append = out.append
+    for row in rows:
+        if type(row) is not list or len(row) != 5:
+            raise ValueError(f"a data tuple has 5 fields, got {row!r:.80}")
+        source, seq, key = row[0], row[1], row[2]
+        if type(source) is not str or not source or type(seq) is not int or seq < 1:
+            _check_item(source, seq, key)
+            raise ValueError(f"bad data tuple {row!r:.80}")
+        if type(key) is not str:
+            raise TypeError(f"key must be str, got {type(key).__name__}")
+        append(_new_tuple(DataTuple, row))
+    return tuple(out)
+
+
 def _decode_field(name: str, value: Any) -> Any:
     if name == "item":
         return DataTuple.from_list(value)
     if name == "items":
-        return tuple(DataTuple.from_list(item) for item in value)
+        return _decode_items(value)
     if name == "protocol":
         return Protocol(value)
     if name in ("checkpoint", "base"):
@@ -347,11 +408,17 @@ def _decode_field(name: str, value: Any) -> Any:
     return value
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+    for cls in MESSAGE_TYPES.values()
+}
+
+
 def encode(message: Message) -> dict:
     """A JSON-able dict for ``message``: ``{"type": name, field: value, ...}``."""
     out: dict[str, Any] = {"type": type(message).__name__}
-    for field in dataclasses.fields(message):  # type: ignore[arg-type]
-        out[field.name] = _encode_field(field.name, getattr(message, field.name))
+    for name in _FIELDS[type(message)]:
+        out[name] = _encode_field(name, getattr(message, name))
     return out
 
 
@@ -361,8 +428,89 @@ def decode(data: Mapping[str, Any]) -> Message:
         cls = MESSAGE_TYPES[data["type"]]
     except KeyError as exc:
         raise ValueError(f"unknown message type {data.get('type')!r}") from exc
-    kwargs = {
-        field.name: _decode_field(field.name, data[field.name])
-        for field in dataclasses.fields(cls)  # type: ignore[arg-type]
-    }
+    kwargs = {name: _decode_field(name, data[name]) for name in _FIELDS[cls]}
     return cls(**kwargs)
+
+
+# -- the wire: one JSON text per message ------------------------------------------
+def _not_json(o: Any) -> Any:
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def _make_dumps() -> Callable[[Any], str]:
+    """``json.dumps(o, separators=(",", ":"))`` with its C encoder built once, not
+    per call (``JSONEncoder.encode`` builds one every time: a third of a Data's cost)."""
+    slow = json.JSONEncoder(separators=(",", ":")).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator in this Python
+        return slow
+    encoder = make(None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",",
+                   False, False, True)  # fmt: skip
+
+    def dumps(o: Any) -> str:
+        if isinstance(o, str):
+            return slow(o)
+        return "".join(encoder(o, 0))
+
+    return dumps
+
+
+_dumps = _make_dumps()
+_scan = json.decoder.JSONDecoder().scan_once
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` for our own compact texts (no surrounding whitespace)."""
+    if not isinstance(text, str):
+        raise TypeError(f"the JSON object must be str, not {type(text).__name__}")
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):  # whitespace around it, extra data, not JSON: the full parser decides
+        return json.loads(text)
+    return value
+
+
+def to_json(message: Message) -> str:
+    """``message`` as compact JSON text.
+
+    A ``Data`` (the hot path: one per tuple) is a flat array
+    ``[key_group, source, seq, key, value, ts]``; every other message is the
+    object of :func:`encode`, ``"type"`` first.
+    """
+    if type(message) is Data:
+        return _dumps([message.key_group, *message.item])
+    return _dumps(encode(message))
+
+
+def from_json(text: str) -> Message:
+    """Inverse of :func:`to_json`; ``ValueError`` naming the fault on anything malformed."""
+    try:
+        data = _loads(text)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not an elastorm message: {exc}") from None
+    try:
+        if type(data) is list:
+            return _decode_data(data)
+        if not isinstance(data, dict):
+            raise ValueError(f"not an elastorm message: a {type(data).__name__}")
+        return decode(data)
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"not an elastorm message: {type(exc).__name__}: {exc}") from None
+
+
+def _decode_data(fields: list) -> Data:
+    if len(fields) != 6:
+        raise ValueError(
+            f"a Data message is [key_group, source, seq, key, value, ts], got {fields!r:.80}"
+        )
+    key_group, source, seq, key, value, ts = fields
+    if type(key_group) is not int or key_group < 0:
+        raise ValueError(f"key_group must be an int >= 0, got {key_group!r}")
+    if type(source) is not str or not source or type(seq) is not int or seq < 1:
+        _check_item(source, seq, key)
+        raise ValueError(f"bad data tuple {fields!r:.80}")
+    if type(key) is not str:
+        raise TypeError(f"key must be str, got {type(key).__name__}")
+    return Data.trusted(key_group, _new_tuple(DataTuple, (source, seq, key, value, ts)))

@@ -98,8 +98,13 @@ class KeyGroupState:
 
     def update(self, key: str, value: Any) -> Any:
         """Fold ``value`` into ``key`` with ``combine``; return the new value."""
-        new = self.combine(self.get(key), value)
-        self.active[key] = new
+        active = self.active
+        current = active.get(key, _MISSING)
+        if current is _MISSING:  # the same lookup order as get(), unrolled (hot path)
+            current = self.inactive.get(key, _MISSING) if self.inactive else _MISSING
+            if current is _MISSING:
+                current = self.master.get(key)
+        new = active[key] = self.combine(current, value)
         return new
 
     def put(self, key: str, value: Any) -> None:
@@ -131,6 +136,12 @@ class KeyGroupState:
         """Fold ``item`` in and advance its watermark; it must be ``APPLY``."""
         if self.admission(item) is not Admission.APPLY:
             raise StateError(f"group {self.key_group}: {item.source}#{item.seq} not next")
+        self.applied[item.source] = item.seq
+        return self.update(item.key, item.value)
+
+    def apply_next(self, item: DataTuple) -> Any:
+        """:meth:`apply` for a caller that has just seen ``admission(item)`` be
+        ``APPLY`` (the per-tuple path): the same effect, without the second check."""
         self.applied[item.source] = item.seq
         return self.update(item.key, item.value)
 

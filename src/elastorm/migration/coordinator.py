@@ -64,7 +64,8 @@ class TaskCoordinator:
         self.held = CheckpointHolder()
         self.checkpoint_interval = checkpoint_interval
         self.stale_through = stale_through
-        self.stats: Counter[str] = Counter()
+        self._stats: Counter[str] = Counter()
+        self.data_in = 0
         self._machines: dict[int, KeyGroupMachine] = {}
         self._last_checkpoint: dict[int, float] = {}
         for g in owned:
@@ -72,6 +73,13 @@ class TaskCoordinator:
             self._machines[g] = self._new_machine(g, owned=True)
         for g, holder in (holders or {}).items():
             self.machine(g).set_holder(holder)
+
+    @property
+    def stats(self) -> Counter[str]:
+        """Counts: ``in.<message type>``, checkpoints, rejected, stale deltas."""
+        if self.data_in:
+            self._stats["in.Data"] = self.data_in
+        return self._stats
 
     # -- access --------------------------------------------------------------
     def _new_machine(self, g: int, owned: bool = False) -> KeyGroupMachine:
@@ -120,17 +128,23 @@ class TaskCoordinator:
         Raises ``MigrationProtocolError`` when the message is illegal for its key
         group's phase (that group's machine then stays ``FAILED``).
         """
+        if type(message) is Data:  # the per-tuple path first
+            self.data_in += 1
+            g = message.key_group
+            if not 0 <= g < self.num_key_groups:
+                return self._reject(sender, message, "key group out of range")
+            if key_group_of(message.item.key, self.num_key_groups) != g:
+                return self._reject(sender, message, "key not in the named key group")
+            m = self._machines.get(g)
+            if m is None:
+                m = self.machine(g)
+            return m.receive_data(sender, message)
         name = type(message).__name__
-        self.stats[f"in.{name}"] += 1
+        self._stats[f"in.{name}"] += 1
         if name in EMITTER_MESSAGES:
             return self._reject(sender, message, "emitter message sent to a coordinator")
         if not 0 <= message.key_group < self.num_key_groups:
             return self._reject(sender, message, "key group out of range")
-        if isinstance(message, Data):
-            if key_group_of(message.item.key, self.num_key_groups) != message.key_group:
-                return self._reject(sender, message, "key not in the named key group")
-            m = self.machine(message.key_group)
-            return m.receive(sender, message)
         if isinstance(message, CheckpointDelta):
             return self._on_delta(sender, message)
         if isinstance(message, PeerDown):

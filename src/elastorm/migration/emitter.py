@@ -34,6 +34,22 @@ from elastorm.messages import (
 )
 from elastorm.routing import RoutingTable
 
+_trusted_tuple = DataTuple.trusted
+_trusted_data = Data.trusted
+
+
+def _send(to_task: int, message: Message) -> Send:
+    """``Send(to_task=..., message=...)`` without its checks, for the per-tuple path
+    (the task comes from the routing table, which checked it)."""
+    action = _new_object(Send)
+    _set_field(action, "to_task", to_task)
+    _set_field(action, "message", message)
+    return action
+
+
+_new_object = object.__new__
+_set_field = object.__setattr__
+
 
 class Route(Enum):
     """How an emitter sends one key group's tuples."""
@@ -80,11 +96,18 @@ class Emitter:
         self.source = source if source is not None else f"task:{task}"
         self.buffer = OutputBuffer()
         self.counters = SequenceCounters()
-        self.stats: Counter[str] = Counter()
+        self._stats: Counter[str] = Counter()
+        self.emitted = 0
         self._route: dict[int, Route] = {}
         self._dup: dict[int, _Duplication] = {}
         self._epoch: dict[int, int] = {}
         self._trimmed: dict[int, dict[str, int]] = {}
+
+    @property
+    def stats(self) -> Counter[str]:
+        """Counts: ``emitted``, ``replayed``, ``trimmed``, stale and rejected messages."""
+        self._stats["emitted"] = self.emitted
+        return self._stats
 
     @property
     def num_key_groups(self) -> int:
@@ -114,16 +137,24 @@ class Emitter:
         source: str | None = None,
         counters: SequenceCounters | None = None,
     ) -> list[Action]:
-        """Number, buffer and route one tuple; return the ``Send`` actions."""
-        g = key_group_of(key, self.num_key_groups)
-        if self.route(g) is Route.FAILED:
+        """Number, buffer and route one tuple; return the ``Send`` actions.
+
+        The hot path: ``key`` is checked (a ``str``) by ``key_group``; the tuple
+        and its messages are built unchecked, since every field is ours.
+        """
+        g = key_group_of(key, self.routing.num_key_groups)
+        if self._route and self._route.get(g) is Route.FAILED:
             raise MigrationProtocolError(f"emitter {self.task}: group {g} failed earlier")
         src = self.source if source is None else source
         seq = (self.counters if counters is None else counters).next(src, g)
-        item = DataTuple(source=src, seq=seq, key=key, value=value, ts=ts)
+        item = _trusted_tuple(src, seq, key, value, ts)
         self.buffer.append(g, item)
-        self.stats["emitted"] += 1
-        return [Send(to_task=t, message=Data(key_group=g, item=item)) for t in self.targets(g)]
+        self.emitted += 1
+        message = _trusted_data(g, item)
+        dup = self._dup.get(g) if self._dup else None
+        if dup is None:
+            return [_send(self.routing.owners[g], message)]
+        return [_send(dup.source, message), _send(dup.target, message)]
 
     # -- control ------------------------------------------------------------------
     def receive(self, sender: int, message: Message) -> list[Action]:

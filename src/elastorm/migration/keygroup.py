@@ -28,7 +28,22 @@ from elastorm.messages import (
     Trim,
 )
 from elastorm.migration.table import LIVE, TRANSITIONS, Phase
-from elastorm.state import Admission, Combine, KeyGroupState
+from elastorm.state import Combine, KeyGroupState
+
+
+def _applied(key_group: int, item: DataTuple, result: object, emit: bool) -> Applied:
+    """``Applied(...)`` built field by field (it has no checks to skip; this only
+    saves the keyword-argument call once per tuple)."""
+    action = _new_object(Applied)
+    _set_field(action, "key_group", key_group)
+    _set_field(action, "item", item)
+    _set_field(action, "result", result)
+    _set_field(action, "emit_output", emit)
+    return action
+
+
+_new_object = object.__new__
+_set_field = object.__setattr__
 
 
 class KeyGroupMachine:
@@ -165,42 +180,41 @@ class KeyGroupMachine:
             return self._replay(message.items, emit=True)
         return []
 
+    def receive_data(self, sender: int, message: Data) -> list[Action]:
+        """:meth:`receive` for a ``Data``; the owner's case (``ACTIVE``, whose table
+        entry is ``_on_data`` and stays ``ACTIVE``) skips the table lookup."""
+        if self.phase is Phase.ACTIVE:
+            return self._admit(message.item, True)
+        return self.receive(sender, message)
+
     def _admit(self, item: DataTuple, emit: bool) -> list[Action]:
-        assert self.state is not None
-        verdict = self.state.admission(item)
-        if verdict is Admission.DUPLICATE:
+        state = self.state
+        assert state is not None
+        # state.admission(item), inlined: this runs once per tuple.
+        source, seq = item.source, item.seq
+        last = state.applied.get(source, 0)
+        if seq <= last:  # Admission.DUPLICATE
             self.duplicates += 1
             return []
-        if verdict is Admission.EARLY:  # an earlier tuple of this source is in flight
-            self._parked.setdefault(item.source, {})[item.seq] = (item, emit)
+        if seq != last + 1:  # Admission.EARLY: an earlier tuple of this source is in flight
+            self._parked.setdefault(source, {})[seq] = (item, emit)
             return []
-        actions: list[Action] = [
-            Applied(
-                key_group=self.key_group,
-                item=item,
-                result=self.state.apply(item),
-                emit_output=emit,
-            )
-        ]
-        parked = self._parked.get(item.source)
+        actions: list[Action] = [_applied(self.key_group, item, state.apply_next(item), emit)]
+        parked = self._parked.get(source) if self._parked else None
         while parked:
-            nxt = parked.pop(self.state.applied[item.source] + 1, None)
+            nxt = parked.pop(state.applied[source] + 1, None)
             if nxt is None:
                 break
-            actions.append(
-                Applied(
-                    key_group=self.key_group,
-                    item=nxt[0],
-                    result=self.state.apply(nxt[0]),
-                    emit_output=nxt[1],
-                )
-            )
+            actions.append(_applied(self.key_group, nxt[0], state.apply_next(nxt[0]), nxt[1]))
         return actions
 
     def _replay(self, items: tuple[DataTuple, ...], *, emit: bool) -> list[Action]:
         actions: list[Action] = []
+        admit = self._admit
         for item in items:
-            actions += self._admit(item, emit)
+            done = admit(item, emit)
+            if done:
+                actions.extend(done)
         return actions
 
     @property
