@@ -142,13 +142,24 @@ class ZkSettings:
             raise ZnodeLayoutError("request_timeout and reconnect_max_delay must be > 0")
 
 
+ELASTORM_HOSTS_KEY = "elastorm.zookeeper.hosts"
+
+
 def hosts_from_storm_conf(conf: Mapping[str, object]) -> str:
-    """``host:port,...`` from a Storm topology conf (``storm.zookeeper.servers``/``port``).
+    """``host:port,...`` of elastorm's ZooKeeper from a Storm topology conf.
+
+    ``elastorm.zookeeper.hosts`` if set (elastorm's state in its own ensemble),
+    else Storm's own (``storm.zookeeper.servers`` / ``port``).
 
     >>> hosts_from_storm_conf({"storm.zookeeper.servers": ["127.0.0.1"],
     ...                        "storm.zookeeper.port": 12181})
     '127.0.0.1:12181'
     """
+    own = conf.get(ELASTORM_HOSTS_KEY)
+    if own:
+        if not isinstance(own, str):
+            raise ZnodeLayoutError(f"{ELASTORM_HOSTS_KEY} must be 'host:port,...', got {own!r}")
+        return own
     servers = conf.get("storm.zookeeper.servers")
     port = conf.get("storm.zookeeper.port", 2181)
     if not isinstance(servers, list | tuple) or not servers:
