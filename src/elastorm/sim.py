@@ -25,6 +25,7 @@ from elastorm.control import MigrationController, Moving
 from elastorm.messages import Message, Protocol
 from elastorm.migration.coordinator import EMITTER_MESSAGES, TaskCoordinator
 from elastorm.migration.emitter import Emitter
+from elastorm.outputs import LatestValues
 from elastorm.routing import RoutingTable
 from elastorm.state import Combine, sum_combine
 
@@ -64,6 +65,10 @@ class Cluster:
         }
         self.channels: dict[tuple[int, int], deque[Message]] = {}
         self.applied: list[tuple[int, Applied]] = []
+        # The output side: each task sends ``key -> current value`` updates as the
+        # flights job's op2 does (``elastorm.outputs``), here at once after each step.
+        self.latest = {t: LatestValues() for t in self.tasks}
+        self.outputs: list[tuple[int, str, Any]] = []  # (task, key, value) in send order
         self.rejected: list[tuple[int, Rejected]] = []
         self.stats: Counter[str] = Counter()
 
@@ -106,18 +111,25 @@ class Cluster:
 
     def perform(self, actor: int, actions: list[Action]) -> None:
         """Carry out ``actions`` returned by ``actor``'s machine."""
+        latest = self.latest.get(actor)
         for action in actions:
             if isinstance(action, Send):
                 self._send(actor, action.to_task, action.message)
             elif isinstance(action, Applied):
                 self.applied.append((actor, action))
+                if latest is not None:
+                    latest.applied(action)
             elif isinstance(action, Rejected):
                 self.rejected.append((actor, action))
             elif isinstance(action, MigrationDone):
                 self.control.on_migration_done(action)
+                if latest is not None:
+                    latest.reported(action, self.coordinators[actor].state(action.key_group))
             elif isinstance(action, CheckpointStored):
                 self.control.on_checkpoint_stored(actor, action)
             self.stats[type(action).__name__] += 1
+        if latest:
+            self.outputs.extend((actor, k, v) for k, v in latest.take().items())
 
     # -- driving -------------------------------------------------------------------
     def emit(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
@@ -196,6 +208,7 @@ class Cluster:
         plan = self.control.crash(dead)
         self._send_all(plan.sends)
         self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
+        self.latest[dead] = LatestValues()
         for t, c in self.coordinators.items():
             if t != dead:
                 self.perform(t, c.peer_down(dead))

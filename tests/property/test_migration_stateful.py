@@ -4,6 +4,11 @@ Several upstream emitters feed an operator of a few key groups on three tasks.
 Hypothesis picks data, channel deliveries (any interleaving that keeps each
 channel FIFO), checkpoints, migrations of random groups by each protocol, and
 crashes. The model is the plain fold of every emitted tuple.
+
+Values are ``(sum, count)`` per key, and the tasks send ``key -> current value``
+updates as the flights job's op2 does (``elastorm.outputs``, modelled in
+``sim.Cluster.outputs``); a sink keeping, per key, the value reflecting the most
+tuples must end with the exact fold (issue 3: once it did not).
 """
 
 from __future__ import annotations
@@ -26,10 +31,18 @@ EMITTERS = (10, 11)
 KEYS = tuple(f"k{i}" for i in range(8))
 
 
+def sum_count(current: tuple[int, int] | None, value: int) -> tuple[int, int]:
+    """A running total that also counts its tuples, like op2's ``[delay sum, flights]``."""
+    total, count = current if current is not None else (0, 0)
+    return total + value, count + 1
+
+
 class MigrationMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self) -> None:
-        self.cluster = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS)
+        self.cluster = Cluster(
+            num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, combine=sum_count
+        )
         # model: per (group, source) the values of its tuples in sequence order
         self.log: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
 
@@ -106,11 +119,11 @@ class MigrationMachine(RuleBasedStateMachine):
         self.check_settled()
 
     # -- invariants --------------------------------------------------------------
-    def fold(self, group: int, upto: dict[str, int]) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def fold(self, group: int, upto: dict[str, int]) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
         for source, seq in upto.items():
             for key, value in self.log[(group, source)][:seq]:
-                out[key] = out.get(key, 0) + value
+                out[key] = sum_count(out.get(key), value)
         return out
 
     @invariant()
@@ -154,6 +167,12 @@ class MigrationMachine(RuleBasedStateMachine):
             expected = {s: len(self.log[(g, s)]) for (gg, s) in self.log if gg == g}
             assert {s: m.state.applied.get(s, 0) for s in expected} == expected
             assert m.state.items() == self.fold(g, expected)
+            # The sink: per key, the update reflecting the most tuples (any arrival order).
+            sent: dict[str, tuple[int, int]] = {}
+            for _, key, value in c.outputs:
+                if key_group(key, GROUPS) == g and value[1] > sent.get(key, (0, 0))[1]:
+                    sent[key] = value
+            assert sent == self.fold(g, expected), (g, "sink")
 
     def teardown(self) -> None:
         if hasattr(self, "cluster"):
