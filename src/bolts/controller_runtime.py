@@ -246,6 +246,10 @@ class ControllerRuntime:
                     ).entries
                 },
                 "holder_moves": self.holder_moves,
+                "routing": {
+                    op: {"epoch": c.routing.epoch, "owners": list(c.routing.owners)}
+                    for op, c in self.loop.controls.items()
+                },
                 "history": self.history[-600:],
                 "store": self.store.status().value,
             },

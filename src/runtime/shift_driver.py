@@ -125,6 +125,7 @@ class ShiftDriver:
             "usable_share_mean": sum(usable) / len(usable) if usable else None,
             "usable_rounds": len(usable),
             "holders": m.get("holders", {}),
+            "routing": m.get("routing", {}),
             "orders": orders,
             "accumulated_seconds": m.get("accumulated_latency"),
         }

@@ -1,0 +1,122 @@
+"""The controller on real Storm: seed 001 section 7.2's shifting load, and a ZooKeeper outage.
+
+Talks to: Storm's LocalCluster (real Storm 2.8 in one JVM) fed by ``sparse
+submit``; the keyed tasks publish heartbeats to a real ZooKeeper server and the
+controller bolt reads them, allocates checkpoints and migrates key groups from
+them. Nothing is faked: the loads are measured in the tasks, node2's "external
+load" throttles its tasks for real (``bolts.load``).
+
+The outage test gives elastorm its own ZooKeeper (``elastorm.zookeeper.hosts``,
+a private server this module starts) so stopping it does not stop Storm's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from controller.model import KeyGroupId
+from controller.zk.codec import decode_checkpoints, decode_routing
+from controller.zk.layout import ZnodeLayout
+from runtime import services
+from runtime.config import load_config
+from runtime.run import run_topology
+from runtime.shift_driver import ShiftDriver, tally
+
+pytestmark = pytest.mark.integration
+
+OUTAGE = 20.0
+
+
+def test_correlated_allocation_makes_every_migration_checkpoint_assisted() -> None:
+    driver = ShiftDriver("correlated", duration=85)
+    outcome = run_topology(load_config(), "local", driver, timeout=400)
+    facts = outcome.facts
+    assert outcome.ok, outcome.summary  # every tuple counted exactly once
+    # op2's checkpoints went to node1, where op1's load is leaving (correlation -1).
+    assert {facts["holders"][f"op1/{g}"][0] for g in range(10)} == {"node2"}
+    # Node2 (70% external load) overloaded as op2's share grew; the controller moved
+    # op2's groups to node1, each from the checkpoint already there.
+    assert facts["migrations"] >= 1, outcome.summary
+    assert all(o["key_group"].startswith("op2/") for o in facts["orders"])
+    assert all(o["target"] == "node1" for o in facts["orders"])
+    assert facts["assisted_share"] == 1.0, facts["orders"]
+    assert facts["finished"] == facts["migrations"]
+
+
+class Outage(threading.Thread):
+    """Stops a ZooKeeper daemon for ``OUTAGE`` s once the job is counting; records
+    what the counters did meanwhile."""
+
+    def __init__(self, cfg, daemon, output_dir: str) -> None:
+        super().__init__(daemon=True)
+        self.cfg, self.zk, self.output_dir = cfg, daemon, output_dir
+        self.counted_before: dict[str, int] = {}
+        self.counted_after: dict[str, int] = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + 120
+            while sum(tally(self.output_dir)[1].values()) < 5000:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the job never started counting")
+                time.sleep(0.5)
+            services.stop(self.cfg, self.zk.name, grace=5)
+            assert not services.zookeeper_ok(self.zk.port)
+            self.counted_before = tally(self.output_dir)[1]
+            time.sleep(OUTAGE)
+            self.counted_after = tally(self.output_dir)[1]
+            services.start(self.cfg, self.zk)
+            services.wait_until(
+                lambda: services.zookeeper_ok(self.zk.port), self.zk.name, 30, None, None
+            )
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def test_zookeeper_stopped_20s_while_the_job_runs(tmp_path) -> None:
+    from test_zk_outage import private_zookeeper, start_zookeeper
+
+    cfg = load_config()
+    zk = private_zookeeper(cfg, "zookeeper-shift-outage")
+    start_zookeeper(cfg, zk)
+    hosts = f"{services.LOOPBACK}:{zk.port}"
+    out = tmp_path / "run"
+    out.mkdir()
+    outage = Outage(cfg, zk, str(out))
+    driver = ShiftDriver("correlated", duration=95, extra={"elastorm.zookeeper.hosts": hosts})
+    outage.start()
+    try:
+        outcome = run_topology(cfg, "local", driver, timeout=500, output_dir=out)
+        outage.join(60)
+        assert outage.error is None, outage.error
+        # Tasks kept processing while ZooKeeper was down.
+        gained = {
+            op: outage.counted_after.get(op, 0) - outage.counted_before.get(op, 0)
+            for op in ("op1", "op2")
+        }
+        assert sum(gained.values()) > 5000, (outage.counted_before, outage.counted_after)
+        # Nothing lost or counted twice.
+        assert outcome.ok, outcome.summary
+        # The controller's decisions reached ZooKeeper once it was back: the persisted
+        # routing and allocation are what it ended with.
+        layout = ZnodeLayout(driver.topology)
+        client = KazooClient(hosts=hosts)
+        client.start(timeout=15)
+        try:
+            _, routing = decode_routing(client.get(layout.routing("op2"))[0])
+            allocation = decode_checkpoints(client.get(layout.checkpoints)[0])
+        finally:
+            client.stop()
+            client.close()
+        holders = outcome.facts["holders"]
+        for g in range(10):
+            assert allocation.holders(KeyGroupId("op2", g)) == tuple(holders[f"op2/{g}"])
+        final = outcome.facts["routing"]["op2"]
+        assert (routing.epoch, list(routing.owners)) == (final["epoch"], final["owners"])
+    finally:
+        services.stop(cfg, zk.name, grace=5)
