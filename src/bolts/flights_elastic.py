@@ -36,7 +36,7 @@ from bolts.flights import (
     ExtractDelays,
     OperatorBolt,
 )
-from elastorm.actions import Applied, Rejected
+from elastorm.actions import Applied, MigrationDone, Rejected
 from elastorm.errors import MigrationProtocolError
 from elastorm.outputs import LatestValues
 from spouts.flights import TUPLE_FIELDS
@@ -139,9 +139,8 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         # Taking a group over: send the totals of the keys applied quietly here (their
         # last update may be missing a tuple, elastorm.outputs explains how), and after
         # a RESTORE of every key (the old owner's unflushed updates died with it).
-        key_group = getattr(report, "key_group", None)
-        if key_group is not None:
-            self.latest.reported(report, self.coordinator.state(key_group))
+        if isinstance(report, MigrationDone):
+            self.latest.reported(report, self.coordinator.state(report.key_group))
 
     def on_protocol_error(self, message, exc) -> None:
         self.emit_error(None, "protocol_error", f"{type(message).__name__}: {exc}")
