@@ -148,6 +148,28 @@ class Counters:
         self.clock = clock
         self.next_write = clock() + interval
 
+    @classmethod
+    def from_conf(
+        cls,
+        conf: Mapping[str, Any],
+        context: Mapping[str, Any],
+        role: str,
+        *,
+        streams: tuple[str, ...] = ("default",),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Counters:
+        """The counters of the task ``context`` names, in ``elastorm.output_dir``."""
+        component, task = component_identity(context)
+        return cls(
+            required_output_dir(conf),
+            role,
+            component,
+            task,
+            streams=streams,
+            interval=conf_number(conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float),
+            clock=clock,
+        )
+
     def error(self, reason: str, n: int = 1) -> None:
         self.errors[reason] = self.errors.get(reason, 0) + n
 
@@ -200,15 +222,8 @@ class CountingBolt(ErrorReporting, Bolt):
 
     def initialize(self, conf, context):
         self.output_dir = required_output_dir(conf)
-        component, task = component_identity(context)
-        self.counters = Counters(
-            self.output_dir,
-            self.role,
-            component,
-            task,
-            streams=self.streams,
-            interval=conf_number(conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float),
-            clock=self.clock,
+        self.counters = Counters.from_conf(
+            conf, context, self.role, streams=self.streams, clock=self.clock
         )
         self.setup(conf)
         self.counters.write()

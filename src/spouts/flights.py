@@ -36,8 +36,6 @@ from typing import Any
 from streamparse import Spout, Stream
 
 from bolts.common import (
-    COUNTS_INTERVAL_KEY,
-    DEFAULT_COUNTS_INTERVAL,
     ERROR_FIELDS,
     ERRORS_STREAM,
     Counters,
@@ -170,7 +168,7 @@ class FlightsSpout(ErrorReporting, Spout):
 
     def initialize(self, storm_conf, context):
         self.output_dir = required_output_dir(storm_conf)
-        component, task = component_identity(context)
+        _, task = component_identity(context)
         self.path = storm_conf.get(PATH_KEY) or default_flights_path()
         self.limit = conf_number(storm_conf, LIMIT_KEY, None)
         self.batch = conf_number(storm_conf, BATCH_KEY, DEFAULT_BATCH, minimum=1)
@@ -179,16 +177,8 @@ class FlightsSpout(ErrorReporting, Spout):
         )
         # Rows per second; 0 = as fast as Storm takes them (backpressure only).
         self.max_rate = conf_number(storm_conf, MAX_RATE_KEY, 0.0, minimum=0, kind=float)
-        self.counters = Counters(
-            self.output_dir,
-            self.role,
-            component,
-            task,
-            streams=("default", ERRORS_STREAM),
-            interval=conf_number(
-                storm_conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float
-            ),
-            clock=self.clock,
+        self.counters = Counters.from_conf(
+            storm_conf, context, self.role, streams=("default", ERRORS_STREAM), clock=self.clock
         )
         self.stats_path = os.path.join(self.output_dir, f"spout-{task}.json")
         self.rows = open_rows(self.path)

@@ -24,10 +24,7 @@ from typing import Any
 from streamparse import Spout, Stream
 
 from bolts.common import (
-    COUNTS_INTERVAL_KEY,
-    DEFAULT_COUNTS_INTERVAL,
     Counters,
-    component_identity,
     conf_number,
     required_output_dir,
 )
@@ -74,18 +71,8 @@ class ShiftSpout(Spout):
 
     def initialize(self, storm_conf, context):
         self.output_dir = required_output_dir(storm_conf)
-        component, task = component_identity(context)
-        self.counters = Counters(
-            self.output_dir,
-            "spout",
-            component,
-            task,
-            streams=("default",),
-            interval=conf_number(
-                storm_conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float
-            ),
-            clock=self.clock,
-        )
+        self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
+        task = self.counters.task
         self.cfg = shift_conf(storm_conf)
         self.random = random.Random(int(self.cfg["seed"]) * 1000 + task)
         self.keys = [f"k{i}" for i in range(int(self.cfg["keys"]))]

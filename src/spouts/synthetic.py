@@ -31,10 +31,7 @@ from typing import Any
 from streamparse import Spout, Stream
 
 from bolts.common import (
-    COUNTS_INTERVAL_KEY,
-    DEFAULT_COUNTS_INTERVAL,
     Counters,
-    component_identity,
     conf_number,
     required_output_dir,
     write_json_atomic,
@@ -151,17 +148,8 @@ class SyntheticSpout(Spout):
         from bolts.elastic import conf_key_groups
 
         self.output_dir = required_output_dir(storm_conf)
-        component, task = component_identity(context)
-        self.counters = Counters(
-            self.output_dir,
-            "spout",
-            component,
-            task,
-            interval=conf_number(
-                storm_conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float
-            ),
-            clock=self.clock,
-        )
+        self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
+        task = self.counters.task
         self.rate = conf_value(storm_conf, RATE_KEY)
         self.keys = conf_value(storm_conf, KEYS_KEY)
         self.hot_share = conf_value(storm_conf, HOT_SHARE_KEY)
