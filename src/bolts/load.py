@@ -5,7 +5,9 @@ second), the process's CPU share (``time.process_time`` over wall time, as a
 share of one core), and an estimate of its input queue. A ShellBolt's Python
 process cannot see Storm's receive queue, so the queue comes from Little's law:
 ``L = lambda * W`` with ``lambda`` the input rate and ``W`` the mean time from the
-upstream's emit (the tuple's ``ts``) to its processing.
+upstream's emit (the tuple's ``ts``) to its processing. That needs ``ts`` to be a
+wall-clock emit stamp; a tuple whose ``ts`` is more than ``MAX_LATENCY`` away from
+now (an event time, like the flights job's ``time_hour``) is left out of ``W``.
 
 **External load.** Seed 001 section 7.2 puts some nodes under an external load
 that takes 70% of their CPU. All our nodes share one machine, so the load is
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 
 EXTERNAL_LOAD_KEY = "elastorm.external_load"
 _MIN_SLEEP = 0.005  # pay the idle debt in slices of at least 5 ms
+MAX_LATENCY = 600.0  # s: a larger gap means ts is not an emit stamp
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,6 +60,7 @@ class LoadMeter:
         self._wall, self._mono, self._cpu, self._sleep = wall, mono, cpu, sleep
         self._counts: Counter[int] = Counter()
         self._latency = 0.0
+        self._stamped = 0
         self._since = mono()
         self._cpu_since = cpu()
         self._debt = 0.0
@@ -65,7 +69,10 @@ class LoadMeter:
     def applied(self, key_group: int, ts: float) -> None:
         """One tuple of ``key_group``, emitted upstream at wall time ``ts``, was applied."""
         self._counts[key_group] += 1
-        self._latency += max(0.0, self._wall() - ts)
+        waited = self._wall() - ts
+        if -1.0 <= waited <= MAX_LATENCY:
+            self._latency += max(0.0, waited)
+            self._stamped += 1
 
     def worked(self, seconds: float) -> None:
         """The task just worked ``seconds``; under external load, idle its share."""
@@ -85,10 +92,11 @@ class LoadMeter:
         dt = max(now - self._since, 1e-6)
         n = sum(self._counts.values())
         rates = {g: c / dt for g, c in sorted(self._counts.items())}
-        queue = (n / dt) * (self._latency / n) if n else 0.0
+        queue = (n / dt) * (self._latency / self._stamped) if self._stamped else 0.0
         cpu = max(0.0, cpu_now - self._cpu_since) / dt
         self._counts.clear()
         self._latency = 0.0
+        self._stamped = 0
         self._since, self._cpu_since = now, cpu_now
         return LoadSample(rates=rates, queue=queue, cpu=cpu, seconds=dt)
 

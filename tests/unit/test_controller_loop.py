@@ -243,6 +243,10 @@ def test_load_meter_rates_queue_cpu_and_external_throttle() -> None:
     assert sample.queue == pytest.approx((11 / dt) * (5.0 / 11))  # Little's law
     assert sample.cpu == pytest.approx(0.5 / dt)
     assert meter.sample().rates == {}
+    # Event-time stamps (a year ago) say nothing about the queue.
+    meter.applied(3, c.t - 3e7)
+    c.t += 1.0
+    assert meter.sample().queue == 0.0
     with pytest.raises(ValueError):
         LoadMeter(external=1.0)
 
