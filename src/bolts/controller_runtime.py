@@ -29,7 +29,7 @@ from controller.loop import (
 )
 from controller.model import Allocation, KeyGroupId
 from controller.zk.layout import ZkSettings, ZnodeLayout, hosts_from_storm_conf
-from controller.zk.store import ControllerStore, Decisions, StoreError
+from controller.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from controller.zk.watcher import ClusterWatcher
 from elastorm.actions import Send
 from elastorm.control import MigrationController
@@ -79,7 +79,8 @@ def holders_allocation(controls: Mapping[str, MigrationController], placement: P
 
 
 class ControllerRuntime:
-    """Runs ``loop`` every ``round_secs`` on the watcher's records; see the module doc."""
+    """Runs ``loop`` every ``round_secs`` on the watcher's records, once the store has
+    loaded the decisions of any earlier controller; see the module doc."""
 
     def __init__(
         self,
@@ -96,6 +97,7 @@ class ControllerRuntime:
         self.round_secs = round_secs
         self.metrics_path = metrics_path
         self._last_round = -float("inf")
+        self.loaded = False
         self.rounds = 0
         self.history: list[dict[str, Any]] = []
         self.holder_moves: list[dict[str, Any]] = []
@@ -118,11 +120,9 @@ class ControllerRuntime:
         )
         store.start()
         try:
-            resumed = resume(controls, store.load(timeout=LOAD_TIMEOUT), placement)
-            if resumed:
-                log.warning("controller: resumed routing and holders of %s", resumed)
+            store.load(timeout=LOAD_TIMEOUT)
         except StoreError as exc:
-            log.error("controller: earlier decisions not loaded (%s); starting afresh", exc)
+            log.error("controller: earlier decisions not loaded yet (%s); waiting for them", exc)
         prior, weight = None, 0.0
         if conf.get(ARTIFACT_KEY):
             prior = _load_prior(str(conf[ARTIFACT_KEY]), controls)
@@ -156,6 +156,8 @@ class ControllerRuntime:
         if now - self._last_round < self.round_secs:
             return []
         self._last_round = now
+        if not self.loaded and not self._load():
+            return []
         records = list(self.watcher.live().values())
         if not records:
             return []
@@ -165,6 +167,24 @@ class ControllerRuntime:
         self._persist()
         self._record(rnd, now)
         return list(rnd.sends)
+
+    def _load(self) -> bool:
+        """Take over what an earlier controller decided, once the store has read it.
+
+        Until then this controller decides nothing: a restarted controller that
+        acted on the start-up routing would order migrations from the wrong owners.
+        """
+        status = self.store.status()
+        if status is StoreStatus.CONFLICT:
+            log.error("controller: another controller leads; this one decides nothing")
+            return False
+        if status is not StoreStatus.ONLINE:
+            return False
+        resumed = resume(self.loop.controls, self.store.decisions(), self.loop.placement)
+        if resumed:
+            log.warning("controller: resumed routing and holders of %s", resumed)
+        self.loaded = True
+        return True
 
     def _log(self, rnd: Round) -> None:
         if rnd.allocated:

@@ -1,0 +1,92 @@
+"""The controller bolt's I/O adapter with fake ZooKeeper parts: it decides nothing until
+the store has loaded earlier decisions, then resumes from them."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from bolts.controller_runtime import ControllerRuntime, holders_allocation, resume
+from controller.loop import ControllerLoop, LoopSettings, Placement
+from controller.model import Allocation, KeyGroupId
+from controller.zk.store import Decisions, StoreError, StoreStatus
+from elastorm.control import MigrationController
+from elastorm.routing import RoutingTable
+
+TASKS = {"op": {"node0": 5, "node1": 6, "node2": 7}}
+
+
+def controls() -> dict[str, MigrationController]:
+    return {"op": MigrationController(num_key_groups=3, tasks=[5, 6, 7], emitters=[1])}
+
+
+def decisions(epoch: int = 4) -> Decisions:
+    table = RoutingTable(epoch=epoch, owners=(7, 7, 6))
+    alloc = Allocation({KeyGroupId("op", g): ("node0",) for g in range(3)})
+    return Decisions(routing=MappingProxyType({"op": table}), checkpoints=alloc, orders={})
+
+
+def test_resume_takes_newer_routing_and_holders_only() -> None:
+    cs = controls()
+    assert resume(cs, decisions(), Placement(TASKS)) == ["op"]
+    c = cs["op"]
+    assert c.routing.owners == (7, 7, 6) and c.epoch == 4
+    assert c.holders == {0: 5, 1: 5, 2: 5}
+    assert holders_allocation(cs, Placement(TASKS)).holders(KeyGroupId("op", 1)) == ("node0",)
+    # A table no newer than ours (a fresh topology's store) is ignored.
+    fresh = controls()
+    assert resume(fresh, decisions(epoch=0), Placement(TASKS)) == []
+    assert fresh["op"].routing.owners == (5, 6, 7)
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.state = StoreStatus.STANDBY
+        self.written: list = []
+
+    def status(self) -> StoreStatus:
+        return self.state
+
+    def decisions(self) -> Decisions:
+        return decisions()
+
+    def set_routing(self, op, table) -> None:
+        if self.state is not StoreStatus.ONLINE:
+            raise StoreError("not loaded")
+        self.written.append((op, table.epoch))
+
+    def set_checkpoints(self, allocation) -> None:
+        self.written.append("checkpoints")
+
+
+class FakeWatcher:
+    def live(self) -> dict:
+        from controller.zk.codec import Heartbeat, TaskIdentity, TaskRecord
+
+        return {
+            t: TaskRecord(
+                identity=TaskIdentity(task_id=t, operator="op", node_id=n, host="h", pid=1),
+                heartbeat=Heartbeat(),
+            )
+            for n, t in TASKS["op"].items()
+        }
+
+
+def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
+    cs = controls()
+    loop = ControllerLoop(
+        controls=cs,
+        placement=Placement(TASKS),
+        settings=LoopSettings(strategy="even", warmup=0, adapt=False),
+        started_at=0.0,
+    )
+    store = FakeStore()
+    rt = ControllerRuntime(
+        loop=loop, watcher=FakeWatcher(), store=store, round_secs=1.0, metrics_path=None
+    )
+    assert rt.tick(10.0) == [] and rt.rounds == 0 and not rt.loaded  # another leader
+    store.state = StoreStatus.ONLINE
+    rt.tick(11.0)
+    assert rt.loaded and rt.rounds == 1
+    assert cs["op"].routing.owners == (7, 7, 6)  # resumed before deciding
+    assert ("op", 4) in store.written and "checkpoints" in store.written
+    assert rt.tick(11.5) == [] and rt.rounds == 1  # not yet a round due
