@@ -35,7 +35,13 @@ from typing import Any
 
 from streamparse import Bolt, Stream
 
-from bolts.load import HEARTBEATS_KEY, LoadMeter, external_load, start_heartbeats
+from bolts.load import (
+    HEARTBEATS_KEY,
+    LoadMeter,
+    external_load,
+    resident_bytes,
+    start_heartbeats,
+)
 from elastorm.actions import (
     Action,
     Applied,
@@ -302,6 +308,7 @@ class KeyedOperator(_Sending):
             input_rates=tuple(sample.rates.items()),
             queue_length=sample.queue,
             cpu=sample.cpu,
+            memory=resident_bytes(),
             state_sizes=tuple(sizes),
             epoch=max(self._epoch, 0),
         )

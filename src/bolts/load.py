@@ -20,6 +20,7 @@ controller sees it is the measured share plus ``s`` (``elastorm.external_load``)
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -99,6 +100,16 @@ class LoadMeter:
         self._stamped = 0
         self._since, self._cpu_since = now, cpu_now
         return LoadSample(rates=rates, queue=queue, cpu=cpu, seconds=dt)
+
+
+def resident_bytes() -> float | None:
+    """This process's resident memory (Linux ``/proc/self/statm``), or ``None``."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return float(pages * os.sysconf("SC_PAGE_SIZE"))
 
 
 def external_load(conf, node: str) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bolts.load import LoadMeter, external_load
+from bolts.load import LoadMeter, external_load, resident_bytes
 from controller.adaptation import Thresholds
 from controller.loop import (
     ControllerLoop,
@@ -249,6 +249,11 @@ def test_load_meter_rates_queue_cpu_and_external_throttle() -> None:
     assert meter.sample().queue == 0.0
     with pytest.raises(ValueError):
         LoadMeter(external=1.0)
+
+
+def test_resident_bytes_of_this_process() -> None:
+    rss = resident_bytes()
+    assert rss is not None and 1e6 < rss < 1e11
 
 
 def test_external_load_conf() -> None:
