@@ -66,7 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict] = []
     for r in range(args.repeats):
         for strategy in args.strategies:
-            driver = ShiftDriver(strategy, duration=args.duration, ramp=args.ramp, rate=args.rate)
+            driver = ShiftDriver(
+                strategy,
+                duration=args.duration,
+                ramp=args.ramp,
+                rate=args.rate,
+                # even allocation is random: a new draw per repeat
+                extra={"elastorm.controller.seed": r},
+            )
             try:
                 out = run_topology(cfg, "local", driver, timeout=args.duration + 300)
             except UserError as exc:
