@@ -16,6 +16,7 @@ JSON array rather than an object (:func:`to_json`).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -158,13 +159,21 @@ _set_field = object.__setattr__
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToState(Message):
     """Upstream -> target: the upstream's output buffer for the group (Alg. 1 l.3,
-    Alg. 2 l.3). Fast for CPA and RESTORE, normal for CPAL, as in the paper."""
+    Alg. 2 l.3). Fast for CPA and RESTORE, normal for CPAL, as in the paper.
+
+    A CPAL toState may come in chunks: every chunk but the last has ``more``
+    set, and the target answers each with a :class:`ToStateAck`, upon which the
+    upstream sends the next one (flow control: the upstream never blocks for
+    long on a big buffer, and keeps emitting in between). The chunks' items, in
+    order, are the buffer.
+    """
 
     STATEFUL: ClassVar[bool] = True
     key_group: int
     epoch: int
     protocol: Protocol
     items: tuple[DataTuple, ...]
+    more: bool = False
 
     def __post_init__(self) -> None:
         _check_group_and_epoch(self)
@@ -172,10 +181,24 @@ class ToState(Message):
             raise ValueError("toState is sent by CPA, CPAL or RESTORE, never by DIRECT")
         if not isinstance(self.items, tuple):
             raise TypeError("items must be a tuple")
+        if self.more is not False and (self.more is not True or self.protocol is not Protocol.CPAL):
+            raise ValueError(f"only a CPAL toState comes in chunks (more={self.more!r})")
 
     @property
     def priority(self) -> Priority:
         return Priority.NORMAL if self.protocol is Protocol.CPAL else Priority.FAST
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToStateAck(Message):
+    """CPAL target -> upstream: a toState chunk (``more`` set) is applied; send the
+    next (fast)."""
+
+    key_group: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        _check_group_and_epoch(self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -345,6 +368,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
     for cls in (
         Data,
         ToState,
+        ToStateAck,
         ToCheckpoint,
         ProcessedAllReplay,
         SyncGroup,
@@ -484,8 +508,24 @@ def to_json(message: Message) -> str:
     return _dumps(encode(message))
 
 
+_BIG_TEXT = 65_536
+"""Texts longer than this (toState, full checkpoints) decode with the cyclic
+garbage collector paused: their many small lists and tuples would otherwise
+trigger collections that cost more than the decoding itself."""
+
+
 def from_json(text: str) -> Message:
     """Inverse of :func:`to_json`; ``ValueError`` naming the fault on anything malformed."""
+    if isinstance(text, str) and len(text) > _BIG_TEXT and gc.isenabled():
+        gc.disable()
+        try:
+            return _from_json(text)
+        finally:
+            gc.enable()
+    return _from_json(text)
+
+
+def _from_json(text: str) -> Message:
     try:
         data = _loads(text)
     except (TypeError, json.JSONDecodeError) as exc:

@@ -108,7 +108,7 @@ def test_message_kinds_follow_the_paper() -> None:
     assert cpal.priority is Priority.NORMAL
     assert ToCheckpoint(key_group=0, epoch=1).priority is Priority.NORMAL
     assert PeerDown(key_group=0, task=3).priority is Priority.FAST
-    assert len(MESSAGE_TYPES) == 12
+    assert len(MESSAGE_TYPES) == 13
 
 
 def test_messages_are_validated_on_construction() -> None:

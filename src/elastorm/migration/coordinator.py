@@ -27,7 +27,7 @@ from elastorm.migration.keygroup import KeyGroupMachine
 from elastorm.migration.table import LIVE, Phase
 from elastorm.state import Combine, KeyGroupState, sum_combine
 
-EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay")
+EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck")
 """Messages for the task's upstream-side :class:`Emitter`, not for the coordinator."""
 
 

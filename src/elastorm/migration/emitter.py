@@ -30,6 +30,7 @@ from elastorm.messages import (
     SyncGroup,
     ToCheckpoint,
     ToState,
+    ToStateAck,
     Trim,
 )
 from elastorm.routing import RoutingTable
@@ -66,6 +67,16 @@ class _Duplication:
     epoch: int
 
 
+@dataclass(kw_only=True, slots=True)
+class _Outgoing:
+    """A CPAL toState still being sent in chunks: ``items[sent:]`` are left."""
+
+    target: int
+    epoch: int
+    items: tuple[DataTuple, ...]
+    sent: int = 0
+
+
 EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
     (Route.OWNER, "cpa"): ("_on_cpa", frozenset({Route.OWNER})),
     (Route.OWNER, "cpal"): ("_on_cpal", frozenset({Route.DUPLICATE})),
@@ -76,6 +87,8 @@ EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
         frozenset({Route.OWNER, Route.DUPLICATE}),  # DUPLICATE: a stale epoch, ignored
     ),
     (Route.OWNER, "ProcessedAllReplay"): ("_ignore", frozenset({Route.OWNER})),
+    (Route.DUPLICATE, "ToStateAck"): ("_on_to_state_ack", frozenset({Route.DUPLICATE})),
+    (Route.OWNER, "ToStateAck"): ("_ignore_ack", frozenset({Route.OWNER})),  # stale
 }
 """``(route, event) -> (handler, allowed next routes)``; events are the protocol of
 a ``Migrate`` command or a message type name. Missing pairs are illegal."""
@@ -87,7 +100,15 @@ class Emitter:
     ``source`` names this emitter's own tuples (a spout's stream); a stateful bolt
     passes its own ``source`` and its key group's counters to :meth:`emit` so the
     numbering travels with the group.
+
+    A CPAL toState longer than ``to_state_chunk`` tuples goes in chunks of that
+    size, ``to_state_window`` of them unacknowledged at a time (see
+    ``ToState``): the emitter then blocks for one chunk's encoding at a time
+    instead of the whole buffer's, and data keeps flowing in between.
     """
+
+    to_state_chunk: int = 5_000
+    to_state_window: int = 2
 
     def __init__(self, *, task: int, routing: RoutingTable, source: str | None = None) -> None:
         self.task = task
@@ -102,6 +123,7 @@ class Emitter:
         self._dup: dict[int, _Duplication] = {}
         self._epoch: dict[int, int] = {}
         self._trimmed: dict[int, dict[str, int]] = {}
+        self._outgoing: dict[int, _Outgoing] = {}
 
     @property
     def stats(self) -> Counter[str]:
@@ -175,6 +197,8 @@ class Emitter:
             return self._dispatch(message.key_group, message.protocol.value, message)
         if isinstance(message, ProcessedAllReplay):
             return self._dispatch(message.key_group, "ProcessedAllReplay", message)
+        if isinstance(message, ToStateAck):
+            return self._dispatch(message.key_group, "ToStateAck", message)
         return self._reject(sender, message, "not an emitter message")
 
     def command(self, message: Migrate) -> list[Action]:
@@ -227,10 +251,47 @@ class Emitter:
 
     def _on_cpal(self, m: Migrate) -> list[Action]:
         assert m.source is not None
-        self._epoch[m.key_group] = m.epoch
-        self._dup[m.key_group] = _Duplication(source=m.source, target=m.target, epoch=m.epoch)
-        self._route[m.key_group] = Route.DUPLICATE
-        return [self._to_state(m)]
+        g = m.key_group
+        self._epoch[g] = m.epoch
+        self._dup[g] = _Duplication(source=m.source, target=m.target, epoch=m.epoch)
+        self._route[g] = Route.DUPLICATE
+        items = self.buffer.replay(g)
+        self.stats["replayed"] += len(items)
+        out = _Outgoing(target=m.target, epoch=m.epoch, items=items)
+        sends = [self._next_chunk(g, out)]
+        while len(sends) < self.to_state_window and g in self._outgoing:
+            sends.append(self._next_chunk(g, out))
+        return sends
+
+    def _next_chunk(self, g: int, out: _Outgoing) -> Send:
+        """The next chunk of ``out`` (the only one, all of it, if short enough)."""
+        size = max(1, self.to_state_chunk)
+        start, end = out.sent, out.sent + size
+        out.sent = min(end, len(out.items))
+        more = out.sent < len(out.items)
+        if more:
+            self._outgoing[g] = out
+            self.stats["to_state_chunks"] += 1
+        else:
+            self._outgoing.pop(g, None)
+        items = out.items if start == 0 and not more else out.items[start:end]
+        return Send(
+            to_task=out.target,
+            message=ToState(
+                key_group=g, epoch=out.epoch, protocol=Protocol.CPAL, items=items, more=more
+            ),
+        )
+
+    def _on_to_state_ack(self, m: ToStateAck) -> list[Action]:
+        out = self._outgoing.get(m.key_group)
+        if out is None or out.epoch != m.epoch:
+            self.stats["stale_to_state_acks"] += 1
+            return []
+        return [self._next_chunk(m.key_group, out)]
+
+    def _ignore_ack(self, m: ToStateAck) -> list[Action]:
+        self.stats["stale_to_state_acks"] += 1
+        return []
 
     def _on_processed_all(self, m: ProcessedAllReplay) -> list[Action]:
         g = m.key_group
@@ -251,6 +312,7 @@ class Emitter:
 
     def _on_restore(self, m: Migrate) -> list[Action]:
         self._dup.pop(m.key_group, None)
+        self._outgoing.pop(m.key_group, None)  # the RESTORE toState below has it all
         self._route[m.key_group] = Route.OWNER
         action = self._to_state(m)
         self._redirect(m.key_group, m.target, m.epoch)

@@ -25,6 +25,7 @@ from elastorm.messages import (
     SyncGroup,
     ToCheckpoint,
     ToState,
+    ToStateAck,
     Trim,
 )
 from elastorm.migration.table import LIVE, TRANSITIONS, Phase
@@ -303,6 +304,10 @@ class KeyGroupMachine:
             if message.protocol is Protocol.RESTORE:
                 return self._on_restore(sender, message)
             return self._fail(f"toState of epoch {message.epoch} during epoch {self.epoch}")
+        if message.more:  # a chunk: more of this upstream's buffer follows
+            actions = self._replay(message.items, emit=self._replay_emits)
+            ack = ToStateAck(key_group=self.key_group, epoch=self.epoch)
+            return [*actions, Send(to_task=sender, message=ack)]
         self._pending.discard(sender)
         actions = self._replay(message.items, emit=self._replay_emits)
         return actions + self._maybe_complete()
