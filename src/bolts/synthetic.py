@@ -191,7 +191,7 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
         ms = (time.perf_counter() - started) * 1000
         if rest:
             self.counters.error("rejected", len(rest))
-        if kind in ("Migrate", "ProcessedAllReplay"):
+        if kind in ("Migrate", "ProcessedAllReplay", "ToStateAck"):  # ToStateAck: next chunk
             message = from_wire(text)
             if message.key_group == self.hot:
                 self.events.add(
