@@ -126,6 +126,7 @@ class ShiftDriver:
             "usable_rounds": len(usable),
             "holders": m.get("holders", {}),
             "routing": m.get("routing", {}),
+            "holder_moves": m.get("holder_moves", []),
             "orders": orders,
             "accumulated_seconds": m.get("accumulated_latency"),
         }
