@@ -122,3 +122,73 @@ def test_zookeeper_stopped_20s_while_the_job_runs(tmp_path) -> None:
         assert (routing.epoch, list(routing.owners)) == (final["epoch"], final["owners"])
     finally:
         services.stop(cfg, zk.name, grace=5)
+
+
+def _controller_pids() -> set[int]:
+    import subprocess
+
+    out = subprocess.run(
+        ["pgrep", "-f", "bolts.shift.ShiftController"], capture_output=True, text=True
+    ).stdout
+    return {int(p) for p in out.split()}
+
+
+class KillController(threading.Thread):
+    """kill -9 the controller bolt's Python process once it has allocated checkpoints."""
+
+    def __init__(self, output_dir: str) -> None:
+        super().__init__(daemon=True)
+        self.output_dir = output_dir
+        self.killed: int | None = None
+        self.came_back: set[int] = set()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        import json
+        import os
+        import signal
+
+        path = os.path.join(self.output_dir, "controller-metrics.json")
+        try:
+            deadline = time.monotonic() + 150
+            while True:
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        if json.load(f).get("allocated_at"):
+                            break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the controller never allocated checkpoints")
+                time.sleep(0.5)
+            time.sleep(3)  # the store writes behind: let it reach ZooKeeper
+            (pid,) = _controller_pids()
+            os.kill(pid, signal.SIGKILL)
+            self.killed = pid
+            while not self.came_back:
+                if time.monotonic() > deadline + 60:
+                    raise TimeoutError("Storm did not restart the controller")
+                time.sleep(0.5)
+                self.came_back = _controller_pids() - {pid}
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def test_a_killed_controller_resumes_from_its_persisted_decisions(tmp_path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    killer = KillController(str(out))
+    killer.start()
+    driver = ShiftDriver("correlated", duration=95)
+    outcome = run_topology(load_config(), "local", driver, timeout=500, output_dir=out)
+    killer.join(30)
+    assert killer.error is None, killer.error
+    assert killer.killed is not None and killer.came_back
+    facts = outcome.facts
+    assert outcome.ok, outcome.summary
+    # The new controller took over op2's checkpoints on node1 from ZooKeeper: it had
+    # no holder to move there, and its migrations off the overloaded node2 were all
+    # checkpoint-assisted.
+    assert not [m for m in facts["holder_moves"] if m["key_group"].startswith("op2/")]
+    assert facts["migrations"] >= 1, outcome.summary
+    assert facts["assisted_share"] == 1.0, facts["orders"]
