@@ -6,9 +6,15 @@ up``; the killed process is the real ShellBolt subprocess of one ``sum_delays``
 task, found through its counts file. Storm restarts its worker (each executor has
 a worker of its own here); the task comes back empty and the controller restores
 its key groups from their checkpoint holders plus the emitters' buffers.
+
+Also: kill -9 of the controller bolt's process in the shift job (issue 4: a restarted
+controller resumes from the decisions it persisted in ZooKeeper).
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
@@ -16,6 +22,7 @@ from runtime.cluster import down, up
 from runtime.config import load_config
 from runtime.drivers import ElasticCrashDriver
 from runtime.run import run_topology
+from runtime.shift_driver import ShiftDriver
 
 pytestmark = pytest.mark.integration
 
@@ -41,3 +48,80 @@ def test_task_killed_mid_migration_comes_back_from_its_checkpoint(
     assert outcome.ok, outcome.summary
     assert len(outcome.facts["kills"]) == 1
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary
+
+
+def _controller_pids() -> set[int]:
+    import subprocess
+
+    out = subprocess.run(
+        ["pgrep", "-f", "bolts.shift.ShiftController"], capture_output=True, text=True
+    ).stdout
+    return {int(p) for p in out.split()}
+
+
+class KillController(threading.Thread):
+    """kill -9 the controller bolt's Python process once it has allocated checkpoints."""
+
+    def __init__(self, output_dir: str) -> None:
+        super().__init__(daemon=True)
+        self.output_dir = output_dir
+        self.killed: int | None = None
+        self.came_back: set[int] = set()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        import json
+        import os
+        import signal
+
+        path = os.path.join(self.output_dir, "controller-metrics.json")
+        try:
+            deadline = time.monotonic() + 150
+            while True:
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        if json.load(f).get("allocated_at"):
+                            break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the controller never allocated checkpoints")
+                time.sleep(0.5)
+            time.sleep(3)  # the store writes behind: let it reach ZooKeeper
+            (pid,) = _controller_pids()
+            os.kill(pid, signal.SIGKILL)
+            self.killed = pid
+            while not self.came_back:
+                if time.monotonic() > deadline + 60:
+                    raise TimeoutError("Storm did not restart the controller")
+                time.sleep(0.5)
+                self.came_back = _controller_pids() - {pid}
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_room, tmp_path):
+    """The shift job (seed 001 7.2), one worker per executor; kill -9 of the controller
+    bolt's process once it has allocated checkpoints: Storm restarts its worker, the new
+    controller loads routing and holders from ZooKeeper and carries on."""
+    out = tmp_path / "run"
+    out.mkdir()
+    killer = KillController(str(out))
+    killer.start()
+    driver = ShiftDriver(
+        "correlated",
+        duration=95,
+        extra={"topology.workers": 10, "topology.acker.executors": 0},
+    )
+    outcome = run_topology(cluster_with_room, "cluster", driver, timeout=600, output_dir=out)
+    killer.join(30)
+    assert killer.error is None, killer.error
+    assert killer.killed is not None and killer.came_back
+    facts = outcome.facts
+    assert outcome.ok, outcome.summary
+    # The new controller took over op2's checkpoints on node1 from ZooKeeper: it had
+    # no holder to move there, and its migrations off the overloaded node2 were all
+    # checkpoint-assisted.
+    assert not [m for m in facts["holder_moves"] if m["key_group"].startswith("op2/")]
+    assert facts["migrations"] >= 1, outcome.summary
+    assert facts["assisted_share"] == 1.0, facts["orders"]
