@@ -285,3 +285,57 @@ def test_start_up_zeros_do_not_make_every_pair_look_correlated() -> None:
     assert loop.running_since == 8.0 and loop.allocated_at == 18.0
     assert loop.allocation is not None
     assert {loop.allocation.holders(KeyGroupId("op2", g)) for g in range(G)} == {("node1",)}
+
+
+def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
+    """An artifact saying op1 and op2 move against each other places op1's checkpoints
+    on node2 even when the online window has seen only flat loads (without the prior,
+    ties split them between node0 and node2)."""
+    import numpy as np
+
+    from bolts.controller_runtime import _load_prior
+    from elastorm.correlation_artifact import (
+        CorrelationArtifact,
+        OperatorStats,
+        encode_artifact,
+        pearson_from_loads,
+    )
+
+    t = np.arange(50, dtype=float)
+    loads = np.column_stack([100 - t] * G + [t] * G) + np.random.default_rng(3).normal(
+        0, 0.5, (50, 2 * G)
+    )
+    means, variances, matrix = pearson_from_loads(loads)
+    artifact = CorrelationArtifact(
+        operators=(
+            OperatorStats(name="op1", num_key_groups=G),
+            OperatorStats(name="op2", num_key_groups=G),
+        ),
+        window_seconds=60.0,
+        time_start=0.0,
+        time_end=3000.0,
+        num_windows=50,
+        means=means,
+        variances=variances,
+        matrix=matrix,
+    )
+    path = tmp_path / "corr.npz"
+    path.write_bytes(encode_artifact(artifact))
+    cs = controls()
+    prior = _load_prior(str(path), cs)
+    assert prior.pair(KeyGroupId("op1", 0), KeyGroupId("op2", 1)) < -0.99
+    loop = ControllerLoop(
+        controls=cs,
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(strategy="correlated", warmup=3, window=20, adapt=False),
+        started_at=0.0,
+        prior=prior,
+        prior_weight=20,
+    )
+    for t in range(6):  # flat, equal loads: the window alone says nothing
+        loop.round(records(0.5, hot=False), float(t))
+    assert loop.allocation is not None
+    assert {loop.allocation.holders(KeyGroupId("op1", g)) for g in range(G)} == {("node2",)}
+    assert {loop.allocation.holders(KeyGroupId("op2", g)) for g in range(G)} == {("node1",)}
+    with pytest.raises(Exception, match="op2|operator|key group"):
+        _load_prior(str(path), {"op1": cs["op1"]})  # the artifact must match the topology
