@@ -122,7 +122,11 @@ class KeyGroupState:
         return iter(self.items())
 
     def __len__(self) -> int:
-        return len(self.items())
+        """Distinct keys, without merging the layers (the master may hold 100k keys;
+        the fragments only what changed since the last checkpoint)."""
+        master, inactive = self.master, self.inactive
+        n = len(master) + sum(1 for k in inactive if k not in master)
+        return n + sum(1 for k in self.active if k not in master and k not in inactive)
 
     # -- exactly-once -----------------------------------------------------
     def admission(self, item: DataTuple) -> Admission:
