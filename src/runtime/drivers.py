@@ -408,4 +408,11 @@ def driver_for(topology: str, limit: int | None, *, strategy: str = "correlated"
         from runtime.shift_driver import ShiftDriver
 
         return ShiftDriver(strategy)
-    raise UserError(f"unknown topology {topology!r} (have: flights, flights_elastic, shift, smoke)")
+    if topology == "flights_load":
+        from runtime.shift_driver import FlightsLoadDriver
+
+        return FlightsLoadDriver(strategy)
+    raise UserError(
+        f"unknown topology {topology!r} "
+        "(have: flights, flights_elastic, flights_load, shift, smoke)"
+    )

@@ -334,8 +334,7 @@ def compare(
         _equal("sink got op1's NA rows", result.sink_errors("op1"), expected_errors),
         _equal("op1 tuples forwarded", result.out("op1"), reference.forwarded),
         _equal(
-            "no errors in op2-op4"
-            + (f" (tolerated: {dict(tolerated)})" if tolerated else ""),
+            "no errors in op2-op4" + (f" (tolerated: {dict(tolerated)})" if tolerated else ""),
             {
                 r: errors
                 for r in ("op2", "op3", "op4")

@@ -14,14 +14,14 @@ from runtime.topology_jar import build_topology_jar
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "topology",
-        choices=("flights", "flights_elastic", "shift", "smoke"),
+        choices=("flights", "flights_elastic", "flights_load", "shift", "smoke"),
         help="topology in topologies/",
     )
     parser.add_argument(
         "--strategy",
         choices=("none", "baseline", "even", "correlated"),
         default="correlated",
-        help="shift: the controller's checkpoint allocation (default correlated)",
+        help="shift, flights_load: the controller's checkpoint allocation (default correlated)",
     )
     parser.add_argument(
         "--limit",

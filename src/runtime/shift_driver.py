@@ -56,7 +56,7 @@ def tally(output_dir: str) -> tuple[dict[str, int], dict[str, int], bool]:
 
 
 class ShiftDriver:
-    """Runs the job for ``duration`` s at ``rate`` tuples/s with ``strategy``."""
+    """Runs the shift job for ``duration`` s at ``rate`` tuples/s with ``strategy``."""
 
     name = "shift"
     topology: str = ""
@@ -79,14 +79,22 @@ class ShiftDriver:
         self.extra = dict(extra or {})
 
     def options(self, output_dir: str) -> dict[str, object]:
+        return (
+            {
+                "elastorm.output_dir": output_dir,
+                "elastorm.controller.strategy": self.strategy,
+                "elastorm.controller.warmup_secs": self.warmup,
+            }
+            | self.job_options()
+            | self.extra
+        )
+
+    def job_options(self) -> dict[str, object]:
         return {
-            "elastorm.output_dir": output_dir,
-            "elastorm.controller.strategy": self.strategy,
-            "elastorm.controller.warmup_secs": self.warmup,
             "elastorm.shift.duration_secs": self.duration,
             "elastorm.shift.ramp_secs": self.ramp,
             "elastorm.shift.rate": self.rate,
-        } | self.extra
+        }
 
     def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
         deadline = time.monotonic() + timeout
@@ -139,3 +147,46 @@ class ShiftDriver:
             f"counts {'exact' if exact else f'WRONG: sent {sent}, counted {counted}'}"
         )
         return Outcome(summary=summary, ok=exact, facts=facts)
+
+
+class FlightsLoadDriver(ShiftDriver):
+    """The flights-load job (seed 001 7.3 on Storm) with ``key_groups`` per operator;
+    ``rate`` is the rows/s the ramp ends at."""
+
+    name = "flights_load"
+
+    def __init__(
+        self,
+        strategy: str = "correlated",
+        *,
+        key_groups: int = 16,
+        duration: float = 150.0,
+        ramp: float = 120.0,
+        rate: float = 600.0,
+        warmup: float = 30.0,
+        extra: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(
+            strategy, duration=duration, ramp=ramp, rate=rate, warmup=warmup, extra=extra
+        )
+        if key_groups < 1:
+            raise UserError(f"key groups must be >= 1, got {key_groups}")
+        self.key_groups = key_groups
+
+    def job_options(self) -> dict[str, object]:
+        p = "elastorm.flights_load."
+        return {
+            "elastorm.key_groups": self.key_groups,
+            p + "duration_secs": self.duration,
+            p + "ramp_secs": self.ramp,
+            p + "rate_end": self.rate,
+        }
+
+    def outcome(self, output_dir: str) -> Outcome:
+        out = super().outcome(output_dir)
+        out.facts["key_groups"] = self.key_groups
+        return Outcome(
+            summary=f"{self.key_groups} key groups/operator, {out.summary}",
+            ok=out.ok,
+            facts=out.facts,
+        )

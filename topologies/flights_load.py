@@ -1,0 +1,81 @@
+"""Seed 001 section 7.3 on real Storm: the flights load through three keyed operators.
+
+generator (FlightsLoadSpout: flights rows at a ramping rate) -> emitter
+    --elastorm, direct--> op2 (delays per plane), op3 (air time per plane),
+                          op4 (a sampled plane every 200 ms)
+op2, op3, op4: a count per key in key groups, one task per node (node0..node3)
+op2..op4 --elastorm_relay--> relay; --elastorm_reports--> controller
+
+As in the paper, op2 and op3 start on the "operator" nodes (node0-2) and op4 on
+its own (node3); the operator nodes have little spare CPU (an emulated external
+load, see ``bolts.load``), so the rising load overloads them and the controller
+moves key groups to node3. ``runtime.shift_driver.FlightsLoadDriver`` runs it
+with a key-group count and a checkpoint-allocation strategy.
+"""
+
+from __future__ import annotations
+
+from streamparse import Grouping, Topology
+from streamparse.thrift import GlobalStreamId
+
+from bolts.common import TICK_SECS
+from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
+from bolts.flights_load import FlightsLoadController, FlightsLoadEmitter
+from bolts.shift import CONTROLLER, RELAY_COMPONENT, ShiftCounter
+from spouts.flights_load import FlightsLoadSpout
+
+NODES = 4
+
+
+def _from(component: str) -> GlobalStreamId:
+    return GlobalStreamId(componentId=component, streamId=STREAM)
+
+
+def _inputs(emitter) -> dict:
+    return {
+        emitter[STREAM]: Grouping.DIRECT,
+        _from(RELAY_COMPONENT): Grouping.DIRECT,
+        _from(CONTROLLER): Grouping.DIRECT,
+    }
+
+
+class FlightsLoadTopology(Topology):
+    config = {
+        "topology.tick.tuple.freq.secs": TICK_SECS,
+        "elastorm.key_groups": 16,
+        "elastorm.checkpoint_interval_secs": 2,
+        "elastorm.initial_nodes": {"op2": [0, 1, 2], "op3": [0, 1, 2], "op4": [3]},
+        "elastorm.external_load": {"node0": 0.9, "node1": 0.9, "node2": 0.9},
+        "elastorm.shift.work_us": 500,
+        "elastorm.controller.adapt": True,
+        "elastorm.controller.strategy": "correlated",
+        "elastorm.controller.warmup_secs": 30,
+        "elastorm.controller.reallocate_secs": 1e9,
+        "elastorm.controller.cpu_high": 0.8,
+        "elastorm.controller.cpu_low": 0.5,
+        "elastorm.controller.queue_high": 50,
+        "elastorm.controller.queue_low": 20,
+        "elastorm.controller.cooldown_secs": 60,
+        "elastorm.controller.scale_in": False,
+    }
+
+    generator = FlightsLoadSpout.spec(par=1)
+    emitter = FlightsLoadEmitter.spec(
+        inputs={
+            generator: Grouping.SHUFFLE,
+            _from(RELAY_COMPONENT): Grouping.DIRECT,
+            _from(CONTROLLER): Grouping.DIRECT,
+        },
+        par=1,
+    )
+    op2 = ShiftCounter.spec(name="op2", inputs=_inputs(emitter), par=NODES)
+    op3 = ShiftCounter.spec(name="op3", inputs=_inputs(emitter), par=NODES)
+    op4 = ShiftCounter.spec(name="op4", inputs=_inputs(emitter), par=NODES)
+    relay = RelayBolt.spec(
+        name=RELAY_COMPONENT,
+        inputs={c[RELAY]: Grouping.GLOBAL for c in (op2, op3, op4)},
+        par=1,
+    )
+    controller = FlightsLoadController.spec(
+        inputs={c[REPORTS]: Grouping.GLOBAL for c in (op2, op3, op4)}, par=1
+    )
