@@ -143,7 +143,7 @@ class LoopSettings:
     the first allocation (seed 001 waits 15 minutes; short runs use seconds);
     ``window``: samples in the sliding correlation; ``theta``: score drift that
     triggers re-optimisation;
-    ``adapt``: whether to plan migrations at all; ``background``: external CPU
+    ``adapt``: whether to plan migrations (after the warm-up too); ``background``: external CPU
     share per node (0..1) added to its measured CPU. A topology conf without
     ``elastorm.controller.*`` gives ``strategy="none"``, ``adapt=False``: the
     controller then only carries out requests (``elastorm migrate``).
@@ -329,7 +329,7 @@ class ControllerLoop:
         if usable is not None:
             self.usable_samples.append((now, usable))
         moves, refused = [], []
-        if self.settings.adapt:
+        if self.settings.adapt and self.warm(now):
             planned, self.adaptation = plan_adaptation(
                 view, self.settings.thresholds, self.adaptation
             )
@@ -387,6 +387,14 @@ class ControllerLoop:
             self.correlation, [rates.get(k, 0.0) for k in self.key_groups]
         )
 
+    def warm(self, now: float) -> bool:
+        """Whether the warm-up is over: ``warmup`` s of statistics since input began.
+
+        Nothing is decided before: a start-up backlog looks like overload (the first
+        real run moved three key groups directly in its first second).
+        """
+        return self.running_since is not None and now - self.running_since >= self.settings.warmup
+
     def _rates(self, records: Iterable[TaskRecord]) -> dict[KeyGroupId, float]:
         rates: dict[KeyGroupId, float] = {}
         for r in records:
@@ -398,9 +406,7 @@ class ControllerLoop:
     # -- checkpoint allocation -----------------------------------------------------------
     def _allocation_due(self, now: float) -> bool:
         s = self.settings
-        if s.strategy == "none" or self.running_since is None:
-            return False
-        if now - self.running_since < s.warmup:
+        if s.strategy == "none" or not self.warm(now):
             return False
         if self.allocated_at is None:
             return True

@@ -339,3 +339,17 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
     assert {loop.allocation.holders(KeyGroupId("op2", g)) for g in range(G)} == {("node1",)}
     with pytest.raises(Exception, match="op2|operator|key group"):
         _load_prior(str(path), {"op1": cs["op1"]})  # the artifact must match the topology
+
+
+def test_no_migration_during_the_warm_up_even_if_a_node_looks_overloaded() -> None:
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(
+            strategy="none", warmup=10, window=20, thresholds=THRESHOLDS, background=BACKGROUND
+        ),
+        started_at=0.0,
+    )
+    early = [loop.round(records(0.5, hot=True), float(t)) for t in range(10)]
+    assert not any(r.moves for r in early)  # a start-up backlog is not an overload
+    assert loop.round(records(0.5, hot=True), 10.0).moves
