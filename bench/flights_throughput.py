@@ -13,8 +13,10 @@ saw the spout reading to the poll that saw every tuple at the sink; polls every
 plain job, checkpoints every 5 s and no migrations. Repeats alternate the
 topologies so machine noise hits both alike. In the same run it measures the
 components wired in one Python process with no Storm (``bolts.pipeline``), and
-prints every rate as a ratio of that baseline and elastic/plain.
-Results: docs/benchmarks.md.
+prints every rate as a ratio of that baseline and elastic/plain. It also adds up
+the CPU time of each run's processes (``CpuMeter``: the topology's worker JVMs and
+their Python children), which the other jobs on shared cores disturb much less
+than wall-clock rates. Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,6 +45,67 @@ def in_process_rate(limit: int | None) -> tuple[float, int]:
     started = time.perf_counter()
     rows = run_pipeline(default_flights_path(), limit)
     return rows / (time.perf_counter() - started), rows
+
+
+class CpuMeter:
+    """CPU seconds used by one topology's processes (workers and their Python children).
+
+    Polls ``/proc`` every ``interval`` s on a thread: worker JVMs whose
+    ``-Dstorm.id=`` starts with ``<topology>-`` and all their descendants; keeps each
+    process's latest ``utime + stime``. On a shared machine wall-clock rates swing
+    with the other jobs' load, CPU time per row much less (Linux only).
+    """
+
+    def __init__(self, topology: str, interval: float = 0.5) -> None:
+        self.marker = f"-Dstorm.id={topology}-".encode()
+        self.interval = interval
+        self.cpu: dict[int, tuple[bool, float]] = {}  # pid -> (is python, seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> CpuMeter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self.interval)
+
+    def poll(self) -> None:
+        procs: dict[int, tuple[int, float, bytes]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            # after "(comm)": state ppid ... utime(12th) stime(13th)
+            seconds = (int(fields[11]) + int(fields[12])) / self._tick
+            procs[int(entry)] = (int(fields[1]), seconds, cmd)
+        mine = {pid for pid, (_, _, cmd) in procs.items() if self.marker in cmd}
+        grew = True
+        while grew:  # descendants of the workers
+            more = {pid for pid, (ppid, _, _) in procs.items() if ppid in mine} - mine
+            mine |= more
+            grew = bool(more)
+        for pid in mine:
+            _, seconds, cmd = procs[pid]
+            self.cpu[pid] = (b"python" in cmd.split(b"\0", 1)[0], seconds)
+
+    def seconds(self) -> tuple[float, float]:
+        """``(all processes, Python processes only)`` CPU seconds."""
+        total = sum(s for _, s in self.cpu.values())
+        return total, sum(s for py, s in self.cpu.values() if py)
 
 
 def make_driver(topology: str, limit: int | None) -> FlightsDriver:
@@ -70,30 +134,53 @@ def main() -> int:
     base_rate, base_rows = in_process_rate(args.limit)
     print(f"baseline in-process pipeline: {base_rows} rows, {base_rate:,.0f} rows/s")
     rates: dict[str, list[float]] = {t: [] for t in topologies}
+    cpu: dict[str, list[dict[str, float]]] = {t: [] for t in topologies}
     for i in range(args.repeats):
         for topology in topologies:
-            outcome = run_topology(cfg, args.env, make_driver(topology, args.limit), timeout=1800)
+            load = os.getloadavg()[0]
+            with CpuMeter(topology) as meter:
+                outcome = run_topology(
+                    cfg, args.env, make_driver(topology, args.limit), timeout=1800
+                )
             if not outcome.ok:
                 print(f"{topology} run {i + 1}: check against pandas FAILED, not counted")
                 print(outcome.summary)
                 continue
             seconds = outcome.facts["processing_seconds"]
-            rate = outcome.facts["rows"] / seconds
+            rows = outcome.facts["rows"]
+            rate = rows / seconds
             rates[topology].append(rate)
+            total, python = meter.seconds()
+            cpu[topology].append(
+                {"all_ms_per_krow": 1e6 * total / rows, "python_ms_per_krow": 1e6 * python / rows}
+            )
             print(
-                f"{topology} run {i + 1} on {args.env}: {outcome.facts['rows']} rows in "
+                f"{topology} run {i + 1} on {args.env}: {rows} rows in "
                 f"{seconds:.1f} s = {rate:,.0f} rows/s (ratio to in-process: "
-                f"{rate / base_rate:.3f}); whole run incl. start-up {outcome.facts['seconds']} s"
+                f"{rate / base_rate:.3f}); whole run incl. start-up {outcome.facts['seconds']} s; "
+                f"CPU {total:.1f} s ({python:.1f} s Python) = "
+                f"{1e6 * total / rows:.0f} ms per 1k rows; load {load:.1f}"
             )
     medians = {t: statistics.median(r) for t, r in rates.items() if r}
+    cpu_medians = {
+        t: {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+        for t, runs in cpu.items()
+        if runs
+    }
     for topology, median in medians.items():
+        c = cpu_medians[topology]
         print(
             f"median {topology} on {args.env}: {median:,.0f} rows/s over "
-            f"{len(rates[topology])} runs; ratio to in-process {median / base_rate:.3f}"
+            f"{len(rates[topology])} runs; ratio to in-process {median / base_rate:.3f}; "
+            f"CPU per 1k rows {c['all_ms_per_krow']:.0f} ms ({c['python_ms_per_krow']:.0f} Python)"
         )
     if {"flights", "flights_elastic"} <= set(medians):
         ratio = medians["flights_elastic"] / medians["flights"]
         print(f"elastic / plain: {ratio:.3f} (overhead {100 * (1 - ratio):.1f}%)")
+        for kind in ("all", "python"):
+            e = cpu_medians["flights_elastic"][f"{kind}_ms_per_krow"]
+            p = cpu_medians["flights"][f"{kind}_ms_per_krow"]
+            print(f"CPU per row ({kind} processes), elastic / plain: {e / p:.3f}")
     if args.json:
         Path(args.json).write_text(
             json.dumps(
@@ -102,6 +189,8 @@ def main() -> int:
                     "limit": args.limit,
                     "rows_per_s": rates,
                     "median_rows_per_s": medians,
+                    "cpu_per_run": cpu,
+                    "median_cpu": cpu_medians,
                     "in_process_rows_per_s": base_rate,
                 },
                 indent=2,
