@@ -141,8 +141,8 @@ class LoopSettings:
     ``strategy``: checkpoint allocation (``none`` keeps the start-up holders);
     ``warmup``: seconds of statistics, from the first round that saw input, before
     the first allocation (seed 001 waits 15 minutes; short runs use seconds);
-    ``window``: samples in the sliding correlation; ``theta``: score drift that
-    triggers re-optimisation;
+    ``window``: samples in the sliding correlation, one every ``sample_secs``;
+    ``theta``: score drift that triggers re-optimisation;
     ``adapt``: whether to plan migrations (after the warm-up too); ``background``: external CPU
     share per node (0..1) added to its measured CPU. A topology conf without
     ``elastorm.controller.*`` gives ``strategy="none"``, ``adapt=False``: the
@@ -152,6 +152,7 @@ class LoopSettings:
     strategy: str = "correlated"
     warmup: float = 30.0
     window: int = 60
+    sample_secs: float = 5.0
     theta: float = 0.0
     epsilon: float = math.inf
     adapt: bool = True
@@ -167,6 +168,8 @@ class LoopSettings:
             )
         if self.warmup < 0 or self.reallocate_every <= 0 or self.theta < 0:
             raise ControllerModelError("warmup, theta >= 0 and reallocate_every > 0")
+        if self.sample_secs < 0:
+            raise ControllerModelError(f"sample_secs must be >= 0, got {self.sample_secs}")
         if self.window < 2:
             raise ControllerModelError(f"window must be >= 2, got {self.window}")
         for node, share in self.background.items():
@@ -311,6 +314,9 @@ class ControllerLoop:
         self.last_view: ClusterView | None = None
         self.usable_samples: list[tuple[float, float]] = []  # (time, share) while overloaded
         self.running_since: float | None = None  # first round that saw any input
+        self._pending: list[float] | None = None  # summed rates of the current sample
+        self._pending_rounds = 0
+        self._sample_start = 0.0
 
     # -- one round ---------------------------------------------------------------------
     def round(self, records: Iterable[TaskRecord], now: float) -> Round:
@@ -370,22 +376,34 @@ class ControllerLoop:
         )
 
     def _sample(self, records: Iterable[TaskRecord], now: float) -> None:
-        """Push this round's key-group rates into the correlation window.
+        """Add this round's key-group rates to the current sample; push a sample into
+        the correlation window every ``sample_secs`` (the mean of its rounds).
 
         Only once the job runs: before the first tuple every load is 0, and a
         window holding the jump from nothing to something makes every pair of key
         groups look positively correlated. The first non-zero round (a partial
-        interval) is not pushed; the warm-up counts from it.
+        interval) is not used; the warm-up counts from it. Samples of several
+        seconds, not single rounds: one-second rates carry common-mode noise (every
+        task stalls when the machine does), which made weakly anti-correlated groups
+        look correlated on real runs.
         """
         rates = self._rates(records)
         if not any(rates.values()):
             return
         if self.running_since is None:
-            self.running_since = now
+            self.running_since = self._sample_start = now
             return
-        self.correlation = push_loads(
-            self.correlation, [rates.get(k, 0.0) for k in self.key_groups]
+        row = [rates.get(k, 0.0) for k in self.key_groups]
+        self._pending = (
+            row
+            if self._pending is None
+            else [a + b for a, b in zip(self._pending, row, strict=True)]
         )
+        self._pending_rounds += 1
+        if now - self._sample_start >= self.settings.sample_secs:
+            mean = [v / self._pending_rounds for v in self._pending]
+            self.correlation = push_loads(self.correlation, mean)
+            self._pending, self._pending_rounds, self._sample_start = None, 0, now
 
     def warm(self, now: float) -> bool:
         """Whether the warm-up is over: ``warmup`` s of statistics since input began.
@@ -519,6 +537,7 @@ def settings_from_conf(conf: Mapping[str, object]) -> LoopSettings:
             strategy=str(conf.get(p + "strategy", "none")),
             warmup=num("warmup_secs", 30.0),
             window=int(num("window", 60)),
+            sample_secs=num("sample_secs", 5.0),
             theta=num("theta", 0.0),
             adapt=flag("adapt", False),
             reallocate_every=num("reallocate_secs", 30.0),

@@ -353,3 +353,18 @@ def test_no_migration_during_the_warm_up_even_if_a_node_looks_overloaded() -> No
     early = [loop.round(records(0.5, hot=True), float(t)) for t in range(10)]
     assert not any(r.moves for r in early)  # a start-up backlog is not an overload
     assert loop.round(records(0.5, hot=True), 10.0).moves
+
+
+def test_correlation_samples_are_means_over_sample_secs() -> None:
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(strategy="none", window=10, sample_secs=3, adapt=False),
+        started_at=0.0,
+    )
+    for t in range(7):  # t=0 starts the clock; t=1..3 and t=4..6 make two samples
+        loop.round(records(0.25 if t % 2 else 0.75, hot=False), float(t))
+    assert loop.correlation.count == 2
+    first = loop.correlation.window_loads()[0]
+    # op2's rate per group over t=1,2,3: shares .25, .75, .25 of 400 / G.
+    assert first[G] == pytest.approx(400 * (0.25 + 0.75 + 0.25) / 3 / G)
