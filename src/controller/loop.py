@@ -408,8 +408,8 @@ class ControllerLoop:
     def warm(self, now: float) -> bool:
         """Whether the warm-up is over: ``warmup`` s of statistics since input began.
 
-        Nothing is decided before: a start-up backlog looks like overload (the first
-        real run moved three key groups directly in its first second).
+        Nothing is decided before: a start-up backlog looks like overload (a real
+        run moved three key groups directly in its first second).
         """
         return self.running_since is not None and now - self.running_since >= self.settings.warmup
 
