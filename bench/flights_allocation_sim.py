@@ -55,12 +55,13 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from controller.adaptation import MoveReason, Thresholds
+from controller.adaptation import MoveReason, Thresholds, can_take_load
 from controller.loop import ControllerLoop, LoopSettings, Placement
 from controller.zk.codec import Heartbeat, TaskIdentity, TaskRecord
 from elastorm.actions import CheckpointStored, MigrationDone, Role
@@ -239,6 +240,8 @@ class RunResult:
     assisted_share: float | None  # ControllerLoop.ordered_share()
     usable_mean: float | None  # mean of ControllerLoop.usable_samples
     overloaded_rounds: int
+    usable_with_room: float | None  # mean usable share over overloaded rounds with a receiver
+    room_rounds: int  # overloaded rounds in which some node could take load
     migrations_before_allocation: int
     allocated_at: float | None  # first allocation (correlated re-allocates later)
     work_cps_on_sample_nodes: float | None  # share of ops 1-3 checkpoints on op4's nodes
@@ -310,6 +313,7 @@ class FlightsCluster:
         self.at_allocation: float | None = None
         self.first_allocation: float | None = None
         self.sample_shares: list[float] = []
+        self.usable_with_room: list[float] = []  # usable samples while some node had room
 
     def factor(self, t: int) -> float:
         cfg = self.cfg
@@ -402,6 +406,11 @@ class FlightsCluster:
         if self.loop.allocated_at is None:
             self.migrations_before_allocation += len(rnd.moves)
         self.refused += len(rnd.refused)
+        samples = self.loop.usable_samples
+        if samples and samples[-1][0] == now:
+            view, th = rnd.view, self.cfg.thresholds
+            if any(can_take_load(view, n, th) for n in view.node_ids()):
+                self.usable_with_room.append(samples[-1][1])
         for move in rnd.moves:
             op, g = move.key_group.operator, move.key_group.index
             moving = self.loop.controls[op].moving[g]
@@ -435,6 +444,10 @@ class FlightsCluster:
             assisted_share=loop.ordered_share(),
             usable_mean=statistics.fmean(usable) if usable else None,
             overloaded_rounds=len(usable),
+            usable_with_room=(
+                statistics.fmean(self.usable_with_room) if self.usable_with_room else None
+            ),
+            room_rounds=len(self.usable_with_room),
             migrations_before_allocation=self.migrations_before_allocation,
             allocated_at=self.first_allocation,
             work_cps_on_sample_nodes=self.at_allocation,
@@ -485,6 +498,18 @@ class Pooled:
         return sum((r.usable_mean or 0.0) * r.overloaded_rounds for r in self.runs) / total
 
     @property
+    def room_rounds(self) -> int:
+        return sum(r.room_rounds for r in self.runs)
+
+    @property
+    def usable_with_room(self) -> float | None:
+        """Mean usable share over the overloaded rounds in which some node had room."""
+        total = self.room_rounds
+        if not total:
+            return None
+        return sum((r.usable_with_room or 0.0) * r.room_rounds for r in self.runs) / total
+
+    @property
     def work_cps_on_sample_nodes(self) -> float | None:
         xs = [r.work_cps_on_sample_nodes_mean for r in self.runs]
         xs = [x for x in xs if x is not None]
@@ -515,22 +540,23 @@ def table(results: Sequence[Pooled]) -> str:
     by = {(r.groups, r.strategy): r for r in results}
     lines = [
         "| groups/op | strategy | migrations (assisted) | assisted share (Fig. 7) |"
-        " usable share (Fig. 8) | overloaded rounds | ops 1-3 cps on op4 nodes |"
-        " assisted share per stretch |",
-        "|---|---|---|---|---|---|---|---|",
+        " usable share (Fig. 8) | overloaded rounds | usable while a node had room (rounds) |"
+        " ops 1-3 cps on op4 nodes | assisted share per stretch |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         per = " / ".join(_fmt(x.assisted_share) for x in r.runs)
         lines.append(
             f"| {r.groups} | {r.strategy} | {r.migrations} ({r.assisted}) |"
             f" {_fmt(r.assisted_share)} | {_fmt(r.usable_mean)} | {r.overloaded_rounds} |"
+            f" {_fmt(r.usable_with_room)} ({r.room_rounds}) |"
             f" {_fmt(r.work_cps_on_sample_nodes)} | {per} |"
         )
     lines += [
         "",
-        "| groups/op | assisted corr/even | usable corr/even |"
+        "| groups/op | assisted corr/even | usable corr/even | usable-with-room corr/even |"
         " assisted corr/baseline | usable corr/baseline |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
     for g in sorted({r.groups for r in results}):
         c, e, b = by.get((g, "correlated")), by.get((g, "even")), by.get((g, "baseline"))
@@ -544,7 +570,8 @@ def table(results: Sequence[Pooled]) -> str:
 
         lines.append(
             f"| {g} | {rat(e, 'assisted_share')} | {rat(e, 'usable_mean')} |"
-            f" {rat(b, 'assisted_share')} | {rat(b, 'usable_mean')} |"
+            f" {rat(e, 'usable_with_room')} | {rat(b, 'assisted_share')} |"
+            f" {rat(b, 'usable_mean')} |"
         )
     return "\n".join(lines)
 
@@ -560,11 +587,12 @@ def plot(results: Sequence[Pooled], path: Path) -> bool:
     groups = sorted({r.groups for r in results})
     strategies = [s for s in STRATEGIES if any(r.strategy == s for r in results)]
     by = {(r.groups, r.strategy): r for r in results}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     width = 0.8 / max(1, len(strategies))
     for ax, attr, title in (
         (axes[0], "assisted_share", "Checkpoint-assisted migrations (Fig. 7)"),
-        (axes[1], "usable_mean", "Usable checkpoints while overloaded (Fig. 8)"),
+        (axes[1], "usable_mean", "Usable checkpoints, overloaded rounds (Fig. 8)"),
+        (axes[2], "usable_with_room", "Usable, overloaded rounds where a node had room"),
     ):
         for i, s in enumerate(strategies):
             ys = [100 * (getattr(by[(g, s)], attr) or 0.0) for g in groups]
@@ -573,7 +601,6 @@ def plot(results: Sequence[Pooled], path: Path) -> bool:
         ax.set_xticks(range(len(groups)), [str(g) for g in groups])
         ax.set_xlabel("key groups per operator")
         ax.set_ylabel("%")
-        ax.set_ylim(0, 100)
         ax.set_title(title, fontsize=10)
     axes[0].legend()
     fig.suptitle("Flights loads, simulated 20-node cluster, real ControllerLoop", fontsize=10)
@@ -610,11 +637,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--layout", choices=("interleaved", "blocked"), default=d.layout)
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
     p.add_argument("--seed", type=int, default=0, help="op4 sampling and even allocation")
+    p.add_argument("--jobs", type=int, default=1, help="simulate this many runs at once")
+    p.add_argument(
+        "--from-json", type=Path, help="table and plot from an earlier --json, no simulation"
+    )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--plot", type=Path, default=Path("docs/img/flights_allocation.png"))
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
 
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        pooled = pool([RunResult(**r) for r in saved["results"]])
+        print(f"results of {saved['date']} ({args.from_json})")
+        print(table(pooled))
+        if not args.no_plot and plot(pooled, args.plot):
+            print(f"plot: {args.plot}")
+        return 0
     groups = [int(x) for x in args.groups.split(",") if x]
     strategies = [s for s in args.strategies.split(",") if s]
     starts = [int(x) for x in args.starts.split(",") if x]
@@ -633,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_every=args.checkpoint_every,
         seed=args.seed,
     )
-    results = []
+    cells = []
     for g in groups:
         loads = window_loads(
             rows,
@@ -645,15 +684,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for start in starts:
             for s in strategies:
-                cfg = SimConfig(strategy=s, first_window=start, **cfg_common)
-                r = simulate(loads, cfg)
-                results.append(r)
-                print(
-                    f"  {g:3d} groups, windows {start}+{args.rounds}, {s:10s}:"
-                    f" {r.migrations:4d} migrations, assisted {_fmt(r.assisted_share)},"
-                    f" usable {_fmt(r.usable_mean)} ({r.seconds:.1f} s)",
-                    flush=True,
-                )
+                cells.append((loads, SimConfig(strategy=s, first_window=start, **cfg_common)))
+
+    def report(cfg: SimConfig, r: RunResult) -> None:
+        print(
+            f"  {r.groups:3d} groups, windows {cfg.first_window}+{cfg.rounds},"
+            f" {r.strategy:10s}: {r.migrations:4d} migrations,"
+            f" assisted {_fmt(r.assisted_share)}, usable {_fmt(r.usable_mean)}"
+            f" ({r.seconds:.1f} s)",
+            flush=True,
+        )
+
+    results = []
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as pool_:
+            futures = [pool_.submit(simulate, loads, cfg) for loads, cfg in cells]
+            for (_, cfg), fut in zip(cells, futures, strict=True):
+                results.append(fut.result())
+                report(cfg, results[-1])
+    else:
+        for loads, cfg in cells:
+            results.append(simulate(loads, cfg))
+            report(cfg, results[-1])
     pooled = pool(results)
     print()
     print(table(pooled))
