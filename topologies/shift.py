@@ -55,7 +55,7 @@ class ShiftTopology(Topology):
         "elastorm.external_load": {"node0": 0.7, "node2": 0.7},
         "elastorm.controller.adapt": True,
         "elastorm.controller.strategy": os.environ.get("ELASTORM_STRATEGY", "correlated"),
-        "elastorm.controller.warmup_secs": 25,
+        "elastorm.controller.warmup_secs": 40,
         "elastorm.controller.reallocate_secs": 1e9,
         "elastorm.controller.cpu_high": 0.8,
         "elastorm.controller.cpu_low": 0.5,

@@ -141,7 +141,10 @@ class LoopSettings:
     ``strategy``: checkpoint allocation (``none`` keeps the start-up holders);
     ``warmup``: seconds of statistics, from the first round that saw input, before
     the first allocation (seed 001 waits 15 minutes; short runs use seconds);
-    ``window``: samples in the sliding correlation, one every ``sample_secs``;
+    ``window``: samples in the sliding correlation, one every ``sample_secs``,
+    the first ``settle_secs`` after input began left out (start-up transient);
+    ``defer_secs``: how long a checkpoint-assisted move may wait for its target's
+    first checkpoint;
     ``theta``: score drift that triggers re-optimisation;
     ``adapt``: whether to plan migrations (after the warm-up too); ``background``: external CPU
     share per node (0..1) added to its measured CPU. A topology conf without
@@ -153,6 +156,8 @@ class LoopSettings:
     warmup: float = 30.0
     window: int = 60
     sample_secs: float = 5.0
+    settle_secs: float = 10.0
+    defer_secs: float = 10.0
     theta: float = 0.0
     epsilon: float = math.inf
     adapt: bool = True
@@ -168,6 +173,8 @@ class LoopSettings:
             )
         if self.warmup < 0 or self.reallocate_every <= 0 or self.theta < 0:
             raise ControllerModelError("warmup, theta >= 0 and reallocate_every > 0")
+        if min(self.settle_secs, self.defer_secs) < 0:
+            raise ControllerModelError("settle_secs and defer_secs must be >= 0")
         if self.sample_secs < 0:
             raise ControllerModelError(f"sample_secs must be >= 0, got {self.sample_secs}")
         if self.window < 2:
@@ -316,6 +323,7 @@ class ControllerLoop:
         self.running_since: float | None = None  # first round that saw any input
         self._pending: list[float] | None = None  # summed rates of the current sample
         self._pending_rounds = 0
+        self._waiting_since: dict[KeyGroupId, float] = {}
         self._sample_start = 0.0
 
     # -- one round ---------------------------------------------------------------------
@@ -336,10 +344,14 @@ class ControllerLoop:
             self.usable_samples.append((now, usable))
         moves, refused = [], []
         if self.settings.adapt and self.warm(now):
-            planned, self.adaptation = plan_adaptation(
-                view, self.settings.thresholds, self.adaptation
-            )
+            planned, state = plan_adaptation(view, self.settings.thresholds, self.adaptation)
+            waiting = []
             for move in planned:
+                if self._wait_for_checkpoint(move, now):
+                    waiting.append(move.key_group)
+                    refused.append((move, "waiting for the target's first checkpoint"))
+                    continue
+                self._waiting_since.pop(move.key_group, None)
                 try:
                     used, move_sends = self._order(move)
                 except MigrationRefused as exc:
@@ -356,6 +368,11 @@ class ControllerLoop:
                 moves.append(ordered)
                 self.orders.append(ordered)
                 self._running[move.key_group] = _Started(ordered, now)
+            # A move put off is not a move: it must not start the group's cooldown.
+            self.adaptation = AdaptationState(
+                moved_at={k: t for k, t in state.moved_at.items() if k not in waiting},
+                node_changed_at=state.node_changed_at,
+            )
         self.last_view = view
         return Round(
             view=view,
@@ -392,6 +409,9 @@ class ControllerLoop:
             return
         if self.running_since is None:
             self.running_since = self._sample_start = now
+            return
+        if now - self.running_since < self.settings.settle_secs:
+            self._sample_start = now
             return
         row = [rates.get(k, 0.0) for k in self.key_groups]
         self._pending = (
@@ -459,6 +479,21 @@ class ControllerLoop:
         return moved, sends
 
     # -- migrations ----------------------------------------------------------------------
+    def _wait_for_checkpoint(self, move: Move, now: float) -> bool:
+        """Whether to put off a checkpoint-assisted move whose target was made the
+        holder but has not reported a checkpoint yet (e.g. right after an
+        allocation): ordering it now would fall back to direct. Put off for at most
+        ``defer_secs``; then it goes ahead (direct if still no checkpoint)."""
+        if not move.protocol.checkpoint_assisted:
+            return False
+        kg = move.key_group
+        control = self.controls[kg.operator]
+        target = self.placement.task_on(kg.operator, move.target)
+        if control.holders[kg.index] != target or control.has_newest(target, kg.index):
+            return False
+        since = self._waiting_since.setdefault(kg, now)
+        return now - since < self.settings.defer_secs
+
     def _order(self, move: Move) -> tuple[Protocol, list[Send]]:
         control = self.controls[move.key_group.operator]
         target = self.placement.task_on(move.key_group.operator, move.target)
@@ -538,6 +573,8 @@ def settings_from_conf(conf: Mapping[str, object]) -> LoopSettings:
             warmup=num("warmup_secs", 30.0),
             window=int(num("window", 60)),
             sample_secs=num("sample_secs", 5.0),
+            settle_secs=num("settle_secs", 10.0),
+            defer_secs=num("defer_secs", 10.0),
             theta=num("theta", 0.0),
             adapt=flag("adapt", False),
             reallocate_every=num("reallocate_secs", 30.0),

@@ -69,7 +69,7 @@ class ShiftDriver:
         duration: float = 110.0,
         ramp: float = 100.0,
         rate: float = 800.0,
-        warmup: float = 25.0,
+        warmup: float = 40.0,
         extra: dict[str, object] | None = None,
     ) -> None:
         if strategy not in STRATEGIES:

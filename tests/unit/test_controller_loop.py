@@ -92,7 +92,12 @@ def run(strategy: str) -> tuple[ControllerLoop, list]:
         controls=controls(),
         placement=Placement({"op1": OP1, "op2": OP2}),
         settings=LoopSettings(
-            strategy=strategy, warmup=10, window=20, thresholds=THRESHOLDS, background=BACKGROUND
+            strategy=strategy,
+            warmup=10,
+            window=20,
+            settle_secs=0,
+            thresholds=THRESHOLDS,
+            background=BACKGROUND,
         ),
         started_at=0.0,
     )
@@ -272,7 +277,12 @@ def test_start_up_zeros_do_not_make_every_pair_look_correlated() -> None:
         controls=controls(),
         placement=Placement({"op1": OP1, "op2": OP2}),
         settings=LoopSettings(
-            strategy="correlated", warmup=10, window=40, thresholds=THRESHOLDS, adapt=False
+            strategy="correlated",
+            warmup=10,
+            window=40,
+            settle_secs=0,
+            thresholds=THRESHOLDS,
+            adapt=False,
         ),
         started_at=0.0,
     )
@@ -359,7 +369,9 @@ def test_correlation_samples_are_means_over_sample_secs() -> None:
     loop = ControllerLoop(
         controls=controls(),
         placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(strategy="none", window=10, sample_secs=3, adapt=False),
+        settings=LoopSettings(
+            strategy="none", window=10, sample_secs=3, settle_secs=0, adapt=False
+        ),
         started_at=0.0,
     )
     for t in range(7):  # t=0 starts the clock; t=1..3 and t=4..6 make two samples
@@ -368,3 +380,50 @@ def test_correlation_samples_are_means_over_sample_secs() -> None:
     first = loop.correlation.window_loads()[0]
     # op2's rate per group over t=1,2,3: shares .25, .75, .25 of 400 / G.
     assert first[G] == pytest.approx(400 * (0.25 + 0.75 + 0.25) / 3 / G)
+
+
+def test_an_assisted_move_waits_for_the_new_holders_first_checkpoint() -> None:
+    """Right after an allocation the new holder has no checkpoint yet: ordering the
+    move then would fall back to direct, so it waits (at most defer_secs)."""
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(
+            strategy="correlated",
+            warmup=10,
+            window=20,
+            settle_secs=0,
+            defer_secs=3,
+            thresholds=THRESHOLDS,
+            background=BACKGROUND,
+        ),
+        started_at=0.0,
+    )
+    for t in range(10):
+        loop.round(records(t / 30, hot=False), float(t))
+    first = loop.round(records(0.4, hot=True), 10.0)  # allocation and overload at once
+    assert first.allocated and not first.moves
+    assert {why for _, why in first.refused} == {"waiting for the target's first checkpoint"}
+    report_checkpoints(loop)
+    second = loop.round(records(0.4, hot=True), 11.0)
+    assert second.moves and all(m.protocol.checkpoint_assisted for m in second.moves)
+    # Without a checkpoint, the wait ends after defer_secs and the move goes direct.
+    other = ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(
+            strategy="correlated",
+            warmup=10,
+            settle_secs=0,
+            defer_secs=3,
+            thresholds=THRESHOLDS,
+            background=BACKGROUND,
+        ),
+        started_at=0.0,
+    )
+    for t in range(10):
+        other.round(records(t / 30, hot=False), float(t))
+    rounds = [other.round(records(0.4, hot=True), float(t)) for t in range(10, 15)]
+    moved = [m for r in rounds for m in r.moves]
+    assert [bool(r.moves) for r in rounds] == [False, False, False, True, False]
+    assert moved and not any(m.protocol.checkpoint_assisted for m in moved)
