@@ -101,6 +101,7 @@ class ControllerRuntime:
         self.rounds = 0
         self.history: list[dict[str, Any]] = []
         self.holder_moves: list[dict[str, Any]] = []
+        self.ordered: list[dict[str, Any]] = []
 
     @classmethod
     def start(
@@ -228,6 +229,17 @@ class ControllerRuntime:
                 ],
             }
         )
+        for m in rnd.moves:
+            self.ordered.append(
+                {
+                    "t": now,
+                    "key_group": str(m.key_group),
+                    "source": m.source,
+                    "target": m.target,
+                    "protocol": m.protocol.value,
+                    "reason": m.reason.value,
+                }
+            )
         for kg, old, new in rnd.holders_moved:
             self.holder_moves.append({"t": now, "key_group": str(kg), "from": old, "to": new})
         if self.metrics_path is None:
@@ -240,16 +252,7 @@ class ControllerRuntime:
                 "rounds": self.rounds,
                 "allocated_at": self.loop.allocated_at,
                 "started_at": self.loop.started_at,
-                "orders": [
-                    {
-                        "key_group": str(m.key_group),
-                        "source": m.source,
-                        "target": m.target,
-                        "protocol": m.protocol.value,
-                        "reason": m.reason.value,
-                    }
-                    for m in self.loop.orders
-                ],
+                "orders": self.ordered,
                 "finished": [
                     {"key_group": str(r.move.key_group), "seconds": r.pause}
                     for r in self.loop.records

@@ -160,10 +160,10 @@ class FlightsLoadDriver(ShiftDriver):
         strategy: str = "correlated",
         *,
         key_groups: int = 16,
-        duration: float = 150.0,
-        ramp: float = 120.0,
+        duration: float = 200.0,
+        ramp: float = 180.0,
         rate: float = 600.0,
-        warmup: float = 30.0,
+        warmup: float = 60.0,
         extra: dict[str, object] | None = None,
     ) -> None:
         super().__init__(

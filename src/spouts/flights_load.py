@@ -33,8 +33,8 @@ FIELDS = ["key", "operator", "stamp"]
 DEFAULTS: dict[str, float] = {
     "rate_start": 50.0,
     "rate_end": 600.0,
-    "ramp_secs": 120.0,
-    "duration_secs": 150.0,
+    "ramp_secs": 180.0,
+    "duration_secs": 200.0,
     "sample_ms": 200.0,
     "seed": 1,
     "batch": 20,
