@@ -49,6 +49,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=None, help="spout seconds")
     p.add_argument("--ramp", type=float, default=None, help="ramp seconds")
     p.add_argument("--rate", type=float, default=None, help="tuples/s (shift), final rows/s")
+    p.add_argument("--env", default="local", help="config.json env (default: local)")
     p.add_argument("--json", default=None, help="write every run's facts here")
     args = p.parse_args(argv)
     args.strategies = [s for s in args.strategies.split(",") if s]
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     driver = FlightsLoadDriver(strategy, key_groups=groups, extra=extra, **knobs)
                 try:
-                    out = run_topology(cfg, "local", driver, timeout=driver.duration + 300)
+                    out = run_topology(cfg, args.env, driver, timeout=driver.duration + 300)
                 except UserError as exc:
                     print(f"run {r} {strategy}: FAILED: {exc}")
                     runs.append(
