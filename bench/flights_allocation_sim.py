@@ -206,7 +206,7 @@ class SimConfig:
     op4_util: float = 0.1  # mean CPU of an op4 node (fixed)
     replay: float = 100.0  # tuples/s per row of a window (scales rates, not CPU)
     checkpoint_every: int = 1
-    window: int = 900  # correlation window (samples): the whole warm-up
+    window: int = 180  # correlation samples, one per 5 s (the loop's sample_secs): the warm-up
     epsilon: float = math.inf  # Algorithm 3's constraint 2 slack (inf: off)
     reallocate_every: float = 30.0
     seed: int = 0

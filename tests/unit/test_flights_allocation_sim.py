@@ -47,7 +47,7 @@ def tiny(strategy: str):
         strategy=strategy,
         rounds=300,
         warmup=100,
-        window=100,
+        window=20,
         start_util=0.5,
         ramp_to=2.5,
         op4_util=0.1,
