@@ -77,6 +77,18 @@ def records(share2: float, *, hot: bool) -> list[TaskRecord]:
     ]
 
 
+def make_loop(*, prior=None, prior_weight: float = 0.0, **settings) -> ControllerLoop:
+    """A loop over op1 and op2 on node0-2 (see ``controls``), started at time 0."""
+    return ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        settings=LoopSettings(**settings),
+        started_at=0.0,
+        prior=prior,
+        prior_weight=prior_weight,
+    )
+
+
 def report_checkpoints(loop: ControllerLoop) -> None:
     """Every holder reports the newest checkpoint of the group it holds."""
     for control in loop.controls.values():
@@ -88,18 +100,13 @@ def report_checkpoints(loop: ControllerLoop) -> None:
 
 
 def run(strategy: str) -> tuple[ControllerLoop, list]:
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(
-            strategy=strategy,
-            warmup=10,
-            window=20,
-            settle_secs=0,
-            thresholds=THRESHOLDS,
-            background=BACKGROUND,
-        ),
-        started_at=0.0,
+    loop = make_loop(
+        strategy=strategy,
+        warmup=10,
+        window=20,
+        settle_secs=0,
+        thresholds=THRESHOLDS,
+        background=BACKGROUND,
     )
     rounds = []
     for t in range(30):  # the ramp: op2's share grows, node2 overloads at t=25
@@ -273,18 +280,13 @@ def test_external_load_conf() -> None:
 def test_start_up_zeros_do_not_make_every_pair_look_correlated() -> None:
     """Before the first tuple every rate is 0; a window holding that jump would make
     op1 and op2 look positively correlated and send op2's checkpoints nowhere useful."""
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(
-            strategy="correlated",
-            warmup=10,
-            window=40,
-            settle_secs=0,
-            thresholds=THRESHOLDS,
-            adapt=False,
-        ),
-        started_at=0.0,
+    loop = make_loop(
+        strategy="correlated",
+        warmup=10,
+        window=40,
+        settle_secs=0,
+        thresholds=THRESHOLDS,
+        adapt=False,
     )
     idle = [rec(t, op, n) for op, tasks in (("op1", OP1), ("op2", OP2)) for n, t in tasks.items()]
     for t in range(8):
@@ -352,13 +354,8 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
 
 
 def test_no_migration_during_the_warm_up_even_if_a_node_looks_overloaded() -> None:
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(
-            strategy="none", warmup=10, window=20, thresholds=THRESHOLDS, background=BACKGROUND
-        ),
-        started_at=0.0,
+    loop = make_loop(
+        strategy="none", warmup=10, window=20, thresholds=THRESHOLDS, background=BACKGROUND
     )
     early = [loop.round(records(0.5, hot=True), float(t)) for t in range(10)]
     assert not any(r.moves for r in early)  # a start-up backlog is not an overload
@@ -366,14 +363,7 @@ def test_no_migration_during_the_warm_up_even_if_a_node_looks_overloaded() -> No
 
 
 def test_correlation_samples_are_means_over_sample_secs() -> None:
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(
-            strategy="none", window=10, sample_secs=3, settle_secs=0, adapt=False
-        ),
-        started_at=0.0,
-    )
+    loop = make_loop(strategy="none", window=10, sample_secs=3, settle_secs=0, adapt=False)
     for t in range(7):  # t=0 starts the clock; t=1..3 and t=4..6 make two samples
         loop.round(records(0.25 if t % 2 else 0.75, hot=False), float(t))
     assert loop.correlation.count == 2
@@ -385,19 +375,14 @@ def test_correlation_samples_are_means_over_sample_secs() -> None:
 def test_an_assisted_move_waits_for_the_new_holders_first_checkpoint() -> None:
     """Right after an allocation the new holder has no checkpoint yet: ordering the
     move then would fall back to direct, so it waits (at most defer_secs)."""
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(
-            strategy="correlated",
-            warmup=10,
-            window=20,
-            settle_secs=0,
-            defer_secs=3,
-            thresholds=THRESHOLDS,
-            background=BACKGROUND,
-        ),
-        started_at=0.0,
+    loop = make_loop(
+        strategy="correlated",
+        warmup=10,
+        window=20,
+        settle_secs=0,
+        defer_secs=3,
+        thresholds=THRESHOLDS,
+        background=BACKGROUND,
     )
     for t in range(10):
         loop.round(records(t / 30, hot=False), float(t))
@@ -408,18 +393,13 @@ def test_an_assisted_move_waits_for_the_new_holders_first_checkpoint() -> None:
     second = loop.round(records(0.4, hot=True), 11.0)
     assert second.moves and all(m.protocol.checkpoint_assisted for m in second.moves)
     # Without a checkpoint, the wait ends after defer_secs and the move goes direct.
-    other = ControllerLoop(
-        controls=controls(),
-        placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(
-            strategy="correlated",
-            warmup=10,
-            settle_secs=0,
-            defer_secs=3,
-            thresholds=THRESHOLDS,
-            background=BACKGROUND,
-        ),
-        started_at=0.0,
+    other = make_loop(
+        strategy="correlated",
+        warmup=10,
+        settle_secs=0,
+        defer_secs=3,
+        thresholds=THRESHOLDS,
+        background=BACKGROUND,
     )
     for t in range(10):
         other.round(records(t / 30, hot=False), float(t))
