@@ -48,22 +48,28 @@ def resume(
 ) -> list[str]:
     """Take over routing tables and holders a previous controller persisted.
 
-    Only tables newer than the start-up ones are taken (a fresh topology has none).
-    Returns the operators resumed.
+    A routing table is taken only if newer than the start-up one (a fresh topology
+    has none); the holders whenever an allocation was persisted (an allocation
+    does not bump the routing epoch). Returns the operators resumed.
     """
     resumed = []
     for op, control in controls.items():
         table = decisions.routing.get(op)
-        if table is None or table.epoch <= control.epoch:
-            continue
-        control.routing = table
-        control.epoch = table.epoch
-        resumed.append(op)
+        took = False
+        if table is not None and table.epoch > control.epoch:
+            control.routing = table
+            control.epoch = table.epoch
+            took = True
         if decisions.checkpoints is not None:
             for g in range(control.num_key_groups):
                 nodes = decisions.checkpoints.holders(KeyGroupId(op, g))
                 if nodes:
-                    control.holders[g] = placement.task_on(op, nodes[0])
+                    task = placement.task_on(op, nodes[0])
+                    if task != control.owner(g) and control.holders[g] != task:
+                        control.holders[g] = task
+                        took = True
+        if took:
+            resumed.append(op)
     return resumed
 
 

@@ -32,10 +32,17 @@ def test_resume_takes_newer_routing_and_holders_only() -> None:
     assert c.routing.owners == (7, 7, 6) and c.epoch == 4
     assert c.holders == {0: 5, 1: 5, 2: 5}
     assert holders_allocation(cs, Placement(TASKS)).holders(KeyGroupId("op", 1)) == ("node0",)
-    # A table no newer than ours (a fresh topology's store) is ignored.
+    # A table no newer than ours is ignored, but the allocation is taken: allocating
+    # checkpoints does not bump the routing epoch (a controller killed after its
+    # allocation and before any migration).
+    early = controls()
+    assert resume(early, decisions(epoch=0), Placement(TASKS)) == ["op"]
+    assert early["op"].routing.owners == (5, 6, 7)
+    assert early["op"].holders == {0: 6, 1: 5, 2: 5}  # never the owner (5 owns group 0)
+    # A fresh topology's store has neither.
     fresh = controls()
-    assert resume(fresh, decisions(epoch=0), Placement(TASKS)) == []
-    assert fresh["op"].routing.owners == (5, 6, 7)
+    empty = Decisions(routing=MappingProxyType({}), checkpoints=None, orders={})
+    assert resume(fresh, empty, Placement(TASKS)) == []
 
 
 class FakeStore:
