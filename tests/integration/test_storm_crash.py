@@ -119,9 +119,16 @@ def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_r
     assert killer.killed is not None and killer.came_back
     facts = outcome.facts
     assert outcome.ok, outcome.summary
-    # The new controller took over op2's checkpoints on node1 from ZooKeeper: it had
-    # no holder to move there, and its migrations off the overloaded node2 were all
-    # checkpoint-assisted.
-    assert not [m for m in facts["holder_moves"] if m["key_group"].startswith("op2/")]
-    assert facts["migrations"] >= 1, outcome.summary
-    assert facts["assisted_share"] == 1.0, facts["orders"]
+    # The new controller took over routing and holders from ZooKeeper: op2's groups
+    # end on node1 at a routing epoch past the 10 migrations (a controller starting
+    # afresh would begin at epoch 0 with op2 on node2), it never had to move op2's
+    # checkpoints from their start-up node0 to node1 again, and whatever it ordered
+    # itself was checkpoint-assisted.
+    op2 = facts["routing"]["op2"]
+    assert op2["epoch"] >= 10 and len(set(op2["owners"])) == 1, op2
+    assert not [
+        m
+        for m in facts["holder_moves"]
+        if m["key_group"].startswith("op2/") and (m["from"], m["to"]) == ("node0", "node1")
+    ], facts["holder_moves"]
+    assert all(o["protocol"] != "direct" for o in facts["orders"]), facts["orders"]
