@@ -16,27 +16,14 @@ with a key-group count and a checkpoint-allocation strategy.
 from __future__ import annotations
 
 from streamparse import Grouping, Topology
-from streamparse.thrift import GlobalStreamId
 
 from bolts.common import TICK_SECS
-from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
+from bolts.elastic import RELAY, REPORTS, RelayBolt
 from bolts.flights_load import FlightsLoadController, FlightsLoadEmitter
-from bolts.shift import CONTROLLER, RELAY_COMPONENT, ShiftCounter
+from bolts.shift import RELAY_COMPONENT, ShiftCounter, control_inputs, keyed_inputs
 from spouts.flights_load import FlightsLoadSpout
 
 NODES = 4
-
-
-def _from(component: str) -> GlobalStreamId:
-    return GlobalStreamId(componentId=component, streamId=STREAM)
-
-
-def _inputs(emitter) -> dict:
-    return {
-        emitter[STREAM]: Grouping.DIRECT,
-        _from(RELAY_COMPONENT): Grouping.DIRECT,
-        _from(CONTROLLER): Grouping.DIRECT,
-    }
 
 
 class FlightsLoadTopology(Topology):
@@ -61,16 +48,12 @@ class FlightsLoadTopology(Topology):
 
     generator = FlightsLoadSpout.spec(par=1)
     emitter = FlightsLoadEmitter.spec(
-        inputs={
-            generator: Grouping.SHUFFLE,
-            _from(RELAY_COMPONENT): Grouping.DIRECT,
-            _from(CONTROLLER): Grouping.DIRECT,
-        },
+        inputs={generator: Grouping.SHUFFLE, **control_inputs()},
         par=1,
     )
-    op2 = ShiftCounter.spec(name="op2", inputs=_inputs(emitter), par=NODES)
-    op3 = ShiftCounter.spec(name="op3", inputs=_inputs(emitter), par=NODES)
-    op4 = ShiftCounter.spec(name="op4", inputs=_inputs(emitter), par=NODES)
+    op2 = ShiftCounter.spec(name="op2", inputs=keyed_inputs(emitter), par=NODES)
+    op3 = ShiftCounter.spec(name="op3", inputs=keyed_inputs(emitter), par=NODES)
+    op4 = ShiftCounter.spec(name="op4", inputs=keyed_inputs(emitter), par=NODES)
     relay = RelayBolt.spec(
         name=RELAY_COMPONENT,
         inputs={c[RELAY]: Grouping.GLOBAL for c in (op2, op3, op4)},

@@ -18,32 +18,20 @@ from __future__ import annotations
 import os
 
 from streamparse import Grouping, Topology
-from streamparse.thrift import GlobalStreamId
 
 from bolts.common import TICK_SECS
-from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
+from bolts.elastic import RELAY, REPORTS, RelayBolt
 from bolts.shift import (
-    CONTROLLER,
     RELAY_COMPONENT,
     ShiftController,
     ShiftCounter,
     ShiftEmitter,
+    control_inputs,
+    keyed_inputs,
 )
 from spouts.shift import ShiftSpout
 
 NODES = 3
-
-
-def _from(component: str) -> GlobalStreamId:
-    return GlobalStreamId(componentId=component, streamId=STREAM)
-
-
-def _inputs(emitter) -> dict:
-    return {
-        emitter[STREAM]: Grouping.DIRECT,
-        _from(RELAY_COMPONENT): Grouping.DIRECT,
-        _from(CONTROLLER): Grouping.DIRECT,
-    }
 
 
 class ShiftTopology(Topology):
@@ -67,15 +55,11 @@ class ShiftTopology(Topology):
 
     generator = ShiftSpout.spec(par=1)
     emitter = ShiftEmitter.spec(
-        inputs={
-            generator: Grouping.SHUFFLE,
-            _from(RELAY_COMPONENT): Grouping.DIRECT,
-            _from(CONTROLLER): Grouping.DIRECT,
-        },
+        inputs={generator: Grouping.SHUFFLE, **control_inputs()},
         par=1,
     )
-    op1 = ShiftCounter.spec(name="op1", inputs=_inputs(emitter), par=NODES)
-    op2 = ShiftCounter.spec(name="op2", inputs=_inputs(emitter), par=NODES)
+    op1 = ShiftCounter.spec(name="op1", inputs=keyed_inputs(emitter), par=NODES)
+    op2 = ShiftCounter.spec(name="op2", inputs=keyed_inputs(emitter), par=NODES)
     relay = RelayBolt.spec(
         name=RELAY_COMPONENT,
         inputs={op1[RELAY]: Grouping.GLOBAL, op2[RELAY]: Grouping.GLOBAL},

@@ -117,3 +117,22 @@ class ShiftController(MigrationControllerBolt):
     keyed_components = OPERATORS
     emitter_components = (EMITTER,)
     controller_component = CONTROLLER
+
+
+def control_inputs() -> dict:
+    """The ``elastorm`` streams of the relay and the controller, both direct: what
+    every emitter and keyed task of these jobs subscribes to besides its data."""
+    from streamparse import Grouping
+    from streamparse.thrift import GlobalStreamId
+
+    return {
+        GlobalStreamId(componentId=c, streamId=STREAM): Grouping.DIRECT
+        for c in (RELAY_COMPONENT, CONTROLLER)
+    }
+
+
+def keyed_inputs(emitter) -> dict:
+    """A keyed operator's inputs: the emitter's direct ``elastorm`` stream plus control."""
+    from streamparse import Grouping
+
+    return {emitter[STREAM]: Grouping.DIRECT, **control_inputs()}
