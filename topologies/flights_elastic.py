@@ -1,7 +1,8 @@
 """The flights job with op2 on elastorm key groups (seed 001, sections 3-5 and 7).
 
-flights_spout -> extract_delays (op1) --elastorm, direct by routing table--> sum_delays (op2)
-                                      --default, fields(key)--> air_share (op3)
+flights_spout -> extract_delays (op1) --default, by the routing table's task--> sum_delays (op2)
+                                      --default (same tuples), fields(key)--> air_share (op3)
+               extract_delays --elastorm, direct (toState, syncGroup...)--> sum_delays
                                       --sample, global--> sampled_delay_share (op4)
 sum_delays --elastorm_relay--> relay --elastorm--> sum_delays (checkpoints to holders, acks),
            extract_delays (trims, processedAllReplay)  [the relay breaks backpressure cycles]
@@ -19,7 +20,7 @@ from streamparse import Grouping, Topology
 from streamparse.thrift import GlobalStreamId
 
 from bolts.common import env_int, flights_topology_config
-from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
+from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt, by_task
 from bolts.flights import (
     SAMPLE_STREAM,
     AirShare,
@@ -59,6 +60,7 @@ class FlightsElasticTopology(Topology):
     )
     sum_delays = KeyedSumDelays.spec(
         inputs={
+            extract_delays: by_task(),
             extract_delays[STREAM]: Grouping.DIRECT,
             _from(RELAY_COMPONENT): Grouping.DIRECT,
             _from(CONTROLLER): Grouping.DIRECT,

@@ -8,6 +8,12 @@ return become emits:
   of tasks (data, toState, toCheckpoint, syncGroup, checkpoints, acks, trims,
   processedAllReplay, commands), so control stays FIFO with data on each channel;
   each tuple names its original sender;
+* an emitter whose rows also feed plainly grouped operators may instead *carry*
+  its data messages on its own output stream (``carrier_fields``): the row's
+  fields plus ``elastorm`` and ``elastorm_task``, which ``by_task()`` (the JVM
+  ``TaskFieldGrouping``) routes to the task the routing table chose. One emit
+  then serves both subscribers; Storm keeps each task pair's tuples in order
+  across streams, so data stays FIFO with the control on ``elastorm``;
 * what a keyed task sends (checkpoints to holders, acks, trims and
   processedAllReplay back upstream) goes through a relay bolt (``elastorm_relay``)
   first: those edges close cycles, and a cycle of bounded queues deadlocks under
@@ -33,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from streamparse import Bolt, Stream
+from streamparse import Bolt, Grouping, Stream
 
 from bolts.load import (
     HEARTBEATS_KEY,
@@ -75,6 +81,8 @@ DEFAULT_KEY_GROUPS = 20
 DEFAULT_CHECKPOINT_INTERVAL = 5.0
 
 MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
+CARRIED = ["elastorm", "elastorm_task"]  # appended to a carrier stream's own fields
+TASK_GROUPING = "elastorm.jvm.TaskFieldGrouping"  # jvm/multilang, in every topology jar
 REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
 RELAY_STREAM = Stream(fields=["to_task", "message", "sender"], name=RELAY)
 
@@ -88,6 +96,16 @@ def to_wire(message: Message) -> str:
 def from_wire(text: str) -> Message:
     """Inverse of :func:`to_wire`; ``ValueError`` on anything malformed."""
     return from_json(text)
+
+
+def carrier_fields(fields: Iterable[str]) -> list[str]:
+    """The fields of a stream that carries data messages after its own ``fields``."""
+    return [*fields, *CARRIED]
+
+
+def by_task() -> Grouping:
+    """How a keyed operator subscribes to a carrier stream: to the ``elastorm_task`` named."""
+    return Grouping.custom_object(TASK_GROUPING, [CARRIED[1]])
 
 
 def tasks_of(context: Mapping[str, Any], components: str | Iterable[str]) -> list[int]:
@@ -114,6 +132,8 @@ class _Sending:
         self._task = int(context["taskid"])
 
     def sender_of(self, tup) -> int:
+        if tup.stream != STREAM:  # carried: the emitting task itself
+            return int(tup.task)
         sender = int(tup.values[1])
         return CONTROLLER_SENDER if sender in self._controller_tasks else sender
 
@@ -178,9 +198,30 @@ class KeyedEmitting(_Sending):
             )
         self.emitter = self.emitters[operators[0]]
 
-    def emit_keyed(self, key: str, value: Any, ts: float, operator: str | None = None) -> None:
+    def emit_keyed(
+        self,
+        key: str,
+        value: Any,
+        ts: float,
+        operator: str | None = None,
+        *,
+        carry: list | None = None,
+        stream: str = "default",
+    ) -> None:
+        """Send one tuple to its key group's owner.
+
+        With ``carry`` (the values of ``stream``, declared with ``carrier_fields``),
+        the first data message rides on that emit, so the stream's other
+        subscribers get the row in the same tuple; any further copy (a CPAL
+        target's) goes on ``elastorm`` as usual.
+        """
         emitter = self.emitter if operator is None else self.emitters[operator]
-        for action in emitter.emit(key, value, ts):
+        actions = emitter.emit(key, value, ts)
+        if carry is not None:
+            first = actions[0]
+            self.emit([*carry, to_wire(first.message), first.to_task], stream=stream)
+            actions = actions[1:]
+        for action in actions:
             self.send(action)
 
     def _emitter_for(self, sender: int, message: Message) -> Emitter:
@@ -265,7 +306,7 @@ class KeyedOperator(_Sending):
 
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
-        message = from_wire(tup.values[0])
+        message = from_wire(tup.values[0] if tup.stream == STREAM else tup.values[-2])
         epoch = getattr(message, "epoch", None)
         if isinstance(epoch, int) and epoch > self._epoch:
             self._epoch = epoch

@@ -27,6 +27,7 @@ from bolts.elastic import (
     KeyedEmitting,
     KeyedOperator,
     MigrationControllerBolt,
+    carrier_fields,
 )
 from bolts.flights import (
     DEFAULT_FLUSH_EVERY,
@@ -66,7 +67,7 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
     keyed_component = OP2
     controller_component = CONTROLLER
     outputs = [
-        Stream(fields=TUPLE_FIELDS),
+        Stream(fields=carrier_fields(TUPLE_FIELDS)),
         Stream(fields=TUPLE_FIELDS, name=SAMPLE_STREAM),
         Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
         MESSAGE_STREAM,
@@ -91,9 +92,10 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
         super().process(tup)
 
     def forward(self, values) -> None:
-        super().forward(values)
+        """One emit for op2 and op3: the row carries op2's data message."""
         row_id, key, (year, arr_delay, _), ts = values
-        self.emit_keyed(key, [row_id, year, arr_delay], ts)
+        self.emit_keyed(key, [row_id, year, arr_delay], ts, carry=values)
+        self.counters.out["default"] += 1
         self.counters.out[STREAM] += 1
 
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from bolts.elastic import CONTROLLER_SENDER, KeyedEmitting, initial_routing, to_wire
-from elastorm.messages import Migrate, Protocol
+from bolts.elastic import (
+    CONTROLLER_SENDER,
+    STREAM,
+    KeyedEmitting,
+    carrier_fields,
+    from_wire,
+    initial_routing,
+    to_wire,
+)
+from elastorm.keygroups import key_group
+from elastorm.messages import Data, Migrate, Protocol
 
 CONTEXT = {
     "taskid": 1,
@@ -24,6 +33,8 @@ CONTEXT = {
 class Tup:
     def __init__(self, message, sender: int) -> None:
         self.values = [to_wire(message), sender]
+        self.stream = STREAM
+        self.task = sender
 
 
 class TwoOperators(KeyedEmitting):
@@ -31,9 +42,13 @@ class TwoOperators(KeyedEmitting):
 
     def __init__(self) -> None:
         self.sent = []
+        self.emitted = []
 
     def send(self, action) -> None:
         self.sent.append(action)
+
+    def emit(self, values, stream="default", **_) -> None:
+        self.emitted.append((stream, list(values)))
 
 
 def test_an_emitter_per_keyed_operator_and_commands_reach_the_right_one() -> None:
@@ -61,3 +76,29 @@ def test_initial_routing_on_named_nodes_and_its_errors() -> None:
         initial_routing({"elastorm.initial_nodes": {"op2": [5]}}, "op2", [20, 21])
     with pytest.raises(ValueError, match="names no node"):
         initial_routing({"elastorm.initial_nodes": {"op2": []}}, "op2", [20, 21])
+
+
+def test_a_carried_row_holds_its_data_message_and_a_cpal_copy_goes_direct() -> None:
+    e = TwoOperators()
+    e.setup_emitting({"elastorm.key_groups": 4}, CONTEXT)
+    row = ["r1", "k", [2013, 5], 0.0]
+    e.emit_keyed("k", 5, 0.0, operator="op2", carry=row)
+    assert e.sent == []  # one emit, nothing direct
+    ((stream, values),) = e.emitted
+    assert stream == "default" and len(values) == len(carrier_fields(row))
+    assert values[:4] == row
+    g = key_group("k", 4)
+    message = from_wire(values[-2])
+    assert isinstance(message, Data) and message.key_group == g
+    assert values[-1] == e.emitters["op2"].routing.owner(g)
+    # While a CPAL migration duplicates the group, the row rides with the source's
+    # copy and the target's copy goes on the elastorm stream.
+    source = e.emitters["op2"].routing.owner(g)
+    target = 20 if source == 21 else 21
+    cmd = Migrate(key_group=g, epoch=1, protocol=Protocol.CPAL, source=source, target=target)
+    e.receive_elastorm(Tup(cmd, 2))
+    e.emitted.clear()
+    e.sent.clear()
+    e.emit_keyed("k", 6, 0.0, operator="op2", carry=row)
+    assert [v[-1] for _, v in e.emitted] == [source]
+    assert [a.to_task for a in e.sent if isinstance(a.message, Data)] == [target]

@@ -22,7 +22,7 @@ from bolts.flights import ResultsSink
 from bolts.flights_elastic import CONTROLLER, OP1, OP2, KeyedSumDelays
 from elastorm.actions import Send
 from elastorm.keygroups import key_group
-from elastorm.messages import Message, Migrate, Protocol
+from elastorm.messages import Data, Message, Migrate, Protocol
 from elastorm.migration.emitter import Emitter
 from elastorm.routing import RoutingTable
 
@@ -47,7 +47,8 @@ def context(task: int) -> dict:
 class Wiring:
     """op1 emitters, op2 tasks and the sink; messages wait in per-channel queues."""
 
-    def __init__(self, tmp_path, monkeypatch) -> None:
+    def __init__(self, tmp_path, monkeypatch, carried: bool = False) -> None:
+        self.carried = carried  # op1's data as carried rows (op1's default stream)
         monkeypatch.setattr(controller.requests_zk, "task_start", lambda *a: (1, -1))
         conf = {
             "elastorm.output_dir": str(tmp_path),
@@ -95,8 +96,12 @@ class Wiring:
                     self.put(to, action.to_task, action.message)
                 continue
             bolt = self.op2[to]
-            wire_sender = CONTROLLER_TASK if sender == CONTROLLER_SENDER else sender
-            bolt.process(tup([to_wire(message), wire_sender], stream=STREAM, task=sender))
+            if self.carried and sender in self.op1 and isinstance(message, Data):
+                row = [message.item.seq, PLANE, [2013, 0, None], 0.0]
+                bolt.process(tup([*row, to_wire(message), to], task=sender))
+            else:
+                wire_sender = CONTROLLER_TASK if sender == CONTROLLER_SENDER else sender
+                bolt.process(tup([to_wire(message), wire_sender], stream=STREAM, task=sender))
             self.collect(to)
 
     def collect(self, task: int) -> None:
@@ -115,9 +120,9 @@ class Wiring:
             self.collect(task)
 
 
-def direct_migration_with_late_to_state(tmp_path, monkeypatch) -> Wiring:
+def direct_migration_with_late_to_state(tmp_path, monkeypatch, carried=False) -> Wiring:
     """The interleaving of the cluster run, up to both ends' MigrationDone."""
-    w = Wiring(tmp_path, monkeypatch)
+    w = Wiring(tmp_path, monkeypatch, carried)
     source = w.owner()
     target = next(t for t in OP2_TASKS if t != source)
     fast, slow = OP1_TASKS
@@ -145,8 +150,11 @@ def direct_migration_with_late_to_state(tmp_path, monkeypatch) -> Wiring:
     return w
 
 
-def test_target_state_has_every_flight(tmp_path, monkeypatch) -> None:
-    w = direct_migration_with_late_to_state(tmp_path, monkeypatch)
+@pytest.mark.parametrize("carried", [False, True], ids=["direct", "carried"])
+def test_target_state_has_every_flight(tmp_path, monkeypatch, carried) -> None:
+    # carried: op1's data reach op2 inside op1's rows (TaskFieldGrouping), the
+    # protocol's control on the elastorm stream; the outcome must not differ.
+    w = direct_migration_with_late_to_state(tmp_path, monkeypatch, carried)
     target = w.op1[OP1_TASKS[0]].routing.owner(G)
     state = w.op2[target].coordinator.state(G)
     assert state is not None and state.get(PLANE) == {"2013": [1, 3]}
