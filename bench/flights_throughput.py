@@ -59,7 +59,7 @@ class CpuMeter:
     def __init__(self, topology: str, interval: float = 0.5) -> None:
         self.marker = f"-Dstorm.id={topology}-".encode()
         self.interval = interval
-        self.cpu: dict[int, tuple[bool, float]] = {}  # pid -> (is python, seconds)
+        self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (what it runs, seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._tick = os.sysconf("SC_CLK_TCK")
@@ -100,12 +100,27 @@ class CpuMeter:
             grew = bool(more)
         for pid in mine:
             _, seconds, cmd = procs[pid]
-            self.cpu[pid] = (b"python" in cmd.split(b"\0", 1)[0], seconds)
+            self.cpu[pid] = (_process_kind(cmd), seconds)
 
     def seconds(self) -> tuple[float, float]:
         """``(all processes, Python processes only)`` CPU seconds."""
         total = sum(s for _, s in self.cpu.values())
-        return total, sum(s for py, s in self.cpu.values() if py)
+        return total, sum(s for kind, s in self.cpu.values() if kind != "jvm")
+
+    def by_kind(self) -> dict[str, float]:
+        """CPU seconds per component class (``jvm`` for the worker JVMs), summed over tasks."""
+        out: dict[str, float] = {}
+        for kind, s in self.cpu.values():
+            out[kind] = out.get(kind, 0.0) + s
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _process_kind(cmdline: bytes) -> str:
+    """``jvm``, or the component class a ``streamparse_run`` process runs (its last arg)."""
+    args = cmdline.rstrip(b"\0").split(b"\0")
+    if b"python" not in args[0]:
+        return "jvm"
+    return args[-1].decode(errors="replace").rsplit(".", 1)[-1]
 
 
 def make_driver(topology: str, limit: int | None) -> FlightsDriver:
@@ -135,6 +150,7 @@ def main() -> int:
     print(f"baseline in-process pipeline: {base_rows} rows, {base_rate:,.0f} rows/s")
     rates: dict[str, list[float]] = {t: [] for t in topologies}
     cpu: dict[str, list[dict[str, float]]] = {t: [] for t in topologies}
+    per_component: dict[str, list[dict[str, float]]] = {t: [] for t in topologies}
     for i in range(args.repeats):
         for topology in topologies:
             load = os.getloadavg()[0]
@@ -154,12 +170,18 @@ def main() -> int:
             cpu[topology].append(
                 {"all_ms_per_krow": 1e6 * total / rows, "python_ms_per_krow": 1e6 * python / rows}
             )
+            by_kind = {k: round(1e6 * s / rows, 1) for k, s in meter.by_kind().items()}
+            per_component[topology].append(by_kind)
             print(
                 f"{topology} run {i + 1} on {args.env}: {rows} rows in "
                 f"{seconds:.1f} s = {rate:,.0f} rows/s (ratio to in-process: "
                 f"{rate / base_rate:.3f}); whole run incl. start-up {outcome.facts['seconds']} s; "
                 f"CPU {total:.1f} s ({python:.1f} s Python) = "
                 f"{1e6 * total / rows:.0f} ms per 1k rows; load {load:.1f}"
+            )
+            print(
+                "  CPU ms per 1k rows by process: "
+                + ", ".join(f"{k} {v}" for k, v in by_kind.items())
             )
     medians = {t: statistics.median(r) for t, r in rates.items() if r}
     cpu_medians = {
@@ -191,6 +213,7 @@ def main() -> int:
                     "median_rows_per_s": medians,
                     "cpu_per_run": cpu,
                     "median_cpu": cpu_medians,
+                    "cpu_by_component_per_run": per_component,
                     "in_process_rows_per_s": base_rate,
                 },
                 indent=2,
