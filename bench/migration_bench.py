@@ -152,6 +152,7 @@ def plot(records: list[dict], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
+    out_dir.mkdir(parents=True, exist_ok=True)
     idle = [r for r in records if r["kind"] == "idle" and r["steady"]]
     panels = (
         ("pause_ms", "pause from the spout's stamp (ms)", True),
