@@ -2,8 +2,8 @@
 
 flights_spout -> extract_delays (op1) --default, by the routing table's task--> sum_delays (op2)
                                       --default (same tuples), fields(key)--> air_share (op3)
-               extract_delays --elastorm, direct (toState, syncGroup...)--> sum_delays
                                       --sample, global--> sampled_delay_share (op4)
+                                      --elastorm, direct (toState, syncGroup...)--> sum_delays
 sum_delays --elastorm_relay--> relay --elastorm--> sum_delays (checkpoints to holders, acks),
            extract_delays (trims, processedAllReplay)  [the relay breaks backpressure cycles]
 sum_delays --elastorm_reports--> controller --elastorm--> extract_delays, sum_delays

@@ -62,7 +62,8 @@ def add_delay(current: dict[str, list[int]] | None, value: list) -> dict[str, li
 
 
 class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
-    """op1 feeding op2 by key group (direct emits) and op3 as before (fields grouping)."""
+    """op1 feeding op2 by key group and op3 as before (fields grouping), with one
+    emit per row: op2's data message rides in it (``emit_keyed(carry=...)``)."""
 
     keyed_component = OP2
     controller_component = CONTROLLER
