@@ -123,6 +123,17 @@ def _process_kind(cmdline: bytes) -> str:
     return args[-1].decode(errors="replace").rsplit(".", 1)[-1]
 
 
+def _storm_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` from the command line; VALUE parsed as JSON when it is JSON."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--storm-option wants KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
 def make_driver(topology: str, limit: int | None) -> FlightsDriver:
     if topology == "flights":
         return FlightsDriver(limit)
@@ -142,7 +153,16 @@ def main() -> int:
         help="comma-separated (default: flights,flights_elastic)",
     )
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument(
+        "--storm-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="topology config for both jobs (repeatable; VALUE as JSON, else a string), "
+        "e.g. topology.disable.loadaware.messaging=true",
+    )
     args = parser.parse_args()
+    extra = dict(_storm_option(o) for o in args.storm_option)
 
     cfg = load_config()
     topologies = args.topologies.split(",")
@@ -156,7 +176,11 @@ def main() -> int:
             load = os.getloadavg()[0]
             with CpuMeter(topology) as meter:
                 outcome = run_topology(
-                    cfg, args.env, make_driver(topology, args.limit), timeout=1800
+                    cfg,
+                    args.env,
+                    make_driver(topology, args.limit),
+                    timeout=1800,
+                    extra_options=extra,
                 )
             if not outcome.ok:
                 print(f"{topology} run {i + 1}: check against pandas FAILED, not counted")
@@ -208,6 +232,7 @@ def main() -> int:
             json.dumps(
                 {
                     "env": args.env,
+                    "storm_options": extra,
                     "limit": args.limit,
                     "rows_per_s": rates,
                     "median_rows_per_s": medians,
