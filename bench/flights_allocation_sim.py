@@ -1,9 +1,12 @@
-"""Checkpoint allocation on the flights loads: seed 001 section 7.3, Figures 7-8, simulated.
+"""Checkpoint allocation on the flights loads, simulated.
+
+Madsen & Zhou 2015, section 7.3 (the flights load: checkpoint-assisted migrations, Figure 7,
+and usable checkpoints, Figure 8).
 
     PYTHONPATH=src python3 bench/flights_allocation_sim.py              # 3 x 3 runs
     PYTHONPATH=src python3 bench/flights_allocation_sim.py --groups 16 --json out.json
 
-Seed 001 runs the flights job on 25 nodes (1 control, 4 parse input, 16 for
+Madsen & Zhou 2015 run the flights job on 25 nodes (1 control, 4 parse input, 16 for
 operators 1-3, 4 for operator 4) for 48 minutes: 15 minutes of statistics, then
 the checkpoints are allocated (baseline, even or correlated) while the load
 grows. This machine has 2 cores, so the cluster is simulated; what is real and
@@ -16,9 +19,9 @@ what is modelled:
   window, as the offline correlation job counts them (``--window 3600`` there).
   The decisions: ``controller.loop.ControllerLoop`` (correlation window,
   warm-up, allocation by ``controller.allocation``, re-optimisation, adaptation
-  by ``controller.adaptation.plan_adaptation``, seed 001's metrics) and one
-  ``elastorm.control.MigrationController`` per operator (routing, holders,
-  CPA only to a holder that reported the newest checkpoint, else direct).
+  by ``controller.adaptation.plan_adaptation``, the metrics of Madsen & Zhou
+  2015, section 7.3) and one ``elastorm.control.MigrationController`` per operator
+  (routing, holders, CPA only to a holder that reported the newest checkpoint, else direct).
 * **Modelled:** time (one event-time window of the year per simulated second,
   48 simulated minutes by default, the first 15 for statistics), the load ramp
   (ops 1-3's tuple rate times a factor growing linearly from 1 after the warm-up,

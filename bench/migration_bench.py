@@ -1,4 +1,6 @@
-"""Migration pause and completion time on real Storm (seed 001, Figs. 5-6).
+"""Migration pause and completion time on real Storm.
+
+Madsen & Zhou 2015, section 7.1 (migration latency and completion time, Figs. 5-6).
 
 Usage::
 

@@ -1,4 +1,8 @@
-"""Seed 001 sections 7.2-7.3 on real Storm: checkpoint allocation vs checkpoint-assisted migrations.
+"""Checkpoint allocation vs checkpoint-assisted migrations on real Storm.
+
+Madsen & Zhou 2015, sections 7.2 (the experiment in which load shifts between nodes:
+checkpoint allocation and load balancing) and 7.3 (the flights load: checkpoint-assisted
+migrations and usable checkpoints).
 
 Usage::
 
@@ -6,10 +10,10 @@ Usage::
                                           [--strategies none,baseline,even,correlated]
                                           [--key-groups 16,32,48] [--repeats R] [--json PATH]
 
-``--job flights_load`` runs ``topologies/flights_load.py`` instead (seed 001 7.3:
-the flights rows at a ramping rate through op2, op3 and op4, each with
-``--key-groups`` key groups, on four nodes; see ``runtime.shift_driver``), with
-its own defaults for duration, ramp and rate.
+``--job flights_load`` runs ``topologies/flights_load.py`` instead (the flights load of
+Madsen & Zhou 2015, section 7.3: the flights rows at a ramping rate through op2, op3 and
+op4, each with ``--key-groups`` key groups, on four nodes; see ``runtime.shift_driver``),
+with its own defaults for duration, ramp and rate.
 
 Each run is ``topologies/shift.py`` on a fresh LocalCluster (``runtime.shift_driver``):
 a spout whose load moves from op1 to op2 over ``--ramp`` seconds (correlation -1),
@@ -18,7 +22,7 @@ external CPU load (emulated by throttling their tasks). After the warm-up the
 controller allocates checkpoints with the strategy; when node2 overloads, its
 adaptation moves op2's key groups away. Printed per strategy: migrations, the
 share that was checkpoint-assisted (CPA/CPAL), the share of usable checkpoints
-while a node was overloaded (seed 001 Fig. 8's measure), and whether every count
+while a node was overloaded (Madsen & Zhou 2015, Fig. 8's measure), and whether every count
 is exact; then ratios against even allocation measured in the same run.
 """
 

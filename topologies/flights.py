@@ -1,4 +1,5 @@
-"""The flights job as a streamparse topology (seed 001, section 7).
+"""The flights job as a streamparse topology (Madsen & Zhou 2015, section 7:
+the paper's evaluation on the 2013 flights data).
 
 flights_spout --default--> extract_delays (op1, shuffle)
 extract_delays --default--> sum_delays (op2), air_share (op3)   fields grouping on key

@@ -1,4 +1,7 @@
-"""The flights job with op2 on elastorm key groups (seed 001, sections 3-5 and 7).
+"""The flights job with op2 on elastorm key groups.
+
+Madsen & Zhou 2015, sections 3-5 (system model, architecture, state migration) and 7
+(the evaluation on the 2013 flights data).
 
 flights_spout -> extract_delays (op1) --default, by the routing table's task--> sum_delays (op2)
                                       --default (same tuples), fields(key)--> air_share (op3)

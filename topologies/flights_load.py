@@ -1,4 +1,7 @@
-"""Seed 001 section 7.3 on real Storm: the flights load through three keyed operators.
+"""The flights load on real Storm, through three keyed operators.
+
+Madsen & Zhou 2015, section 7.3 (the flights load: checkpoint-assisted migrations and usable
+checkpoints).
 
 generator (FlightsLoadSpout: flights rows at a ramping rate) -> emitter
     --elastorm, direct--> op2 (delays per plane), op3 (air time per plane),

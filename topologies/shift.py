@@ -1,4 +1,7 @@
-"""Seed 001 section 7.2's job on real Storm: load shifts from op1 to op2 (correlation -1).
+"""The shift job on real Storm: load shifts from op1 to op2 (correlation -1).
+
+Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts between nodes:
+checkpoint allocation and load balancing).
 
 generator (ShiftSpout) -> emitter --elastorm, direct--> op1, op2 (count per key,
 10 key groups each, one task per node: node0, node1, node2)

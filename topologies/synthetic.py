@@ -1,4 +1,6 @@
-"""The synthetic job of the migration benchmark (seed 001, Figs. 5-6; bench/migration_bench.py).
+"""The synthetic job of the migration benchmark (bench/migration_bench.py).
+
+Madsen & Zhou 2015, section 7.1 (migration latency and completion time, Figs. 5-6).
 
 generator (rate-limited spout) -> emitter (pass-through, elastorm Emitter)
     --elastorm, direct by routing table--> counter (count per key, 20 key groups, 3 tasks)

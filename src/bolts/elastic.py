@@ -77,8 +77,10 @@ CONTROLLER_SENDER = -1  # how the machines see the controller's channel
 
 KEY_GROUPS_KEY = "elastorm.key_groups"
 CHECKPOINT_INTERVAL_KEY = "elastorm.checkpoint_interval_secs"
+MIGRATION_TIMEOUT_KEY = "elastorm.migration_timeout_secs"
 DEFAULT_KEY_GROUPS = 20
 DEFAULT_CHECKPOINT_INTERVAL = 5.0
+DEFAULT_MIGRATION_TIMEOUT = 60.0
 
 MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
 CARRIED = ["elastorm", "elastorm_task"]  # appended to a carrier stream's own fields
@@ -120,6 +122,19 @@ def conf_key_groups(conf: Mapping[str, Any]) -> int:
     if value < 1:
         raise ValueError(f"{KEY_GROUPS_KEY} must be >= 1, got {value}")
     return value
+
+
+def conf_migration_timeout(conf: Mapping[str, Any]) -> float:
+    """``elastorm.migration_timeout_secs``: after this long an unfinished migration or
+    restore is reported stuck (request state ``stuck``, the tasks it waits for)."""
+    value = conf.get(MIGRATION_TIMEOUT_KEY, DEFAULT_MIGRATION_TIMEOUT)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{MIGRATION_TIMEOUT_KEY} must be a number, got {value!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"{MIGRATION_TIMEOUT_KEY} must be > 0, got {value!r}")
+    return seconds
 
 
 class _Sending:
@@ -440,6 +455,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.boards = {op: RequestBoard.from_storm_conf(conf, operator=op) for op in self.operators}
         self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
+        self.migration_timeout = conf_migration_timeout(conf)
         self.loop = None
         self.runtime = None
         from controller.loop import settings_from_conf
@@ -485,7 +501,7 @@ class MigrationControllerBolt(_Sending, Bolt):
     def recover(self, op: str, dead: int) -> None:
         """Task ``dead`` came back empty: restore its groups from the surviving copies."""
         control = self.controls[op]
-        plan = control.crash(dead)
+        plan = control.crash(dead, now=time.time())
         log.warning("task %s restarted empty: restoring key groups %s", dead, plan.restored)
         for send in plan.sends:
             self.send(send)
@@ -499,8 +515,11 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.boards[op].publish_routing(control)
 
     def process_tick(self, tup):
+        now = time.time()
         for op, board in self.boards.items():
+            board.retry_unwritten()
             self.carry_out_requests(op, board)
+            self.report_overdue(op, now)
         if self.runtime is not None:
             for send in self.runtime.tick(time.time()):
                 self.send(send)
@@ -513,7 +532,7 @@ class MigrationControllerBolt(_Sending, Bolt):
             g = request.key_group
             target = control.holders.get(g, -1) if request.target == "holder" else request.target
             try:
-                used, sends = control.migrate(g, int(target), request.protocol)
+                used, sends = control.migrate(g, int(target), request.protocol, now=time.time())
             except MigrationRefused as exc:
                 board.refuse(name, str(exc))
                 continue
@@ -528,3 +547,13 @@ class MigrationControllerBolt(_Sending, Bolt):
                 target=int(target),
             )
             board.publish_routing(control)
+
+    def report_overdue(self, op: str, now: float) -> None:
+        """Migrations and restores past ``elastorm.migration_timeout_secs``: logged, their
+        request marked ``stuck`` with what they wait for, and published in the status."""
+        for overdue in self.controls[op].overdue(now, self.migration_timeout):
+            detail = overdue.describe()
+            log.error("controller: %s/%s", op, detail)
+            name = self.active.get((op, overdue.key_group))
+            if name is not None:
+                self.boards[op].stuck(name, detail)

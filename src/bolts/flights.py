@@ -1,4 +1,5 @@
-"""The flights job's operators and sink (seed 001, section 7).
+"""The flights job's operators and sink (Madsen & Zhou 2015, section 7:
+the paper's evaluation on the 2013 flights data).
 
 ``spout -> op1 ExtractDelays -> op2 SumDelays, op3 AirShare (fields grouping on
 key = tailnum), op4 SampledDelayShare (samples) -> ResultsSink``.

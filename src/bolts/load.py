@@ -1,4 +1,7 @@
-"""What a keyed task measures about its own load, for its heartbeat (seed 000 VI, seed 001 4).
+"""What a keyed task measures about its own load, for its heartbeat.
+
+The load statistics of Kumbhare et al. 2015, section VI (adaptive load balancing and
+elasticity) and Madsen & Zhou 2015, section 4 (the adaptation manager's statistics).
 
 Per heartbeat interval: the input rate of each key group (tuples applied per
 second), the process's CPU share (``time.process_time`` over wall time, as a
@@ -9,8 +12,9 @@ upstream's emit (the tuple's ``ts``) to its processing. That needs ``ts`` to be 
 wall-clock emit stamp; a tuple whose ``ts`` is more than ``MAX_LATENCY`` away from
 now (an event time, like the flights job's ``time_hour``) is left out of ``W``.
 
-**External load.** Seed 001 section 7.2 puts some nodes under an external load
-that takes 70% of their CPU. All our nodes share one machine, so the load is
+**External load.** Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts
+between nodes: checkpoint allocation and load balancing), put some nodes under an external
+load that takes 70% of their CPU. All our nodes share one machine, so the load is
 emulated where it bites: a task on a node with external share ``s`` idles
 ``s / (1 - s)`` of every second it worked (it gets ``1 - s`` of the CPU it
 wants), so its throughput, queue and latency really suffer; its node's CPU as the

@@ -1,4 +1,7 @@
-"""Bolts of seed 001 section 7.2's job: two counting operators whose loads are correlated -1.
+"""Bolts of the shift job: two counting operators whose loads are correlated -1.
+
+The job is Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts between
+nodes: checkpoint allocation and load balancing).
 
 ``generator -> emitter (KeyedEmitting, two keyed operators) --elastorm, direct-->
 op1, op2 (KeyedOperator: count per key, one task per node)``; what op1 and op2

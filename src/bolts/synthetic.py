@@ -1,4 +1,5 @@
-"""Bolts of the synthetic migration benchmark (seed 001, Figs. 5-6).
+"""Bolts of the synthetic migration benchmark (Madsen & Zhou 2015,
+section 7.1: migration latency and completion time, Figs. 5-6).
 
 ``generator -> emitter (KeyedEmitting) --elastorm, direct--> counter (KeyedOperator, 3
 tasks) --reports--> controller``; what the counter sends goes through the relay. The

@@ -1,10 +1,14 @@
-"""Adaptation manager as a pure planner (seed 001 section 4; seed 000 section VI).
+"""Adaptation manager as a pure planner.
+
+Madsen & Zhou 2015, section 4 (the adaptation manager); Kumbhare et al. 2015, section VI
+(adaptive load balancing and elasticity).
 
 ``plan_adaptation(view, thresholds, state) -> (moves, new_state)`` decides
 load-balancing, scale-out (bring an idle node in) and scale-in (empty a node).
-Seed 000's rule: a node is *overloaded* when ``queue >= queue_high`` AND
-``cpu >= cpu_high``; it *can take load* when ``queue <= queue_low`` AND
-``cpu <= cpu_low``. Anti-oscillation (seed 000 notes the simple rule oscillates):
+Kumbhare et al. 2015's rule (section VI): a node is *overloaded* when
+``queue >= queue_high`` AND ``cpu >= cpu_high``; it *can take load* when
+``queue <= queue_low`` AND ``cpu <= cpu_low``. Anti-oscillation (Kumbhare et al. 2015
+note that the simple rule oscillates):
 
 * a key group that moved is frozen for ``cooldown`` seconds, and so is a node
   that was scaled in or brought in;
@@ -37,7 +41,8 @@ from controller.model import (
 
 
 class Protocol(enum.Enum):
-    """How a key group moves (seed 001 section 5), or is restored after a failure."""
+    """How a key group moves (Madsen & Zhou 2015, section 5: state migration), or is
+    restored after a failure."""
 
     DIRECT = "direct"
     CPA = "cpa"
@@ -77,7 +82,7 @@ class Move:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Thresholds:
-    """Seed 000's thresholds plus the anti-oscillation knobs.
+    """Kumbhare et al. 2015's thresholds (section VI) plus the anti-oscillation knobs.
 
     Raises ``ControllerModelError`` unless ``0 <= cpu_low < cpu_high`` and
     ``0 <= queue_low < queue_high`` and the other knobs are non-negative.
@@ -121,7 +126,8 @@ class AdaptationState:
 
 
 def is_overloaded(view: ClusterView, node: NodeId, thresholds: Thresholds) -> bool:
-    """Seed 000's overload test: ``queue >= queue_high`` and ``cpu >= cpu_high``."""
+    """Kumbhare et al. 2015's overload test (section VI): ``queue >= queue_high`` and
+    ``cpu >= cpu_high``."""
     info = view.node(node)
     return (
         info.queue_length >= thresholds.queue_high and view.utilization(node) >= thresholds.cpu_high
@@ -129,7 +135,8 @@ def is_overloaded(view: ClusterView, node: NodeId, thresholds: Thresholds) -> bo
 
 
 def can_take_load(view: ClusterView, node: NodeId, thresholds: Thresholds) -> bool:
-    """Seed 000's "can share load" test: ``queue <= queue_low`` and ``cpu <= cpu_low``."""
+    """Kumbhare et al. 2015's "can share load" test (section VI): ``queue <= queue_low`` and
+    ``cpu <= cpu_low``."""
     info = view.node(node)
     return (
         info.queue_length <= thresholds.queue_low and view.utilization(node) <= thresholds.cpu_low

@@ -1,9 +1,9 @@
-"""Checkpoint allocation (seed 001, section 6): baseline, even, Algorithm 3.
+"""Checkpoint allocation (Madsen & Zhou 2015, section 6): baseline, even, Algorithm 3.
 
 Every function takes an immutable :class:`AllocationSpec` and returns an
 immutable :class:`~controller.model.Allocation`; nothing here does I/O.
 
-Definitions (seed 001; the extracted text lost the formula, reconstructed in
+Definitions (Madsen & Zhou 2015, section 6; the text we had lost the formula, reconstructed in
 ``docs/controller.md``)::
 
     corr(cp, n)  = sum over g in Gamma_n of rho(g_cp, g)
@@ -169,7 +169,7 @@ def _infeasible(prob: _Problem, k: int) -> InfeasibleAllocationError:
 
 
 def baseline_allocation(spec: AllocationSpec, *, keep: Allocation | None = None) -> Allocation:
-    """Seed 001's baseline: each checkpoint on the next node after its owner.
+    """Madsen & Zhou 2015's baseline (section 6): each checkpoint on the next node after its owner.
 
     Nodes form a ring in sorted id order; replica ``m`` goes to the ``m``-th next
     node that satisfies constraint 1 and the zone rule. Loads and correlations are
@@ -205,7 +205,7 @@ def baseline_allocation(spec: AllocationSpec, *, keep: Allocation | None = None)
 def even_allocation(
     spec: AllocationSpec, *, seed: int = 0, keep: Allocation | None = None
 ) -> Allocation:
-    """Seed 001's even distribution: constraint 1 plus at most ``ceil(#cps/|N|)`` each.
+    """Madsen & Zhou 2015's even distribution: constraint 1, at most ``ceil(#cps/|N|)`` each.
 
     Checkpoints are visited in a random order drawn from ``seed``; each goes to an
     eligible node holding the fewest checkpoints (ties: a per-run random node
@@ -252,7 +252,7 @@ def _next_level(row: np.ndarray, level: float, tol: float) -> float:
 
 
 def correlated_allocation(spec: AllocationSpec, *, keep: Allocation | None = None) -> Allocation:
-    """Seed 001 Algorithm 3 (partial checkpoint allocation), correlation-optimised.
+    """Madsen & Zhou 2015, Algorithm 3 (partial checkpoint allocation), correlation-optimised.
 
     For every checkpoint ``cp`` and node ``n`` compute ``value(cp, n)`` (lower is
     better). Checkpoints are placed most "sensitive" first: the priority of a
@@ -416,7 +416,7 @@ def reoptimize(
     theta: float,
     lazy: bool = False,
 ) -> tuple[Allocation, tuple[CheckpointMove, ...]]:
-    """Seed 001's temporal re-optimisation with threshold ``theta``.
+    """Madsen & Zhou 2015's temporal re-optimisation (section 6) with threshold ``theta``.
 
     Computes Algorithm 3's allocation as the reference. First, checkpoints that
     break constraint 1 / the zone rule, or are missing, are (re)placed whatever

@@ -1,4 +1,4 @@
-"""Pearson correlation of key-group loads (seed 001, section 6: ``corr``).
+"""Pearson correlation of key-group loads (Madsen & Zhou 2015, section 6: ``corr``).
 
 Two immutable representations feed checkpoint allocation:
 

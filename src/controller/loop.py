@@ -1,8 +1,8 @@
 """The controller's decision loop, sans-IO: task heartbeats in, orders out.
 
-Seed 001, sections 4 and 6, put together. Each round (one per heartbeat
-interval) the runtime hands :class:`ControllerLoop` the live tasks' records; the
-loop
+Madsen & Zhou 2015, sections 4 (controller and adaptation manager) and 6 (checkpoint
+allocation), put together. Each round (one per heartbeat interval) the runtime hands
+:class:`ControllerLoop` the live tasks' records; the loop
 
 1. builds a :class:`~controller.model.ClusterView` whose key-group owners and
    checkpoint holders are the controller's own decisions (the routing tables and
@@ -17,7 +17,7 @@ loop
 4. plans adaptation (``plan_adaptation``) and orders each move through the
    operator's ``MigrationController`` (which falls back to direct unless the
    target holds the newest checkpoint);
-5. keeps seed 001's metrics (:meth:`ControllerLoop.metrics`).
+5. keeps Madsen & Zhou 2015's section 7.3 metrics (:meth:`ControllerLoop.metrics`).
 
 Tasks are placed on *nodes* by :class:`Placement`: one task of every keyed
 operator per node, so a key group moves between nodes by moving between its
@@ -140,7 +140,7 @@ class LoopSettings:
 
     ``strategy``: checkpoint allocation (``none`` keeps the start-up holders);
     ``warmup``: seconds of statistics, from the first round that saw input, before
-    the first allocation (seed 001 waits 15 minutes; short runs use seconds);
+    the first allocation (Madsen & Zhou 2015 wait 15 minutes; short runs use seconds);
     ``window``: samples in the sliding correlation, one every ``sample_secs``,
     the first ``settle_secs`` after input began left out (start-up transient);
     ``defer_secs``: how long a checkpoint-assisted move may wait for its target's
@@ -192,7 +192,7 @@ class LoopSettings:
 def per_tuple_cpu(record: TaskRecord) -> float:
     """CPU share one tuple/s costs on this task: its CPU over its total input rate.
 
-    Seed 001 measures a key group's load as its share of the node's CPU; a task
+    Madsen & Zhou 2015 measure a key group's load as its share of the node's CPU; a task
     reports its process CPU and per-group rates, so each group gets the task's
     CPU in proportion to its rate. 0 when the task reported no rate or no CPU.
     """
@@ -511,7 +511,7 @@ class ControllerLoop:
         return True
 
     def metrics(self) -> MetricsSnapshot | None:
-        """Seed 001's metrics over the migrations so far and the last view.
+        """Madsen & Zhou 2015's section 7.3 metrics over the migrations so far and the last view.
 
         ``accumulated_latency`` sums the migrations' completion times (order to
         both ends done), an upper bound of the pauses they caused.

@@ -1,4 +1,4 @@
-"""Seed 001's evaluation metrics (section 7.3, Figures 7-9), as pure functions.
+"""The evaluation metrics of Madsen & Zhou 2015 (section 7.3, Figures 7-9), as pure functions.
 
 * share of migrations that were checkpoint-assisted (Figure 7);
 * share of usable checkpoints (Figure 8): for each key group on an overloaded
@@ -6,7 +6,7 @@
   without becoming overloaded itself;
 * accumulated migration latency (Figure 9): the sum of processing pauses.
 
-The runtime measures pauses; :func:`estimated_pause` gives seed 001's cost-model
+The runtime measures pauses; :func:`estimated_pause` gives Madsen & Zhou 2015's cost-model
 estimate for simulations (units: message times, see ``docs/controller.md``).
 """
 
@@ -59,7 +59,7 @@ def usable_checkpoint_share(view: ClusterView, thresholds: Thresholds) -> float 
     """Share of key groups on overloaded nodes whose checkpoint is usable right now.
 
     A checkpoint is usable when the adaptation planner could migrate onto its
-    holder: the holder passes seed 000's "can take load" test (queue and CPU at
+    holder: the holder passes Kumbhare et al. 2015's "can take load" test (queue and CPU at
     or below the low thresholds) and would stay at or below ``cpu_high`` after
     taking the key group's load. ``None`` when no key
     group sits on an overloaded node. ``O(K)``.
@@ -87,7 +87,8 @@ def accumulated_latency(records: Iterable[MigrationRecord]) -> float:
 
 
 def estimated_pause(move: Move, kg: KeyGroupInfo, *, queue_delay: float = 0.0) -> float:
-    """Seed 001's cost model for the pause a migration causes (message-time units).
+    """Madsen & Zhou 2015's cost model (section 5) for the pause a migration causes
+    (message-time units).
 
     ``DIRECT``: ship the state (``checkpoint_size``) then a CPA with an empty
     replay; ``CPA`` / lazy CPA: the replay (``replay_size``), processed

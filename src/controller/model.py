@@ -1,7 +1,7 @@
 """Plain, immutable data the controller's algorithms read and return.
 
-Seed 001, section 3: a cluster of nodes; every node may own any key group
-(``Gamma_n``) and hold any checkpoint (``Pi_n``). The controller's algorithms
+Madsen & Zhou 2015, section 3 (the system model): a cluster of nodes; every node may
+own any key group (``Gamma_n``) and hold any checkpoint (``Pi_n``). The controller's algorithms
 (allocation, adaptation, recovery) are pure functions over these values, in the
 style of Kafka Streams' ``TaskAssignor``: spec in, result out, nothing else.
 
@@ -26,7 +26,7 @@ class ControllerModelError(ValueError):
 
 @dataclass(frozen=True, order=True, slots=True)
 class KeyGroupId:
-    """Key group ``index`` of operator ``operator`` (seed 001: ``g^i_j``).
+    """Key group ``index`` of operator ``operator`` (Madsen & Zhou 2015: ``g^i_j``).
 
     Ordered by (operator, index): this order is every algorithm's final tie-breaker.
 
@@ -51,10 +51,10 @@ class KeyGroupId:
 class NodeInfo:
     """One node (a Storm supervisor host) as the controller last saw it.
 
-    ``zone`` is the node's fault zone (seed 000, section VII); ``None`` means the
-    node is a zone of its own. ``queue_length`` is the summed input-queue length of
-    its tasks; ``cpu`` the measured CPU share in [0, 1] (``None``: derive it from
-    loads, see :meth:`ClusterView.utilization`).
+    ``zone`` is the node's fault zone (Kumbhare et al. 2015, section VII: fault tolerance);
+    ``None`` means the node is a zone of its own. ``queue_length`` is the summed
+    input-queue length of its tasks; ``cpu`` the measured CPU share in [0, 1]
+    (``None``: derive it from loads, see :meth:`ClusterView.utilization`).
     """
 
     node_id: NodeId
@@ -83,7 +83,7 @@ class KeyGroupInfo:
     """A key group, its owner node, its current load and its checkpoint size.
 
     ``replay_size`` is the number of tuples in upstream output buffers since the
-    key group's last checkpoint (what CPA must replay, seed 001 section 5).
+    key group's last checkpoint (what CPA must replay, Madsen & Zhou 2015, section 5).
     """
 
     key_group: KeyGroupId

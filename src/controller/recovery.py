@@ -1,10 +1,11 @@
-"""Failure handling as a pure plan (seed 001 section 4's fault-tolerance manager).
+"""Failure handling as a pure plan (Madsen & Zhou 2015, section 4: fault-tolerance manager).
 
 Phase 1 -- restore: every key group of a lost node is restored on a live holder
 of its checkpoint (convert checkpoint to state, replay upstream buffers). When a
 key group has several live holders, the work is spread across them the way
-seed 004's parallel recovery spreads a lost node's partitions: longest restore
-first, each onto the holder with the least restore work so far (LPT).
+the parallel recovery of Zaharia et al. 2012 (section 3, fault recovery) spreads a lost
+node's partitions: longest restore first, each onto the holder with the least restore
+work so far (LPT).
 
 Phase 2 -- re-place: checkpoints consumed by phase 1 and checkpoints the lost
 nodes held are placed again with an allocation policy (Algorithm 3 by

@@ -27,7 +27,8 @@ class RequestError(ValueError):
 class RequestState(Enum):
     PENDING = "pending"  # written by the client
     STARTED = "started"  # the controller sent the commands
-    DONE = "done"  # both ends reported MigrationDone
+    STUCK = "stuck"  # not done within the time limit; ``detail`` names what it waits for
+    DONE = "done"  # both ends reported MigrationDone (also after STUCK, if they answer)
     REFUSED = "refused"  # the controller could not carry it out (see ``detail``)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.requests import (
@@ -43,6 +43,11 @@ def status_path(topology: str, operator: str, root: str = DEFAULT_ROOT) -> str:
     return f"{root}/{topology}/status/{operator}"
 
 
+def alive_path(topology: str, operator: str, root: str = DEFAULT_ROOT) -> str:
+    """Ephemeral: present while the controller of ``operator`` runs (status outlives it)."""
+    return f"{root}/{topology}/alive/{operator}"
+
+
 class RequestBoard:
     """The controller bolt's view of its topology's requests (never blocks on ZooKeeper)."""
 
@@ -52,8 +57,12 @@ class RequestBoard:
         self.topology = topology
         self.path = requests_path(topology)
         self.status = status_path(topology, operator)
+        self.alive = alive_path(topology, operator)
         self.seen: set[str] = set()
         self._published: bytes | None = None
+        # State changes ZooKeeper did not take, in order, retried on every tick: a
+        # request must not stay ``started`` because one write hit a lost connection.
+        self.unwritten: list[tuple[str, RequestState, float, dict[str, Any]]] = []
 
     @classmethod
     def from_storm_conf(cls, conf: Mapping[str, Any], *, operator: str) -> RequestBoard:
@@ -93,13 +102,35 @@ class RequestBoard:
         return found
 
     def _update(self, name: str, state: RequestState, **changes: Any) -> None:
-        try:
-            request = decode_request(self.client.get(f"{self.path}/{name}")[0])
-            request = request.with_state(state, time.time(), **changes)
-            self.client.set(f"{self.path}/{name}", encode_request(request))
-            log.info("request %s: %s %s", name, state.value, changes or "")
-        except ZK_ERRORS as exc:
-            log.error("request %s: could not record state %s (%s)", name, state.value, exc)
+        self.unwritten.append((name, state, time.time(), changes))
+        self.retry_unwritten()
+
+    def retry_unwritten(self) -> None:
+        """Write the state changes still owed to ZooKeeper, oldest first; stop at the
+        first failure (the rest wait for the next tick, keeping their order)."""
+        while self.unwritten:
+            name, state, at, changes = self.unwritten[0]
+            try:
+                request = decode_request(self.client.get(f"{self.path}/{name}")[0])
+                request = request.with_state(state, at, **changes)
+                self.client.set(f"{self.path}/{name}", encode_request(request))
+            except NoNodeError:
+                log.warning("request %s was deleted; dropping its state %s", name, state.value)
+            except RequestError as exc:
+                log.error("request %s became unreadable (%s); state %s dropped", name, exc, state)
+            except ZK_ERRORS as exc:
+                log.warning(
+                    "request %s: state %s not recorded yet (%s); %d writes owed, retrying "
+                    "next tick",
+                    name,
+                    state.value,
+                    exc,
+                    len(self.unwritten),
+                )
+                return
+            else:
+                log.info("request %s: %s %s", name, state.value, changes or "")
+            self.unwritten.pop(0)
 
     def _write_raw(self, name: str, data: dict) -> None:
         try:
@@ -116,6 +147,9 @@ class RequestBoard:
     def refuse(self, name: str, detail: str) -> None:
         self._update(name, RequestState.REFUSED, detail=detail)
 
+    def stuck(self, name: str, detail: str) -> None:
+        self._update(name, RequestState.STUCK, detail=detail)
+
     def publish_routing(self, control) -> None:
         """Write routing table, holders, moving groups and which groups a CPA/CPAL could
         move right now (``assisted``: the holder reported the newest checkpoint) to
@@ -131,8 +165,22 @@ class RequestBoard:
             "tasks": control.tasks,
             "emitters": control.emitters,
             "moving": sorted(control.moving),
+            "migrations": [
+                {
+                    "key_group": g,
+                    "protocol": m.protocol.value,
+                    "source": m.source,
+                    "target": m.target,
+                    "epoch": m.epoch,
+                    "since": round(m.since, 3),
+                    "waiting_for": m.waiting_for(),
+                    "stuck": m.stuck,
+                }
+                for g, m in sorted(control.moving.items())
+            ],
         }
         encoded = json.dumps(data).encode()
+        self._announce()
         if encoded == self._published:
             return
         try:
@@ -143,6 +191,34 @@ class RequestBoard:
             self._published = encoded
         except ZK_ERRORS as exc:
             log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
+
+    def _announce(self) -> None:
+        """(Re)create our ephemeral ``alive`` znode; a new session drops the old one."""
+        try:
+            if self.client.exists(self.alive) is None:
+                self.client.create(self.alive, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+        except ZK_ERRORS as exc:
+            log.warning("alive: ZooKeeper unavailable (%s); retrying next tick", exc)
+
+
+def controller_alive(client: KazooClient, topology: str, operator: str) -> bool:
+    """Whether the controller of ``topology``/``operator`` runs (its ephemeral znode)."""
+    return client.exists(alive_path(topology, operator)) is not None
+
+
+def withdraw_request(client: KazooClient, topology: str, name: str) -> bool:
+    """Delete request ``name`` if the controller has not picked it up; True if deleted."""
+    path = f"{requests_path(topology)}/{name}"
+    try:
+        data, stat = client.get(path)
+        if decode_request(data).state is not RequestState.PENDING:
+            return False
+        client.delete(path, version=stat.version)
+        return True
+    except (NoNodeError, BadVersionError):
+        return False
 
 
 def submit_request(client: KazooClient, topology: str, request: MigrationRequest) -> str:

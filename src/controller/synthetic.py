@@ -2,8 +2,9 @@
 
 Key-group loads follow one latent trend per operator plus noise, so key groups
 of one operator correlate positively and operators may be set against each
-other (``anti_pairs``) the way seed 001 section 7.2 sets operator 1 against
-operator 2.
+other (``anti_pairs``) the way Madsen & Zhou 2015, section 7.2 (the experiment in which
+load shifts between nodes: checkpoint allocation and load balancing), sets operator 1
+against operator 2.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Output buffers and output sequence counters of an upstream emitter.
 
 Every emitter (spouts included) keeps, per downstream key group, the tuples it
-sent that no held checkpoint covers yet (upstream backup, seed 001 section 4).
+sent that no held checkpoint covers yet (upstream backup, Madsen & Zhou 2015, section 4).
 A ``Trim`` drops them once the group's holder has a checkpoint reflecting them;
 a migration or a recovery replays the rest.
 """

@@ -13,7 +13,10 @@ rules below are written once:
 * after a migration the old owner becomes the holder; after a restore, the next
   live task after the new owner does;
 * a crashed task restarts empty, with ``stale_through`` = the epoch at the crash;
-  each group it owned or was moving is restored (:meth:`restore_target`).
+  each group it owned or was moving is restored (:meth:`restore_target`);
+* a migration or restore never hangs unseen: one that has not completed within a
+  time limit is reported once as stuck, naming the tasks it still waits for
+  (:meth:`overdue`); it still completes if they answer later.
 """
 
 from __future__ import annotations
@@ -50,13 +53,50 @@ class MigrationRefused(ValueError):
 
 @dataclass
 class Moving:
-    """A migration in flight: who moves the group where, and which ends still report."""
+    """A migration in flight: who moves the group where, and which ends still report.
+
+    ``since`` is the controller's clock when it was ordered; ``stuck`` is set once it
+    has been reported overdue (see :meth:`MigrationController.overdue`).
+    """
 
     protocol: Protocol
     source: int | None
     target: int
     epoch: int
     waiting: set[Role] = field(default_factory=set)
+    since: float = 0.0
+    stuck: bool = False
+
+    def waiting_for(self) -> dict[str, int]:
+        """Role name -> task of each end that has not reported ``MigrationDone`` yet."""
+        ends = {Role.SOURCE: self.source, Role.TARGET: self.target}
+        return {
+            role.value: task
+            for role, task in sorted(ends.items(), key=lambda e: e[0].value)
+            if role in self.waiting and task is not None
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overdue:
+    """A migration (or restore) of ``key_group`` that did not complete in time."""
+
+    key_group: int
+    protocol: Protocol
+    source: int | None
+    target: int
+    epoch: int
+    waiting_for: dict[str, int]  # role -> task still to report MigrationDone
+    age: float  # seconds since it was ordered
+
+    def describe(self) -> str:
+        """One line for logs and the request's ``detail``."""
+        ends = ", ".join(f"the {role} (task {task})" for role, task in self.waiting_for.items())
+        return (
+            f"stuck: {self.protocol.value} of key group {self.key_group} "
+            f"(task {self.source} -> {self.target}, epoch {self.epoch}) not complete after "
+            f"{self.age:.0f} s; waiting for MigrationDone from {ends}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,9 +166,9 @@ class MigrationController:
 
     # -- orders ----------------------------------------------------------------------
     def migrate(
-        self, key_group: int, target: int, protocol: Protocol
+        self, key_group: int, target: int, protocol: Protocol, *, now: float
     ) -> tuple[Protocol, list[Send]]:
-        """Order a migration; returns the protocol used and the commands to send.
+        """Order a migration at time ``now``; returns the protocol used and the commands.
 
         CPA/CPAL fall back to DIRECT unless ``target`` is the holder and holds the
         newest copy. Raises ``MigrationRefused`` for an order that cannot run.
@@ -159,7 +199,9 @@ class MigrationController:
         self.reports[g].clear()
         self.holders[g] = source
         sends.append(Send(to_task=target, message=SetHolder(key_group=g, holder=source)))
-        self.moving[g] = Moving(protocol, source, target, self.epoch, {Role.SOURCE, Role.TARGET})
+        self.moving[g] = Moving(
+            protocol, source, target, self.epoch, {Role.SOURCE, Role.TARGET}, since=now
+        )
         self.stats[f"migrate.{protocol.value}"] += 1
         return protocol, sends
 
@@ -205,9 +247,9 @@ class MigrationController:
         moving = self.moving.get(key_group)
         return self.owner(key_group) == task or (moving is not None and moving.source == task)
 
-    def crash(self, dead: int) -> CrashPlan:
-        """Task ``dead`` lost everything: restore what it owned or was moving from
-        the surviving copies, and re-place the checkpoints it held."""
+    def crash(self, dead: int, *, now: float) -> CrashPlan:
+        """Task ``dead`` lost everything (noticed at time ``now``): restore what it owned
+        or was moving from the surviving copies, and re-place the checkpoints it held."""
         floor = self.epoch
         restored: list[int] = []
         sends: list[Send] = []
@@ -226,7 +268,9 @@ class MigrationController:
                 sends += [Send(to_task=u, message=cmd) for u in self.emitters]
                 self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
                 self.reports[g].clear()
-                self.moving[g] = Moving(Protocol.RESTORE, None, target, self.epoch, {Role.TARGET})
+                self.moving[g] = Moving(
+                    Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
+                )
             if self.holders[g] in (dead, self.owner(g)):
                 self.holders[g] = next_task(self.tasks, self.owner(g))
                 sends.append(
@@ -241,3 +285,30 @@ class MigrationController:
         return CrashPlan(
             dead=dead, stale_through=floor, restored=tuple(restored), sends=tuple(sends)
         )
+
+    def overdue(self, now: float, limit: float) -> list[Overdue]:
+        """Migrations ordered more than ``limit`` seconds before ``now`` that are not
+        complete and not yet reported; each is marked so it is reported only once.
+
+        O(moving groups). A stuck migration is not aborted: its ends may still answer
+        (a slow, loaded node), and tearing it down could leave two owners. It is made
+        visible instead, with the tasks it waits for.
+        """
+        found = []
+        for g, moving in sorted(self.moving.items()):
+            if moving.stuck or now - moving.since < limit:
+                continue
+            moving.stuck = True
+            self.stats["stuck"] += 1
+            found.append(
+                Overdue(
+                    key_group=g,
+                    protocol=moving.protocol,
+                    source=moving.source,
+                    target=moving.target,
+                    epoch=moving.epoch,
+                    waiting_for=moving.waiting_for(),
+                    age=now - moving.since,
+                )
+            )
+        return found

@@ -1,8 +1,8 @@
 """The key-group correlation artifact: schema, encoding and validation.
 
 The offline Spark job (``jobs.correlation``) writes one artifact; the controller
-decodes it at start to seed correlation-optimized checkpoint allocation (seed 001,
-section 4, Alg. 3). This module is pure: it turns an artifact into bytes and back
+decodes it at start to seed correlation-optimized checkpoint allocation (Madsen & Zhou 2015,
+section 6, Alg. 3). This module is pure: it turns an artifact into bytes and back
 and checks every invariant on the way in, so a controller never starts from a
 silently wrong matrix. File handling is the caller's (``Path.read_bytes()``).
 

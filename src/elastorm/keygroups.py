@@ -1,4 +1,4 @@
-"""Key -> key group -> task mapping (seed 001, section 3).
+"""Key -> key group -> task mapping (Madsen & Zhou 2015, section 3: system model).
 
 Modelled on Flink's ``KeyGroupRangeAssignment``: tiny pure functions over ints.
 The offline Spark job computes the same numbers with Spark SQL's ``crc32``.

@@ -1,4 +1,6 @@
-"""Messages on the FIFO channel between two tasks (seed 001, sections 3-5).
+"""Messages on the FIFO channel between two tasks.
+
+Madsen & Zhou 2015, sections 3-5 (system model, architecture, state migration).
 
 One FIFO channel per (sending task, receiving task) carries data and control.
 A message is **fast** (handled on arrival, skipping the key group's input queue)

@@ -1,4 +1,4 @@
-"""Routing table: key group -> owning task, with an epoch (seed 001, section 3).
+"""Routing table: key group -> owning task, with an epoch (Madsen & Zhou 2015, section 3).
 
 An immutable value. The controller keeps the authoritative copy (in ZooKeeper);
 each upstream emitter keeps its own and changes it only when a migration command

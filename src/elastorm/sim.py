@@ -52,6 +52,7 @@ class Cluster:
         if set(self.tasks) & set(self.emitter_ids):
             raise ValueError("task and emitter ids must differ")
         self.num_key_groups = num_key_groups
+        self.now = 0.0  # the clock of the last tick(); the controller stamps orders with it
         self.combine = combine
         self.control = MigrationController(
             num_key_groups=num_key_groups,
@@ -169,6 +170,7 @@ class Cluster:
         self.perform(task, self.coordinators[task].checkpoint(key_group))
 
     def tick(self, now: float) -> None:
+        self.now = now
         for t, c in self.coordinators.items():
             self.perform(t, c.on_tick(now))
 
@@ -194,7 +196,7 @@ class Cluster:
 
     def migrate(self, key_group: int, target: int, protocol: Protocol) -> Protocol:
         """Order a migration through the controller; returns the protocol used."""
-        used, sends = self.control.migrate(key_group, target, protocol)
+        used, sends = self.control.migrate(key_group, target, protocol, now=self.now)
         self._send_all(sends)
         self.stats[f"migrate.{used.value}"] += 1
         return used
@@ -205,7 +207,7 @@ class Cluster:
         dead = task
         for ch in [ch for ch in self.channels if ch[1] == dead]:
             self.stats["lost_in_flight"] += len(self.channels.pop(ch))
-        plan = self.control.crash(dead)
+        plan = self.control.crash(dead, now=self.now)
         self._send_all(plan.sends)
         self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
         self.latest[dead] = LatestValues()

@@ -1,4 +1,6 @@
-"""Key-group state: master state + active and inactive fragments (seed 000, V-C).
+"""Key-group state: master state + active and inactive fragments.
+
+Kumbhare et al. 2015, section V-C (the reducer state model and incremental peer checkpointing).
 
 Updates go to the active fragment. A checkpoint swaps active and inactive
 (``begin_checkpoint``), ships the inactive fragment as the delta, and folds it

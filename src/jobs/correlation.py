@@ -566,6 +566,9 @@ def spark_session(master: str | None = None, app_name: str = "elastorm-correlate
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    # Python workers run this interpreter (the one with numpy and pyarrow), not whatever
+    # ``python3`` is first on PATH; PYSPARK_PYTHON or spark.pyspark.python still win.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Loads spark-submit's conf; pyspark's own default master is local[*].
     SparkContext._ensure_initialized()
     builder = SparkSession.builder.appName(app_name)

@@ -13,7 +13,13 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.requests import MigrationRequest, RequestError, RequestState
-from controller.requests_zk import read_request, read_status, submit_request
+from controller.requests_zk import (
+    controller_alive,
+    read_request,
+    read_status,
+    submit_request,
+    withdraw_request,
+)
 from elastorm.messages import Protocol
 from runtime.errors import UserError
 
@@ -75,22 +81,44 @@ def request_migration(
     target: int | str,
     protocol: Protocol,
     timeout: float = 60.0,
+    *,
+    until_stuck: bool = False,
 ) -> MigrationRequest:
-    """Submit a request and wait until it is done or refused; return its final form."""
+    """Submit a request and wait until it is done or refused (or, with ``until_stuck``,
+    reported stuck by the controller); return its latest form.
+
+    Refuses at once if the topology's controller is not running. A request still
+    pending at the timeout is withdrawn, so a late controller does not act on it.
+    """
     try:
         request = MigrationRequest(
             operator=operator, key_group=key_group, target=target, protocol=protocol
         )
     except RequestError as exc:
         raise UserError(str(exc)) from None
+    if not controller_alive(client, topology, operator):
+        raise UserError(
+            f"the controller of {topology}/{operator} is not running "
+            "(topology killed, or not an elastic topology); nothing was requested"
+        )
     name = submit_request(client, topology, request)
+    ends = {RequestState.DONE, RequestState.REFUSED} | (
+        {RequestState.STUCK} if until_stuck else set()
+    )
     deadline = time.monotonic() + timeout
     while True:
         current = read_request(client, topology, name)
-        if current.state in (RequestState.DONE, RequestState.REFUSED):
+        if current.state in ends:
             return current
         if time.monotonic() > deadline:
+            if current.state is RequestState.PENDING and withdraw_request(client, topology, name):
+                raise UserError(
+                    f"migration request {name} not picked up by the controller in "
+                    f"{timeout:.0f} s; withdrawn"
+                )
+            current = read_request(client, topology, name)
             raise UserError(
                 f"migration request {name} still {current.state.value} after {timeout:.0f} s"
+                + (f" ({current.detail})" if current.detail else "")
             )
         time.sleep(0.05)

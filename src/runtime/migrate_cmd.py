@@ -41,7 +41,8 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--status",
         action="store_true",
-        help="only print the controller's routing table, holders and epoch",
+        help="only print the controller's routing table, holders, epoch and the "
+        "migrations in flight (with what each waits for, and whether it is stuck)",
     )
     parser.set_defaults(func=_run)
 
@@ -63,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
             target,
             Protocol(args.protocol),
             args.timeout,
+            until_stuck=True,
         )
     finally:
         client.stop()

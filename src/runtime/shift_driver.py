@@ -1,4 +1,7 @@
-"""Driver of the shifting-load job (``topologies/shift.py``, seed 001 section 7.2).
+"""Driver of the shifting-load job (``topologies/shift.py``).
+
+The job is Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts between
+nodes: checkpoint allocation and load balancing).
 
 Submits it with one checkpoint-allocation strategy, waits until the spout has
 stopped and every tuple it sent is counted, then reports the controller's
@@ -150,8 +153,8 @@ class ShiftDriver:
 
 
 class FlightsLoadDriver(ShiftDriver):
-    """The flights-load job (seed 001 7.3 on Storm) with ``key_groups`` per operator;
-    ``rate`` is the rows/s the ramp ends at."""
+    """The flights-load job (Madsen & Zhou 2015, section 7.3, on Storm) with
+    ``key_groups`` per operator; ``rate`` is the rows/s the ramp ends at."""
 
     name = "flights_load"
 

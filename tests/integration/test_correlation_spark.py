@@ -229,10 +229,11 @@ def test_spark_submit_runs_the_job_file(tmp_path):
         tmp_path / "in.csv", index=False
     )
     out = tmp_path / "o.npz"
+    # The project's own spark-submit and interpreter, whatever PATH holds.
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     proc = subprocess.run(
         [
-            "spark-submit",
+            str(Path(sys.executable).parent / "spark-submit"),
             "--master",
             "local[1]",
             str(SRC / "jobs" / "correlation.py"),

@@ -101,9 +101,9 @@ class KillController(threading.Thread):
 
 
 def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_room, tmp_path):
-    """The shift job (seed 001 7.2), one worker per executor; kill -9 of the controller
-    bolt's process once it has allocated checkpoints: Storm restarts its worker, the new
-    controller loads routing and holders from ZooKeeper and carries on."""
+    """The shift job (Madsen & Zhou 2015, section 7.2), one worker per executor; kill -9 of
+    the controller bolt's process once it has allocated checkpoints: Storm restarts its
+    worker, the new controller loads routing and holders from ZooKeeper and carries on."""
     out = tmp_path / "run"
     out.mkdir()
     killer = KillController(str(out))

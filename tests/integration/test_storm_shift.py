@@ -1,4 +1,7 @@
-"""The controller on real Storm: seed 001 section 7.2's shifting load, and a ZooKeeper outage.
+"""The controller on real Storm: the shifting load, and a ZooKeeper outage.
+
+The shifting load is Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts
+between nodes: checkpoint allocation and load balancing).
 
 Talks to: Storm's LocalCluster (real Storm 2.8 in one JVM) fed by ``sparse
 submit``; the keyed tasks publish heartbeats to a real ZooKeeper server and the

@@ -1,4 +1,7 @@
-"""Adaptation planner: protocol choice, scale-out/in, cool-down, convergence, seed 001 7.2."""
+"""Adaptation planner: protocol choice, scale-out/in, cool-down, convergence, and
+Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts between nodes:
+checkpoint allocation and load balancing).
+"""
 
 import math
 
@@ -188,7 +191,7 @@ def test_converges_without_oscillation(seed):
     no_ping_pong(history)
 
 
-# --- seed 001 section 7.2: two operators correlated -1, one node under external load ---
+# --- Madsen & Zhou 2015, section 7.2: operators correlated -1, a node under external load ---
 
 
 def section_72_view(share2, checkpoints):

@@ -28,7 +28,7 @@ def kg(op, i):
 
 
 def negative_scenario():
-    """Seed 001 section 7.2 layout: op1 on n1, op2 on n2, rho(op1, op2) = -1."""
+    """Madsen & Zhou 2015, section 7.2 layout: op1 on n1, op2 on n2, rho(op1, op2) = -1."""
     nodes = [NodeInfo(node_id=n) for n in ("n0", "n1", "n2")]
     groups = [KeyGroupInfo(key_group=kg("op1", i), owner="n1", load=1.0) for i in range(10)]
     groups += [KeyGroupInfo(key_group=kg("op2", i), owner="n2", load=1.0) for i in range(10)]

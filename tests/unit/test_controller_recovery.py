@@ -1,4 +1,5 @@
-"""Recovery plan (restore on holders, then re-place) and the seed 001 metrics."""
+"""Recovery plan (restore on holders, then re-place) and the Madsen & Zhou 2015
+section 7.3 metrics."""
 
 import pytest
 

@@ -1,0 +1,156 @@
+"""A migration or restore that cannot complete ends in a bounded time with a clear
+status: the controller reports it stuck once, naming the tasks it waits for, and the
+request board records that (and every other state) even across ZooKeeper hiccups."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError
+
+from controller.requests import MigrationRequest, RequestState, decode_request, encode_request
+from controller.requests_zk import RequestBoard, withdraw_request
+from elastorm.keygroups import key_group
+from elastorm.messages import Protocol
+from elastorm.sim import Cluster
+
+G = 2
+KEY0 = next(f"k{i}" for i in range(100) if key_group(f"k{i}", G) == 0)
+
+
+def deliver_all_but(c: Cluster, silent: int, rounds: int = 200) -> None:
+    """Deliver every message except those to task ``silent`` (which never answers)."""
+    for _ in range(rounds):
+        open_channels = [ch for ch, q in c.channels.items() if q and ch[1] != silent]
+        if not open_channels:
+            return
+        for ch in open_channels:
+            c.deliver(ch)
+
+
+def cluster_checkpointed_at_1() -> Cluster:
+    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
+    c.emit(10, KEY0, 1)
+    c.run_until_quiet()
+    c.checkpoint(0, 0)
+    c.run_until_quiet()
+    assert c.holders[0] == 1 and c.has_newest(1, 0)
+    return c
+
+
+def test_a_migration_whose_target_never_answers_is_reported_stuck_once() -> None:
+    c = cluster_checkpointed_at_1()
+    c.tick(100.0)
+    assert c.migrate(0, 1, Protocol.CPA) is Protocol.CPA
+    deliver_all_but(c, silent=1)
+    control = c.control
+    assert control.overdue(now=159.0, limit=60.0) == []  # not yet
+    (stuck,) = control.overdue(now=160.5, limit=60.0)
+    assert (stuck.key_group, stuck.protocol, stuck.source, stuck.target) == (0, Protocol.CPA, 0, 1)
+    assert stuck.waiting_for == {"target": 1}  # the source finished its part
+    assert stuck.age == pytest.approx(60.5)
+    assert "waiting for MigrationDone from the target (task 1)" in stuck.describe()
+    assert control.overdue(now=500.0, limit=60.0) == []  # reported once
+    # The target answers late after all: the migration completes, nothing is lost.
+    c.run_until_quiet()
+    assert not control.moving and c.owner(0) == 1
+
+
+def test_a_migration_that_completes_in_time_is_never_reported() -> None:
+    c = cluster_checkpointed_at_1()
+    c.tick(10.0)
+    c.migrate(0, 1, Protocol.CPAL)
+    c.run_until_quiet()
+    assert c.control.overdue(now=10_000.0, limit=1.0) == []
+
+
+def test_a_restore_whose_target_never_answers_is_reported_too() -> None:
+    c = cluster_checkpointed_at_1()
+    c.tick(5.0)
+    c.crash(0)  # group 0 is restored on its holder, task 1
+    deliver_all_but(c, silent=1)
+    (stuck,) = c.control.overdue(now=70.0, limit=60.0)
+    assert stuck.protocol is Protocol.RESTORE and stuck.waiting_for == {"target": 1}
+
+
+# -- the request board (a fake kazoo client: unit test of the adapter's logic) ----------
+
+
+class FlakyZk:
+    """Enough of KazooClient for RequestBoard; ``fail`` next calls raise ConnectionLoss."""
+
+    connected = True
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, bytes] = {}
+        self.versions: dict[str, int] = {}
+        self.fail = 0
+
+    def _maybe_fail(self) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionLoss()
+
+    def get(self, path):
+        self._maybe_fail()
+        if path not in self.nodes:
+            raise NoNodeError()
+        return self.nodes[path], type("Stat", (), {"version": self.versions[path]})()
+
+    def set(self, path, data):
+        self._maybe_fail()
+        self.nodes[path] = data
+        self.versions[path] += 1
+
+    def delete(self, path, version=-1):
+        if version != -1 and version != self.versions[path]:
+            raise BadVersionError()
+        del self.nodes[path]
+
+
+def board_with_request() -> tuple[FlakyZk, RequestBoard, str]:
+    zk = FlakyZk()
+    board = RequestBoard(zk, "t", "op")
+    name = "req-0000000001"
+    request = MigrationRequest(operator="op", key_group=3, target="holder", protocol=Protocol.CPA)
+    zk.nodes[f"{board.path}/{name}"] = encode_request(request)
+    zk.versions[f"{board.path}/{name}"] = 0
+    return zk, board, name
+
+
+def state_of(zk: FlakyZk, board: RequestBoard, name: str) -> MigrationRequest:
+    return decode_request(zk.nodes[f"{board.path}/{name}"])
+
+
+def test_a_state_change_zookeeper_missed_is_written_on_the_next_tick_in_order() -> None:
+    zk, board, name = board_with_request()
+    zk.fail = 1
+    board.start(name, protocol_used=Protocol.CPA, epoch=4, source=0, target=1)
+    zk.fail = 1  # still away: both changes wait, in order
+    board.finish(name)
+    assert state_of(zk, board, name).state is RequestState.PENDING
+    assert len(board.unwritten) == 2
+    board.retry_unwritten()  # the next tick, ZooKeeper back
+    done = state_of(zk, board, name)
+    assert done.state is RequestState.DONE and done.epoch == 4 and done.source == 0
+    assert set(done.times) == {"started", "done"} and not board.unwritten
+
+
+def test_stuck_is_recorded_with_its_reason_and_done_may_follow() -> None:
+    zk, board, name = board_with_request()
+    board.start(name, protocol_used=Protocol.CPA, epoch=4, source=0, target=1)
+    board.stuck(name, "stuck: waiting for MigrationDone from the target (task 1)")
+    stuck = state_of(zk, board, name)
+    assert stuck.state is RequestState.STUCK and "target (task 1)" in stuck.detail
+    board.finish(name)
+    assert state_of(zk, board, name).state is RequestState.DONE
+
+
+def test_withdraw_deletes_only_a_request_nobody_picked_up() -> None:
+    zk, board, name = board_with_request()
+    assert withdraw_request(zk, "t", name) and f"{board.path}/{name}" not in zk.nodes
+    zk, board, name = board_with_request()
+    board.start(name, protocol_used=Protocol.CPA, epoch=1, source=0, target=1)
+    assert not withdraw_request(zk, "t", name)
+    assert json.loads(zk.nodes[f"{board.path}/{name}"])["state"] == "started"
