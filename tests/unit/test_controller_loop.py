@@ -1,6 +1,7 @@
 """The controller's decision loop (pure): heartbeats in, holders and migrations out.
 
-The scenario is seed 001 section 7.2 in miniature: op1 on node1, op2 on node2,
+The scenario is Madsen & Zhou 2015, section 7.2 (the experiment in which load shifts between
+nodes: checkpoint allocation and load balancing), in miniature: op1 on node1, op2 on node2,
 node0 and node2 under 70% external load, op2's load rising while op1's falls.
 """
 
