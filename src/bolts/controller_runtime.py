@@ -41,6 +41,7 @@ ARTIFACT_KEY = CONTROLLER_PREFIX + "correlation_artifact"
 PRIOR_WEIGHT_KEY = CONTROLLER_PREFIX + "prior_weight"
 METRICS_FILE = "controller-metrics.json"
 LOAD_TIMEOUT = 5.0  # s to wait for earlier decisions at start
+FLUSH_WAIT = 0.5  # s a tick waits for its decisions to reach ZooKeeper before sending
 
 
 def resume(
@@ -108,6 +109,10 @@ class ControllerRuntime:
         self.history: list[dict[str, Any]] = []
         self.holder_moves: list[dict[str, Any]] = []
         self.ordered: list[dict[str, Any]] = []
+        # Commands whose decisions are not yet durable: sent only once ZooKeeper has
+        # them, so a controller killed in between cannot have acted on decisions its
+        # successor never sees (write-ahead, not write-behind, for what is acted on).
+        self.outbox: list[Send] = []
 
     @classmethod
     def start(
@@ -159,21 +164,46 @@ class ControllerRuntime:
         )
 
     def tick(self, now: float) -> list[Send]:
-        """One round if one is due; returns the commands to send."""
+        """One round if one is due; returns the commands to send now: those of this and
+        earlier rounds whose decisions ZooKeeper holds."""
         if now - self._last_round < self.round_secs:
-            return []
+            return self._release()
         self._last_round = now
         if not self.loaded and not self._load():
             return []
         records = list(self.watcher.live().values())
         if not records:
-            return []
+            return self._release()
         rnd = self.loop.round(records, now)
         self.rounds += 1
         self._log(rnd)
         self._persist()
         self._record(rnd, now)
-        return list(rnd.sends)
+        self.outbox.extend(rnd.sends)
+        return self._release()
+
+    def _release(self) -> list[Send]:
+        """The held commands, once the store has written every decision (waits at most
+        ``FLUSH_WAIT``); none while ZooKeeper lags; dropped if this controller was deposed."""
+        if not self.outbox:
+            return []
+        if self.store.status() is StoreStatus.CONFLICT:
+            log.error(
+                "controller: deposed by another controller; dropping %d commands",
+                len(self.outbox),
+            )
+            self.outbox.clear()
+            return []
+        if self.store.pending() and not self.store.flush(FLUSH_WAIT):
+            log.warning(
+                "controller: holding %d commands until ZooKeeper has the decisions behind "
+                "them (%d writes pending)",
+                len(self.outbox),
+                self.store.pending(),
+            )
+            return []
+        out, self.outbox = self.outbox, []
+        return out
 
     def _load(self) -> bool:
         """Take over what an earlier controller decided, once the store has read it.

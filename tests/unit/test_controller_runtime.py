@@ -9,7 +9,9 @@ from bolts.controller_runtime import ControllerRuntime, holders_allocation, resu
 from controller.loop import ControllerLoop, LoopSettings, Placement
 from controller.model import Allocation, KeyGroupId
 from controller.zk.store import Decisions, StoreError, StoreStatus
+from elastorm.actions import Send
 from elastorm.control import MigrationController
+from elastorm.messages import SetHolder
 from elastorm.routing import RoutingTable
 
 TASKS = {"op": {"node0": 5, "node1": 6, "node2": 7}}
@@ -49,6 +51,15 @@ class FakeStore:
     def __init__(self) -> None:
         self.state = StoreStatus.STANDBY
         self.written: list = []
+        self.durable = True  # whether writes reach "ZooKeeper" (flush succeeds)
+        self.flushed = 0
+
+    def pending(self) -> int:
+        return 0 if self.durable else len(self.written)
+
+    def flush(self, timeout: float) -> bool:
+        self.flushed += 1
+        return self.durable
 
     def status(self) -> StoreStatus:
         return self.state
@@ -97,3 +108,30 @@ def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
     assert cs["op"].routing.owners == (7, 7, 6)  # resumed before deciding
     assert ("op", 4) in store.written and "checkpoints" in store.written
     assert rt.tick(11.5) == [] and rt.rounds == 1  # not yet a round due
+
+
+def test_commands_go_out_only_once_their_decisions_are_in_zookeeper() -> None:
+    """Write-ahead: a controller killed after sending must not have decided anything
+    its successor cannot read back; while ZooKeeper lags the commands are held."""
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement(TASKS),
+        settings=LoopSettings(strategy="even", warmup=0, adapt=False),
+        started_at=0.0,
+    )
+    store = FakeStore()
+    store.state, store.durable = StoreStatus.ONLINE, False
+    rt = ControllerRuntime(
+        loop=loop, watcher=FakeWatcher(), store=store, round_secs=1.0, metrics_path=None
+    )
+    held = [Send(to_task=5, message=SetHolder(key_group=0, holder=7))]
+    rt.outbox.extend(held)  # what a round decided
+    assert rt.tick(10.0) == [] and rt.rounds == 1 and rt.outbox == held
+    assert store.flushed == 1  # it waited for ZooKeeper, briefly
+    assert rt.tick(10.2) == [] and rt.outbox == held  # still lagging: still held
+    store.durable = True
+    assert rt.tick(10.4) == held and not rt.outbox  # no round due; the held ones go
+    # A deposed controller sends nothing it decided.
+    rt.outbox.extend(held)
+    store.state = StoreStatus.CONFLICT
+    assert rt.tick(10.6) == [] and not rt.outbox
