@@ -2,7 +2,11 @@
 
 Each supervisor is one elastorm *node*: its own slot ports, its own local dir and
 supervisor id, its own process group (killing it with its workers is a node
-failure). Everything binds to loopback.
+failure). Every daemon advertises and dials 127.0.0.1 (``storm.local.hostname``,
+``nimbus.seeds``, ``storm.zookeeper.servers``) and ZooKeeper binds 127.0.0.1; Nimbus's
+and the supervisors' Thrift servers and the workers' Netty servers bind every interface,
+since Storm 2.8 has no setting for their address (``docs/runtime.md``, "What listens
+where").
 """
 
 from __future__ import annotations

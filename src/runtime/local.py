@@ -27,6 +27,24 @@ log = logging.getLogger(__name__)
 LOCAL_ENV = "local"
 
 
+def local_runner_daemon(cfg: ElastormConfig, port: int, zk_root: str) -> Daemon:
+    """The LocalRunner JVM: Nimbus Thrift on ``port``, the project's ZooKeeper under ``zk_root``.
+
+    Its ``storm.yaml`` (read by ``LocalCluster`` through ``-Dstorm.conf.file``) sets
+    ``storm.local.hostname`` to loopback, so the hostname Nimbus and the supervisors
+    publish in ZooKeeper is 127.0.0.1, not the machine's name. Storm has no option
+    for the address Nimbus's Thrift server binds: it listens on every interface
+    (``docs/runtime.md``, "What listens where").
+    """
+    return Daemon(
+        name="local-cluster",
+        main="elastorm.jvm.LocalRunner",
+        args=(str(port), LOOPBACK, str(cfg.zookeeper_port), str(cfg.local_supervisors), zk_root),
+        storm_conf={"storm.local.hostname": LOOPBACK},
+        heap_mb=max(1024, cfg.worker_heap_mb * 2),
+    )
+
+
 @contextmanager
 def local_cluster(cfg: ElastormConfig, topology_jar: Path, timeout: float = 120.0):
     """Run a LocalCluster for the duration of the ``with`` block; yield Nimbus (host, port).
@@ -37,18 +55,7 @@ def local_cluster(cfg: ElastormConfig, topology_jar: Path, timeout: float = 120.
     if port_open(port, host):
         raise UserError(f"port {port} (envs.local.nimbus) is taken: is another local run active?")
     ensure_zookeeper(cfg)
-    daemon = Daemon(
-        name="local-cluster",
-        main="elastorm.jvm.LocalRunner",
-        args=(
-            str(port),
-            LOOPBACK,
-            str(cfg.zookeeper_port),
-            str(cfg.local_supervisors),
-            f"/storm-local/{os.getpid()}-{int(time.time())}",
-        ),
-        heap_mb=max(1024, cfg.worker_heap_mb * 2),
-    )
+    daemon = local_runner_daemon(cfg, port, f"/storm-local/{os.getpid()}-{int(time.time())}")
     cmd = daemon_command(cfg, daemon, first=(topology_jar,))
     cmd.insert(1, f"-Dstorm.jar={topology_jar}")
     cfg.logs.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,9 @@
 
 Each daemon is a JVM in its own session (so stopping it also stops what it
 launched, e.g. a supervisor's workers), with a pid file under ``<home>/run`` and a
-log under ``<home>/logs``. Everything listens on loopback only.
+log under ``<home>/logs``. ZooKeeper listens on loopback only; every daemon is told
+to reach the others on loopback, but Storm's Thrift and Netty servers listen on all
+interfaces (Storm 2.8 has no bind-address option; ``docs/runtime.md``).
 """
 
 from __future__ import annotations
