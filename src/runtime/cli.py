@@ -3,6 +3,10 @@
 A subcommand module exposes ``register(subparsers)``, which adds its parser and
 sets ``func`` (called with the parsed args, returns an exit code). Errors that a
 user can fix are raised as ``UserError`` and printed as one line, no traceback.
+
+Exit codes: 0 done; 1 a run finished but its check failed (``local``, ``run``); 2 an
+error (bad usage or configuration, a server that does not answer, anything
+unexpected), always with one line on stderr; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 
 from runtime.errors import UserError
 
@@ -58,11 +63,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"elastorm {args.command}: error: {exc}", file=sys.stderr)
+        print(f"elastorm {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"elastorm {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug or an unforeseen failure: still one line
+        if args.verbose:
+            traceback.print_exc()
+        hint = "" if args.verbose else " (run `elastorm -v ...` for the traceback)"
+        detail = _one_line(f"{type(exc).__name__}: {exc}")
+        print(f"elastorm {args.command}: error: {detail}{hint}", file=sys.stderr)
+        return 2
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its lines joined by `` | `` (error messages stay on one line)."""
+    return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 
 from runtime.cluster import down, status, up
 from runtime.config import load_config
+from runtime.errors import UserError
 
 
 def register(subparsers) -> None:
@@ -67,17 +68,19 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    """Print what runs; exit 2 (via ``UserError``, one line) when Nimbus does not answer."""
     info = status(load_config())
+    nimbus = info["nimbus"]
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
-    for name, pid in info["daemons"].items():
-        print(f"{name:<16} {'pid ' + str(pid) if pid else 'not running'}")
-    print(f"{'zookeeper ruok':<16} {'imok' if info['zookeeper_ok'] else 'no answer'}")
-    nimbus = info["nimbus"]
+    else:
+        for name, pid in info["daemons"].items():
+            print(f"{name:<16} {'pid ' + str(pid) if pid else 'not running'}")
+        print(f"{'zookeeper srvr':<16} {'serving' if info['zookeeper_ok'] else 'no answer'}")
     if "error" in nimbus:
-        print(f"{'nimbus':<16} {nimbus['error']}")
-        return 1
+        raise UserError(nimbus["error"])
+    if args.json:
+        return 0
     for sup in nimbus["supervisors"]:
         print(f"supervisor {sup['id'][:8]}  {sup['host']}  slots {sup['used']}/{sup['slots']}")
     for topo in nimbus["topologies"]:

@@ -30,8 +30,21 @@ def nimbus_client(host: str, port: int, timeout_ms: int = 10000):
 
 
 def cluster_summary(host: str, port: int) -> dict:
-    """Supervisors and topologies as Nimbus reports them (plain dicts)."""
-    info = nimbus_client(host, port).getClusterInfo()
+    """Supervisors and topologies as Nimbus reports them (plain dicts).
+
+    ``UserError`` if nothing listens there, or if what listens does not answer
+    ``getClusterInfo`` (Nimbus still starting, or another program on the port).
+    """
+    from thriftpy2.thrift import TException
+
+    client = nimbus_client(host, port)
+    try:
+        info = client.getClusterInfo()
+    except (TException, OSError, EOFError) as exc:
+        raise UserError(
+            f"Nimbus at {host}:{port} did not answer getClusterInfo "
+            f"({type(exc).__name__}: {exc or 'no detail'})"
+        ) from None
     return {
         "supervisors": [
             {
@@ -62,9 +75,12 @@ def sparse(project: Path, *args: str, timeout: float = 300) -> str:
     exe = Path(sys.executable).parent / "sparse"
     cmd = [str(exe) if exe.exists() else "sparse", *args]
     log.info("running %s", " ".join(cmd))
-    proc = subprocess.run(
-        cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    try:
+        proc = subprocess.run(
+            cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(f"sparse {args[0]} did not finish in {timeout:.0f} s") from None
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
         raise UserError(f"sparse {args[0]} failed: " + (lines[-1] if lines else "no output"))

@@ -1,0 +1,126 @@
+"""Every CLI error path exits 2 with one line on stderr (no servers: ports where
+nothing, or something that is not Nimbus, listens)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from runtime import cli, cluster_cmd
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on (in config.json's allowed range)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if 1024 <= port <= 65000:
+            return port
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the project whose ZooKeeper and cluster Nimbus ports are unused."""
+    for name in ("config.json", "project.clj"):
+        shutil.copy(PROJECT / name, tmp_path / name)
+    (tmp_path / "jvm").mkdir()
+    shutil.copy(PROJECT / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
+    raw = json.loads((tmp_path / "config.json").read_text())
+    raw["elastorm"]["zookeeper_port"] = _free_port()
+    raw["envs"]["cluster"]["nimbus"] = f"127.0.0.1:{_free_port()}"
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    monkeypatch.setenv("ELASTORM_PROJECT", str(tmp_path))
+    return tmp_path
+
+
+def _nimbus(project: Path) -> str:
+    return json.loads((project / "config.json").read_text())["envs"]["cluster"]["nimbus"]
+
+
+def _one_error_line(err: str, command: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"elastorm {command}: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_cluster_status_with_nothing_running_exits_2(project: Path, capsys) -> None:
+    assert cli.main(["cluster", "status"]) == 2
+    out, err = capsys.readouterr()
+    line = _one_error_line(err, "cluster")
+    assert line == (
+        f"elastorm cluster: error: Nimbus at {_nimbus(project)} is unreachable "
+        "(is the cluster up?)"
+    )
+    assert "zookeeper srvr   no answer" in out
+
+
+def test_cluster_status_json_still_prints_json_and_exits_2(project: Path, capsys) -> None:
+    assert cli.main(["cluster", "status", "--json"]) == 2
+    out, err = capsys.readouterr()
+    info = json.loads(out)
+    assert info["zookeeper_ok"] is False and "unreachable" in info["nimbus"]["error"]
+    _one_error_line(err, "cluster")
+
+
+def test_cluster_status_against_a_port_that_is_not_nimbus_exits_2(project: Path, capsys) -> None:
+    """Something accepts on the Nimbus port and hangs up: one line, not a Thrift traceback."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    raw = json.loads((project / "config.json").read_text())
+    raw["envs"]["cluster"]["nimbus"] = f"127.0.0.1:{port}"
+    (project / "config.json").write_text(json.dumps(raw))
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    try:
+        assert cli.main(["cluster", "status"]) == 2
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    line = _one_error_line(capsys.readouterr().err, "cluster")
+    assert f"Nimbus at 127.0.0.1:{port} did not answer getClusterInfo" in line
+
+
+def test_an_unexpected_exception_is_one_line_exit_2(project: Path, monkeypatch, capsys) -> None:
+    def broken(cfg):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(cluster_cmd, "status", broken)
+    assert cli.main(["cluster", "status"]) == 2
+    line = _one_error_line(capsys.readouterr().err, "cluster")
+    assert line == (
+        "elastorm cluster: error: RuntimeError: boom | second line "
+        "(run `elastorm -v ...` for the traceback)"
+    )
+
+
+def test_verbose_shows_the_traceback_and_still_exits_2(project: Path, monkeypatch, capsys):
+    def broken(cfg):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cluster_cmd, "status", broken)
+    assert cli.main(["-v", "cluster", "status"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.strip().splitlines()[-1] == "elastorm cluster: error: RuntimeError: boom"
