@@ -58,8 +58,7 @@ def test_cluster_status_with_nothing_running_exits_2(project: Path, capsys) -> N
     out, err = capsys.readouterr()
     line = _one_error_line(err, "cluster")
     assert line == (
-        f"elastorm cluster: error: Nimbus at {_nimbus(project)} is unreachable "
-        "(is the cluster up?)"
+        f"elastorm cluster: error: Nimbus at {_nimbus(project)} is unreachable (is the cluster up?)"
     )
     assert "zookeeper srvr   no answer" in out
 
