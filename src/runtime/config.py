@@ -8,6 +8,7 @@ and ``jvm/pom.xml`` (what Maven assembles).
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -26,6 +27,39 @@ DEFAULTS: dict[str, object] = {
     "cluster_slots_per_supervisor": 2,
     "cluster_first_slot_port": 16800,
     "worker_heap_mb": 512,
+}
+
+#: Every key streamparse 5 reads from an env of config.json, with its JSON type
+#: (``streamparse.util``: nimbus, workers, user, ssh_port, ssh_password,
+#: use_ssh_for_nimbus, log, log_path, serializer; ``streamparse.cli.common``:
+#: options, log_file and the virtualenv options). Anything else is a typo: streamparse
+#: would ignore it silently.
+STREAMPARSE_ENV_KEYS: dict[str, type] = {
+    "user": str,
+    "nimbus": str,
+    "workers": list,
+    "use_ssh_for_nimbus": bool,
+    "ssh_port": int,
+    "ssh_password": str,
+    "use_virtualenv": bool,
+    "install_virtualenv": bool,
+    "virtualenv_root": str,
+    "virtualenv_name": str,
+    "virtualenv_flags": str,
+    "log": dict,
+    "log_path": str,
+    "log_file": str,
+    "serializer": str,
+    "options": dict,
+}
+
+#: The keys of an env's ``log`` object (``streamparse.cli.common.resolve_options``).
+STREAMPARSE_LOG_KEYS: dict[str, type] = {
+    "path": str,
+    "file": str,
+    "max_bytes": int,
+    "backup_count": int,
+    "level": str,
 }
 
 
@@ -85,6 +119,7 @@ def load_config(project: Path | None = None) -> ElastormConfig:
         raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(raw.get("envs"), dict) or not raw["envs"]:
         raise UserError(f"{path}: missing key 'envs' (streamparse environments)")
+    check_envs(raw["envs"], path)
     section = raw.get("elastorm", {})
     if not isinstance(section, dict):
         raise UserError(f"{path}: 'elastorm' must be an object")
@@ -111,6 +146,55 @@ def load_config(project: Path | None = None) -> ElastormConfig:
     values["home"] = home if home.is_absolute() else project / home
     names = {f.name for f in fields(ElastormConfig)} - {"project"}
     return ElastormConfig(project=project, **{k: values[k] for k in names})
+
+
+def _typed(value: object, kind: type) -> bool:
+    if kind is int:  # JSON true/false are not numbers
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _known_keys(where: str, given: dict, known: dict[str, type]) -> None:
+    """``UserError`` naming the first key of ``given`` that is not in ``known`` or
+    not of its type, with the closest known key as a hint."""
+    for key in sorted(given):
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UserError(
+                f"{where}: unknown key {key!r}{hint} (streamparse knows: {', '.join(known)})"
+            )
+        if not _typed(given[key], known[key]):
+            kind = {dict: "an object", list: "a list", bool: "true or false"}.get(
+                known[key], known[key].__name__
+            )
+            raise UserError(f"{where}.{key} must be {kind}, got {given[key]!r}")
+
+
+def check_envs(envs: dict, path: Path | str = "config.json") -> None:
+    """Validate every streamparse env: known keys of the right type, a ``host[:port]``
+    Nimbus, and a ``virtualenv_root`` when streamparse will use a virtualenv.
+
+    Raises ``UserError`` with one line naming the env and the key.
+    """
+    for name in sorted(envs):
+        env = envs[name]
+        where = f"{path}: envs.{name}"
+        if not isinstance(env, dict):
+            raise UserError(f"{where} must be an object, got {env!r}")
+        _known_keys(where, env, STREAMPARSE_ENV_KEYS)
+        _known_keys(f"{where}.log", env.get("log", {}), STREAMPARSE_LOG_KEYS)
+        if "nimbus" not in env:
+            raise UserError(f"{where}: missing key 'nimbus' (host or host:port)")
+        host, colon, port = env["nimbus"].partition(":")
+        if not host or (colon and not (port.isdigit() and 1 <= int(port) <= 65535)):
+            raise UserError(f"{where}.nimbus must be host or host:port, got {env['nimbus']!r}")
+        # streamparse's default is use_virtualenv: true, and then it needs the root.
+        if env.get("use_virtualenv", True) and "virtualenv_root" not in env:
+            raise UserError(
+                f"{where}: use_virtualenv is true (streamparse's default when it is absent) "
+                "but virtualenv_root is missing"
+            )
 
 
 def pinned_storm_versions(project: Path) -> dict[str, str | None]:
@@ -146,4 +230,6 @@ def env_nimbus(project: Path, env: str) -> tuple[str, int]:
     if not nimbus:
         raise UserError(f"config.json: envs.{env}.nimbus is missing")
     host, _, port = nimbus.partition(":")
+    if not host or not (port or "6627").isdigit():
+        raise UserError(f"config.json: envs.{env}.nimbus must be host or host:port, got {nimbus!r}")
     return host, int(port or 6627)
