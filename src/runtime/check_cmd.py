@@ -15,8 +15,9 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "check",
         help="validate config.json and check that ZooKeeper and Nimbus answer",
-        description="Validate config.json (every key of every env, every elastorm key), check that config.json, "
-        "project.clj and jvm/pom.xml pin the same Storm version, that java and mvn exist, "
+        description="Validate config.json (every key of every env, every elastorm key), "
+        "check that config.json, project.clj and jvm/pom.xml pin the same Storm version, "
+        "that java and mvn exist, "
         "and, with --env, that ZooKeeper and that env's Nimbus answer. Exit 2 on the first "
         "problem, with a one-line reason.",
     )
