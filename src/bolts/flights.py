@@ -257,7 +257,10 @@ class ResultsSink(CountingBolt):
     something changed and every ``elastorm.sink.write_every`` tuples:
     ``totals[role][tailnum][year] = [...]`` (fields ``OP2_FIELDS`` etc.),
     ``seen[role][source task]`` (the newest ``seen`` applied), ``errors[role][reason]``,
-    ``error_examples[role][reason] = [[id, detail], ...]`` and ``sample_ids``.
+    ``error_examples[role][reason] = [[id, detail], ...]``, ``sample_ids`` and
+    ``na_arr_delay_by_plane[tailnum]``: op1's NA ``arr_delay`` rows per plane (their
+    ``detail`` is the tailnum), so a plane whose every flight has an NA delay, and
+    which therefore has no op2/op3 totals, is still reported by name.
     An update older than one already applied from the same task is skipped and
     counted as ``stale_update``.
     """
@@ -276,6 +279,7 @@ class ResultsSink(CountingBolt):
         self.errors: dict[str, dict[str, int]] = {}
         self.error_examples: dict[str, dict[str, list[list[Any]]]] = {}
         self.sample_ids: list[int] = []
+        self.na_arr_delay_by_plane: dict[str, int] = {}
         self.write()
 
     def process(self, tup):
@@ -296,6 +300,9 @@ class ResultsSink(CountingBolt):
             examples = self.error_examples.setdefault(role, {}).setdefault(reason, [])
             if len(examples) < ERROR_EXAMPLES:
                 examples.append([tuple_id, error_detail(detail)])
+            if role == "op1" and reason == "na_arr_delay" and isinstance(detail, str):
+                by_plane = self.na_arr_delay_by_plane
+                by_plane[detail] = by_plane.get(detail, 0) + 1
             return
         role, seen, updates, ids = tup.values
         seen_by_task = self.seen.setdefault(role, {})
@@ -335,6 +342,7 @@ class ResultsSink(CountingBolt):
                 "errors": self.errors,
                 "error_examples": self.error_examples,
                 "sample_ids": self.sample_ids,
+                "na_arr_delay_by_plane": self.na_arr_delay_by_plane,
             },
         )
         self.unwritten = 0

@@ -42,7 +42,9 @@ class FlightsReference:
     ``air[(tailnum, year)] = (air_minutes, flights_with_air_time, na_air_time)``
     (op3) over the rows op1 forwards; ``delayed`` of those ``forwarded`` rows
     had ``arr_delay > 0``; ``arr_delay_by_row`` holds each forwarded row's delay
-    (to check op4's samples exactly).
+    (to check op4's samples exactly). ``na_only_planes``: the planes of valid rows
+    whose every flight has an NA ``arr_delay`` (cancelled or diverted), which op1
+    therefore never forwards: they have no op2/op3 totals (6 in the 2013 file).
     """
 
     path: str
@@ -55,6 +57,7 @@ class FlightsReference:
     delay: dict[tuple[str, int], tuple[int, int]] = field(repr=False)
     air: dict[tuple[str, int], tuple[int, int, int]] = field(repr=False)
     arr_delay_by_row: Mapping[int, int] = field(repr=False)
+    na_only_planes: tuple[str, ...] = ()
 
     @property
     def malformed_total(self) -> int:
@@ -73,6 +76,7 @@ class FlightsReference:
             "na_arr_delay": self.na_arr_delay,
             "forwarded": self.forwarded,
             "planes": len({k for k, _ in self.delay}),
+            "na_only_planes": list(self.na_only_planes),
             "delayed": self.delayed,
             "delayed_share": self.delayed_share,
         }
@@ -188,6 +192,7 @@ def compute_reference(path: str | None = None, limit: int | None = None) -> Flig
         delay=delay,
         air=air_totals,
         arr_delay_by_row=dict(zip(arr_by_row.index.tolist(), arr_by_row.tolist(), strict=True)),
+        na_only_planes=tuple(sorted(set(rows["tailnum"]) - set(fwd["tailnum"]))),
     )
 
 

@@ -113,6 +113,22 @@ class FlightsResult:
     def malformed_by_reason(self) -> dict[str, int]:
         return _sum_dicts(s.get("malformed_by_reason", {}) for s in self.spouts)
 
+    def planes(self) -> set[str]:
+        """Planes with op2 totals (any year)."""
+        return {key for key, _ in self.totals("op2")}
+
+    def na_arr_delay_by_plane(self) -> dict[str, int] | None:
+        """op1's NA ``arr_delay`` rows per plane, as the sink counted them; ``None``
+        when no sink reports them (output of a sink older than this field)."""
+        found = [s["na_arr_delay_by_plane"] for s in self.sinks if "na_arr_delay_by_plane" in s]
+        return _sum_dicts(found) if found else None
+
+    def na_only_planes(self) -> list[str] | None:
+        """Planes whose every (valid) flight had an NA ``arr_delay``: op1 sent
+        them all to ``errors``, so they have no op2/op3 totals. ``None`` if unknown."""
+        by_plane = self.na_arr_delay_by_plane()
+        return None if by_plane is None else sorted(set(by_plane) - self.planes())
+
 
 def _sum_dicts(dicts) -> dict[str, int]:
     total: dict[str, int] = {}
@@ -301,6 +317,23 @@ def _sampled_share_checks(
     return checks
 
 
+def _na_only_planes_check(result: FlightsResult, reference: FlightsReference) -> Check:
+    name = "planes whose every flight has an NA arr_delay (no op2/op3 totals)"
+    got = result.na_only_planes()
+    if got is None:
+        return Check(name, None, "not judged: the sink does not count NA rows per plane")
+    want = list(reference.na_only_planes)
+    return Check(name, got == want, f"got {len(got)} {_names(got)}, expected {len(want)}")
+
+
+def _names(planes: list[str], at_most: int = 10) -> str:
+    """``(A, B, ... +N more)`` or ``""`` when there are none."""
+    if not planes:
+        return ""
+    more = f" +{len(planes) - at_most} more" if len(planes) > at_most else ""
+    return f"({', '.join(planes[:at_most])}{more})"
+
+
 def compare(
     result: FlightsResult,
     reference: FlightsReference,
@@ -350,6 +383,7 @@ def compare(
             "op2 delay sum and flights per plane-year", result.totals("op2"), reference.delay
         ),
         _compare_totals("op3 air minutes per plane-year", result.totals("op3"), reference.air),
+        _na_only_planes_check(result, reference),
     ]
     checks += _sampled_share_checks(result, reference, z, min_samples)
     return CheckReport(checks)
@@ -374,7 +408,7 @@ def format_summary(result: FlightsResult, report: CheckReport | None = None) -> 
             f"{role:<5} {OPERATOR_NAMES[role]:<18} {len(tasks):>5} {result.tuples_in(role):>9} "
             f"{default:>9}  out: {_format_counts(out)}; errors: {errors}"
         )
-    planes = {k for k, _ in result.totals("op2")}
+    planes = result.planes()
     op4 = result.totals("op4")
     samples = sum(v[0] for v in op4.values())
     share = sum(v[1] for v in op4.values()) / samples if samples else math.nan
@@ -388,6 +422,16 @@ def format_summary(result: FlightsResult, report: CheckReport | None = None) -> 
         f"sink: {len(planes)} planes, mean air share {air_share:.4f}, "
         f"sampled delayed share {share:.4f} ({samples} samples)"
     )
+    na_rows = result.sink_errors("op1").get("na_arr_delay", 0)
+    by_plane = result.na_arr_delay_by_plane()
+    only_na = result.na_only_planes()
+    if by_plane is not None:
+        lines.append(
+            f"NA arr_delay: {na_rows} rows of {len(by_plane)} planes, left out of op2-op4; "
+            f"{len(only_na)} planes had only such flights, so they have no op2/op3 totals"
+            + (f": {', '.join(only_na[:10])}" if only_na else "")
+            + (f" +{len(only_na) - 10} more" if len(only_na) > 10 else "")
+        )
     if report is not None:
         lines.append(f"check against pandas: {'PASS' if report.ok else 'FAIL'}")
         for check in report.checks:
