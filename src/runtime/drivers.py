@@ -49,7 +49,7 @@ class FlightsDriver:
         return opts
 
     def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
-        from runtime.flights_results import IncompleteRunError, wait_until_complete
+        from runtime.flights_results import IncompleteRunError, progress_line, wait_until_complete
 
         def report(result, unmet) -> None:
             now = time.monotonic()
@@ -58,11 +58,7 @@ class FlightsDriver:
             if not unmet:
                 self.complete_at = now
             self.on_poll(result)
-            progress(
-                f"spout rows {result.spout_total('rows_read')}, "
-                f"op1 in {result.tuples_in('op1')}, sink op2 {result.seen('op2')}; "
-                + (unmet[0] if unmet else "complete")
-            )
+            progress(progress_line(result, unmet))
 
         try:
             wait_until_complete(
@@ -80,7 +76,7 @@ class FlightsDriver:
 
         result = read_results(output_dir)
         report = compare(result, compute_reference(limit=self.limit), tolerated=self.tolerated)
-        facts = {"rows": result.spout_total("rows_read"), "planes": len(result.totals("op2"))}
+        facts = {"rows": result.spout_total("rows_read"), "planes": len(result.planes())}
         if self.first_rows_at is not None and self.complete_at is not None:
             # From the first poll that saw rows to the poll that saw completion (1 s polls).
             facts["processing_seconds"] = round(self.complete_at - self.first_rows_at, 2)

@@ -87,8 +87,19 @@ class FlightsResult:
         return _sum_dicts(s.get("errors", {}).get(role, {}) for s in self.sinks)
 
     def seen(self, role: str) -> int:
-        """Input tuples of ``role`` whose effect the sink has applied (all tasks)."""
+        """Input tuples of ``role`` whose effect the sink has applied (all tasks).
+
+        Only for plain operators: a keyed task's ``seen`` leads with its incarnation
+        (``incarnation * 10**12 + tuples``, so a restarted task's updates are not
+        stale), and its sum is no count; use :meth:`flights_in_totals` there.
+        """
         return sum(sum(s.get("seen", {}).get(role, {}).values()) for s in self.sinks)
+
+    def flights_in_totals(self, role: str) -> int:
+        """Flights the sink's ``role`` totals account for (op2: ``flights``; op3:
+        with and without air time; op4: samples), whatever the senders' ``seen``."""
+        columns = {"op2": (1,), "op3": (1, 2), "op4": (0,)}[role]
+        return sum(v[c] for v in self.totals(role).values() for c in columns)
 
     def totals(self, role: str) -> dict[tuple[str, int], tuple[int, ...]]:
         """Latest totals of ``role`` at the sink, by ``(key, year)``."""
@@ -165,6 +176,21 @@ def read_results(output_dir: str, since: float | None = None) -> FlightsResult:
     return result
 
 
+def progress_line(result: FlightsResult, unmet: list[str]) -> str:
+    """One line on a running job, every number a count of rows or flights:
+    rows the spout read, what op1 forwarded, the flights the sink's op2/op3 totals
+    cover and op4's samples, then the first unmet condition (or ``complete``)."""
+    forwarded, samples = result.out("op1"), result.out("op1", "sample")
+    return (
+        f"spout read {result.spout_total('rows_read')} rows; "
+        f"op1 forwarded {forwarded} of {result.tuples_in('op1')}; "
+        f"sink totals: op2 {result.flights_in_totals('op2')} and "
+        f"op3 {result.flights_in_totals('op3')} of {forwarded} flights, "
+        f"op4 {result.flights_in_totals('op4')} of {samples} samples; "
+        + (unmet[0] if unmet else "complete")
+    )
+
+
 def completeness(result: FlightsResult, keyed: frozenset[str] = frozenset()) -> list[str]:
     """Conditions (see the module docstring) not yet met; empty when complete.
 
@@ -185,7 +211,7 @@ def completeness(result: FlightsResult, keyed: frozenset[str] = frozenset()) -> 
     forwarded = result.out("op1")
     for role in ("op2", "op3"):
         if role in keyed:
-            flights = sum(v[1] for v in result.totals(role).values())
+            flights = result.flights_in_totals(role)
             if flights != forwarded:
                 unmet.append(f"sink has {role} totals for {flights} of {forwarded} flights")
         elif result.seen(role) != forwarded:
