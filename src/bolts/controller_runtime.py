@@ -169,7 +169,7 @@ class ControllerRuntime:
         if now - self._last_round < self.round_secs:
             return self._release()
         self._last_round = now
-        if not self.loaded and not self._load():
+        if not self.loaded and not self._load(now):
             return []
         records = list(self.watcher.live().values())
         if not records:
@@ -205,11 +205,13 @@ class ControllerRuntime:
         out, self.outbox = self.outbox, []
         return out
 
-    def _load(self) -> bool:
+    def _load(self, now: float) -> bool:
         """Take over what an earlier controller decided, once the store has read it.
 
         Until then this controller decides nothing: a restarted controller that
         acted on the start-up routing would order migrations from the wrong owners.
+        A predecessor that had allocated checkpoints was past its warm-up: this one
+        carries on from its allocation without warming up again.
         """
         status = self.store.status()
         if status is StoreStatus.CONFLICT:
@@ -217,9 +219,13 @@ class ControllerRuntime:
             return False
         if status is not StoreStatus.ONLINE:
             return False
-        resumed = resume(self.loop.controls, self.store.decisions(), self.loop.placement)
+        decisions = self.store.decisions()
+        resumed = resume(self.loop.controls, decisions, self.loop.placement)
         if resumed:
             log.warning("controller: resumed routing and holders of %s", resumed)
+        if decisions.checkpoints is not None:
+            self.loop.resume_warm(holders_allocation(self.loop.controls, self.loop.placement), now)
+            log.warning("controller: the topology was warm before the restart; no warm-up")
         self.loaded = True
         return True
 

@@ -326,6 +326,20 @@ class ControllerLoop:
         self._waiting_since: dict[KeyGroupId, float] = {}
         self._sample_start = 0.0
 
+    def resume_warm(self, allocation: Allocation, now: float) -> None:
+        """Carry on after a predecessor that had allocated checkpoints (so was warm).
+
+        The tasks kept running through the controller's restart, so there is no
+        start-up backlog to wait out: no second warm-up or settle period, and the
+        predecessor's ``allocation`` is the one later re-allocations re-optimize
+        (Madsen & Zhou 2015: lazily, past the threshold θ) instead of one made afresh
+        from a correlation with no samples yet.
+        """
+        self.running_since = now - max(self.settings.warmup, self.settings.settle_secs)
+        self._sample_start = now
+        self.allocation = allocation
+        self.allocated_at = now
+
     # -- one round ---------------------------------------------------------------------
     def round(self, records: Iterable[TaskRecord], now: float) -> Round:
         """Run one round on the live tasks' latest records (time ``now``, seconds)."""
@@ -353,7 +367,7 @@ class ControllerLoop:
                     continue
                 self._waiting_since.pop(move.key_group, None)
                 try:
-                    used, move_sends = self._order(move)
+                    used, move_sends = self._order(move, now)
                 except MigrationRefused as exc:
                     refused.append((move, str(exc)))
                     continue
@@ -494,10 +508,10 @@ class ControllerLoop:
         since = self._waiting_since.setdefault(kg, now)
         return now - since < self.settings.defer_secs
 
-    def _order(self, move: Move) -> tuple[Protocol, list[Send]]:
+    def _order(self, move: Move, now: float) -> tuple[Protocol, list[Send]]:
         control = self.controls[move.key_group.operator]
         target = self.placement.task_on(move.key_group.operator, move.target)
-        return control.migrate(move.key_group.index, target, _TO_WIRE[move.protocol])
+        return control.migrate(move.key_group.index, target, _TO_WIRE[move.protocol], now=now)
 
     def on_migration_done(self, operator: str, done: MigrationDone, now: float) -> bool:
         """Feed one end's report; True (and a metrics record) when the migration ended."""
