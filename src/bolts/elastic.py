@@ -164,8 +164,8 @@ def initial_routing(conf: Mapping[str, Any], operator: str, tasks: Iterable[int]
 
     Round robin over its tasks, or, if ``elastorm.initial_nodes`` names the
     operator (``{operator: [node index, ...]}``, node ``i`` = the operator's
-    ``i``-th task by id), over the tasks on those nodes only (seed 001 7.2 starts
-    each operator on one node).
+    ``i``-th task by id), over the tasks on those nodes only (Madsen & Zhou 2015,
+    section 7.2, the load-shift experiment, starts each operator on one node).
     """
     ordered = sorted(tasks)
     chosen = ordered

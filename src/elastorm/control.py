@@ -1,4 +1,5 @@
-"""The controller's side of the migration protocols, sans-IO (seed 001, sections 4-5).
+"""The controller's side of the migration protocols, sans-IO (Madsen & Zhou 2015,
+sections 4-5: the controller; state migration).
 
 ``MigrationController`` keeps the routing table, checkpoint holders and what each
 task reported, and turns an order ("move key group g to task t by CPA") or a
@@ -9,7 +10,8 @@ rules below are written once:
 * at most one migration of a key group at a time (wait for both ``MigrationDone``);
 * CPA / CPAL only to the group's holder, and only if it reported
   (``CheckpointStored``) the group's newest checkpoint since the group last
-  changed owner, else DIRECT (seed 001: the target must have the newest checkpoint);
+  changed owner, else DIRECT (Madsen & Zhou 2015: the target must hold the newest
+  checkpoint);
 * after a migration the old owner becomes the holder; after a restore, the next
   live task after the new owner does;
 * a crashed task restarts empty, with ``stale_through`` = the epoch at the crash;

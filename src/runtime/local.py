@@ -20,7 +20,15 @@ from pathlib import Path
 
 from runtime.config import ElastormConfig, env_nimbus
 from runtime.errors import UserError
-from runtime.services import LOOPBACK, Daemon, daemon_command, ensure_zookeeper, java_env, port_open
+from runtime.services import (
+    LOOPBACK,
+    Daemon,
+    daemon_command,
+    ensure_zookeeper,
+    java_env,
+    port_open,
+    stop,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +57,25 @@ def local_runner_daemon(cfg: ElastormConfig, port: int, zk_root: str) -> Daemon:
 def local_cluster(cfg: ElastormConfig, topology_jar: Path, timeout: float = 120.0):
     """Run a LocalCluster for the duration of the ``with`` block; yield Nimbus (host, port).
 
-    The JVM exits when its stdin closes, so it never outlives this process.
+    The JVM exits when its stdin closes, so it never outlives this process. A
+    ZooKeeper started here is stopped at the end; one already running (``elastorm
+    cluster up``'s) is left alone.
     """
     host, port = env_nimbus(cfg.project, LOCAL_ENV)
     if port_open(port, host):
         raise UserError(f"port {port} (envs.local.nimbus) is taken: is another local run active?")
-    ensure_zookeeper(cfg)
+    own_zookeeper = ensure_zookeeper(cfg)
+    try:
+        with _local_runner(cfg, topology_jar, host, port, timeout) as nimbus:
+            yield nimbus
+    finally:
+        if own_zookeeper and stop(cfg, "zookeeper"):
+            log.info("stopped the ZooKeeper this run started")
+
+
+@contextmanager
+def _local_runner(cfg: ElastormConfig, topology_jar: Path, host: str, port: int, timeout: float):
+    """The LocalRunner JVM for the ``with`` block; yields Nimbus (host, port)."""
     daemon = local_runner_daemon(cfg, port, f"/storm-local/{os.getpid()}-{int(time.time())}")
     cmd = daemon_command(cfg, daemon, first=(topology_jar,))
     cmd.insert(1, f"-Dstorm.jar={topology_jar}")

@@ -245,10 +245,11 @@ def zookeeper_daemon(
     )
 
 
-def ensure_zookeeper(cfg: ElastormConfig, timeout: float = 30.0) -> None:
-    """Start ZooKeeper unless one already answers on the configured port."""
+def ensure_zookeeper(cfg: ElastormConfig, timeout: float = 30.0) -> bool:
+    """Start ZooKeeper unless one already answers on the configured port; True if this
+    call started it (so the caller stops it when done: ``stop(cfg, "zookeeper")``)."""
     if zookeeper_ok(cfg.zookeeper_port):
-        return
+        return False
     daemon = zookeeper_daemon(cfg)
     pid = start(cfg, daemon)
     wait_until(
@@ -259,3 +260,4 @@ def ensure_zookeeper(cfg: ElastormConfig, timeout: float = 30.0) -> None:
         cfg.logs / "zookeeper.log",
     )
     log.info("ZooKeeper answers on %s:%d", LOOPBACK, cfg.zookeeper_port)
+    return True

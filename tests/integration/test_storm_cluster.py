@@ -11,10 +11,11 @@ import shutil
 import time
 
 import pytest
+from shared_cluster import cluster_up
 
 from runtime import cli, nimbus
-from runtime.cluster import down, status, up
-from runtime.config import env_nimbus, load_config
+from runtime.cluster import down, status
+from runtime.config import env_nimbus
 from runtime.drivers import ElasticFlightsDriver, FlightsDriver, SmokeDriver
 from runtime.errors import UserError
 from runtime.run import run_topology
@@ -24,13 +25,9 @@ from runtime.topology_jar import build_topology_jar
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    cfg = load_config()
-    down(cfg, wipe=True)  # no topology left over from an earlier, interrupted run
-    summary = up(cfg, supervisors=2)
-    yield cfg, summary
-    down(cfg, wipe=True)
+@pytest.fixture
+def cluster(storm_cluster):
+    return storm_cluster
 
 
 def test_cluster_runs_two_supervisors_as_two_nodes(cluster) -> None:
@@ -116,5 +113,5 @@ def test_run_against_a_stopped_cluster_fails_cleanly(cluster) -> None:
         with pytest.raises(UserError, match="unreachable"):
             run_topology(cfg, "cluster", SmokeDriver(10), timeout=30)
     finally:
-        up(cfg, supervisors=2)
+        cluster_up(cfg)
         time.sleep(1)

@@ -18,8 +18,6 @@ import time
 
 import pytest
 
-from runtime.cluster import down, up
-from runtime.config import load_config
 from runtime.drivers import ElasticCrashDriver
 from runtime.run import run_topology
 from runtime.shift_driver import ShiftDriver
@@ -27,13 +25,10 @@ from runtime.shift_driver import ShiftDriver
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster_with_room():
-    cfg = load_config()
-    down(cfg, wipe=True)
-    up(cfg, supervisors=2, slots=6)  # one worker per executor: 10 of them here
-    yield cfg
-    down(cfg, wipe=True)
+@pytest.fixture
+def cluster_with_room(storm_cluster):
+    """The shared cluster: six slots per supervisor, one worker per executor here."""
+    return storm_cluster[0]
 
 
 @pytest.mark.parametrize("victim", ["source", "target"])

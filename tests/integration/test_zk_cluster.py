@@ -46,7 +46,7 @@ from controller.zk.view import NodeLost, TaskJoined, TaskLeft
 from controller.zk.watcher import ClusterWatcher
 from elastorm.routing import RoutingTable
 from runtime.config import load_config
-from runtime.services import ensure_zookeeper
+from runtime.services import ensure_zookeeper, stop
 
 pytestmark = pytest.mark.integration
 
@@ -56,14 +56,16 @@ TICK = 2.0
 
 
 @pytest.fixture(scope="module")
-def settings() -> ZkSettings:
+def settings():
     cfg = load_config()
-    ensure_zookeeper(cfg)
-    return ZkSettings(
+    started = ensure_zookeeper(cfg)
+    yield ZkSettings(
         hosts=f"127.0.0.1:{cfg.zookeeper_port}",
         session_timeout=SESSION_TIMEOUT,
         heartbeat_interval=0.5,
     )
+    if started:
+        stop(cfg, "zookeeper")
 
 
 @pytest.fixture

@@ -1,0 +1,25 @@
+"""Fixtures shared by the integration tests.
+
+``storm_cluster``: one single-machine cluster (real ZooKeeper, Nimbus and two
+supervisors, each with six worker slots so a test can run one worker per executor)
+for every test module that needs it, started once per session: starting and wiping
+a cluster costs tens of seconds on two cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+from shared_cluster import cluster_up
+
+from runtime.cluster import down
+from runtime.config import load_config
+
+
+@pytest.fixture(scope="session")
+def storm_cluster():
+    """(config, the summary ``elastorm cluster up`` returned)."""
+    cfg = load_config()
+    down(cfg, wipe=True)  # nothing left over from an earlier, interrupted run
+    summary = cluster_up(cfg)
+    yield cfg, summary
+    down(cfg, wipe=True)
