@@ -255,24 +255,52 @@ def register_incarnation(client: KazooClient, topology: str, component: str, tas
         return count
 
 
+START_DEADLINE = 20.0
+"""Seconds a keyed task keeps trying ZooKeeper at start before it gives up (and dies,
+so Storm restarts it); below Storm's 30 s subprocess heartbeat timeout."""
+
+
+class StartUnknownError(RuntimeError):
+    """ZooKeeper did not answer at a keyed task's start: a first start cannot be told
+    from a restart, so the task must not start at all."""
+
+
 def task_start(
-    conf: Mapping[str, Any], component: str, task: int, operator: str
+    conf: Mapping[str, Any],
+    component: str,
+    task: int,
+    operator: str,
+    *,
+    deadline: float = START_DEADLINE,
+    client_factory=KazooClient,
 ) -> tuple[int, int]:
     """At a keyed task's start: (incarnation, controller epoch) from the topology's ZooKeeper.
 
-    ``(1, -1)`` when ZooKeeper cannot be reached (logged): the task then starts as
-    if for the first time.
+    Retries until ZooKeeper answers, for at most ``deadline`` s, then raises
+    ``StartUnknownError``. It never guesses: a restarted task that took itself for
+    a first start would claim its original key groups with empty state (lost
+    totals, two owners) and the controller would never restore them.
     """
-    client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
-    try:
-        client.start(timeout=10)
-        topology = str(conf["topology.name"])
-        incarnation = register_incarnation(client, topology, component, task)
-        status = read_status(client, topology, operator) if incarnation > 1 else None
-        return incarnation, int(status["epoch"]) if status else -1
-    except ZK_ERRORS as exc:
-        log.error("task %s: ZooKeeper unreachable at start (%s); assuming a first start", task, exc)
-        return 1, -1
-    finally:
-        client.stop()
-        client.close()
+    topology = str(conf["topology.name"])
+    give_up = time.monotonic() + deadline
+    attempt = 0
+    while True:
+        attempt += 1
+        client = client_factory(hosts=hosts_from_storm_conf(conf), timeout=6.0)
+        try:
+            client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
+            incarnation = register_incarnation(client, topology, component, task)
+            status = read_status(client, topology, operator) if incarnation > 1 else None
+            return incarnation, int(status["epoch"]) if status else -1
+        except ZK_ERRORS as exc:
+            if time.monotonic() >= give_up:
+                raise StartUnknownError(
+                    f"task {task} of {component}: ZooKeeper unreachable at start for "
+                    f"{deadline:.0f} s ({attempt} attempts, last: {exc!r}); cannot tell a "
+                    "first start from a restart, so not starting (Storm restarts the task)"
+                ) from None
+            log.warning("task %s: ZooKeeper unreachable at start (%r); retrying", task, exc)
+            time.sleep(0.5)
+        finally:
+            client.stop()
+            client.close()

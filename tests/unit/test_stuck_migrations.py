@@ -1,6 +1,8 @@
 """A migration or restore that cannot complete ends in a bounded time with a clear
 status: the controller reports it stuck once, naming the tasks it waits for, and the
-request board records that (and every other state) even across ZooKeeper hiccups."""
+request board records that (and every other state) even across ZooKeeper hiccups;
+and a keyed task whose start finds ZooKeeper slow retries, never guessing that it
+starts for the first time."""
 
 from __future__ import annotations
 
@@ -154,3 +156,67 @@ def test_withdraw_deletes_only_a_request_nobody_picked_up() -> None:
     board.start(name, protocol_used=Protocol.CPA, epoch=1, source=0, target=1)
     assert not withdraw_request(zk, "t", name)
     assert json.loads(zk.nodes[f"{board.path}/{name}"])["state"] == "started"
+
+
+# -- a keyed task's start never guesses "first start" ------------------------------------
+
+
+class StartZk:
+    """A kazoo client whose first ``failures`` starts time out."""
+
+    failures = 0
+    starts = 0
+    store: dict[str, bytes] = {}
+
+    def __init__(self, hosts, timeout) -> None:
+        pass
+
+    def start(self, timeout) -> None:
+        StartZk.starts += 1
+        if StartZk.starts <= StartZk.failures:
+            from kazoo.handlers.threading import KazooTimeoutError
+
+            raise KazooTimeoutError("Connection time-out")
+
+    def create(self, path, data, makepath=False):
+        from kazoo.exceptions import NodeExistsError
+
+        if path in self.store:
+            raise NodeExistsError()
+        self.store[path] = data
+
+    def get(self, path):
+        if path not in self.store:
+            raise NoNodeError()
+        return self.store[path], type("Stat", (), {"version": 0})()
+
+    def set(self, path, data, version=-1):
+        self.store[path] = data
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+CONF = {"topology.name": "t", "storm.zookeeper.servers": ["127.0.0.1"], "storm.zookeeper.port": 1}
+
+
+def test_a_restart_while_zookeeper_is_slow_is_still_a_restart() -> None:
+    from controller.requests_zk import task_start
+
+    StartZk.store, StartZk.starts, StartZk.failures = {}, 0, 0
+    assert task_start(CONF, "op", 7, "op", client_factory=StartZk) == (1, -1)
+    StartZk.store["/elastorm/t/status/op"] = json.dumps({"epoch": 12}).encode()
+    StartZk.failures = StartZk.starts + 2  # the restart's first two tries time out
+    assert task_start(CONF, "op", 7, "op", deadline=30, client_factory=StartZk) == (2, 12)
+
+
+def test_no_zookeeper_at_start_is_an_error_not_a_first_start() -> None:
+    from controller.requests_zk import StartUnknownError, task_start
+
+    StartZk.store, StartZk.starts, StartZk.failures = {}, 0, 10**6
+    with pytest.raises(StartUnknownError, match="cannot tell a first start from a restart"):
+        task_start(CONF, "op", 7, "op", deadline=1.2, client_factory=StartZk)
+    assert StartZk.starts >= 2  # it retried before giving up
