@@ -4,9 +4,9 @@ Issue 12's cluster tests failed on a fresh 2-core machine whose load average was
 near 50; this tells a stall from slowness by running them on purpose under load:
 
     .venv/bin/python bench/tests_under_load.py --runs 10 --hogs 2 \\
-        tests/integration/test_storm_cluster.py::test_elastic_flights_with_migrations_on_cluster_matches_pandas \\
-        "tests/integration/test_storm_crash.py::test_task_killed_mid_migration_comes_back_from_its_checkpoint[source]" \\
-        tests/integration/test_storm_crash.py::test_a_killed_controller_resumes_from_its_persisted_decisions
+        -k "elastic_flights_with_migrations or (killed_mid_migration and source) \\
+            or killed_controller" \\
+        tests/integration/test_storm_cluster.py tests/integration/test_storm_crash.py
 
 Each run is one pytest session over all the given tests (they share one cluster).
 ``--hogs N`` starts N processes that spin on the CPU for the whole time. Prints
@@ -43,7 +43,8 @@ def _loadavg() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("tests", nargs="+", help="pytest node ids")
+    parser.add_argument("tests", nargs="+", help="pytest node ids or files")
+    parser.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
     parser.add_argument("--runs", type=int, default=10, help="pytest sessions (default 10)")
     parser.add_argument("--hogs", type=int, default=2, help="CPU-spinning processes (default 2)")
     parser.add_argument(
@@ -65,7 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(1, args.runs + 1):
             started = time.monotonic()
             proc = subprocess.run(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args.tests],
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "-q",
+                    *(["-k", args.keyword] if args.keyword else []),
+                    *args.tests,
+                ],
                 cwd=ROOT,
                 capture_output=True,
                 text=True,
@@ -79,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 "run": run,
                 "hogs": args.hogs,
                 "tests": args.tests,
+                "keyword": args.keyword,
                 "exit": proc.returncode,
                 "passed": passed,
                 "failed": failed,
