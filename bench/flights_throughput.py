@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from jobs.flights_reference import default_flights_path  # noqa: E402
+from jobs.flights_schema import default_flights_path  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.drivers import ElasticFlightsDriver, FlightsDriver  # noqa: E402
 from runtime.run import run_topology  # noqa: E402

@@ -32,8 +32,12 @@ from elastorm.actions import Send  # noqa: E402
 from elastorm.migration.coordinator import TaskCoordinator  # noqa: E402
 from elastorm.migration.emitter import Emitter  # noqa: E402
 from elastorm.routing import RoutingTable  # noqa: E402
-from jobs.flights_reference import default_flights_path  # noqa: E402
-from spouts.flights import column_index, open_rows, parse_row  # noqa: E402
+from jobs.flights_schema import (  # noqa: E402
+    column_index,
+    default_flights_path,
+    open_rows,
+    parse_row,
+)
 
 
 def load(n: int) -> list[tuple[str, list]]:

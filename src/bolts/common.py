@@ -23,6 +23,8 @@ from typing import Any
 
 from streamparse import Bolt
 
+from jobs.flights_schema import LIMIT_KEY, FlightsConfigError
+
 OUTPUT_DIR_KEY = "elastorm.output_dir"
 COUNTS_INTERVAL_KEY = "elastorm.counts_interval_secs"
 DEFAULT_COUNTS_INTERVAL = 1.0
@@ -31,10 +33,6 @@ COUNTS_CHECK_EVERY = 4096  # tuples between clock reads when no tick arrives
 ERRORS_STREAM = "errors"
 ERROR_FIELDS = ["id", "role", "reason", "detail"]
 DETAIL_MAX_CHARS = 200
-
-
-class FlightsConfigError(ValueError):
-    """A required Storm config key is missing or has a bad value."""
 
 
 def required_output_dir(conf: Mapping[str, Any]) -> str:
@@ -268,8 +266,6 @@ def env_int(name: str, default: int, minimum: int = 1) -> int:
 def flights_topology_config() -> dict[str, object]:
     """Topology config of the flights jobs: 1 s ticks, plus output dir and row limit
     from ``ELASTORM_OUTPUT_DIR`` / ``ELASTORM_FLIGHTS_LIMIT`` when set at submit."""
-    from spouts.flights import LIMIT_KEY
-
     config: dict[str, object] = {"topology.tick.tuple.freq.secs": TICK_SECS}
     if os.environ.get("ELASTORM_OUTPUT_DIR"):
         config[OUTPUT_DIR_KEY] = os.path.abspath(os.environ["ELASTORM_OUTPUT_DIR"])

@@ -34,7 +34,7 @@ from bolts.common import (
     error_detail,
     write_json_atomic,
 )
-from spouts.flights import TUPLE_FIELDS
+from jobs.flights_schema import TUPLE_FIELDS
 
 SAMPLE_STREAM = "sample"
 UPDATE_FIELDS = ["role", "seen", "updates", "ids"]

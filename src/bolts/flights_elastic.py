@@ -40,7 +40,7 @@ from bolts.flights import (
 from elastorm.actions import Applied, MigrationDone, Rejected
 from elastorm.errors import MigrationProtocolError
 from elastorm.outputs import LatestValues
-from spouts.flights import TUPLE_FIELDS
+from jobs.flights_schema import TUPLE_FIELDS
 
 OP1 = "extract_delays"
 OP2 = "sum_delays"

@@ -1,8 +1,9 @@
 """Expected results of the flights job, computed with pandas over the same file.
 
 The reference shares the job's *row rules* (what is malformed, what is NA: the
-small pure helpers of ``spouts.flights``) but none of its aggregation path: it
-reads the whole file with ``pandas.read_csv`` and aggregates with ``groupby``.
+pure module ``jobs.flights_schema``, which the spout uses too) but none of its
+aggregation path: it reads the whole file with ``pandas.read_csv`` and
+aggregates with ``groupby``. It never imports streamparse or Storm.
 
 Run ``PYTHONPATH=src python3 -m jobs.flights_reference [--limit N]`` to print it.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from spouts.flights import (
+from jobs.flights_schema import (
     MALFORMED_REASONS,
     NA_TOKENS,
     default_flights_path,

