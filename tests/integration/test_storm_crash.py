@@ -13,6 +13,7 @@ controller resumes from the decisions it persisted in ZooKeeper).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -45,28 +46,37 @@ def test_task_killed_mid_migration_comes_back_from_its_checkpoint(
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary
 
 
-def _controller_pids() -> set[int]:
+def _controller_pids(home: str) -> set[int]:
+    """The shift controller's Python processes of this checkout's cluster (a worker's
+    subprocess runs in that worker's directory under ``home``), not another's."""
     import subprocess
 
     out = subprocess.run(
         ["pgrep", "-f", "bolts.shift.ShiftController"], capture_output=True, text=True
     ).stdout
-    return {int(p) for p in out.split()}
+    ours = set()
+    for pid in (int(p) for p in out.split()):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(home):
+                ours.add(pid)
+        except OSError:  # gone meanwhile
+            pass
+    return ours
 
 
 class KillController(threading.Thread):
     """kill -9 the controller bolt's Python process once it has allocated checkpoints."""
 
-    def __init__(self, output_dir: str) -> None:
+    def __init__(self, output_dir: str, home: str) -> None:
         super().__init__(daemon=True)
         self.output_dir = output_dir
+        self.home = home
         self.killed: int | None = None
         self.came_back: set[int] = set()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         import json
-        import os
         import signal
 
         path = os.path.join(self.output_dir, "controller-metrics.json")
@@ -83,14 +93,14 @@ class KillController(threading.Thread):
                     raise TimeoutError("the controller never allocated checkpoints")
                 time.sleep(0.5)
             time.sleep(3)  # the store writes behind: let it reach ZooKeeper
-            (pid,) = _controller_pids()
+            (pid,) = _controller_pids(self.home)
             os.kill(pid, signal.SIGKILL)
             self.killed = pid
             while not self.came_back:
                 if time.monotonic() > deadline + 60:
                     raise TimeoutError("Storm did not restart the controller")
                 time.sleep(0.5)
-                self.came_back = _controller_pids() - {pid}
+                self.came_back = _controller_pids(self.home) - {pid}
         except BaseException as exc:  # reported by the test
             self.error = exc
 
@@ -101,7 +111,7 @@ def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_r
     worker, the new controller loads routing and holders from ZooKeeper and carries on."""
     out = tmp_path / "run"
     out.mkdir()
-    killer = KillController(str(out))
+    killer = KillController(str(out), str(cluster_with_room.home))
     killer.start()
     driver = ShiftDriver(
         "correlated",
