@@ -99,9 +99,13 @@ def up(cfg: ElastormConfig, supervisors: int | None = None, slots: int | None = 
     """Bring the cluster up (idempotent) and wait until Nimbus sees every supervisor."""
     from runtime.nimbus import cluster_summary
 
+    count = cfg.cluster_supervisors if supervisors is None else supervisors
+    if count < 1:
+        raise UserError(f"--supervisors must be at least 1, got {count}")
+    if slots is not None and slots < 1:
+        raise UserError(f"slots per supervisor must be at least 1, got {slots}")
     ensure_storm_home(cfg)
     host, port = env_nimbus(cfg.project, CLUSTER_ENV)
-    count = supervisors or cfg.cluster_supervisors
     ensure_zookeeper(cfg)
     nimbus = nimbus_daemon(cfg, port)
     pid = start(cfg, nimbus)

@@ -123,3 +123,12 @@ def test_verbose_shows_the_traceback_and_still_exits_2(project: Path, monkeypatc
     err = capsys.readouterr().err
     assert "Traceback" in err
     assert err.strip().splitlines()[-1] == "elastorm cluster: error: RuntimeError: boom"
+
+
+def test_cluster_up_with_no_supervisors_is_refused_before_starting_anything(
+    project: Path, capsys
+) -> None:
+    assert cli.main(["cluster", "up", "--supervisors", "-1"]) == 2
+    line = _one_error_line(capsys.readouterr().err, "cluster")
+    assert line.endswith("--supervisors must be at least 1, got -1")
+    assert not (project / ".elastorm").exists()  # no Storm home, no daemon
