@@ -10,22 +10,11 @@ import glob
 import json
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from runtime.errors import UserError
-
-Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
-    """What a finished run printed and whether its check passed."""
-
-    summary: str
-    ok: bool
-    facts: dict[str, Any]
+from runtime.outcome import Outcome, Progress
+from runtime.shift_driver import FlightsLoadDriver, ShiftDriver
 
 
 class FlightsDriver:
@@ -401,12 +390,8 @@ def driver_for(topology: str, limit: int | None, *, strategy: str = "correlated"
     if topology == "smoke":
         return SmokeDriver(limit or 1000)
     if topology == "shift":
-        from runtime.shift_driver import ShiftDriver
-
         return ShiftDriver(strategy)
     if topology == "flights_load":
-        from runtime.shift_driver import FlightsLoadDriver
-
         return FlightsLoadDriver(strategy)
     raise UserError(
         f"unknown topology {topology!r} "

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from runtime import nimbus
 from runtime.config import ElastormConfig, env_nimbus
-from runtime.drivers import FlightsDriver, Outcome, SmokeDriver
+from runtime.drivers import FlightsDriver, SmokeDriver
 from runtime.local import LOCAL_ENV, local_cluster
+from runtime.outcome import Outcome
 from runtime.storm_home import ensure_storm_home
 from runtime.topology_jar import build_topology_jar
 

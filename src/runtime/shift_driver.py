@@ -18,8 +18,8 @@ import os
 import time
 from typing import Any
 
-from runtime.drivers import Outcome, Progress
 from runtime.errors import UserError
+from runtime.outcome import Outcome, Progress
 
 STRATEGIES = ("none", "baseline", "even", "correlated")
 

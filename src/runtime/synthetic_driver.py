@@ -44,8 +44,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.drivers import Outcome, Progress
 from runtime.errors import UserError
+from runtime.outcome import Outcome, Progress
 
 OPERATOR = "counter"
 BUCKET_SECS = 0.1  # bolts.synthetic.BUCKET_SECS (not imported: no streamparse here)
