@@ -12,7 +12,7 @@ import pytest
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError
 
 from controller.requests import MigrationRequest, RequestState, decode_request, encode_request
-from controller.requests_zk import RequestBoard, withdraw_request
+from controller.requests_zk import RequestBoard
 from elastorm.keygroups import key_group
 from elastorm.messages import Protocol
 from elastorm.sim import Cluster
@@ -150,6 +150,8 @@ def test_stuck_is_recorded_with_its_reason_and_done_may_follow() -> None:
 
 
 def test_withdraw_deletes_only_a_request_nobody_picked_up() -> None:
+    from controller.requests_zk import withdraw_request
+
     zk, board, name = board_with_request()
     assert withdraw_request(zk, "t", name) and f"{board.path}/{name}" not in zk.nodes
     zk, board, name = board_with_request()
