@@ -266,27 +266,22 @@ class StartUnknownError(RuntimeError):
 
 
 def task_start(
-    conf: Mapping[str, Any],
-    component: str,
-    task: int,
-    operator: str,
-    *,
-    deadline: float = START_DEADLINE,
-    client_factory=KazooClient,
+    conf: Mapping[str, Any], component: str, task: int, operator: str
 ) -> tuple[int, int]:
     """At a keyed task's start: (incarnation, controller epoch) from the topology's ZooKeeper.
 
-    Retries until ZooKeeper answers, for at most ``deadline`` s, then raises
+    Retries until ZooKeeper answers, for at most ``START_DEADLINE`` s, then raises
     ``StartUnknownError``. It never guesses: a restarted task that took itself for
     a first start would claim its original key groups with empty state (lost
     totals, two owners) and the controller would never restore them.
     """
     topology = str(conf["topology.name"])
+    deadline = START_DEADLINE
     give_up = time.monotonic() + deadline
     attempt = 0
     while True:
         attempt += 1
-        client = client_factory(hosts=hosts_from_storm_conf(conf), timeout=6.0)
+        client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
         try:
             client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
             incarnation = register_incarnation(client, topology, component, task)

@@ -205,20 +205,23 @@ class StartZk:
 CONF = {"topology.name": "t", "storm.zookeeper.servers": ["127.0.0.1"], "storm.zookeeper.port": 1}
 
 
-def test_a_restart_while_zookeeper_is_slow_is_still_a_restart() -> None:
-    from controller.requests_zk import task_start
+def test_a_restart_while_zookeeper_is_slow_is_still_a_restart(monkeypatch) -> None:
+    import controller.requests_zk as rzk
 
+    monkeypatch.setattr(rzk, "KazooClient", StartZk)
     StartZk.store, StartZk.starts, StartZk.failures = {}, 0, 0
-    assert task_start(CONF, "op", 7, "op", client_factory=StartZk) == (1, -1)
+    assert rzk.task_start(CONF, "op", 7, "op") == (1, -1)
     StartZk.store["/elastorm/t/status/op"] = json.dumps({"epoch": 12}).encode()
     StartZk.failures = StartZk.starts + 2  # the restart's first two tries time out
-    assert task_start(CONF, "op", 7, "op", deadline=30, client_factory=StartZk) == (2, 12)
+    assert rzk.task_start(CONF, "op", 7, "op") == (2, 12)
 
 
-def test_no_zookeeper_at_start_is_an_error_not_a_first_start() -> None:
-    from controller.requests_zk import StartUnknownError, task_start
+def test_no_zookeeper_at_start_is_an_error_not_a_first_start(monkeypatch) -> None:
+    import controller.requests_zk as rzk
 
+    monkeypatch.setattr(rzk, "KazooClient", StartZk)
+    monkeypatch.setattr(rzk, "START_DEADLINE", 1.2)
     StartZk.store, StartZk.starts, StartZk.failures = {}, 0, 10**6
-    with pytest.raises(StartUnknownError, match="cannot tell a first start from a restart"):
-        task_start(CONF, "op", 7, "op", deadline=1.2, client_factory=StartZk)
+    with pytest.raises(rzk.StartUnknownError, match="cannot tell a first start from a restart"):
+        rzk.task_start(CONF, "op", 7, "op")
     assert StartZk.starts >= 2  # it retried before giving up
