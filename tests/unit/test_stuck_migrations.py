@@ -225,3 +225,25 @@ def test_no_zookeeper_at_start_is_an_error_not_a_first_start(monkeypatch) -> Non
     with pytest.raises(rzk.StartUnknownError, match="cannot tell a first start from a restart"):
         rzk.task_start(CONF, "op", 7, "op")
     assert StartZk.starts >= 2  # it retried before giving up
+
+
+def test_migrate_against_a_killed_topology_refuses_at_once_and_requests_nothing() -> None:
+    from runtime.errors import UserError
+    from runtime.migrate import request_migration
+
+    class DeadTopologyZk(FlakyZk):
+        created: list[str] = []
+
+        def exists(self, path):
+            return None  # no controller/alive znode: its session ended with the topology
+
+        def ensure_path(self, path):
+            self.created.append(path)
+
+        def create(self, path, data=b"", **kwargs):
+            self.created.append(path)
+
+    zk = DeadTopologyZk()
+    with pytest.raises(UserError, match="controller of t/op is not running"):
+        request_migration(zk, "t", "op", 3, "holder", Protocol.CPA, timeout=60)
+    assert zk.created == []
