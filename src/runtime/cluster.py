@@ -104,6 +104,12 @@ def up(cfg: ElastormConfig, supervisors: int | None = None, slots: int | None = 
         raise UserError(f"--supervisors must be at least 1, got {count}")
     if slots is not None and slots < 1:
         raise UserError(f"slots per supervisor must be at least 1, got {slots}")
+    if zookeeper_ok(cfg.zookeeper_port) and running_pid(cfg, "zookeeper") is None:
+        raise UserError(
+            f"a ZooKeeper this project did not start answers on {LOOPBACK}:{cfg.zookeeper_port} "
+            f"(no pid file in {cfg.run}): the cluster would share its state and `cluster down "
+            "--wipe` could not clear it; stop that ZooKeeper or set elastorm.zookeeper_port"
+        )
     ensure_storm_home(cfg)
     host, port = env_nimbus(cfg.project, CLUSTER_ENV)
     ensure_zookeeper(cfg)

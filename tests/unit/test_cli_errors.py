@@ -132,3 +132,37 @@ def test_cluster_up_with_no_supervisors_is_refused_before_starting_anything(
     line = _one_error_line(capsys.readouterr().err, "cluster")
     assert line.endswith("--supervisors must be at least 1, got -1")
     assert not (project / ".elastorm").exists()  # no Storm home, no daemon
+
+
+def test_cluster_up_refuses_a_zookeeper_it_did_not_start(project: Path, capsys) -> None:
+    """Another checkout's (or a leftover) ZooKeeper on our port: its Storm state would
+    leak into this cluster and `down --wipe` could not clear it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    raw = json.loads((project / "config.json").read_text())
+    raw["elastorm"]["zookeeper_port"] = port
+    (project / "config.json").write_text(json.dumps(raw))
+    stop = threading.Event()
+
+    def answer_srvr() -> None:  # what a serving ZooKeeper says to `srvr`
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(16)
+                conn.sendall(b"Zookeeper version: 3.8.4\nMode: standalone\n")
+
+    thread = threading.Thread(target=answer_srvr, daemon=True)
+    thread.start()
+    try:
+        assert cli.main(["cluster", "up"]) == 2
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    line = _one_error_line(capsys.readouterr().err, "cluster")
+    assert f"a ZooKeeper this project did not start answers on 127.0.0.1:{port}" in line
+    assert not (project / ".elastorm" / "storm-2.8.3").exists()  # refused before setup
