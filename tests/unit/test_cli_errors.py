@@ -4,39 +4,24 @@ nothing, or something that is not Nimbus, listens)."""
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import threading
 from pathlib import Path
 
 import pytest
+from project_copy import copy_project, edit_config, free_port, serving
 
 from runtime import cli, cluster_cmd
-
-PROJECT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    """A loopback port nothing listens on (in config.json's allowed range)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if 1024 <= port <= 65000:
-            return port
 
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch) -> Path:
     """A copy of the project whose ZooKeeper and cluster Nimbus ports are unused."""
-    for name in ("config.json", "project.clj"):
-        shutil.copy(PROJECT / name, tmp_path / name)
-    (tmp_path / "jvm").mkdir()
-    shutil.copy(PROJECT / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
-    raw = json.loads((tmp_path / "config.json").read_text())
-    raw["elastorm"]["zookeeper_port"] = _free_port()
-    raw["envs"]["cluster"]["nimbus"] = f"127.0.0.1:{_free_port()}"
-    (tmp_path / "config.json").write_text(json.dumps(raw))
+    copy_project(tmp_path)
+
+    def unused_ports(raw: dict) -> None:
+        raw["elastorm"]["zookeeper_port"] = free_port()
+        raw["envs"]["cluster"]["nimbus"] = f"127.0.0.1:{free_port()}"
+
+    edit_config(tmp_path, unused_ports)
     monkeypatch.setenv("ELASTORM_PROJECT", str(tmp_path))
     return tmp_path
 
@@ -73,30 +58,9 @@ def test_cluster_status_json_still_prints_json_and_exits_2(project: Path, capsys
 
 def test_cluster_status_against_a_port_that_is_not_nimbus_exits_2(project: Path, capsys) -> None:
     """Something accepts on the Nimbus port and hangs up: one line, not a Thrift traceback."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    raw = json.loads((project / "config.json").read_text())
-    raw["envs"]["cluster"]["nimbus"] = f"127.0.0.1:{port}"
-    (project / "config.json").write_text(json.dumps(raw))
-    stop = threading.Event()
-
-    def hang_up() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            conn.close()
-
-    thread = threading.Thread(target=hang_up, daemon=True)
-    thread.start()
-    try:
+    with serving(lambda conn: None) as port:
+        edit_config(project, lambda raw: raw["envs"]["cluster"].update(nimbus=f"127.0.0.1:{port}"))
         assert cli.main(["cluster", "status"]) == 2
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
     line = _one_error_line(capsys.readouterr().err, "cluster")
     assert f"Nimbus at 127.0.0.1:{port} did not answer getClusterInfo" in line
 
@@ -137,32 +101,14 @@ def test_cluster_up_with_no_supervisors_is_refused_before_starting_anything(
 def test_cluster_up_refuses_a_zookeeper_it_did_not_start(project: Path, capsys) -> None:
     """Another checkout's (or a leftover) ZooKeeper on our port: its Storm state would
     leak into this cluster and `down --wipe` could not clear it."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    raw = json.loads((project / "config.json").read_text())
-    raw["elastorm"]["zookeeper_port"] = port
-    (project / "config.json").write_text(json.dumps(raw))
-    stop = threading.Event()
 
-    def answer_srvr() -> None:  # what a serving ZooKeeper says to `srvr`
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.recv(16)
-                conn.sendall(b"Zookeeper version: 3.8.4\nMode: standalone\n")
+    def answer_srvr(conn) -> None:  # what a serving ZooKeeper says to `srvr`
+        conn.recv(16)
+        conn.sendall(b"Zookeeper version: 3.8.4\nMode: standalone\n")
 
-    thread = threading.Thread(target=answer_srvr, daemon=True)
-    thread.start()
-    try:
+    with serving(answer_srvr) as port:
+        edit_config(project, lambda raw: raw["elastorm"].update(zookeeper_port=port))
         assert cli.main(["cluster", "up"]) == 2
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
     line = _one_error_line(capsys.readouterr().err, "cluster")
     assert f"a ZooKeeper this project did not start answers on 127.0.0.1:{port}" in line
     assert not (project / ".elastorm" / "storm-2.8.3").exists()  # refused before setup

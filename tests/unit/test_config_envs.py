@@ -4,32 +4,24 @@ other command) with one line naming the env and the key (no servers involved).""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from project_copy import PROJECT, copy_project, edit_config
 
 from runtime import cli
 from runtime.config import check_envs, load_config
 from runtime.errors import UserError
 
-PROJECT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch) -> Path:
-    for name in ("config.json", "project.clj"):
-        shutil.copy(PROJECT / name, tmp_path / name)
-    (tmp_path / "jvm").mkdir()
-    shutil.copy(PROJECT / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
+    copy_project(tmp_path)
     monkeypatch.setenv("ELASTORM_PROJECT", str(tmp_path))
     return tmp_path
 
 
-def _edit(project: Path, change) -> None:
-    raw = json.loads((project / "config.json").read_text())
-    change(raw)
-    (project / "config.json").write_text(json.dumps(raw))
+_edit = edit_config
 
 
 def test_shipped_envs_are_valid() -> None:

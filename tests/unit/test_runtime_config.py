@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
+from project_copy import PROJECT, copy_project, edit_config
 
 from runtime import cli
 from runtime.config import DEFAULTS, check_storm_versions, env_nimbus, load_config
 from runtime.errors import UserError
 
-PROJECT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A copy of the project's config files to break."""
-    shutil.copy(PROJECT / "config.json", tmp_path / "config.json")
-    shutil.copy(PROJECT / "project.clj", tmp_path / "project.clj")
-    (tmp_path / "jvm").mkdir()
-    shutil.copy(PROJECT / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
-    return tmp_path
+    return copy_project(tmp_path)
 
 
-def _edit(project: Path, change) -> None:
-    raw = json.loads((project / "config.json").read_text())
-    change(raw)
-    (project / "config.json").write_text(json.dumps(raw))
+_edit = edit_config
 
 
 def test_shipped_config_is_valid_and_pins_one_storm_version() -> None:
