@@ -325,18 +325,23 @@ class ControllerLoop:
         self._pending_rounds = 0
         self._waiting_since: dict[KeyGroupId, float] = {}
         self._sample_start = 0.0
+        self._quiet_until = -math.inf  # no decisions before (see resume_warm)
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
 
         The tasks kept running through the controller's restart, so there is no
-        start-up backlog to wait out: no second warm-up or settle period, and the
-        predecessor's ``allocation`` is the one later re-allocations re-optimize
-        (Madsen & Zhou 2015: lazily, past the threshold θ) instead of one made afresh
-        from a correlation with no samples yet.
+        start-up backlog to wait out: no second warm-up, and the predecessor's
+        ``allocation`` is the one later re-allocations re-optimize (Madsen & Zhou 2015:
+        lazily, past the threshold θ) instead of one made afresh from a correlation
+        with no samples yet. It decides nothing for ``settle_secs``, though: which
+        holder has a group's newest checkpoint is known only from the holders'
+        reports, which this controller has not heard yet (ordering at once made
+        every move direct).
         """
         self.running_since = now - max(self.settings.warmup, self.settings.settle_secs)
         self._sample_start = now
+        self._quiet_until = now + self.settings.settle_secs
         self.allocation = allocation
         self.allocated_at = now
 
@@ -445,7 +450,11 @@ class ControllerLoop:
         Nothing is decided before: a start-up backlog looks like overload (a real
         run moved three key groups directly in its first second).
         """
-        return self.running_since is not None and now - self.running_since >= self.settings.warmup
+        return (
+            self.running_since is not None
+            and now - self.running_since >= self.settings.warmup
+            and now >= self._quiet_until
+        )
 
     def _rates(self, records: Iterable[TaskRecord]) -> dict[KeyGroupId, float]:
         rates: dict[KeyGroupId, float] = {}
