@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob
 import json
-import logging
 import os
 import time
 from typing import Any
@@ -16,8 +15,6 @@ from typing import Any
 from runtime.errors import UserError
 from runtime.outcome import Outcome, Progress
 from runtime.shift_driver import FlightsLoadDriver, ShiftDriver
-
-log = logging.getLogger(__name__)
 
 
 class FlightsDriver:
@@ -270,7 +267,6 @@ class ElasticCrashDriver(ElasticFlightsDriver):
     # Tuples in flight to the killed task reach its new, empty life and are rejected;
     # they are replayed from the emitters' buffers to the group's new owner.
     tolerated = {"op2": {"rejected"}}
-    KILL_ATTEMPTS = 5
 
     def __init__(self, limit: int | None = None, victim: str = "source", **kwargs: Any) -> None:
         super().__init__(limit, script=self.DEFAULT_SCRIPT, **kwargs)
@@ -318,18 +314,22 @@ class ElasticCrashDriver(ElasticFlightsDriver):
 
         if self._client is None:
             self._client = connect(self.zk_hosts)
-        # A CPAL can finish between two looks at its request on a loaded machine; then
-        # the kill would not be mid-migration: try again with another group.
-        for attempt in range(self.KILL_ATTEMPTS):
-            group = (index * 7 + 3 + attempt * 5) % self.key_groups
-            status = wait_until_movable(
-                self._client,
-                self.topology,
-                "sum_delays",
-                group,
-                assisted=True,
-                timeout=self.migration_timeout,
-            )
+        group = (index * 7 + 3) % self.key_groups
+        status = wait_until_movable(
+            self._client,
+            self.topology,
+            "sum_delays",
+            group,
+            assisted=True,
+            timeout=self.migration_timeout,
+        )
+        # A CPAL can complete in 20-30 ms, faster than a kill lands once the request
+        # reads "started" (seen on a loaded machine). So the victim is frozen first: a
+        # frozen end cannot report MigrationDone, and the kill is mid-migration for sure.
+        victim = status["owners"][group] if self.victim == "source" else status["holders"][group]
+        pid = self._pid_of("sum_delays", int(victim))
+        os.kill(pid, signal.SIGSTOP)
+        try:
             request = MigrationRequest(
                 operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
             )
@@ -341,18 +341,12 @@ class ElasticCrashDriver(ElasticFlightsDriver):
                 if time.monotonic() > deadline:
                     raise UserError(f"request {name} never started")
                 time.sleep(0.02)
-            if current.state is RequestState.STARTED:
-                break
-            if current.state is not RequestState.DONE:
+            if current.state not in (RequestState.STARTED, RequestState.STUCK):
                 raise UserError(f"request {name}: {current.state.value} ({current.detail})")
-            log.warning("%s finished before the kill could land (attempt %d)", name, attempt + 1)
-        else:
-            raise UserError(
-                f"{self.KILL_ATTEMPTS} CPAL migrations all finished before a kill could land"
-            )
-        victim = current.source if self.victim == "source" else current.target
-        pid = self._pid_of("sum_delays", int(victim))
-        os.kill(pid, signal.SIGKILL)
+            if int(victim) not in (current.source, current.target):
+                raise UserError(f"request {name} moved task {current.source} -> {current.target}")
+        finally:
+            os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
         # Refused once the restarted task reports and its groups are restored; reported
         # stuck meanwhile if that takes longer than elastorm.migration_timeout_secs.
