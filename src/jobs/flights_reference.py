@@ -27,7 +27,9 @@ from jobs.flights_schema import (
 )
 
 _BAD = object()  # a value that is neither an integer nor NA
-_TOO_MANY_FIELDS = "\x00too-many-fields"
+# Not NUL-led: pandas 2.x hashes object strings as C strings, so "\x00..." and "" became
+# one value in ``unique()`` and an empty time_hour went unflagged (pandas 3 is right).
+_TOO_MANY_FIELDS = "\ufffftoo-many-fields"
 
 
 def minutes_in_year(year: int) -> int:

@@ -34,8 +34,16 @@ pytestmark = pytest.mark.integration
 OUTAGE = 20.0
 
 
+# CPU per tuple of the counters here: at the default 400 us, op2's whole load (800
+# tuples/s) needs 0.32 of a core, just above the 0.3 its node's 70% external load
+# leaves it, so a quiet, fast machine never overloaded node2 within the run (seen on a
+# fresh-clone CI run: 0 migrations). At 700 us node2 overloads once op2 has a bit over
+# half the load (about 54 s in), on any machine; a slower one overloads it sooner.
+WORK_US = 700
+
+
 def test_correlated_allocation_makes_every_migration_checkpoint_assisted() -> None:
-    driver = ShiftDriver("correlated", duration=85)
+    driver = ShiftDriver("correlated", duration=85, extra={"elastorm.shift.work_us": WORK_US})
     outcome = run_topology(load_config(), "local", driver, timeout=400)
     facts = outcome.facts
     assert outcome.ok, outcome.summary  # every tuple counted exactly once
