@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from controller.allocation import (
+from elastorm.controller.allocation import (
     AllocationSpec,
     allocation_score,
     baseline_allocation,
@@ -30,7 +30,7 @@ from controller.allocation import (
     even_allocation,
     optimal_allocation,
 )
-from controller.synthetic import synthetic_cluster
+from elastorm.controller.synthetic import synthetic_cluster
 
 
 def best_of(fn, repeat):

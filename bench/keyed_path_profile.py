@@ -26,18 +26,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from bolts.elastic import from_wire, to_wire  # noqa: E402
 from bolts.flights_elastic import add_delay  # noqa: E402
-from elastorm.actions import Send  # noqa: E402
-from elastorm.migration.coordinator import TaskCoordinator  # noqa: E402
-from elastorm.migration.emitter import Emitter  # noqa: E402
-from elastorm.routing import RoutingTable  # noqa: E402
-from jobs.flights_schema import (  # noqa: E402
+from elastorm.core.actions import Send  # noqa: E402
+from elastorm.core.migration.coordinator import TaskCoordinator  # noqa: E402
+from elastorm.core.migration.emitter import Emitter  # noqa: E402
+from elastorm.core.routing import RoutingTable  # noqa: E402
+from elastorm.examples.flights_schema import (  # noqa: E402
     column_index,
     default_flights_path,
     open_rows,
     parse_row,
 )
+from elastorm.storm.elastic import from_wire, to_wire  # noqa: E402
 
 
 def load(n: int) -> list[tuple[str, list]]:

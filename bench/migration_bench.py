@@ -6,7 +6,7 @@ Usage::
 
     .venv/bin/python bench/migration_bench.py [--quick] [--repeats R] [--json PATH] [--plots DIR]
 
-One LocalCluster run of ``topologies/synthetic.py`` (``runtime.synthetic_driver``):
+One LocalCluster run of ``topologies/synthetic.py`` (``elastorm.runtime.synthetic_driver``):
 a rate-limited spout, a pass-through emitter, a counting operator with 20 key
 groups on 3 tasks. One *hot* key group is migrated again and again, by direct,
 CPA and CPAL (order rotated per repeat):
@@ -37,10 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from runtime.config import load_config  # noqa: E402
-from runtime.errors import UserError  # noqa: E402
-from runtime.run import run_topology  # noqa: E402
-from runtime.synthetic_driver import (  # noqa: E402
+from elastorm.runtime.config import load_config  # noqa: E402
+from elastorm.runtime.errors import UserError  # noqa: E402
+from elastorm.runtime.run import run_topology  # noqa: E402
+from elastorm.runtime.synthetic_driver import (  # noqa: E402
     Settings,
     Step,
     SyntheticDriver,

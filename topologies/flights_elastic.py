@@ -23,7 +23,6 @@ from streamparse import Grouping, Topology
 from streamparse.thrift import GlobalStreamId
 
 from bolts.common import env_int, flights_topology_config
-from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt, by_task
 from bolts.flights import (
     SAMPLE_STREAM,
     AirShare,
@@ -38,6 +37,7 @@ from bolts.flights_elastic import (
     FlightsController,
     KeyedSumDelays,
 )
+from elastorm.storm.elastic import RELAY, REPORTS, STREAM, RelayBolt, by_task
 from spouts.flights import FlightsSpout
 
 PARALLELISM = env_int("ELASTORM_PARALLELISM", 2)

@@ -11,8 +11,8 @@ op2..op4 --elastorm_relay--> relay; --elastorm_reports--> controller
 
 As in the paper, op2 and op3 start on the "operator" nodes (node0-2) and op4 on
 its own (node3); the operator nodes have little spare CPU (an emulated external
-load, see ``bolts.load``), so the rising load overloads them and the controller
-moves key groups to node3. ``runtime.shift_driver.FlightsLoadDriver`` runs it
+load, see ``elastorm.storm.load``), so the rising load overloads them and the controller
+moves key groups to node3. ``elastorm.runtime.shift_driver.FlightsLoadDriver`` runs it
 with a key-group count and a checkpoint-allocation strategy.
 """
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 from streamparse import Grouping, Topology
 
 from bolts.common import TICK_SECS
-from bolts.elastic import RELAY, REPORTS, RelayBolt
 from bolts.flights_load import FlightsLoadController, FlightsLoadEmitter
 from bolts.shift import RELAY_COMPONENT, ShiftCounter, control_inputs, keyed_inputs
+from elastorm.storm.elastic import RELAY, REPORTS, RelayBolt
 from spouts.flights_load import FlightsLoadSpout
 
 NODES = 4

@@ -9,10 +9,10 @@ op1, op2 --elastorm_relay--> relay --elastorm--> op1, op2, emitter
 op1, op2 --elastorm_reports--> controller --elastorm--> op1, op2, emitter
 
 As in the paper: op1's key groups start on node1, op2's on node2; node0 and
-node2 are under a 70% external CPU load (emulated, see ``bolts.load``). The
+node2 are under a 70% external CPU load (emulated, see ``elastorm.storm.load``). The
 controller allocates checkpoints after a warm-up with
 ``ELASTORM_STRATEGY`` (none, baseline, even, correlated) and then balances load
-from the heartbeats. ``runtime.shift_driver`` runs it and reports the share of
+from the heartbeats. ``elastorm.runtime.shift_driver`` runs it and reports the share of
 checkpoint-assisted migrations.
 """
 
@@ -23,7 +23,6 @@ import os
 from streamparse import Grouping, Topology
 
 from bolts.common import TICK_SECS
-from bolts.elastic import RELAY, REPORTS, RelayBolt
 from bolts.shift import (
     RELAY_COMPONENT,
     ShiftController,
@@ -32,6 +31,7 @@ from bolts.shift import (
     control_inputs,
     keyed_inputs,
 )
+from elastorm.storm.elastic import RELAY, REPORTS, RelayBolt
 from spouts.shift import ShiftSpout
 
 NODES = 3

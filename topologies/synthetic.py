@@ -18,7 +18,6 @@ from streamparse import Grouping, Topology
 from streamparse.thrift import GlobalStreamId
 
 from bolts.common import TICK_SECS, env_int
-from bolts.elastic import RELAY, REPORTS, STREAM, RelayBolt
 from bolts.synthetic import (
     CONTROLLER,
     RELAY_COMPONENT,
@@ -26,6 +25,7 @@ from bolts.synthetic import (
     SyntheticCounter,
     SyntheticEmitter,
 )
+from elastorm.storm.elastic import RELAY, REPORTS, STREAM, RelayBolt
 from spouts.synthetic import SyntheticSpout
 
 KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=3)  # owner, holder, a direct target

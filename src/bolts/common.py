@@ -15,7 +15,6 @@ input tuple in a map until the Python side acks or fails it.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -23,9 +22,9 @@ from typing import Any
 
 from streamparse import Bolt
 
-from jobs.flights_schema import LIMIT_KEY, FlightsConfigError
+from elastorm.examples.flights_schema import LIMIT_KEY, FlightsConfigError
+from elastorm.runtime.files import OUTPUT_DIR_KEY, write_json_atomic  # noqa: F401 (re-exported)
 
-OUTPUT_DIR_KEY = "elastorm.output_dir"
 COUNTS_INTERVAL_KEY = "elastorm.counts_interval_secs"
 DEFAULT_COUNTS_INTERVAL = 1.0
 COUNTS_CHECK_EVERY = 4096  # tuples between clock reads when no tick arrives
@@ -83,14 +82,6 @@ def component_identity(context: Mapping[str, Any]) -> tuple[str, int]:
     if component is None:  # Storm before 0.10 only had the task->component map
         component = context.get("task->component", {}).get(str(task), "unknown")
     return str(component), int(task)
-
-
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` so readers see the old or the new file whole."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, separators=(",", ":"))
-    os.replace(tmp, path)
 
 
 def error_detail(value: Any) -> str:

@@ -11,7 +11,7 @@ key changed since the previous update, ``ids`` the row ids op4 sampled since its
 previous update (empty for op2/op3). Updates go out every ``flush_every`` input
 tuples and on every tick, so the sink holds exact totals once the last update of
 each task has arrived, which the runner detects by comparing ``seen`` with the
-upstream counts (see ``runtime.flights_results``). Totals are idempotent (the
+upstream counts (see ``elastorm.runtime.flights_results``). Totals are idempotent (the
 latest wins), so a later update repairs a lost one for the keys it carries.
 """
 
@@ -34,7 +34,7 @@ from bolts.common import (
     error_detail,
     write_json_atomic,
 )
-from jobs.flights_schema import TUPLE_FIELDS
+from elastorm.examples.flights_schema import TUPLE_FIELDS
 
 SAMPLE_STREAM = "sample"
 UPDATE_FIELDS = ["role", "seen", "updates", "ids"]

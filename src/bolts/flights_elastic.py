@@ -17,7 +17,19 @@ from typing import Any
 from streamparse import Stream
 
 from bolts.common import ERROR_FIELDS, ERRORS_STREAM, conf_number
-from bolts.elastic import (
+from bolts.flights import (
+    DEFAULT_FLUSH_EVERY,
+    FLUSH_EVERY_KEY,
+    SAMPLE_STREAM,
+    UPDATE_FIELDS,
+    ExtractDelays,
+    OperatorBolt,
+)
+from elastorm.core.actions import Applied, MigrationDone, Rejected
+from elastorm.core.errors import MigrationProtocolError
+from elastorm.core.outputs import LatestValues
+from elastorm.examples.flights_schema import TUPLE_FIELDS
+from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,
     RELAY_STREAM,
@@ -29,18 +41,6 @@ from bolts.elastic import (
     MigrationControllerBolt,
     carrier_fields,
 )
-from bolts.flights import (
-    DEFAULT_FLUSH_EVERY,
-    FLUSH_EVERY_KEY,
-    SAMPLE_STREAM,
-    UPDATE_FIELDS,
-    ExtractDelays,
-    OperatorBolt,
-)
-from elastorm.actions import Applied, MigrationDone, Rejected
-from elastorm.errors import MigrationProtocolError
-from elastorm.outputs import LatestValues
-from jobs.flights_schema import TUPLE_FIELDS
 
 OP1 = "extract_delays"
 OP2 = "sum_delays"
@@ -140,7 +140,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
 
     def on_report(self, report) -> None:
         # Taking a group over: send the totals of the keys applied quietly here (their
-        # last update may be missing a tuple, elastorm.outputs explains how), and after
+        # last update may be missing a tuple, elastorm.core.outputs explains how), and after
         # a RESTORE of every key (the old owner's unflushed updates died with it).
         if isinstance(report, MigrationDone):
             self.latest.reported(report, self.coordinator.state(report.key_group))

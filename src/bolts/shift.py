@@ -6,7 +6,7 @@ nodes: checkpoint allocation and load balancing).
 ``generator -> emitter (KeyedEmitting, two keyed operators) --elastorm, direct-->
 op1, op2 (KeyedOperator: count per key, one task per node)``; what op1 and op2
 send goes through the relay; their reports go to the controller, which runs the
-:class:`controller.loop.ControllerLoop` (heartbeats in, checkpoint holders and
+:class:`elastorm.controller.loop.ControllerLoop` (heartbeats in, checkpoint holders and
 migrations out). Each counter task writes, with its counts, the total count of
 every key group it owns, so a driver can check that every tuple the spout sent
 was counted exactly once whatever moved where.
@@ -19,7 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from bolts.common import CountingBolt
-from bolts.elastic import (
+from elastorm.core.actions import Applied, Rejected
+from elastorm.core.errors import MigrationProtocolError
+from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,
     RELAY_STREAM,
@@ -30,8 +32,6 @@ from bolts.elastic import (
     KeyedOperator,
     MigrationControllerBolt,
 )
-from elastorm.actions import Applied, Rejected
-from elastorm.errors import MigrationProtocolError
 from spouts.shift import OPERATORS, shift_conf
 
 EMITTER = "emitter"

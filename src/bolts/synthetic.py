@@ -34,7 +34,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bolts.common import CountingBolt, conf_number
-from bolts.elastic import (
+from elastorm.core.actions import Applied
+from elastorm.core.errors import MigrationProtocolError
+from elastorm.core.messages import Migrate
+from elastorm.storm.elastic import (
     CHECKPOINT_INTERVAL_KEY,
     DEFAULT_CHECKPOINT_INTERVAL,
     MESSAGE_STREAM,
@@ -48,9 +51,6 @@ from bolts.elastic import (
     MigrationControllerBolt,
     from_wire,
 )
-from elastorm.actions import Applied
-from elastorm.errors import MigrationProtocolError
-from elastorm.messages import Migrate
 from spouts.synthetic import HOT_GROUP_KEY, conf_value, read_control
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,13 @@ import time
 from streamparse import Spout, Stream
 
 from bolts.common import Counters, conf_number, required_output_dir
-from jobs.flights_schema import PATH_KEY, column_index, default_flights_path, open_rows, parse_row
+from elastorm.examples.flights_schema import (
+    PATH_KEY,
+    column_index,
+    default_flights_path,
+    open_rows,
+    parse_row,
+)
 from spouts.synthetic import Pacer
 
 PREFIX = "elastorm.flights_load."

@@ -21,7 +21,6 @@ modification time changes, checking every ``CONTROL_POLL_SECS``.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -35,8 +34,8 @@ from bolts.common import (
     Counters,
     conf_number,
     required_output_dir,
-    write_json_atomic,
 )
+from elastorm.examples.synthetic_control import CONTROL_FILE, read_control
 
 PREFIX = "elastorm.synthetic."
 RATE_KEY = PREFIX + "rate"
@@ -59,14 +58,13 @@ DEFAULTS: dict[str, float] = {
     BATCH_KEY: 20,
 }
 
-CONTROL_FILE = "synthetic-control.json"
 CONTROL_POLL_SECS = 0.2
 FIELDS = ["key", "stamp"]
 
 
 def key_in_group(prefix: str, index: int, group: int, num_groups: int) -> str:
     """The ``index``-th key of the form ``<prefix><index>-<salt>`` in ``group``:
-    the smallest salt whose key lands there (crc32 mod n, as ``elastorm.keygroups``)."""
+    the smallest salt whose key lands there (crc32 mod n, as ``elastorm.core.keygroups``)."""
     salt = 0
     while True:
         key = f"{prefix}{index}-{salt}"
@@ -100,21 +98,6 @@ class KeySpace:
         return hot
 
 
-def read_control(output_dir: str) -> dict[str, Any]:
-    """The driver's control file, or ``{}`` if absent or half-written."""
-    try:
-        with open(os.path.join(output_dir, CONTROL_FILE), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_control(output_dir: str, control: Mapping[str, Any]) -> None:
-    """Write the control file atomically (the driver's side)."""
-    write_json_atomic(os.path.join(output_dir, CONTROL_FILE), dict(control))
-
-
 def conf_value(conf: Mapping[str, Any], key: str) -> float:
     kind = float if isinstance(DEFAULTS[key], float) else int
     return conf_number(conf, key, DEFAULTS[key], kind=kind)
@@ -146,7 +129,7 @@ class SyntheticSpout(Spout):
     sleep = staticmethod(time.sleep)
 
     def initialize(self, storm_conf, context):
-        from bolts.elastic import conf_key_groups
+        from elastorm.storm.elastic import conf_key_groups
 
         self.output_dir = required_output_dir(storm_conf)
         self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from shared_cluster import cluster_up
 
-from runtime.cluster import down
-from runtime.config import load_config
+from elastorm.runtime.cluster import down
+from elastorm.runtime.config import load_config
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.cluster import up
+from elastorm.runtime.cluster import up
 
 SUPERVISORS = 2
 SLOTS = 6  # one worker per executor for the crash tests (10 executors)

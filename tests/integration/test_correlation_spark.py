@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from elastorm.correlation_artifact import decode_artifact
-from elastorm.keygroups import key_group
-from jobs.correlation import (
+from elastorm.core.correlation_artifact import decode_artifact
+from elastorm.core.keygroups import key_group
+from elastorm.jobs.correlation import (
     JobConfig,
     OperatorInput,
     compute,
@@ -31,8 +31,8 @@ from jobs.correlation import (
     run,
     spark_session,
 )
-from jobs.tuple_log import TupleLogWriter
-from runtime.errors import UserError
+from elastorm.jobs.tuple_log import TupleLogWriter
+from elastorm.runtime.errors import UserError
 
 pytestmark = pytest.mark.integration
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from runtime.drivers import ElasticCrashDriver
-from runtime.run import run_topology
-from runtime.shift_driver import ShiftDriver
+from elastorm.runtime.drivers import ElasticCrashDriver
+from elastorm.runtime.run import run_topology
+from elastorm.runtime.shift_driver import ShiftDriver
 
 pytestmark = pytest.mark.integration
 

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from controller.requests import RequestState
-from controller.requests_zk import read_request, read_status
-from elastorm.messages import Protocol
-from runtime.config import load_config
-from runtime.drivers import ElasticFlightsDriver
-from runtime.migrate import connect, request_migration, wait_until_movable
-from runtime.run import run_topology
+from elastorm.controller.requests import RequestState
+from elastorm.core.messages import Protocol
+from elastorm.runtime.config import load_config
+from elastorm.runtime.drivers import ElasticFlightsDriver
+from elastorm.runtime.migrate import connect, request_migration, wait_until_movable
+from elastorm.runtime.run import run_topology
+from elastorm.zk.requests import read_request, read_status
 
 pytestmark = pytest.mark.integration
 

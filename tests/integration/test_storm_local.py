@@ -1,15 +1,15 @@
 """The flights job on Storm's LocalCluster (real Storm 2.8 in one JVM, real ZooKeeper server).
 
-Talks to: the ZooKeeper server and the LocalCluster that ``runtime.local`` starts.
+Talks to: the ZooKeeper server and the LocalCluster that ``elastorm.runtime.local`` starts.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.config import load_config
-from runtime.drivers import FlightsDriver, SmokeDriver
-from runtime.run import run_topology
+from elastorm.runtime.config import load_config
+from elastorm.runtime.drivers import FlightsDriver, SmokeDriver
+from elastorm.runtime.run import run_topology
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ Talks to: Storm's LocalCluster (real Storm 2.8 in one JVM) fed by ``sparse
 submit``; the keyed tasks publish heartbeats to a real ZooKeeper server and the
 controller bolt reads them, allocates checkpoints and migrates key groups from
 them. Nothing is faked: the loads are measured in the tasks, node2's "external
-load" throttles its tasks for real (``bolts.load``).
+load" throttles its tasks for real (``elastorm.storm.load``).
 
 The outage test gives elastorm its own ZooKeeper (``elastorm.zookeeper.hosts``,
 a private server this module starts) so stopping it does not stop Storm's.
@@ -21,13 +21,13 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from controller.model import KeyGroupId
-from controller.zk.codec import decode_checkpoints, decode_routing
-from controller.zk.layout import ZnodeLayout
-from runtime import services
-from runtime.config import load_config
-from runtime.run import run_topology
-from runtime.shift_driver import ShiftDriver, tally
+from elastorm.controller.model import KeyGroupId
+from elastorm.runtime import services
+from elastorm.runtime.config import load_config
+from elastorm.runtime.run import run_topology
+from elastorm.runtime.shift_driver import ShiftDriver, tally
+from elastorm.zk.codec import decode_checkpoints, decode_routing
+from elastorm.zk.layout import ZnodeLayout
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """The synthetic migration benchmark's topology on Storm's LocalCluster, briefly.
 
-Talks to: a private ZooKeeper server and the LocalCluster that ``runtime.local``
+Talks to: a private ZooKeeper server and the LocalCluster that ``elastorm.runtime.local``
 starts. One migration by each protocol of a 2,000-key group while tuples flow;
 every tuple must be counted exactly once, each protocol used as asked, and the
 measurements (replay found, pause, completion) must be there.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.config import load_config
-from runtime.run import run_topology
-from runtime.synthetic_driver import Settings, Step, SyntheticDriver, private_zookeeper
+from elastorm.runtime.config import load_config
+from elastorm.runtime.run import run_topology
+from elastorm.runtime.synthetic_driver import Settings, Step, SyntheticDriver, private_zookeeper
 
 pytestmark = pytest.mark.integration
 

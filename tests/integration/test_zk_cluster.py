@@ -1,6 +1,6 @@
 """Heartbeats, the cluster watcher and the controller store on a real ZooKeeper.
 
-Talks to: the ZooKeeper 3.8.4 server started by ``runtime.services.ensure_zookeeper``
+Talks to: the ZooKeeper 3.8.4 server started by ``elastorm.runtime.services.ensure_zookeeper``
 (loopback, ``cfg.zookeeper_port``). Every test works under its own topology root
 (``/elastorm/zktest-<random>``) and deletes it afterwards, so it shares the server
 with other tests and Storm runs safely.
@@ -21,10 +21,13 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from controller.adaptation import Move, MoveReason, Protocol
-from controller.model import Allocation, KeyGroupId
-from controller.zk.client import make_client
-from controller.zk.codec import (
+from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.core.routing import RoutingTable
+from elastorm.runtime.config import load_config
+from elastorm.runtime.services import ensure_zookeeper, stop
+from elastorm.zk.client import make_client
+from elastorm.zk.codec import (
     Heartbeat,
     OrderState,
     OrderTransitionError,
@@ -33,20 +36,17 @@ from controller.zk.codec import (
     decode_task,
     order_from_move,
 )
-from controller.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
-from controller.zk.layout import ZkSettings, ZnodeLayout
-from controller.zk.store import (
+from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
+from elastorm.zk.layout import ZkSettings, ZnodeLayout
+from elastorm.zk.store import (
     ControllerStore,
     StoreConflictError,
     StoreError,
     StoreStatus,
     StoreUnavailableError,
 )
-from controller.zk.view import NodeLost, TaskJoined, TaskLeft
-from controller.zk.watcher import ClusterWatcher
-from elastorm.routing import RoutingTable
-from runtime.config import load_config
-from runtime.services import ensure_zookeeper, stop
+from elastorm.zk.view import NodeLost, TaskJoined, TaskLeft
+from elastorm.zk.watcher import ClusterWatcher
 
 pytestmark = pytest.mark.integration
 
@@ -111,9 +111,9 @@ def child(script: str, *args: str) -> subprocess.Popen:
 
 HEARTBEAT_CHILD = """
     import sys, time
-    from controller.zk.codec import Heartbeat
-    from controller.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
-    from controller.zk.layout import ZkSettings, ZnodeLayout
+    from elastorm.zk.codec import Heartbeat
+    from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
+    from elastorm.zk.layout import ZkSettings, ZnodeLayout
     hosts, topology, task_id, node = sys.argv[1:5]
     pub = HeartbeatPublisher(
         layout=ZnodeLayout(topology),
@@ -246,12 +246,12 @@ def test_controller_sees_killed_tasks_leave_within_the_session_timeout(
 
 CONTROLLER_CHILD = """
     import sys, time
-    from controller.adaptation import Move, MoveReason, Protocol
-    from controller.model import Allocation, KeyGroupId
-    from controller.zk.codec import order_from_move
-    from controller.zk.layout import ZkSettings, ZnodeLayout
-    from controller.zk.store import ControllerStore
-    from elastorm.routing import RoutingTable
+    from elastorm.controller.adaptation import Move, MoveReason, Protocol
+    from elastorm.controller.model import Allocation, KeyGroupId
+    from elastorm.zk.codec import order_from_move
+    from elastorm.zk.layout import ZkSettings, ZnodeLayout
+    from elastorm.zk.store import ControllerStore
+    from elastorm.core.routing import RoutingTable
     hosts, topology = sys.argv[1:3]
     store = ControllerStore(layout=ZnodeLayout(topology), controller_id="ctl",
                             settings=ZkSettings(hosts=hosts, session_timeout=4.0,

@@ -2,7 +2,7 @@
 decisions and flushes them afterwards, nothing is lost.
 
 Talks to: a private ZooKeeper 3.8.4 server that this module starts and stops with
-``runtime.services`` (its own daemon name, port and data dir, built from the
+``elastorm.runtime.services`` (its own daemon name, port and data dir, built from the
 project's ``zoo.cfg``), so stopping it does not disturb the shared server on
 ``cfg.zookeeper_port``.
 """
@@ -16,10 +16,13 @@ import time
 
 import pytest
 
-from controller.adaptation import Move, MoveReason, Protocol
-from controller.model import Allocation, KeyGroupId
-from controller.zk.client import make_client
-from controller.zk.codec import (
+from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.core.routing import RoutingTable
+from elastorm.runtime import services
+from elastorm.runtime.config import load_config
+from elastorm.zk.client import make_client
+from elastorm.zk.codec import (
     Heartbeat,
     OrderState,
     decode_checkpoints,
@@ -28,14 +31,11 @@ from controller.zk.codec import (
     decode_task,
     order_from_move,
 )
-from controller.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
-from controller.zk.layout import ZkSettings, ZnodeLayout
-from controller.zk.store import ControllerStore, StoreStatus
-from controller.zk.view import TaskLeft
-from controller.zk.watcher import ClusterWatcher
-from elastorm.routing import RoutingTable
-from runtime import services
-from runtime.config import load_config
+from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
+from elastorm.zk.layout import ZkSettings, ZnodeLayout
+from elastorm.zk.store import ControllerStore, StoreStatus
+from elastorm.zk.view import TaskLeft
+from elastorm.zk.watcher import ClusterWatcher
 
 pytestmark = pytest.mark.integration
 

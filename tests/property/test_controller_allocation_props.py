@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.allocation import (
+from elastorm.controller.allocation import (
     AllocationSpec,
     allocation_score,
     baseline_allocation,
@@ -15,8 +15,8 @@ from controller.allocation import (
     even_allocation,
     optimal_allocation,
 )
-from controller.correlation import factors_from_loads
-from controller.model import ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
+from elastorm.controller.correlation import factors_from_loads
+from elastorm.controller.model import ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
 
 
 @st.composite

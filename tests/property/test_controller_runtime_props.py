@@ -4,11 +4,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.allocation import AllocationSpec, even_allocation
-from controller.correlation import push_loads, sliding_correlation
-from controller.model import KeyGroupId
-from controller.recovery import plan_recovery
-from controller.synthetic import synthetic_cluster
+from elastorm.controller.allocation import AllocationSpec, even_allocation
+from elastorm.controller.correlation import push_loads, sliding_correlation
+from elastorm.controller.model import KeyGroupId
+from elastorm.controller.recovery import plan_recovery
+from elastorm.controller.synthetic import synthetic_cluster
 
 KGS = tuple(KeyGroupId("op", i) for i in range(3))
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 from test_migration_stateful import EMITTERS, GROUPS, KEYS, MigrationMachine
 
-from elastorm.keygroups import key_group
-from elastorm.messages import Protocol
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import Protocol
 
 
 class ChunkedMigrationMachine(MigrationMachine):
@@ -68,9 +68,9 @@ def test_chunks_reassemble_the_buffer_in_order() -> None:
     """One emitter, one CPAL: the target acks each chunk and the emitter sends the
     next; the chunks' items are the buffer, in order, and only the last has
     ``more`` unset."""
-    from elastorm.messages import Migrate, ToState, ToStateAck
-    from elastorm.migration.emitter import Emitter
-    from elastorm.routing import RoutingTable
+    from elastorm.core.messages import Migrate, ToState, ToStateAck
+    from elastorm.core.migration.emitter import Emitter
+    from elastorm.core.routing import RoutingTable
 
     emitter = Emitter(task=9, routing=RoutingTable.round_robin(2, [0, 1]), source="u")
     emitter.to_state_chunk, emitter.to_state_window = 2, 2

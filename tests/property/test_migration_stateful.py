@@ -6,7 +6,7 @@ channel FIFO), checkpoints, migrations of random groups by each protocol, and
 crashes. The model is the plain fold of every emitted tuple.
 
 Values are ``(sum, count)`` per key, and the tasks send ``key -> current value``
-updates as the flights job's op2 does (``elastorm.outputs``, modelled in
+updates as the flights job's op2 does (``elastorm.core.outputs``, modelled in
 ``sim.Cluster.outputs``); a sink keeping, per key, the value reflecting the most
 tuples must end with the exact fold (issue 3: once it did not).
 """
@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from elastorm.keygroups import key_group
-from elastorm.messages import Protocol
-from elastorm.migration.table import LIVE, Phase
-from elastorm.sim import Cluster
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import Protocol
+from elastorm.core.migration.table import LIVE, Phase
+from elastorm.core.sim import Cluster
 
 GROUPS = 4
 TASKS = (0, 1, 2)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime import cli
-from runtime.local_cmd import TOPOLOGIES
+from elastorm.runtime import cli
+from elastorm.runtime.local_cmd import TOPOLOGIES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

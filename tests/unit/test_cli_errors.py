@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from project_copy import copy_project, edit_config, free_port, serving
 
-from runtime import cli, cluster_cmd
+from elastorm.runtime import cli, cluster_cmd
 
 
 @pytest.fixture

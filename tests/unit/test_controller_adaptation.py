@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from controller.adaptation import (
+from elastorm.controller.adaptation import (
     AdaptationState,
     Move,
     MoveReason,
@@ -17,17 +17,23 @@ from controller.adaptation import (
     apply_moves,
     plan_adaptation,
 )
-from controller.allocation import (
+from elastorm.controller.allocation import (
     AllocationSpec,
     baseline_allocation,
     correlated_allocation,
     even_allocation,
 )
-from controller.correlation import push_loads, sliding_correlation
-from controller.metrics import checkpoint_assisted_share, usable_checkpoint_share
-from controller.model import ClusterView, ControllerModelError, KeyGroupId, KeyGroupInfo, NodeInfo
-from controller.recovery import plan_recovery
-from controller.synthetic import synthetic_cluster
+from elastorm.controller.correlation import push_loads, sliding_correlation
+from elastorm.controller.metrics import checkpoint_assisted_share, usable_checkpoint_share
+from elastorm.controller.model import (
+    ClusterView,
+    ControllerModelError,
+    KeyGroupId,
+    KeyGroupInfo,
+    NodeInfo,
+)
+from elastorm.controller.recovery import plan_recovery
+from elastorm.controller.synthetic import synthetic_cluster
 
 HOT = dict(queue_length=500.0)
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from controller.allocation import (
+from elastorm.controller.allocation import (
     AllocationSpec,
     InfeasibleAllocationError,
     allocation_score,
@@ -18,9 +18,9 @@ from controller.allocation import (
     optimal_allocation,
     reoptimize,
 )
-from controller.correlation import CorrelationMatrix
-from controller.model import Allocation, ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
-from controller.synthetic import synthetic_cluster
+from elastorm.controller.correlation import CorrelationMatrix
+from elastorm.controller.model import Allocation, ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
+from elastorm.controller.synthetic import synthetic_cluster
 
 
 def kg(op, i):

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from controller.correlation import (
+from elastorm.controller.correlation import (
     CorrelationMatrix,
     factors_from_loads,
     push_loads,
     sliding_correlation,
 )
-from controller.model import ControllerModelError, KeyGroupId
+from elastorm.controller.model import ControllerModelError, KeyGroupId
 
 KGS = tuple(KeyGroupId("op", i) for i in range(5))
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from bolts.load import LoadMeter, external_load, resident_bytes
-from controller.adaptation import Thresholds
-from controller.loop import (
+from elastorm.controller.adaptation import Thresholds
+from elastorm.controller.loop import (
     ControllerLoop,
     LoopSettings,
     Placement,
@@ -19,12 +18,13 @@ from controller.loop import (
     per_tuple_cpu,
     settings_from_conf,
 )
-from controller.model import ControllerModelError, KeyGroupId
-from controller.zk.codec import Heartbeat, TaskIdentity, TaskRecord
-from elastorm.actions import CheckpointStored, MigrationDone, Role
-from elastorm.control import MigrationController
-from elastorm.messages import Protocol, SetHolder
-from elastorm.routing import RoutingTable
+from elastorm.controller.model import ControllerModelError, KeyGroupId
+from elastorm.core.actions import CheckpointStored, MigrationDone, Role
+from elastorm.core.control import MigrationController
+from elastorm.core.messages import Protocol, SetHolder
+from elastorm.core.routing import RoutingTable
+from elastorm.storm.load import LoadMeter, external_load, resident_bytes
+from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
 
 G = 4  # key groups per operator
 OP1 = {"node0": 10, "node1": 11, "node2": 12}
@@ -306,8 +306,8 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
     ties split them between node0 and node2)."""
     import numpy as np
 
-    from bolts.controller_runtime import _load_prior
-    from elastorm.correlation_artifact import (
+    from elastorm.controller.runtime import _load_prior
+    from elastorm.core.correlation_artifact import (
         CorrelationArtifact,
         OperatorStats,
         encode_artifact,

@@ -3,18 +3,24 @@ section 7.3 metrics."""
 
 import pytest
 
-from controller.adaptation import Move, MoveReason, Protocol, Thresholds
-from controller.allocation import AllocationSpec, constraint_violations, even_allocation
-from controller.metrics import (
+from elastorm.controller.adaptation import Move, MoveReason, Protocol, Thresholds
+from elastorm.controller.allocation import AllocationSpec, constraint_violations, even_allocation
+from elastorm.controller.metrics import (
     MigrationRecord,
     accumulated_latency,
     checkpoint_assisted_share,
     estimated_pause,
     snapshot,
 )
-from controller.model import ClusterView, ControllerModelError, KeyGroupId, KeyGroupInfo, NodeInfo
-from controller.recovery import plan_recovery
-from controller.synthetic import synthetic_cluster
+from elastorm.controller.model import (
+    ClusterView,
+    ControllerModelError,
+    KeyGroupId,
+    KeyGroupInfo,
+    NodeInfo,
+)
+from elastorm.controller.recovery import plan_recovery
+from elastorm.controller.synthetic import synthetic_cluster
 
 
 def test_lost_node_restored_in_parallel_across_holders():

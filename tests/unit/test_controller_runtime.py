@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from bolts.controller_runtime import ControllerRuntime, holders_allocation, resume
-from controller.loop import ControllerLoop, LoopSettings, Placement
-from controller.model import Allocation, KeyGroupId
-from controller.zk.store import Decisions, StoreError, StoreStatus
-from elastorm.actions import Send
-from elastorm.control import MigrationController
-from elastorm.messages import SetHolder
-from elastorm.routing import RoutingTable
+from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
+from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.controller.runtime import ControllerRuntime, holders_allocation, resume
+from elastorm.core.actions import Send
+from elastorm.core.control import MigrationController
+from elastorm.core.messages import SetHolder
+from elastorm.core.routing import RoutingTable
+from elastorm.zk.store import Decisions, StoreError, StoreStatus
 
 TASKS = {"op": {"node0": 5, "node1": 6, "node2": 7}}
 
@@ -78,7 +78,7 @@ class FakeStore:
 
 class FakeWatcher:
     def live(self) -> dict:
-        from controller.zk.codec import Heartbeat, TaskIdentity, TaskRecord
+        from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
 
         return {
             t: TaskRecord(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from elastorm.actions import MigrationDone, Rejected, Role, Send
-from elastorm.errors import Hint, MigrationProtocolError
-from elastorm.keygroups import key_group
-from elastorm.messages import (
+from elastorm.core.actions import MigrationDone, Rejected, Role, Send
+from elastorm.core.errors import Hint, MigrationProtocolError
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import (
     CheckpointAck,
     Data,
     DataTuple,
@@ -19,11 +19,11 @@ from elastorm.messages import (
     ToState,
     Trim,
 )
-from elastorm.migration.coordinator import TaskCoordinator
-from elastorm.migration.emitter import Emitter, Route
-from elastorm.migration.table import TRANSITIONS, Phase
-from elastorm.routing import RoutingTable
-from elastorm.sim import CONTROLLER, Cluster
+from elastorm.core.migration.coordinator import TaskCoordinator
+from elastorm.core.migration.emitter import Emitter, Route
+from elastorm.core.migration.table import TRANSITIONS, Phase
+from elastorm.core.routing import RoutingTable
+from elastorm.core.sim import CONTROLLER, Cluster
 
 G = 2
 KEY0 = next(f"k{i}" for i in range(100) if key_group(f"k{i}", G) == 0)

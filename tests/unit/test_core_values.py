@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastorm.buffers import OutputBuffer, SequenceCounters
-from elastorm.checkpoint import CheckpointHolder, checkpoint_to_state, state_to_checkpoint
-from elastorm.errors import CheckpointOrderError, Hint
-from elastorm.messages import (
+from elastorm.core.buffers import OutputBuffer, SequenceCounters
+from elastorm.core.checkpoint import CheckpointHolder, checkpoint_to_state, state_to_checkpoint
+from elastorm.core.errors import CheckpointOrderError, Hint
+from elastorm.core.messages import (
     MESSAGE_TYPES,
     CheckpointDelta,
     Data,
@@ -25,8 +25,8 @@ from elastorm.messages import (
     decode,
     encode,
 )
-from elastorm.routing import Move, RoutingTable
-from elastorm.state import KeyGroupState, StateError
+from elastorm.core.routing import Move, RoutingTable
+from elastorm.core.state import KeyGroupState, StateError
 
 
 def item(seq: int, source: str = "s", key: str = "k", value: int = 1) -> DataTuple:
@@ -187,7 +187,7 @@ def test_buffer_trims_per_source_and_replays_in_order() -> None:
 
 
 def test_output_sources_nest_and_number_independently() -> None:
-    from elastorm.buffers import output_source
+    from elastorm.core.buffers import output_source
 
     lane = output_source("sum", 3, "u10")
     assert lane == "sum/3/u10"

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from elastorm.correlation_artifact import (
+from elastorm.core.correlation_artifact import (
     CorrelationArtifact,
     CorrelationArtifactError,
     OperatorStats,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.tuple_log import TupleLogWriter
+from elastorm.jobs.tuple_log import TupleLogWriter
 
 
 def _read(directory):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bolts.elastic import (
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import Data, Migrate, Protocol
+from elastorm.storm.elastic import (
     CONTROLLER_SENDER,
     STREAM,
     KeyedEmitting,
@@ -13,8 +15,6 @@ from bolts.elastic import (
     initial_routing,
     to_wire,
 )
-from elastorm.keygroups import key_group
-from elastorm.messages import Data, Migrate, Protocol
 
 CONTEXT = {
     "taskid": 1,

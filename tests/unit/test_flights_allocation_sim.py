@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elastorm.keygroups import key_group
+from elastorm.core.keygroups import key_group
 
 _PATH = Path(__file__).resolve().parents[2] / "bench" / "flights_allocation_sim.py"
 

@@ -16,15 +16,15 @@ from itertools import permutations
 import pytest
 from test_flights_harness import TICK, drain, make, tup
 
-import controller.requests_zk
-from bolts.elastic import CONTROLLER_SENDER, RELAY, STREAM, from_wire, to_wire
+import elastorm.zk.requests
 from bolts.flights import ResultsSink
 from bolts.flights_elastic import CONTROLLER, OP1, OP2, KeyedSumDelays
-from elastorm.actions import Send
-from elastorm.keygroups import key_group
-from elastorm.messages import Data, Message, Migrate, Protocol
-from elastorm.migration.emitter import Emitter
-from elastorm.routing import RoutingTable
+from elastorm.core.actions import Send
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import Data, Message, Migrate, Protocol
+from elastorm.core.migration.emitter import Emitter
+from elastorm.core.routing import RoutingTable
+from elastorm.storm.elastic import CONTROLLER_SENDER, RELAY, STREAM, from_wire, to_wire
 
 GROUPS = 20
 OP2_TASKS = (1, 2, 3)
@@ -49,7 +49,7 @@ class Wiring:
 
     def __init__(self, tmp_path, monkeypatch, carried: bool = False) -> None:
         self.carried = carried  # op1's data as carried rows (op1's default stream)
-        monkeypatch.setattr(controller.requests_zk, "task_start", lambda *a: (1, -1))
+        monkeypatch.setattr(elastorm.zk.requests, "task_start", lambda *a: (1, -1))
         conf = {
             "elastorm.output_dir": str(tmp_path),
             "elastorm.key_groups": GROUPS,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime.drivers import ElasticFlightsDriver, FlightsDriver
-from runtime.flights_results import FlightsResult, progress_line
+from elastorm.runtime.drivers import ElasticFlightsDriver, FlightsDriver
+from elastorm.runtime.flights_results import FlightsResult, progress_line
 
 INCARNATION = 10**12  # a keyed task sends seen = incarnation * 10**12 + tuples
 
@@ -53,7 +53,7 @@ EXPECTED = (
 
 
 def test_progress_line_counts_flights_not_stamped_seen(tmp_path) -> None:
-    from runtime.flights_results import read_results
+    from elastorm.runtime.flights_results import read_results
 
     _write(tmp_path, keyed_seen=True)
     result = read_results(str(tmp_path))

@@ -8,7 +8,7 @@ import json
 import pytest
 from test_flights_harness import FakeClock, flight_row, make, write_csv
 
-from jobs.flights_schema import FlightsConfigError, column_index, parse_row
+from elastorm.examples.flights_schema import FlightsConfigError, column_index, parse_row
 from spouts.flights import FlightsSpout
 
 HEADER = ["year", "arr_delay", "air_time", "tailnum", "time_hour"]

@@ -1,21 +1,23 @@
-"""The import graph of ``src/``: no cycles, a pure core, offline jobs that never reach Storm.
+"""The import graph of ``src/``: no cycles, a pure core, a library apart from the examples.
 
 The graph is built from the source with ``ast``, without importing anything. It
 sees every ``import`` and ``from ... import`` statement, including those inside
 functions, methods and ``if`` blocks, so a cycle cannot be hidden in a function
 body. Imports made by strings (``importlib.import_module``) are not seen; the
-only ones, in ``runtime.cli``, go from the CLI to its subcommand modules.
+only ones, in ``elastorm.runtime.cli``, go from the CLI to its subcommand modules.
 
 Rules:
 
 1. no import cycles among the modules of ``src/`` (no strongly connected
    component with more than one module, and no module importing itself);
-2. ``elastorm.*``, the sans-IO core, imports none of ``bolts``, ``spouts``,
-   ``controller``, ``jobs``, ``runtime``, ``streamparse``, ``pystorm``,
-   ``kazoo`` or ``pyspark``;
-3. no module of ``jobs`` (the offline jobs, and the flights row schema shared
-   with the Storm side) imports ``streamparse`` or ``pystorm``, either directly
-   or through other modules of ``src/``.
+2. ``elastorm.core.*``, the sans-IO core, imports no other part of ``elastorm``
+   and none of ``bolts``, ``spouts``, ``streamparse``, ``pystorm``, ``kazoo`` or
+   ``pyspark``;
+3. the installed library (``elastorm.*``) never imports the example project's
+   ``bolts`` or ``spouts`` (they are not in the wheel);
+4. no module of ``elastorm.jobs`` or ``elastorm.examples`` (the offline jobs, and
+   the flights row schema shared with the Storm side) reaches ``streamparse`` or
+   ``pystorm``, either directly or through other modules of ``src/``.
 """
 
 from __future__ import annotations
@@ -30,21 +32,11 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-CORE = "elastorm"
-CORE_FORBIDDEN = frozenset(
-    {
-        "bolts",
-        "spouts",
-        "controller",
-        "jobs",
-        "runtime",
-        "streamparse",
-        "pystorm",
-        "kazoo",
-        "pyspark",
-    }
-)
-JOBS = "jobs"
+CORE = "elastorm.core"
+CORE_FORBIDDEN = frozenset({"bolts", "spouts", "streamparse", "pystorm", "kazoo", "pyspark"})
+LIBRARY = "elastorm"
+EXAMPLE_PROJECT = frozenset({"bolts", "spouts"})
+OFFLINE = ("elastorm.jobs", "elastorm.examples")
 STORM = frozenset({"streamparse", "pystorm"})
 
 
@@ -182,20 +174,39 @@ def cycles(graph: Graph) -> list[str]:
     return found
 
 
-def core_violations(graph: Graph) -> list[str]:
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def core_violations(graph: Graph, core: str = CORE) -> list[str]:
+    """Imports of the core that leave it: adapters, Storm, ZooKeeper, Spark, the rest of
+    its own library."""
+    library = core.rpartition(".")[0]
     return [
         f"{module} imports {i.name} (line {i.line})"
         for module in graph.files
-        if module == CORE or module.startswith(CORE + ".")
+        if _in(module, core)
         for i in graph.imports[module]
         if i.name.split(".")[0] in CORE_FORBIDDEN
+        or (library and _in(i.name, library) and not _in(i.name, core))
+    ]
+
+
+def library_violations(graph: Graph) -> list[str]:
+    """Imports from the installed library into the example project (not in the wheel)."""
+    return [
+        f"{module} imports {i.name} (line {i.line})"
+        for module in graph.files
+        if _in(module, LIBRARY)
+        for i in graph.imports[module]
+        if i.name.split(".")[0] in EXAMPLE_PROJECT
     ]
 
 
 def storm_paths(graph: Graph, package: str) -> list[str]:
     """Each module of ``package`` that reaches streamparse/pystorm, with the import chain."""
     found = []
-    for start in sorted(m for m in graph.files if m == package or m.startswith(package + ".")):
+    for start in sorted(m for m in graph.files if _in(m, package)):
         # breadth-first over src/ modules, remembering how each was reached
         came_from: dict[str, str | None] = {start: None}
         queue = [start]
@@ -222,8 +233,9 @@ def graph() -> Graph:
 
 def test_the_graph_sees_the_packages_of_src(graph: Graph) -> None:
     packages = {m.split(".")[0] for m in graph.files}
-    assert {"elastorm", "bolts", "spouts", "controller", "jobs", "runtime"} <= packages
-    assert "jobs.flights_schema" in graph.edges("spouts.flights")
+    assert packages == {"elastorm", "bolts", "spouts"}
+    assert "elastorm.core.migration.keygroup" in graph.files
+    assert "elastorm.examples.flights_schema" in graph.edges("spouts.flights")
 
 
 def test_no_import_cycles_in_src(graph: Graph) -> None:
@@ -234,15 +246,20 @@ def test_core_imports_no_adapter_and_no_storm_zookeeper_or_spark(graph: Graph) -
     assert core_violations(graph) == []
 
 
-def test_jobs_never_reach_streamparse_or_pystorm(graph: Graph) -> None:
-    assert storm_paths(graph, JOBS) == []
+def test_the_library_never_imports_the_example_project(graph: Graph) -> None:
+    assert library_violations(graph) == []
+
+
+@pytest.mark.parametrize("package", OFFLINE)
+def test_offline_jobs_never_reach_streamparse_or_pystorm(graph: Graph, package: str) -> None:
+    assert storm_paths(graph, package) == []
 
 
 def test_flights_schema_is_pure(graph: Graph) -> None:
     # The flights row schema shared by spouts, bolts and offline jobs: the standard
     # library only, and no other module of src/.
-    assert graph.edges("jobs.flights_schema") == set()
-    external = {i.name.split(".")[0] for i in graph.external("jobs.flights_schema")}
+    assert graph.edges("elastorm.examples.flights_schema") == set()
+    external = {i.name.split(".")[0] for i in graph.external("elastorm.examples.flights_schema")}
     assert external <= sys.stdlib_module_names
 
 
@@ -300,7 +317,10 @@ def test_core_and_jobs_rules_catch_indirect_and_nested_imports(tmp_path: Path) -
         tmp_path,
         {
             "elastorm/__init__.py": "",
-            "elastorm/core.py": "def f():\n    import kazoo.client\n    from bolts import x\n",
+            "elastorm/core/__init__.py": "",
+            "elastorm/core/m.py": "def f():\n    import kazoo.client\n    from bolts import x\n"
+            "from elastorm.storm import y\n",
+            "elastorm/storm.py": "from bolts import x\n",
             "bolts/__init__.py": "",
             "bolts/x.py": "from streamparse import Bolt\n",
             "jobs/__init__.py": "",
@@ -309,9 +329,14 @@ def test_core_and_jobs_rules_catch_indirect_and_nested_imports(tmp_path: Path) -
         },
     )
     graph = build_graph(root)
-    assert core_violations(graph) == [
-        "elastorm.core imports kazoo.client (line 2)",
-        "elastorm.core imports bolts.x (line 3)",
+    assert sorted(core_violations(graph)) == [
+        "elastorm.core.m imports bolts.x (line 3)",
+        "elastorm.core.m imports elastorm.storm (line 4)",
+        "elastorm.core.m imports kazoo.client (line 2)",
+    ]
+    assert sorted(library_violations(graph)) == [
+        "elastorm.core.m imports bolts.x (line 3)",
+        "elastorm.storm imports bolts.x (line 1)",
     ]
     assert storm_paths(graph, "jobs") == [
         "jobs.offline reaches Storm: jobs.offline -> bolts.x -> streamparse (line 1)"

@@ -1,13 +1,13 @@
-"""``elastorm.outputs.LatestValues``: key -> current value updates across a migration."""
+"""``elastorm.core.outputs.LatestValues``: key -> current value updates across a migration."""
 
 from __future__ import annotations
 
-from elastorm.actions import Applied, MigrationDone, Role
-from elastorm.keygroups import key_group
-from elastorm.messages import DataTuple, Protocol
-from elastorm.outputs import LatestValues
-from elastorm.sim import CONTROLLER, Cluster
-from elastorm.state import KeyGroupState
+from elastorm.core.actions import Applied, MigrationDone, Role
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import DataTuple, Protocol
+from elastorm.core.outputs import LatestValues
+from elastorm.core.sim import CONTROLLER, Cluster
+from elastorm.core.state import KeyGroupState
 
 G = 2
 KEY0 = next(f"k{i}" for i in range(100) if key_group(f"k{i}", G) == 0)

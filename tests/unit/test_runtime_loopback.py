@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cluster import base_conf, nimbus_daemon, supervisor_daemon
-from runtime.config import load_config
-from runtime.local import local_runner_daemon
-from runtime.services import LOOPBACK, daemon_command, zookeeper_daemon
+from elastorm.runtime.cluster import base_conf, nimbus_daemon, supervisor_daemon
+from elastorm.runtime.config import load_config
+from elastorm.runtime.local import local_runner_daemon
+from elastorm.runtime.services import LOOPBACK, daemon_command, zookeeper_daemon
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from elastorm.messages import DataTuple
-from elastorm.state import KeyGroupState
+from elastorm.core.messages import DataTuple
+from elastorm.core.state import KeyGroupState
 
 
 def test_state_length_counts_each_key_once_across_layers() -> None:

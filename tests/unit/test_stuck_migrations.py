@@ -11,11 +11,16 @@ import json
 import pytest
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError
 
-from controller.requests import MigrationRequest, RequestState, decode_request, encode_request
-from controller.requests_zk import RequestBoard
-from elastorm.keygroups import key_group
-from elastorm.messages import Protocol
-from elastorm.sim import Cluster
+from elastorm.controller.requests import (
+    MigrationRequest,
+    RequestState,
+    decode_request,
+    encode_request,
+)
+from elastorm.core.keygroups import key_group
+from elastorm.core.messages import Protocol
+from elastorm.core.sim import Cluster
+from elastorm.zk.requests import RequestBoard
 
 G = 2
 KEY0 = next(f"k{i}" for i in range(100) if key_group(f"k{i}", G) == 0)
@@ -150,7 +155,7 @@ def test_stuck_is_recorded_with_its_reason_and_done_may_follow() -> None:
 
 
 def test_withdraw_deletes_only_a_request_nobody_picked_up() -> None:
-    from controller.requests_zk import withdraw_request
+    from elastorm.zk.requests import withdraw_request
 
     zk, board, name = board_with_request()
     assert withdraw_request(zk, "t", name) and f"{board.path}/{name}" not in zk.nodes
@@ -206,7 +211,7 @@ CONF = {"topology.name": "t", "storm.zookeeper.servers": ["127.0.0.1"], "storm.z
 
 
 def test_a_restart_while_zookeeper_is_slow_is_still_a_restart(monkeypatch) -> None:
-    import controller.requests_zk as rzk
+    import elastorm.zk.requests as rzk
 
     monkeypatch.setattr(rzk, "KazooClient", StartZk)
     StartZk.store, StartZk.starts, StartZk.failures = {}, 0, 0
@@ -217,7 +222,7 @@ def test_a_restart_while_zookeeper_is_slow_is_still_a_restart(monkeypatch) -> No
 
 
 def test_no_zookeeper_at_start_is_an_error_not_a_first_start(monkeypatch) -> None:
-    import controller.requests_zk as rzk
+    import elastorm.zk.requests as rzk
 
     monkeypatch.setattr(rzk, "KazooClient", StartZk)
     monkeypatch.setattr(rzk, "START_DEADLINE", 1.2)
@@ -228,8 +233,8 @@ def test_no_zookeeper_at_start_is_an_error_not_a_first_start(monkeypatch) -> Non
 
 
 def test_migrate_against_a_killed_topology_refuses_at_once_and_requests_nothing() -> None:
-    from runtime.errors import UserError
-    from runtime.migrate import request_migration
+    from elastorm.runtime.errors import UserError
+    from elastorm.runtime.migrate import request_migration
 
     class DeadTopologyZk(FlakyZk):
         created: list[str] = []

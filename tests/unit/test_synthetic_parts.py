@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bolts.synthetic import CheckpointPlan, LatencyBuckets, add_count, message_type
-from elastorm.keygroups import key_group
-from runtime.synthetic_driver import Step, merge_buckets, pause_of
+from elastorm.core.keygroups import key_group
+from elastorm.runtime.synthetic_driver import Step, merge_buckets, pause_of
 from spouts.synthetic import KeySpace, Pacer, key_in_group
 
 
@@ -130,7 +130,7 @@ def test_spout_preloads_each_hot_key_once_then_holds_the_steady_mix(tmp_path):
 
 def test_spout_follows_the_control_file(tmp_path):
     from bolts.pipeline import FakeClock, drain
-    from spouts.synthetic import write_control
+    from elastorm.examples.synthetic_control import write_control
 
     clock = FakeClock()
     spout = _spout(tmp_path, clock, **{"elastorm.synthetic.keys": 10})

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bolts.elastic import from_wire, to_wire
-from elastorm.messages import (
+from elastorm.core.messages import (
     CheckpointAck,
     CheckpointDelta,
     Data,
@@ -27,6 +26,7 @@ from elastorm.messages import (
     from_json,
     to_json,
 )
+from elastorm.storm.elastic import from_wire, to_wire
 
 values = st.one_of(
     st.integers(-(2**40), 2**40),

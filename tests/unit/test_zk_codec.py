@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from controller.adaptation import Move, MoveReason, Protocol
-from controller.allocation import CheckpointMove
-from controller.model import Allocation, KeyGroupId
-from controller.zk.codec import (
+from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.allocation import CheckpointMove
+from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.core.routing import RoutingTable
+from elastorm.zk.codec import (
     MAX_ZNODE_BYTES,
     SCHEMA_VERSION,
     Heartbeat,
@@ -36,7 +37,7 @@ from controller.zk.codec import (
     order_from_checkpoint_move,
     order_from_move,
 )
-from controller.zk.layout import (
+from elastorm.zk.layout import (
     ZkSettings,
     ZnodeLayout,
     ZnodeLayoutError,
@@ -44,7 +45,6 @@ from controller.zk.layout import (
     task_id_from_name,
     task_name,
 )
-from elastorm.routing import RoutingTable
 
 IDENT = TaskIdentity(task_id=7, operator="delays", node_id="n1", host="h", pid=42, zone="z1")
 HB = Heartbeat(

@@ -9,9 +9,9 @@ from __future__ import annotations
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
-from controller.zk.codec import Heartbeat, TaskIdentity, decode_task
-from controller.zk.heartbeat import HeartbeatPublisher, PublisherState
-from controller.zk.layout import ZnodeLayout
+from elastorm.zk.codec import Heartbeat, TaskIdentity, decode_task
+from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState
+from elastorm.zk.layout import ZnodeLayout
 
 
 class _Result:

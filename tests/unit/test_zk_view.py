@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller.model import Allocation, ControllerModelError, KeyGroupId
-from controller.recovery import plan_recovery
-from controller.zk.codec import Heartbeat, TaskIdentity, TaskRecord
-from controller.zk.view import (
+from elastorm.controller.model import Allocation, ControllerModelError, KeyGroupId
+from elastorm.controller.recovery import plan_recovery
+from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
+from elastorm.zk.view import (
     NodeJoined,
     NodeLost,
     TaskEntry,

@@ -1,0 +1,622 @@
+"""The controller's decision loop, sans-IO: task heartbeats in, orders out.
+
+Madsen & Zhou 2015, sections 4 (controller and adaptation manager) and 6 (checkpoint
+allocation), put together. Each round (one per heartbeat interval) the runtime hands
+:class:`ControllerLoop` the live tasks' records; the loop
+
+1. builds a :class:`~controller.model.ClusterView` whose key-group owners and
+   checkpoint holders are the controller's own decisions (the routing tables and
+   holders of its ``MigrationController`` per operator) and whose loads come
+   from the heartbeats (:func:`build_view`);
+2. pushes the key-group input rates into a sliding Pearson correlation (seeded
+   from the Spark artifact when one is given);
+3. once the warm-up is over, allocates checkpoints with the configured strategy
+   (baseline, even, or Algorithm 3), afterwards re-optimises when the score drifts
+   by more than ``theta`` (correlated only), and turns holder changes into
+   ``SetHolder`` commands;
+4. plans adaptation (``plan_adaptation``) and orders each move through the
+   operator's ``MigrationController`` (which falls back to direct unless the
+   target holds the newest checkpoint);
+5. keeps Madsen & Zhou 2015's section 7.3 metrics (:meth:`ControllerLoop.metrics`).
+
+Tasks are placed on *nodes* by :class:`Placement`: one task of every keyed
+operator per node, so a key group moves between nodes by moving between its
+operator's tasks. Nothing here talks to Storm or ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from elastorm.controller.adaptation import (
+    AdaptationState,
+    Move,
+    MoveReason,
+    Thresholds,
+    plan_adaptation,
+)
+from elastorm.controller.adaptation import Protocol as MoveProtocol
+from elastorm.controller.allocation import (
+    AllocationSpec,
+    baseline_allocation,
+    correlated_allocation,
+    even_allocation,
+    reoptimize,
+)
+from elastorm.controller.correlation import CorrelationMatrix, push_loads, sliding_correlation
+from elastorm.controller.metrics import (
+    MetricsSnapshot,
+    MigrationRecord,
+    snapshot,
+    usable_checkpoint_share,
+)
+from elastorm.controller.model import (
+    Allocation,
+    ClusterView,
+    ControllerModelError,
+    KeyGroupId,
+    KeyGroupInfo,
+    NodeId,
+    NodeInfo,
+)
+from elastorm.core.actions import MigrationDone, Send
+from elastorm.core.control import MigrationController, MigrationRefused
+from elastorm.core.messages import Protocol
+from elastorm.zk.codec import TaskRecord
+
+STRATEGIES = ("none", "baseline", "even", "correlated")
+_TO_WIRE = {
+    MoveProtocol.DIRECT: Protocol.DIRECT,
+    MoveProtocol.CPA: Protocol.CPA,
+    MoveProtocol.CPAL: Protocol.CPAL,
+    MoveProtocol.LAZY_CPA: Protocol.CPA,
+}
+_FROM_WIRE = {
+    Protocol.DIRECT: MoveProtocol.DIRECT,
+    Protocol.CPA: MoveProtocol.CPA,
+    Protocol.CPAL: MoveProtocol.CPAL,
+}
+
+
+def node_name(index: int) -> NodeId:
+    """The logical node hosting the ``index``-th task of each keyed operator."""
+    return f"node{index}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which task of each keyed operator runs on which node.
+
+    ``tasks[operator][node]`` is the operator's task on ``node``; every operator
+    has one task on each node, so any key group can move to any node.
+    """
+
+    tasks: Mapping[str, Mapping[NodeId, int]]
+
+    def __post_init__(self) -> None:
+        nodes = {frozenset(by_node) for by_node in self.tasks.values()}
+        if len(nodes) > 1:
+            raise ControllerModelError("every keyed operator needs one task on every node")
+        seen = [t for by_node in self.tasks.values() for t in by_node.values()]
+        if len(seen) != len(set(seen)):
+            raise ControllerModelError("a task is placed twice")
+
+    @classmethod
+    def by_index(cls, operator_tasks: Mapping[str, Sequence[int]]) -> Placement:
+        """Node ``i`` hosts the ``i``-th task (by id) of every operator.
+
+        >>> Placement.by_index({"a": [4, 3], "b": [7, 8]}).task_on("b", "node0")
+        7
+        """
+        return cls(
+            {
+                op: {node_name(i): t for i, t in enumerate(sorted(tasks))}
+                for op, tasks in operator_tasks.items()
+            }
+        )
+
+    @property
+    def nodes(self) -> tuple[NodeId, ...]:
+        first = next(iter(self.tasks.values()), {})
+        return tuple(sorted(first))
+
+    def task_on(self, operator: str, node: NodeId) -> int:
+        return self.tasks[operator][node]
+
+    def node_of(self, task: int) -> NodeId:
+        for by_node in self.tasks.values():
+            for node, t in by_node.items():
+                if t == task:
+                    return node
+        raise KeyError(f"task {task} is not a placed keyed task")
+
+    def operator_of(self, task: int) -> str:
+        for op, by_node in self.tasks.items():
+            if task in by_node.values():
+                return op
+        raise KeyError(f"task {task} is not a placed keyed task")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopSettings:
+    """The controller's knobs (``elastorm.controller.*`` in the topology conf).
+
+    ``strategy``: checkpoint allocation (``none`` keeps the start-up holders);
+    ``warmup``: seconds of statistics, from the first round that saw input, before
+    the first allocation (Madsen & Zhou 2015 wait 15 minutes; short runs use seconds);
+    ``window``: samples in the sliding correlation, one every ``sample_secs``,
+    the first ``settle_secs`` after input began left out (start-up transient);
+    ``defer_secs``: how long a checkpoint-assisted move may wait for its target's
+    first checkpoint;
+    ``theta``: score drift that triggers re-optimisation;
+    ``adapt``: whether to plan migrations (after the warm-up too); ``background``: external CPU
+    share per node (0..1) added to its measured CPU. A topology conf without
+    ``elastorm.controller.*`` gives ``strategy="none"``, ``adapt=False``: the
+    controller then only carries out requests (``elastorm migrate``).
+    """
+
+    strategy: str = "correlated"
+    warmup: float = 30.0
+    window: int = 60
+    sample_secs: float = 5.0
+    settle_secs: float = 10.0
+    defer_secs: float = 10.0
+    theta: float = 0.0
+    epsilon: float = math.inf
+    adapt: bool = True
+    reallocate_every: float = 30.0
+    seed: int = 0
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    background: Mapping[NodeId, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ControllerModelError(
+                f"strategy must be one of {STRATEGIES}, got {self.strategy!r}"
+            )
+        if self.warmup < 0 or self.reallocate_every <= 0 or self.theta < 0:
+            raise ControllerModelError("warmup, theta >= 0 and reallocate_every > 0")
+        if min(self.settle_secs, self.defer_secs) < 0:
+            raise ControllerModelError("settle_secs and defer_secs must be >= 0")
+        if self.sample_secs < 0:
+            raise ControllerModelError(f"sample_secs must be >= 0, got {self.sample_secs}")
+        if self.window < 2:
+            raise ControllerModelError(f"window must be >= 2, got {self.window}")
+        for node, share in self.background.items():
+            if not 0 <= share < 1:
+                raise ControllerModelError(f"background load of {node} must be in [0, 1)")
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to decide (allocation or adaptation)."""
+        return self.adapt or self.strategy != "none"
+
+
+def per_tuple_cpu(record: TaskRecord) -> float:
+    """CPU share one tuple/s costs on this task: its CPU over its total input rate.
+
+    Madsen & Zhou 2015 measure a key group's load as its share of the node's CPU; a task
+    reports its process CPU and per-group rates, so each group gets the task's
+    CPU in proportion to its rate. 0 when the task reported no rate or no CPU.
+    """
+    total = sum(rate for _, rate in record.heartbeat.input_rates)
+    cpu = record.heartbeat.cpu
+    return cpu / total if total > 0 and cpu else 0.0
+
+
+def build_view(
+    records: Iterable[TaskRecord],
+    *,
+    controls: Mapping[str, MigrationController],
+    placement: Placement,
+    now: float,
+    background: Mapping[NodeId, float] | None = None,
+) -> ClusterView:
+    """The controller's ``ClusterView``: its routing and holders, the tasks' loads.
+
+    Node CPU = the summed process CPU of its live tasks plus ``background``
+    (external load); queue = their summed queue estimates. A key group's load is
+    its input rate times its reporting task's :func:`per_tuple_cpu`; its state
+    size and replay size come from the heartbeats. ``O(T + K)``.
+    """
+    bg = background or {}
+    recs = [r for r in records if r.task_id in _placed(placement)]
+    cpu: dict[NodeId, float] = dict.fromkeys(placement.nodes, 0.0)
+    queue: dict[NodeId, float] = dict.fromkeys(placement.nodes, 0.0)
+    load: dict[KeyGroupId, float] = {}
+    size: dict[KeyGroupId, float] = {}
+    replay: dict[KeyGroupId, float] = {}
+    for r in recs:
+        hb, node = r.heartbeat, placement.node_of(r.task_id)
+        cpu[node] += hb.cpu or 0.0
+        queue[node] += hb.queue_length
+        cost = per_tuple_cpu(r)
+        for g, rate in hb.input_rates:
+            kg = KeyGroupId(r.identity.operator, g)
+            load[kg] = max(load.get(kg, 0.0), rate * cost)
+        for g, n in hb.state_sizes:
+            kg = KeyGroupId(r.identity.operator, g)
+            size[kg] = max(size.get(kg, 0.0), n)
+        for kg, n in hb.buffered:
+            replay[kg] = replay.get(kg, 0.0) + n
+    nodes = [
+        NodeInfo(
+            node_id=n,
+            background_load=bg.get(n, 0.0),
+            queue_length=queue[n],
+            cpu=cpu[n] + bg.get(n, 0.0),
+        )
+        for n in placement.nodes
+    ]
+    kgs, holders = [], {}
+    for op, control in controls.items():
+        for g in range(control.num_key_groups):
+            kg = KeyGroupId(op, g)
+            kgs.append(
+                KeyGroupInfo(
+                    key_group=kg,
+                    owner=placement.node_of(control.owner(g)),
+                    load=load.get(kg, 0.0),
+                    checkpoint_size=size.get(kg, 0.0),
+                    replay_size=replay.get(kg, 0.0),
+                )
+            )
+            holders[kg] = (placement.node_of(control.holders[g]),)
+    return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
+
+
+def _placed(placement: Placement) -> set[int]:
+    return {t for by_node in placement.tasks.values() for t in by_node.values()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Round:
+    """What one round decided: commands to send and why."""
+
+    view: ClusterView
+    sends: tuple[Send, ...] = ()
+    moves: tuple[Move, ...] = ()  # as ordered (protocol = the one actually used)
+    refused: tuple[tuple[Move, str], ...] = ()
+    holders_moved: tuple[tuple[KeyGroupId, NodeId, NodeId], ...] = ()
+    allocated: bool = False
+
+
+@dataclass
+class _Started:
+    move: Move
+    at: float
+
+
+class ControllerLoop:
+    """Decides, round by round, where checkpoints live and which key groups move.
+
+    ``controls`` holds one ``MigrationController`` per keyed operator (shared with
+    the runtime, which also feeds it reports); ``prior`` is the offline
+    correlation artifact's matrix, if any.
+    """
+
+    def __init__(
+        self,
+        *,
+        controls: Mapping[str, MigrationController],
+        placement: Placement,
+        settings: LoopSettings,
+        started_at: float,
+        prior: CorrelationMatrix | None = None,
+        prior_weight: float = 0.0,
+    ) -> None:
+        self.controls = dict(controls)
+        self.placement = placement
+        self.settings = settings
+        self.started_at = started_at
+        self.key_groups = tuple(
+            KeyGroupId(op, g) for op, c in self.controls.items() for g in range(c.num_key_groups)
+        )
+        self.correlation = sliding_correlation(
+            self.key_groups, settings.window, prior=prior, prior_weight=prior_weight
+        )
+        self.adaptation = AdaptationState()
+        self.allocation: Allocation | None = None
+        self.allocated_at: float | None = None
+        self.records: list[MigrationRecord] = []
+        self.orders: list[Move] = []
+        self._running: dict[KeyGroupId, _Started] = {}
+        self.last_view: ClusterView | None = None
+        self.usable_samples: list[tuple[float, float]] = []  # (time, share) while overloaded
+        self.running_since: float | None = None  # first round that saw any input
+        self._pending: list[float] | None = None  # summed rates of the current sample
+        self._pending_rounds = 0
+        self._waiting_since: dict[KeyGroupId, float] = {}
+        self._sample_start = 0.0
+        self._quiet_until = -math.inf  # no decisions before (see resume_warm)
+
+    def resume_warm(self, allocation: Allocation, now: float) -> None:
+        """Carry on after a predecessor that had allocated checkpoints (so was warm).
+
+        The tasks kept running through the controller's restart, so there is no
+        start-up backlog to wait out: no second warm-up, and the predecessor's
+        ``allocation`` is the one later re-allocations re-optimize (Madsen & Zhou 2015:
+        lazily, past the threshold θ) instead of one made afresh from a correlation
+        with no samples yet. It decides nothing for ``settle_secs``, though: which
+        holder has a group's newest checkpoint is known only from the holders'
+        reports, which this controller has not heard yet (ordering at once made
+        every move direct).
+        """
+        self.running_since = now - max(self.settings.warmup, self.settings.settle_secs)
+        self._sample_start = now
+        self._quiet_until = now + self.settings.settle_secs
+        self.allocation = allocation
+        self.allocated_at = now
+
+    # -- one round ---------------------------------------------------------------------
+    def round(self, records: Iterable[TaskRecord], now: float) -> Round:
+        """Run one round on the live tasks' latest records (time ``now``, seconds)."""
+        view = self.view(records, now)
+        self._sample(records, now)
+        sends: list[Send] = []
+        holders_moved = []
+        allocated = False
+        if self._allocation_due(now):
+            holders_moved, alloc_sends = self._allocate(view)
+            sends += alloc_sends
+            allocated = True
+            view = self.view(records, now)
+        usable = usable_checkpoint_share(view, self.settings.thresholds)
+        if usable is not None:
+            self.usable_samples.append((now, usable))
+        moves, refused = [], []
+        if self.settings.adapt and self.warm(now):
+            planned, state = plan_adaptation(view, self.settings.thresholds, self.adaptation)
+            waiting = []
+            for move in planned:
+                if self._wait_for_checkpoint(move, now):
+                    waiting.append(move.key_group)
+                    refused.append((move, "waiting for the target's first checkpoint"))
+                    continue
+                self._waiting_since.pop(move.key_group, None)
+                try:
+                    used, move_sends = self._order(move, now)
+                except MigrationRefused as exc:
+                    refused.append((move, str(exc)))
+                    continue
+                sends += move_sends
+                ordered = Move(
+                    key_group=move.key_group,
+                    source=move.source,
+                    target=move.target,
+                    protocol=_FROM_WIRE[used],
+                    reason=move.reason,
+                )
+                moves.append(ordered)
+                self.orders.append(ordered)
+                self._running[move.key_group] = _Started(ordered, now)
+            # A move put off is not a move: it must not start the group's cooldown.
+            self.adaptation = AdaptationState(
+                moved_at={k: t for k, t in state.moved_at.items() if k not in waiting},
+                node_changed_at=state.node_changed_at,
+            )
+        self.last_view = view
+        return Round(
+            view=view,
+            sends=tuple(sends),
+            moves=tuple(moves),
+            refused=tuple(refused),
+            holders_moved=tuple(holders_moved),
+            allocated=allocated,
+        )
+
+    def view(self, records: Iterable[TaskRecord], now: float) -> ClusterView:
+        return build_view(
+            records,
+            controls=self.controls,
+            placement=self.placement,
+            now=now,
+            background=self.settings.background,
+        )
+
+    def _sample(self, records: Iterable[TaskRecord], now: float) -> None:
+        """Add this round's key-group rates to the current sample; push a sample into
+        the correlation window every ``sample_secs`` (the mean of its rounds).
+
+        Only once the job runs: before the first tuple every load is 0, and a
+        window holding the jump from nothing to something makes every pair of key
+        groups look positively correlated. The first non-zero round (a partial
+        interval) is not used; the warm-up counts from it. Samples of several
+        seconds, not single rounds: one-second rates carry common-mode noise (every
+        task stalls when the machine does), which made weakly anti-correlated groups
+        look correlated on real runs.
+        """
+        rates = self._rates(records)
+        if not any(rates.values()):
+            return
+        if self.running_since is None:
+            self.running_since = self._sample_start = now
+            return
+        if now - self.running_since < self.settings.settle_secs:
+            self._sample_start = now
+            return
+        row = [rates.get(k, 0.0) for k in self.key_groups]
+        self._pending = (
+            row
+            if self._pending is None
+            else [a + b for a, b in zip(self._pending, row, strict=True)]
+        )
+        self._pending_rounds += 1
+        if now - self._sample_start >= self.settings.sample_secs:
+            mean = [v / self._pending_rounds for v in self._pending]
+            self.correlation = push_loads(self.correlation, mean)
+            self._pending, self._pending_rounds, self._sample_start = None, 0, now
+
+    def warm(self, now: float) -> bool:
+        """Whether the warm-up is over: ``warmup`` s of statistics since input began.
+
+        Nothing is decided before: a start-up backlog looks like overload (a real
+        run moved three key groups directly in its first second).
+        """
+        return (
+            self.running_since is not None
+            and now - self.running_since >= self.settings.warmup
+            and now >= self._quiet_until
+        )
+
+    def _rates(self, records: Iterable[TaskRecord]) -> dict[KeyGroupId, float]:
+        rates: dict[KeyGroupId, float] = {}
+        for r in records:
+            for g, rate in r.heartbeat.input_rates:
+                kg = KeyGroupId(r.identity.operator, g)
+                rates[kg] = max(rates.get(kg, 0.0), rate)
+        return rates
+
+    # -- checkpoint allocation -----------------------------------------------------------
+    def _allocation_due(self, now: float) -> bool:
+        s = self.settings
+        if s.strategy == "none" or not self.warm(now):
+            return False
+        if self.allocated_at is None:
+            return True
+        return s.strategy == "correlated" and now - self.allocated_at >= s.reallocate_every
+
+    def _allocate(self, view: ClusterView) -> tuple[list, list[Send]]:
+        """Compute the allocation and order the holder changes (skips moving groups)."""
+        s = self.settings
+        spec = AllocationSpec(
+            view=view, correlation=self.correlation.correlation(), epsilon=s.epsilon
+        )
+        if s.strategy == "baseline":
+            alloc = baseline_allocation(spec)
+        elif s.strategy == "even":
+            alloc = even_allocation(spec, seed=s.seed)
+        elif self.allocation is None:
+            alloc = correlated_allocation(spec)
+        else:
+            alloc, _ = reoptimize(spec, view.checkpoints, theta=s.theta)
+        self.allocation = alloc
+        self.allocated_at = view.now
+        moved, sends = [], []
+        for kg, nodes in alloc.entries:
+            old = view.checkpoints.holders(kg)
+            if not nodes or nodes[0] in old:
+                continue
+            task = self.placement.task_on(kg.operator, nodes[0])
+            out = self.controls[kg.operator].set_holder(kg.index, task)
+            if out:
+                moved.append((kg, old[0] if old else "", nodes[0]))
+                sends += out
+        return moved, sends
+
+    # -- migrations ----------------------------------------------------------------------
+    def _wait_for_checkpoint(self, move: Move, now: float) -> bool:
+        """Whether to put off a checkpoint-assisted move whose target was made the
+        holder but has not reported a checkpoint yet (e.g. right after an
+        allocation): ordering it now would fall back to direct. Put off for at most
+        ``defer_secs``; then it goes ahead (direct if still no checkpoint)."""
+        if not move.protocol.checkpoint_assisted:
+            return False
+        kg = move.key_group
+        control = self.controls[kg.operator]
+        target = self.placement.task_on(kg.operator, move.target)
+        if control.holders[kg.index] != target or control.has_newest(target, kg.index):
+            return False
+        since = self._waiting_since.setdefault(kg, now)
+        return now - since < self.settings.defer_secs
+
+    def _order(self, move: Move, now: float) -> tuple[Protocol, list[Send]]:
+        control = self.controls[move.key_group.operator]
+        target = self.placement.task_on(move.key_group.operator, move.target)
+        return control.migrate(move.key_group.index, target, _TO_WIRE[move.protocol], now=now)
+
+    def on_migration_done(self, operator: str, done: MigrationDone, now: float) -> bool:
+        """Feed one end's report; True (and a metrics record) when the migration ended."""
+        if not self.controls[operator].on_migration_done(done):
+            return False
+        started = self._running.pop(KeyGroupId(operator, done.key_group), None)
+        if started is not None:
+            self.records.append(
+                MigrationRecord(move=started.move, pause=max(0.0, now - started.at))
+            )
+        return True
+
+    def metrics(self) -> MetricsSnapshot | None:
+        """Madsen & Zhou 2015's section 7.3 metrics over the migrations so far and the last view.
+
+        ``accumulated_latency`` sums the migrations' completion times (order to
+        both ends done), an upper bound of the pauses they caused.
+        """
+        if self.last_view is None:
+            return None
+        return snapshot(self.records, self.last_view, self.settings.thresholds)
+
+    def ordered_share(self) -> float | None:
+        """Share of ordered (not only finished) migrations that were checkpoint-assisted."""
+        moves = [m for m in self.orders if m.reason is not MoveReason.RECOVERY]
+        if not moves:
+            return None
+        return sum(m.protocol.checkpoint_assisted for m in moves) / len(moves)
+
+
+CONTROLLER_PREFIX = "elastorm.controller."
+
+
+def settings_from_conf(conf: Mapping[str, object]) -> LoopSettings:
+    """``LoopSettings`` from a topology conf (``elastorm.controller.*``, plus
+    ``elastorm.external_load`` as the nodes' background CPU).
+
+    Raises ``ControllerModelError`` naming the bad key.
+    """
+    p = CONTROLLER_PREFIX
+
+    def num(key: str, default: float) -> float:
+        value = conf.get(p + key, default)
+        try:
+            return float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ControllerModelError(f"{p + key} must be a number, got {value!r}") from None
+
+    def flag(key: str, default: bool) -> bool:
+        value = conf.get(p + key, default)
+        if not isinstance(value, bool):
+            raise ControllerModelError(f"{p + key} must be true or false, got {value!r}")
+        return value
+
+    background = conf.get("elastorm.external_load") or {}
+    if not isinstance(background, Mapping):
+        raise ControllerModelError(
+            f"elastorm.external_load must map nodes to shares: {background!r}"
+        )
+    d = Thresholds()
+    try:
+        thresholds = Thresholds(
+            cpu_high=num("cpu_high", d.cpu_high),
+            cpu_low=num("cpu_low", d.cpu_low),
+            queue_high=num("queue_high", d.queue_high),
+            queue_low=num("queue_low", d.queue_low),
+            cooldown=num("cooldown_secs", d.cooldown),
+            max_moves=int(num("max_moves", d.max_moves)),
+            scale_in=flag("scale_in", d.scale_in),
+        )
+        return LoopSettings(
+            strategy=str(conf.get(p + "strategy", "none")),
+            warmup=num("warmup_secs", 30.0),
+            window=int(num("window", 60)),
+            sample_secs=num("sample_secs", 5.0),
+            settle_secs=num("settle_secs", 10.0),
+            defer_secs=num("defer_secs", 10.0),
+            theta=num("theta", 0.0),
+            adapt=flag("adapt", False),
+            reallocate_every=num("reallocate_secs", 30.0),
+            seed=int(num("seed", 0)),
+            thresholds=thresholds,
+            background={str(k): float(v) for k, v in background.items()},
+        )
+    except ControllerModelError as exc:
+        raise ControllerModelError(f"{p}*: {exc}") from None
+
+
+def prior_from_artifact(artifact) -> CorrelationMatrix:
+    """The Spark job's correlation matrix as a prior (constant key groups: 0)."""
+    import numpy as np
+
+    kgs = [KeyGroupId(op, g) for op, g in artifact.key_groups]
+    return CorrelationMatrix(kgs, np.nan_to_num(artifact.matrix, nan=0.0))

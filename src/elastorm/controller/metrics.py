@@ -1,0 +1,130 @@
+"""The evaluation metrics of Madsen & Zhou 2015 (section 7.3, Figures 7-9), as pure functions.
+
+* share of migrations that were checkpoint-assisted (Figure 7);
+* share of usable checkpoints (Figure 8): for each key group on an overloaded
+  node, is one of its checkpoints on a node that could take the key group
+  without becoming overloaded itself;
+* accumulated migration latency (Figure 9): the sum of processing pauses.
+
+The runtime measures pauses; :func:`estimated_pause` gives Madsen & Zhou 2015's cost-model
+estimate for simulations (units: message times, see ``docs/controller.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from elastorm.controller.adaptation import (
+    Move,
+    MoveReason,
+    Protocol,
+    Thresholds,
+    can_take_load,
+    is_overloaded,
+)
+from elastorm.controller.model import ClusterView, ControllerModelError, KeyGroupInfo
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MigrationRecord:
+    """A finished migration and the pause it caused to its key group (seconds)."""
+
+    move: Move
+    pause: float
+
+    def __post_init__(self) -> None:
+        if self.pause < 0:
+            raise ControllerModelError(f"{self.move.key_group}: negative pause {self.pause}")
+
+
+def checkpoint_assisted_share(moves: Iterable[Move]) -> float | None:
+    """Share of migrations (recovery restores excluded) that were checkpoint-assisted.
+
+    ``None`` when there was no migration. ``O(#moves)``.
+
+    >>> from elastorm.controller.model import KeyGroupId
+    >>> m = Move(key_group=KeyGroupId("op", 0), source="a", target="b",
+    ...          protocol=Protocol.CPA, reason=MoveReason.LOAD_BALANCE)
+    >>> checkpoint_assisted_share([m])
+    1.0
+    """
+    migrations = [m for m in moves if m.reason is not MoveReason.RECOVERY]
+    if not migrations:
+        return None
+    return sum(m.protocol.checkpoint_assisted for m in migrations) / len(migrations)
+
+
+def usable_checkpoint_share(view: ClusterView, thresholds: Thresholds) -> float | None:
+    """Share of key groups on overloaded nodes whose checkpoint is usable right now.
+
+    A checkpoint is usable when the adaptation planner could migrate onto its
+    holder: the holder passes Kumbhare et al. 2015's "can take load" test (queue and CPU at
+    or below the low thresholds) and would stay at or below ``cpu_high`` after
+    taking the key group's load. ``None`` when no key
+    group sits on an overloaded node. ``O(K)``.
+    """
+    hot = [n for n in view.node_ids() if is_overloaded(view, n, thresholds)]
+    total = usable = 0
+    for n in hot:
+        for kg in view.owned_by(n):
+            info = view.key_group(kg)
+            total += 1
+            holders = view.checkpoints.holders(kg)
+            usable += any(_can_absorb(view, h, info, thresholds) for h in holders)
+    return usable / total if total else None
+
+
+def _can_absorb(view: ClusterView, node: str, kg: KeyGroupInfo, th: Thresholds) -> bool:
+    if not can_take_load(view, node, th):
+        return False
+    return view.utilization(node) + kg.load / view.node(node).capacity <= th.cpu_high + 1e-12
+
+
+def accumulated_latency(records: Iterable[MigrationRecord]) -> float:
+    """Sum of the pauses of all migrations (Figure 9's y-axis)."""
+    return float(sum(r.pause for r in records if r.move.reason is not MoveReason.RECOVERY))
+
+
+def estimated_pause(move: Move, kg: KeyGroupInfo, *, queue_delay: float = 0.0) -> float:
+    """Madsen & Zhou 2015's cost model (section 5) for the pause a migration causes
+    (message-time units).
+
+    ``DIRECT``: ship the state (``checkpoint_size``) then a CPA with an empty
+    replay; ``CPA`` / lazy CPA: the replay (``replay_size``), processed
+    sequentially; ``CPAL``: only the sync step, one normal message
+    (``1 + queue_delay``); ``RESTORE``: state plus replay.
+    """
+    p = move.protocol
+    if p is Protocol.DIRECT:
+        return kg.checkpoint_size + 1.0 + queue_delay
+    if p in (Protocol.CPA, Protocol.LAZY_CPA):
+        return kg.replay_size + 1.0
+    if p is Protocol.CPAL:
+        return 1.0 + queue_delay
+    return kg.checkpoint_size + kg.replay_size
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MetricsSnapshot:
+    """What the dashboard shows for checkpoint-assisted elasticity."""
+
+    migrations: int
+    checkpoint_assisted: int
+    assisted_share: float | None
+    usable_share: float | None
+    accumulated_latency: float
+
+
+def snapshot(
+    records: Iterable[MigrationRecord], view: ClusterView, thresholds: Thresholds
+) -> MetricsSnapshot:
+    """All three metrics at once, for the dashboard."""
+    recs = [r for r in records if r.move.reason is not MoveReason.RECOVERY]
+    return MetricsSnapshot(
+        migrations=len(recs),
+        checkpoint_assisted=sum(r.move.protocol.checkpoint_assisted for r in recs),
+        assisted_share=checkpoint_assisted_share(r.move for r in recs),
+        usable_share=usable_checkpoint_share(view, thresholds),
+        accumulated_latency=accumulated_latency(recs),
+    )

@@ -1,0 +1,177 @@
+"""Failure handling as a pure plan (Madsen & Zhou 2015, section 4: fault-tolerance manager).
+
+Phase 1 -- restore: every key group of a lost node is restored on a live holder
+of its checkpoint (convert checkpoint to state, replay upstream buffers). When a
+key group has several live holders, the work is spread across them the way
+the parallel recovery of Zaharia et al. 2012 (section 3, fault recovery) spreads a lost
+node's partitions: longest restore first, each onto the holder with the least restore
+work so far (LPT).
+
+Phase 2 -- re-place: checkpoints consumed by phase 1 and checkpoints the lost
+nodes held are placed again with an allocation policy (Algorithm 3 by
+default), keeping every surviving checkpoint where it is.
+
+A key group with no live checkpoint is *unrecoverable* from checkpoints: it is
+listed, and given to the live node with the least load so the runtime can
+rebuild it by replaying from the source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.allocation import (
+    AllocationSpec,
+    CheckpointMove,
+    InfeasibleAllocationError,
+    correlated_allocation,
+    moves_between,
+)
+from elastorm.controller.correlation import Correlation
+from elastorm.controller.model import (
+    Allocation,
+    ClusterView,
+    ControllerModelError,
+    KeyGroupId,
+    KeyGroupInfo,
+    NodeId,
+)
+
+AllocatePolicy = Callable[..., Allocation]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoveryPlan:
+    """What to do after ``failed`` nodes were lost.
+
+    ``restores`` (phase 1, ``Protocol.RESTORE``, source = the lost owner) can run
+    in parallel; ``unprotected`` key groups have fewer checkpoints than asked
+    because the survivors cannot satisfy constraint 1 / the zone rule;
+    ``checkpoint_moves`` (phase 2, ``source=None``: a fresh
+    checkpoint) follow. ``view`` is the cluster once both phases are done.
+    """
+
+    failed: tuple[NodeId, ...]
+    restores: tuple[Move, ...]
+    unrecoverable: tuple[KeyGroupId, ...]
+    unprotected: tuple[KeyGroupId, ...]
+    checkpoint_moves: tuple[CheckpointMove, ...]
+    view: ClusterView
+
+    def restore_work(self) -> dict[NodeId, float]:
+        """Restore work per holder (sum of checkpoint size + replay size)."""
+        out: dict[NodeId, float] = {}
+        for m in self.restores:
+            kg = self.view.key_group(m.key_group)
+            out[m.target] = out.get(m.target, 0.0) + kg.checkpoint_size + kg.replay_size
+        return out
+
+
+def plan_recovery(
+    view: ClusterView,
+    failed: Iterable[NodeId],
+    *,
+    correlation: Correlation | None = None,
+    replicas: int = 1,
+    epsilon: float = math.inf,
+    allocate: AllocatePolicy = correlated_allocation,
+) -> RecoveryPlan:
+    """Plan recovery from the loss of ``failed`` nodes (restore, then re-place).
+
+    ``allocate`` is any policy of :mod:`elastorm.controller.allocation` taking
+    ``(spec, keep=...)``. Complexity: ``O(K log K + |lost| * replicas)`` for
+    phase 1 plus one run of the policy.
+
+    Raises ``ControllerModelError`` if a failed node is unknown or no node
+    survives. If the survivors cannot hold every checkpoint under constraint 1
+    and the zone rule, surviving checkpoints stay and the bare key groups are
+    listed in ``unprotected``.
+
+    >>> from elastorm.controller.model import NodeInfo
+    >>> kg = KeyGroupId("op", 0)
+    >>> view = ClusterView(
+    ...     nodes=[NodeInfo(node_id=n) for n in ("a", "b", "c")],
+    ...     key_groups=[KeyGroupInfo(key_group=kg, owner="a", load=1.0)],
+    ...     checkpoints={kg: ("b",)},
+    ... )
+    >>> plan = plan_recovery(view, ["a"])
+    >>> [(m.target, m.protocol.value) for m in plan.restores], plan.view.checkpoints.holders(kg)
+    ([('b', 'restore')], ('c',))
+    """
+    lost = tuple(sorted(set(failed)))
+    known = set(view.node_ids())
+    for n in lost:
+        if n not in known:
+            raise ControllerModelError(f"failed node {n!r} is not in the view")
+    live = [n for n in view.nodes if n.node_id not in lost]
+    if not live:
+        raise ControllerModelError("every node failed; nothing to recover onto")
+    live_ids = {n.node_id for n in live}
+
+    holders = {kg: [h for h in nodes if h in live_ids] for kg, nodes in view.checkpoints.entries}
+    lost_kgs = [view.key_group(kg) for n in lost for kg in view.owned_by(n)]
+    # LPT: longest restore first, onto the least-busy live holder (then id).
+    lost_kgs.sort(key=lambda k: (-(k.checkpoint_size + k.replay_size), k.key_group))
+    work = {n: 0.0 for n in live_ids}
+    base_load = {n: view.node_load(n) for n in live_ids}
+    restores: list[Move] = []
+    unrecoverable: list[KeyGroupId] = []
+    new_owner: dict[KeyGroupId, NodeId] = {}
+    for kg in lost_kgs:
+        cands = holders.get(kg.key_group, [])
+        if not cands:
+            target = min(live_ids, key=lambda n: (base_load[n], n))
+            unrecoverable.append(kg.key_group)
+        else:
+            target = min(cands, key=lambda n: (work[n], base_load[n], n))
+            holders[kg.key_group].remove(target)  # the checkpoint becomes the state
+            restores.append(
+                Move(
+                    key_group=kg.key_group,
+                    source=kg.owner,
+                    target=target,
+                    protocol=Protocol.RESTORE,
+                    reason=MoveReason.RECOVERY,
+                )
+            )
+        work[target] += kg.checkpoint_size + kg.replay_size
+        base_load[target] += kg.load
+        new_owner[kg.key_group] = target
+
+    key_groups = [
+        KeyGroupInfo(
+            key_group=k.key_group,
+            owner=new_owner.get(k.key_group, k.owner),
+            load=k.load,
+            checkpoint_size=k.checkpoint_size,
+            replay_size=k.replay_size,
+        )
+        for k in view.key_groups
+    ]
+    survived = Allocation(holders)
+    after_restore = ClusterView(
+        nodes=live, key_groups=key_groups, checkpoints=survived, now=view.now
+    )
+    spec = AllocationSpec(
+        view=after_restore, correlation=correlation, replicas=replicas, epsilon=epsilon
+    )
+    try:
+        placed = allocate(spec, keep=survived)
+    except InfeasibleAllocationError:
+        # Too few zones left for the constraint: recover anyway, report who is bare.
+        placed = survived
+    return RecoveryPlan(
+        failed=lost,
+        restores=tuple(restores),
+        unrecoverable=tuple(sorted(unrecoverable)),
+        unprotected=tuple(
+            k.key_group
+            for k in after_restore.key_groups
+            if len(placed.holders(k.key_group)) < replicas
+        ),
+        checkpoint_moves=moves_between(survived, placed),
+        view=after_restore.replace(checkpoints=placed),
+    )

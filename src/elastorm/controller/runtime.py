@@ -1,0 +1,332 @@
+"""The controller loop's I/O, for the Storm controller bolt.
+
+:class:`elastorm.controller.loop.ControllerLoop` decides; this adapter feeds it the live
+tasks' heartbeats (a ``ClusterWatcher``), persists what it decided (routing
+tables, checkpoint allocation) through a ``ControllerStore`` so a restarted
+controller resumes from them, and writes its metrics to the log and to
+``controller-metrics.json`` in ``elastorm.output_dir``. Nothing here blocks on
+ZooKeeper: the watcher and the store run on their own threads; while ZooKeeper
+is away the loop keeps deciding on the last records it saw and the store holds
+the decisions until it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from elastorm.controller.loop import (
+    CONTROLLER_PREFIX,
+    ControllerLoop,
+    LoopSettings,
+    Placement,
+    Round,
+    prior_from_artifact,
+)
+from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.core.actions import Send
+from elastorm.core.control import MigrationController
+from elastorm.runtime.files import OUTPUT_DIR_KEY, write_json_atomic
+from elastorm.zk.layout import ZkSettings, ZnodeLayout, hosts_from_storm_conf
+from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
+from elastorm.zk.watcher import ClusterWatcher
+
+log = logging.getLogger(__name__)
+
+ROUND_KEY = CONTROLLER_PREFIX + "round_secs"
+ARTIFACT_KEY = CONTROLLER_PREFIX + "correlation_artifact"
+PRIOR_WEIGHT_KEY = CONTROLLER_PREFIX + "prior_weight"
+METRICS_FILE = "controller-metrics.json"
+LOAD_TIMEOUT = 5.0  # s to wait for earlier decisions at start
+FLUSH_WAIT = 0.5  # s a tick waits for its decisions to reach ZooKeeper before sending
+
+
+def resume(
+    controls: Mapping[str, MigrationController], decisions: Decisions, placement: Placement
+) -> list[str]:
+    """Take over routing tables and holders a previous controller persisted.
+
+    A routing table is taken only if newer than the start-up one (a fresh topology
+    has none); the holders whenever an allocation was persisted (an allocation
+    does not bump the routing epoch). Returns the operators resumed.
+    """
+    resumed = []
+    for op, control in controls.items():
+        table = decisions.routing.get(op)
+        took = False
+        if table is not None and table.epoch > control.epoch:
+            control.routing = table
+            control.epoch = table.epoch
+            took = True
+        if decisions.checkpoints is not None:
+            for g in range(control.num_key_groups):
+                nodes = decisions.checkpoints.holders(KeyGroupId(op, g))
+                if nodes:
+                    task = placement.task_on(op, nodes[0])
+                    if task != control.owner(g) and control.holders[g] != task:
+                        control.holders[g] = task
+                        took = True
+        if took:
+            resumed.append(op)
+    return resumed
+
+
+def holders_allocation(controls: Mapping[str, MigrationController], placement: Placement):
+    """The controllers' holders as an ``Allocation`` over nodes."""
+    return Allocation(
+        {
+            KeyGroupId(op, g): (placement.node_of(c.holders[g]),)
+            for op, c in controls.items()
+            for g in range(c.num_key_groups)
+        }
+    )
+
+
+class ControllerRuntime:
+    """Runs ``loop`` every ``round_secs`` on the watcher's records, once the store has
+    loaded the decisions of any earlier controller; see the module doc."""
+
+    def __init__(
+        self,
+        *,
+        loop: ControllerLoop,
+        watcher: ClusterWatcher,
+        store: ControllerStore,
+        round_secs: float,
+        metrics_path: str | None,
+    ) -> None:
+        self.loop = loop
+        self.watcher = watcher
+        self.store = store
+        self.round_secs = round_secs
+        self.metrics_path = metrics_path
+        self._last_round = -float("inf")
+        self.loaded = False
+        self.rounds = 0
+        self.history: list[dict[str, Any]] = []
+        self.holder_moves: list[dict[str, Any]] = []
+        self.ordered: list[dict[str, Any]] = []
+        # Commands whose decisions are not yet durable: sent only once ZooKeeper has
+        # them, so a controller killed in between cannot have acted on decisions its
+        # successor never sees (write-ahead, not write-behind, for what is acted on).
+        self.outbox: list[Send] = []
+
+    @classmethod
+    def start(
+        cls,
+        conf: Mapping[str, Any],
+        controls: Mapping[str, MigrationController],
+        operator_tasks: Mapping[str, Sequence[int]],
+        settings: LoopSettings,
+    ) -> ControllerRuntime:
+        layout = ZnodeLayout(str(conf["topology.name"]))
+        zk = ZkSettings(hosts=hosts_from_storm_conf(conf))
+        placement = Placement.by_index(operator_tasks)
+        watcher = ClusterWatcher(layout=layout, settings=zk)
+        watcher.start()
+        store = ControllerStore(
+            layout=layout, controller_id=f"controller-{os.getpid()}", settings=zk
+        )
+        store.start()
+        try:
+            store.load(timeout=LOAD_TIMEOUT)
+        except StoreError as exc:
+            log.error("controller: earlier decisions not loaded yet (%s); waiting for them", exc)
+        prior, weight = None, 0.0
+        if conf.get(ARTIFACT_KEY):
+            prior = _load_prior(str(conf[ARTIFACT_KEY]), controls)
+            weight = float(conf.get(PRIOR_WEIGHT_KEY, settings.window))
+        loop = ControllerLoop(
+            controls=controls,
+            placement=placement,
+            settings=settings,
+            started_at=time.time(),
+            prior=prior,
+            prior_weight=weight,
+        )
+        out = conf.get(OUTPUT_DIR_KEY)
+        log.info(
+            "controller: strategy=%s adapt=%s nodes=%s warmup=%.0fs",
+            settings.strategy,
+            settings.adapt,
+            placement.nodes,
+            settings.warmup,
+        )
+        return cls(
+            loop=loop,
+            watcher=watcher,
+            store=store,
+            round_secs=float(conf.get(ROUND_KEY, 1.0)),
+            metrics_path=os.path.join(str(out), METRICS_FILE) if out else None,
+        )
+
+    def tick(self, now: float) -> list[Send]:
+        """One round if one is due; returns the commands to send now: those of this and
+        earlier rounds whose decisions ZooKeeper holds."""
+        if now - self._last_round < self.round_secs:
+            return self._release()
+        self._last_round = now
+        if not self.loaded and not self._load(now):
+            return []
+        records = list(self.watcher.live().values())
+        if not records:
+            return self._release()
+        rnd = self.loop.round(records, now)
+        self.rounds += 1
+        self._log(rnd)
+        self._persist()
+        self._record(rnd, now)
+        self.outbox.extend(rnd.sends)
+        return self._release()
+
+    def _release(self) -> list[Send]:
+        """The held commands, once the store has written every decision (waits at most
+        ``FLUSH_WAIT``); none while ZooKeeper lags; dropped if this controller was deposed."""
+        if not self.outbox:
+            return []
+        if self.store.status() is StoreStatus.CONFLICT:
+            log.error(
+                "controller: deposed by another controller; dropping %d commands",
+                len(self.outbox),
+            )
+            self.outbox.clear()
+            return []
+        if self.store.pending() and not self.store.flush(FLUSH_WAIT):
+            log.warning(
+                "controller: holding %d commands until ZooKeeper has the decisions behind "
+                "them (%d writes pending)",
+                len(self.outbox),
+                self.store.pending(),
+            )
+            return []
+        out, self.outbox = self.outbox, []
+        return out
+
+    def _load(self, now: float) -> bool:
+        """Take over what an earlier controller decided, once the store has read it.
+
+        Until then this controller decides nothing: a restarted controller that
+        acted on the start-up routing would order migrations from the wrong owners.
+        A predecessor that had allocated checkpoints was past its warm-up: this one
+        carries on from its allocation without warming up again.
+        """
+        status = self.store.status()
+        if status is StoreStatus.CONFLICT:
+            log.error("controller: another controller leads; this one decides nothing")
+            return False
+        if status is not StoreStatus.ONLINE:
+            return False
+        decisions = self.store.decisions()
+        resumed = resume(self.loop.controls, decisions, self.loop.placement)
+        if resumed:
+            log.warning("controller: resumed routing and holders of %s", resumed)
+        if decisions.checkpoints is not None:
+            self.loop.resume_warm(holders_allocation(self.loop.controls, self.loop.placement), now)
+            log.warning("controller: the topology was warm before the restart; no warm-up")
+        self.loaded = True
+        return True
+
+    def _log(self, rnd: Round) -> None:
+        if rnd.allocated:
+            log.info(
+                "controller: %s allocation, %d checkpoints moved",
+                self.loop.settings.strategy,
+                len(rnd.holders_moved),
+            )
+        for m in rnd.moves:
+            log.info(
+                "controller: %s %s %s -> %s by %s",
+                m.reason.value,
+                m.key_group,
+                m.source,
+                m.target,
+                m.protocol.value,
+            )
+        for m, why in rnd.refused:
+            log.info("controller: move of %s refused: %s", m.key_group, why)
+
+    def _persist(self) -> None:
+        try:
+            for op, control in self.loop.controls.items():
+                self.store.set_routing(op, control.routing)
+            self.store.set_checkpoints(holders_allocation(self.loop.controls, self.loop.placement))
+        except StoreError as exc:  # not loaded yet, or deposed: decisions stay in memory
+            log.debug("controller: decisions not persisted yet (%s)", exc)
+
+    def _record(self, rnd: Round, now: float) -> None:
+        view = rnd.view
+        self.history.append(
+            {
+                "t": now,
+                "cpu": {n.node_id: n.cpu for n in view.nodes},
+                "queue": {n.node_id: n.queue_length for n in view.nodes},
+                "overloaded": [
+                    n.node_id
+                    for n in view.nodes
+                    if n.queue_length >= self.loop.settings.thresholds.queue_high
+                    and (n.cpu or 0.0) >= self.loop.settings.thresholds.cpu_high
+                ],
+            }
+        )
+        for m in rnd.moves:
+            self.ordered.append(
+                {
+                    "t": now,
+                    "key_group": str(m.key_group),
+                    "source": m.source,
+                    "target": m.target,
+                    "protocol": m.protocol.value,
+                    "reason": m.reason.value,
+                }
+            )
+        for kg, old, new in rnd.holders_moved:
+            self.holder_moves.append({"t": now, "key_group": str(kg), "from": old, "to": new})
+        if self.metrics_path is None:
+            return
+        snap = self.loop.metrics()
+        write_json_atomic(
+            self.metrics_path,
+            {
+                "strategy": self.loop.settings.strategy,
+                "rounds": self.rounds,
+                "allocated_at": self.loop.allocated_at,
+                "started_at": self.loop.started_at,
+                "orders": self.ordered,
+                "finished": [
+                    {"key_group": str(r.move.key_group), "seconds": r.pause}
+                    for r in self.loop.records
+                ],
+                "ordered_assisted_share": self.loop.ordered_share(),
+                "assisted_share": snap.assisted_share if snap else None,
+                "usable_share_now": snap.usable_share if snap else None,
+                "usable_samples": self.loop.usable_samples,
+                "accumulated_latency": snap.accumulated_latency if snap else 0.0,
+                "holders": {
+                    str(kg): list(nodes)
+                    for kg, nodes in holders_allocation(
+                        self.loop.controls, self.loop.placement
+                    ).entries
+                },
+                "holder_moves": self.holder_moves,
+                "routing": {
+                    op: {"epoch": c.routing.epoch, "owners": list(c.routing.owners)}
+                    for op, c in self.loop.controls.items()
+                },
+                "history": self.history[-600:],
+                "store": self.store.status().value,
+            },
+        )
+
+
+def _load_prior(path: str, controls: Mapping[str, MigrationController]):
+    from elastorm.core.correlation_artifact import decode_artifact
+
+    with open(path, "rb") as f:
+        artifact = decode_artifact(
+            f.read(), expected_key_groups={op: c.num_key_groups for op, c in controls.items()}
+        )
+    log.info("controller: correlation prior from %s", path)
+    return prior_from_artifact(artifact)

@@ -1,0 +1,316 @@
+"""The controller's side of the migration protocols, sans-IO (Madsen & Zhou 2015,
+sections 4-5: the controller; state migration).
+
+``MigrationController`` keeps the routing table, checkpoint holders and what each
+task reported, and turns an order ("move key group g to task t by CPA") or a
+crash into the commands to send, as ``Send`` actions from the controller. The
+simulator (``elastorm.core.sim``) and the Storm controller bolt both drive it, so the
+rules below are written once:
+
+* at most one migration of a key group at a time (wait for both ``MigrationDone``);
+* CPA / CPAL only to the group's holder, and only if it reported
+  (``CheckpointStored``) the group's newest checkpoint since the group last
+  changed owner, else DIRECT (Madsen & Zhou 2015: the target must hold the newest
+  checkpoint);
+* after a migration the old owner becomes the holder; after a restore, the next
+  live task after the new owner does;
+* a crashed task restarts empty, with ``stale_through`` = the epoch at the crash;
+  each group it owned or was moving is restored (:meth:`restore_target`);
+* a migration or restore never hangs unseen: one that has not completed within a
+  time limit is reported once as stuck, naming the tasks it still waits for
+  (:meth:`overdue`); it still completes if they answer later.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
+from elastorm.core.messages import CheckpointId, Migrate, Protocol, SetHolder
+from elastorm.core.routing import RoutingTable
+
+
+def next_task(tasks: Iterable[int], task: int, skip: Iterable[int] = ()) -> int:
+    """The next id after ``task`` among ``tasks`` (wrapping), skipping ``skip``."""
+    skipped = set(skip)
+    others = [t for t in tasks if t != task and t not in skipped]
+    return min(others, key=lambda t: (t < task, t))
+
+
+def initial_holders(routing: RoutingTable, tasks: Iterable[int]) -> dict[int, int]:
+    """Where each key group checkpoints at start: the next task after its owner.
+
+    Every task of a keyed operator computes this on its own at start, as does
+    the controller, so no message is needed before the first checkpoint.
+    """
+    ordered = sorted(set(tasks))
+    return {g: next_task(ordered, routing.owner(g)) for g in range(routing.num_key_groups)}
+
+
+class MigrationRefused(ValueError):
+    """An order the controller cannot carry out (group busy, target is the owner...)."""
+
+
+@dataclass
+class Moving:
+    """A migration in flight: who moves the group where, and which ends still report.
+
+    ``since`` is the controller's clock when it was ordered; ``stuck`` is set once it
+    has been reported overdue (see :meth:`MigrationController.overdue`).
+    """
+
+    protocol: Protocol
+    source: int | None
+    target: int
+    epoch: int
+    waiting: set[Role] = field(default_factory=set)
+    since: float = 0.0
+    stuck: bool = False
+
+    def waiting_for(self) -> dict[str, int]:
+        """Role name -> task of each end that has not reported ``MigrationDone`` yet."""
+        ends = {Role.SOURCE: self.source, Role.TARGET: self.target}
+        return {
+            role.value: task
+            for role, task in sorted(ends.items(), key=lambda e: e[0].value)
+            if role in self.waiting and task is not None
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overdue:
+    """A migration (or restore) of ``key_group`` that did not complete in time."""
+
+    key_group: int
+    protocol: Protocol
+    source: int | None
+    target: int
+    epoch: int
+    waiting_for: dict[str, int]  # role -> task still to report MigrationDone
+    age: float  # seconds since it was ordered
+
+    def describe(self) -> str:
+        """One line for logs and the request's ``detail``."""
+        ends = ", ".join(f"the {role} (task {task})" for role, task in self.waiting_for.items())
+        return (
+            f"stuck: {self.protocol.value} of key group {self.key_group} "
+            f"(task {self.source} -> {self.target}, epoch {self.epoch}) not complete after "
+            f"{self.age:.0f} s; waiting for MigrationDone from {ends}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrashPlan:
+    """What to do after task ``dead`` died."""
+
+    dead: int
+    stale_through: int  # restart ``dead`` empty with this floor
+    restored: tuple[int, ...]  # groups restored elsewhere
+    sends: tuple[Send, ...]  # commands, in order
+
+
+class MigrationController:
+    """Controller of one keyed operator on ``tasks`` fed by ``emitters``.
+
+    ``routing`` defaults to round robin; each group's holder starts as the next
+    task after its owner.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_key_groups: int,
+        tasks: Iterable[int],
+        emitters: Iterable[int],
+        routing: RoutingTable | None = None,
+    ) -> None:
+        self.tasks = sorted(set(tasks))
+        if len(self.tasks) < 2:
+            raise ValueError("an elastic operator needs at least two tasks (owner and holder)")
+        self.emitters = sorted(set(emitters))
+        self.num_key_groups = num_key_groups
+        self.routing = routing or RoutingTable.round_robin(num_key_groups, self.tasks)
+        self.epoch = self.routing.epoch
+        self.holders = initial_holders(self.routing, self.tasks)
+        self.moving: dict[int, Moving] = {}
+        self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
+        self.stats: Counter[str] = Counter()
+
+    def owner(self, key_group: int) -> int:
+        return self.routing.owner(key_group)
+
+    # -- reports from the tasks ------------------------------------------------------
+    def on_checkpoint_stored(self, task: int, report: CheckpointStored) -> None:
+        """Task ``task`` now holds checkpoint ``report.checkpoint`` of its group."""
+        self.reports[report.key_group][task] = report.checkpoint
+
+    def on_migration_done(self, done: MigrationDone) -> bool:
+        """One end finished; True when the whole migration is complete."""
+        moving = self.moving.get(done.key_group)
+        if moving is None or moving.epoch != done.epoch:
+            return False  # an aborted migration's late report
+        moving.waiting.discard(done.role)
+        if moving.waiting:
+            return False
+        del self.moving[done.key_group]
+        return True
+
+    def has_newest(self, task: int, key_group: int) -> bool:
+        """Whether ``task`` reported the newest checkpoint of ``key_group`` (and has
+        not since turned it into state or crashed)."""
+        reports = self.reports[key_group]
+        return task in reports and reports[task] == max(reports.values())
+
+    def can_migrate(self, key_group: int) -> bool:
+        return key_group not in self.moving
+
+    # -- orders ----------------------------------------------------------------------
+    def migrate(
+        self, key_group: int, target: int, protocol: Protocol, *, now: float
+    ) -> tuple[Protocol, list[Send]]:
+        """Order a migration at time ``now``; returns the protocol used and the commands.
+
+        CPA/CPAL fall back to DIRECT unless ``target`` is the holder and holds the
+        newest copy. Raises ``MigrationRefused`` for an order that cannot run.
+        """
+        g = key_group
+        if not 0 <= g < self.num_key_groups:
+            raise MigrationRefused(f"key group {g} not in [0, {self.num_key_groups})")
+        if target not in self.tasks:
+            raise MigrationRefused(f"task {target} is not a task of this operator {self.tasks}")
+        source = self.owner(g)
+        if not self.can_migrate(g):
+            raise MigrationRefused(f"key group {g} is already moving")
+        if target == source:
+            raise MigrationRefused(f"task {target} already owns key group {g}")
+        if protocol is Protocol.RESTORE:
+            raise MigrationRefused("restores follow a crash, they are not ordered")
+        assisted = self.holders[g] == target and self.has_newest(target, g)
+        if protocol is not Protocol.DIRECT and not assisted:
+            protocol = Protocol.DIRECT
+        self.epoch += 1
+        cmd = Migrate(
+            key_group=g, epoch=self.epoch, protocol=protocol, source=source, target=target
+        )
+        recipients = [source] if protocol is Protocol.DIRECT else self.emitters
+        sends = [Send(to_task=r, message=cmd) for r in recipients]
+        self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
+        # Ownership changes: copies of the old lineage stop being bases for CPA.
+        self.reports[g].clear()
+        self.holders[g] = source
+        sends.append(Send(to_task=target, message=SetHolder(key_group=g, holder=source)))
+        self.moving[g] = Moving(
+            protocol, source, target, self.epoch, {Role.SOURCE, Role.TARGET}, since=now
+        )
+        self.stats[f"migrate.{protocol.value}"] += 1
+        return protocol, sends
+
+    def set_holder(self, key_group: int, holder: int) -> list[Send]:
+        """Move ``key_group``'s checkpoint to ``holder`` (checkpoint allocation).
+
+        Returns the ``SetHolder`` for the owner (its next checkpoint is then full),
+        or nothing while the group moves or if ``holder`` is its owner or already
+        its holder. The new holder is no CPA target until it reports a checkpoint.
+        """
+        g = key_group
+        if holder not in self.tasks:
+            raise MigrationRefused(f"task {holder} is not a task of this operator {self.tasks}")
+        if g in self.moving or holder in (self.owner(g), self.holders[g]):
+            return []
+        self.holders[g] = holder
+        self.stats["set_holder"] += 1
+        return [Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder))]
+
+    def restore_target(self, key_group: int, dead: int) -> int:
+        """Where to restore ``key_group`` after ``dead`` died.
+
+        Mid-migration, the surviving end: it has live state, or a copy at least
+        as new as any checkpoint whose ack trimmed a buffer (the source's own
+        checkpoints all went to the target). Otherwise the task that reported
+        the newest checkpoint. Raises ``RuntimeError`` when no copy survives.
+        """
+        g = key_group
+        moving = self.moving.get(g)
+        if moving is not None and moving.protocol is not Protocol.RESTORE:
+            if dead == moving.target:
+                assert moving.source is not None
+                return moving.source
+            if moving.protocol is not Protocol.DIRECT or moving.target in self.reports[g]:
+                return moving.target
+        for t in self.tasks:
+            if t != dead and self.has_newest(t, g):
+                return t
+        raise RuntimeError(f"group {g}: no checkpoint survives task {dead}")
+
+    def involved(self, key_group: int, task: int) -> bool:
+        """Whether ``task`` owns ``key_group`` or is the source of its migration."""
+        moving = self.moving.get(key_group)
+        return self.owner(key_group) == task or (moving is not None and moving.source == task)
+
+    def crash(self, dead: int, *, now: float) -> CrashPlan:
+        """Task ``dead`` lost everything (noticed at time ``now``): restore what it owned
+        or was moving from the surviving copies, and re-place the checkpoints it held."""
+        floor = self.epoch
+        restored: list[int] = []
+        sends: list[Send] = []
+        for g in range(self.num_key_groups):
+            if self.involved(g, dead):
+                restored.append(g)
+                target = self.restore_target(g, dead)
+                self.epoch += 1
+                cmd = Migrate(
+                    key_group=g,
+                    epoch=self.epoch,
+                    protocol=Protocol.RESTORE,
+                    source=None,
+                    target=target,
+                )
+                sends += [Send(to_task=u, message=cmd) for u in self.emitters]
+                self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
+                self.reports[g].clear()
+                self.moving[g] = Moving(
+                    Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
+                )
+            if self.holders[g] in (dead, self.owner(g)):
+                self.holders[g] = next_task(self.tasks, self.owner(g))
+                sends.append(
+                    Send(
+                        to_task=self.owner(g),
+                        message=SetHolder(key_group=g, holder=self.holders[g]),
+                    )
+                )
+        for reports in self.reports.values():
+            reports.pop(dead, None)
+        self.stats["crashes"] += 1
+        return CrashPlan(
+            dead=dead, stale_through=floor, restored=tuple(restored), sends=tuple(sends)
+        )
+
+    def overdue(self, now: float, limit: float) -> list[Overdue]:
+        """Migrations ordered more than ``limit`` seconds before ``now`` that are not
+        complete and not yet reported; each is marked so it is reported only once.
+
+        O(moving groups). A stuck migration is not aborted: its ends may still answer
+        (a slow, loaded node), and tearing it down could leave two owners. It is made
+        visible instead, with the tasks it waits for.
+        """
+        found = []
+        for g, moving in sorted(self.moving.items()):
+            if moving.stuck or now - moving.since < limit:
+                continue
+            moving.stuck = True
+            self.stats["stuck"] += 1
+            found.append(
+                Overdue(
+                    key_group=g,
+                    protocol=moving.protocol,
+                    source=moving.source,
+                    target=moving.target,
+                    epoch=moving.epoch,
+                    waiting_for=moving.waiting_for(),
+                    age=now - moving.since,
+                )
+            )
+        return found

@@ -1,0 +1,218 @@
+"""Per-task coordinator: the downstream side of one operator task.
+
+Wraps one :class:`KeyGroupMachine` per key group (wsproto-style nesting) and the
+task's :class:`CheckpointHolder`. A Storm bolt adapter feeds it every message it
+receives and every tick, and performs the actions it returns, in order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from elastorm.core.actions import Action, CheckpointStored, HolderLost, Rejected, Send
+from elastorm.core.checkpoint import CheckpointHolder
+from elastorm.core.errors import CheckpointOrderError
+from elastorm.core.keygroups import key_group as key_group_of
+from elastorm.core.messages import (
+    CheckpointAck,
+    CheckpointDelta,
+    CheckpointNack,
+    Data,
+    Message,
+    PeerDown,
+    SetHolder,
+)
+from elastorm.core.migration.keygroup import KeyGroupMachine
+from elastorm.core.migration.table import LIVE, Phase
+from elastorm.core.state import Combine, KeyGroupState, sum_combine
+
+EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck")
+"""Messages for the task's upstream-side :class:`Emitter`, not for the coordinator."""
+
+
+class TaskCoordinator:
+    """Downstream side of task ``task`` of an operator with ``num_key_groups`` groups.
+
+    ``upstreams`` are the emitter tasks feeding this operator (each sends its
+    toState / toCheckpoint / syncGroup). ``owned`` groups start ``ACTIVE`` with
+    empty state; ``holders`` says where each owned group checkpoints to.
+    ``stale_through`` is for a restarted task: the highest epoch the controller
+    had issued when it restarted; messages of those migrations are stale here.
+    """
+
+    def __init__(
+        self,
+        *,
+        task: int,
+        num_key_groups: int,
+        upstreams: Iterable[int],
+        combine: Combine = sum_combine,
+        owned: Iterable[int] = (),
+        holders: Mapping[int, int] | None = None,
+        checkpoint_interval: float | None = None,
+        stale_through: int = -1,
+    ) -> None:
+        if num_key_groups < 1:
+            raise ValueError(f"num_key_groups must be >= 1, got {num_key_groups}")
+        if checkpoint_interval is not None and checkpoint_interval <= 0:
+            raise ValueError("checkpoint_interval must be > 0")
+        self.task = task
+        self.num_key_groups = num_key_groups
+        self.upstreams: set[int] = set(upstreams)
+        self.combine = combine
+        self.held = CheckpointHolder()
+        self.checkpoint_interval = checkpoint_interval
+        self.stale_through = stale_through
+        self._stats: Counter[str] = Counter()
+        self.data_in = 0
+        self._machines: dict[int, KeyGroupMachine] = {}
+        self._last_checkpoint: dict[int, float] = {}
+        for g in owned:
+            self._check_group(g)
+            self._machines[g] = self._new_machine(g, owned=True)
+        for g, holder in (holders or {}).items():
+            self.machine(g).set_holder(holder)
+
+    @property
+    def stats(self) -> Counter[str]:
+        """Counts: ``in.<message type>``, checkpoints, rejected, stale deltas."""
+        if self.data_in:
+            self._stats["in.Data"] = self.data_in
+        return self._stats
+
+    # -- access --------------------------------------------------------------
+    def _new_machine(self, g: int, owned: bool = False) -> KeyGroupMachine:
+        return KeyGroupMachine(
+            key_group=g,
+            task=self.task,
+            upstreams=lambda: self.upstreams,
+            holder_store=self.held,
+            combine=self.combine,
+            epoch=self.stale_through + 1,
+            owned=owned,
+        )
+
+    def _check_group(self, g: int) -> None:
+        if not 0 <= g < self.num_key_groups:
+            raise IndexError(f"key group {g} not in [0, {self.num_key_groups})")
+
+    def machine(self, key_group: int) -> KeyGroupMachine:
+        """The machine of ``key_group`` (created ``IDLE`` on first use)."""
+        self._check_group(key_group)
+        m = self._machines.get(key_group)
+        if m is None:
+            m = self._machines[key_group] = self._new_machine(key_group)
+        return m
+
+    def phase(self, key_group: int) -> Phase:
+        return self.machine(key_group).phase
+
+    def state(self, key_group: int) -> KeyGroupState | None:
+        """Live state of ``key_group`` here, if any (use it for queries and output
+        counters; update it only through the actions)."""
+        return self.machine(key_group).state
+
+    def owned(self) -> tuple[int, ...]:
+        """Groups this task owns outright (``ACTIVE``)."""
+        return tuple(g for g, m in sorted(self._machines.items()) if m.phase is Phase.ACTIVE)
+
+    def live(self) -> tuple[int, ...]:
+        """Groups with live state here (owner, or either end of a migration)."""
+        return tuple(g for g, m in sorted(self._machines.items()) if m.phase in LIVE)
+
+    # -- events --------------------------------------------------------------
+    def receive(self, sender: int, message: Message) -> list[Action]:
+        """Handle ``message`` from task ``sender``; return the actions to perform.
+
+        Raises ``MigrationProtocolError`` when the message is illegal for its key
+        group's phase (that group's machine then stays ``FAILED``).
+        """
+        if type(message) is Data:  # the per-tuple path first
+            self.data_in += 1
+            g = message.key_group
+            if not 0 <= g < self.num_key_groups:
+                return self._reject(sender, message, "key group out of range")
+            if key_group_of(message.item.key, self.num_key_groups) != g:
+                return self._reject(sender, message, "key not in the named key group")
+            m = self._machines.get(g)
+            if m is None:
+                m = self.machine(g)
+            return m.receive_data(sender, message)
+        name = type(message).__name__
+        self._stats[f"in.{name}"] += 1
+        if name in EMITTER_MESSAGES:
+            return self._reject(sender, message, "emitter message sent to a coordinator")
+        if not 0 <= message.key_group < self.num_key_groups:
+            return self._reject(sender, message, "key group out of range")
+        if isinstance(message, CheckpointDelta):
+            return self._on_delta(sender, message)
+        if isinstance(message, PeerDown):
+            return self.peer_down(message.task)
+        if isinstance(message, SetHolder):
+            self.machine(message.key_group).set_holder(message.holder)
+            return []
+        return self.machine(message.key_group).receive(sender, message)
+
+    def checkpoint(self, key_group: int, *, full: bool = False) -> list[Action]:
+        """Checkpoint ``key_group`` now (no-op unless owned and a holder is set)."""
+        actions = self.machine(key_group).checkpoint(full=full)
+        if actions:
+            self.stats["checkpoints"] += 1
+        return actions
+
+    def on_tick(self, now: float) -> list[Action]:
+        """Checkpoint every owned group whose interval has elapsed at time ``now``."""
+        if self.checkpoint_interval is None:
+            return []
+        actions: list[Action] = []
+        for g in self.owned():
+            last = self._last_checkpoint.get(g)
+            if last is None or now - last >= self.checkpoint_interval:
+                taken = self.checkpoint(g)
+                if taken:
+                    self._last_checkpoint[g] = now
+                    actions += taken
+        return actions
+
+    def peer_down(self, task: int) -> list[Action]:
+        """Task ``task`` is gone (its ephemeral znode vanished, say)."""
+        self.upstreams.discard(task)
+        actions: list[Action] = []
+        for g, m in sorted(self._machines.items()):
+            if m.holder == task:
+                m.set_holder(None)
+                actions.append(HolderLost(key_group=g, holder=task))
+            actions += m.peer_down(task)
+        return actions
+
+    # -- holder side -----------------------------------------------------------
+    def _on_delta(self, sender: int, delta: CheckpointDelta) -> list[Action]:
+        g = delta.key_group
+        if self.machine(g).phase in LIVE:
+            # We own (or are taking over) the group: an old owner's checkpoint is moot.
+            self.stats["stale_deltas"] += 1
+            return []
+        try:
+            copy = self.held.apply(delta)
+        except CheckpointOrderError:
+            self.stats["refused_deltas"] += 1
+            return [
+                Send(
+                    to_task=sender, message=CheckpointNack(key_group=g, checkpoint=delta.checkpoint)
+                )
+            ]
+        assert copy.checkpoint is not None
+        return [
+            CheckpointStored(key_group=g, checkpoint=copy.checkpoint),
+            Send(
+                to_task=sender,
+                message=CheckpointAck(
+                    key_group=g, checkpoint=copy.checkpoint, watermarks=dict(delta.watermarks)
+                ),
+            ),
+        ]
+
+    def _reject(self, sender: int, message: Message, reason: str) -> list[Action]:
+        self.stats["rejected"] += 1
+        return [Rejected(sender=sender, message=message, reason=reason)]

@@ -1,0 +1,335 @@
+"""Upstream side: the emitter every spout and bolt uses towards a keyed operator.
+
+Looks each tuple's key group up in its routing table, numbers it per
+``(source, key group)``, keeps it in the output buffer until a held checkpoint
+covers it, and plays the upstream part of the protocols: send toState and
+redirect (CPA, Alg. 1 l.3-5), duplicate to source and target until the target
+has replayed everything (CPAL, Alg. 2 l.3-4, 11-13), replay after a crash
+(RESTORE).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from elastorm.core.actions import Action, Rejected, Send
+from elastorm.core.buffers import OutputBuffer, SequenceCounters
+from elastorm.core.errors import Hint, MigrationProtocolError
+from elastorm.core.keygroups import key_group as key_group_of
+from elastorm.core.messages import (
+    Data,
+    DataTuple,
+    Message,
+    Migrate,
+    ProcessedAllReplay,
+    Protocol,
+    SyncGroup,
+    ToCheckpoint,
+    ToState,
+    ToStateAck,
+    Trim,
+)
+from elastorm.core.routing import RoutingTable
+
+_trusted_tuple = DataTuple.trusted
+_trusted_data = Data.trusted
+
+
+def _send(to_task: int, message: Message) -> Send:
+    """``Send(to_task=..., message=...)`` without its checks, for the per-tuple path
+    (the task comes from the routing table, which checked it)."""
+    action = _new_object(Send)
+    _set_field(action, "to_task", to_task)
+    _set_field(action, "message", message)
+    return action
+
+
+_new_object = object.__new__
+_set_field = object.__setattr__
+
+
+class Route(Enum):
+    """How an emitter sends one key group's tuples."""
+
+    OWNER = "owner"  # to the routing table's owner
+    DUPLICATE = "duplicate"  # CPAL: to source and target
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Duplication:
+    source: int
+    target: int
+    epoch: int
+
+
+@dataclass(kw_only=True, slots=True)
+class _Outgoing:
+    """A CPAL toState still being sent in chunks: ``items[sent:]`` are left."""
+
+    target: int
+    epoch: int
+    items: tuple[DataTuple, ...]
+    sent: int = 0
+
+
+EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
+    (Route.OWNER, "cpa"): ("_on_cpa", frozenset({Route.OWNER})),
+    (Route.OWNER, "cpal"): ("_on_cpal", frozenset({Route.DUPLICATE})),
+    (Route.OWNER, "restore"): ("_on_restore", frozenset({Route.OWNER})),
+    (Route.DUPLICATE, "restore"): ("_on_restore", frozenset({Route.OWNER})),
+    (Route.DUPLICATE, "ProcessedAllReplay"): (
+        "_on_processed_all",
+        frozenset({Route.OWNER, Route.DUPLICATE}),  # DUPLICATE: a stale epoch, ignored
+    ),
+    (Route.OWNER, "ProcessedAllReplay"): ("_ignore", frozenset({Route.OWNER})),
+    (Route.DUPLICATE, "ToStateAck"): ("_on_to_state_ack", frozenset({Route.DUPLICATE})),
+    (Route.OWNER, "ToStateAck"): ("_ignore_ack", frozenset({Route.OWNER})),  # stale
+}
+"""``(route, event) -> (handler, allowed next routes)``; events are the protocol of
+a ``Migrate`` command or a message type name. Missing pairs are illegal."""
+
+
+class Emitter:
+    """Emitter of task ``task`` towards one keyed operator.
+
+    ``source`` names this emitter's own tuples (a spout's stream); a stateful bolt
+    passes its own ``source`` and its key group's counters to :meth:`emit` so the
+    numbering travels with the group.
+
+    A CPAL toState longer than ``to_state_chunk`` tuples goes in chunks of that
+    size, ``to_state_window`` of them unacknowledged at a time (see
+    ``ToState``): the emitter then blocks for one chunk's encoding at a time
+    instead of the whole buffer's, and data keeps flowing in between.
+    """
+
+    to_state_chunk: int = 5_000
+    to_state_window: int = 2
+
+    def __init__(self, *, task: int, routing: RoutingTable, source: str | None = None) -> None:
+        self.task = task
+        self.routing = routing
+        self._initial_epoch = routing.epoch
+        self.source = source if source is not None else f"task:{task}"
+        self.buffer = OutputBuffer()
+        self.counters = SequenceCounters()
+        self._stats: Counter[str] = Counter()
+        self.emitted = 0
+        self._route: dict[int, Route] = {}
+        self._dup: dict[int, _Duplication] = {}
+        self._epoch: dict[int, int] = {}
+        self._trimmed: dict[int, dict[str, int]] = {}
+        self._outgoing: dict[int, _Outgoing] = {}
+
+    @property
+    def stats(self) -> Counter[str]:
+        """Counts: ``emitted``, ``replayed``, ``trimmed``, stale and rejected messages."""
+        self._stats["emitted"] = self.emitted
+        return self._stats
+
+    @property
+    def num_key_groups(self) -> int:
+        return self.routing.num_key_groups
+
+    def route(self, key_group: int) -> Route:
+        return self._route.get(key_group, Route.OWNER)
+
+    def targets(self, key_group: int) -> tuple[int, ...]:
+        """Tasks a new tuple of ``key_group`` goes to right now."""
+        dup = self._dup.get(key_group)
+        if dup is not None:
+            return (dup.source, dup.target)
+        return (self.routing.owner(key_group),)
+
+    def trimmed(self, key_group: int) -> dict[str, int]:
+        """Highest watermark per source this emitter trimmed ``key_group`` to."""
+        return dict(self._trimmed.get(key_group, {}))
+
+    # -- data ---------------------------------------------------------------------
+    def emit(
+        self,
+        key: str,
+        value: Any,
+        ts: float,
+        *,
+        source: str | None = None,
+        counters: SequenceCounters | None = None,
+    ) -> list[Action]:
+        """Number, buffer and route one tuple; return the ``Send`` actions.
+
+        The hot path: ``key`` is checked (a ``str``) by ``key_group``; the tuple
+        and its messages are built unchecked, since every field is ours.
+        """
+        g = key_group_of(key, self.routing.num_key_groups)
+        if self._route and self._route.get(g) is Route.FAILED:
+            raise MigrationProtocolError(f"emitter {self.task}: group {g} failed earlier")
+        src = self.source if source is None else source
+        seq = (self.counters if counters is None else counters).next(src, g)
+        item = _trusted_tuple(src, seq, key, value, ts)
+        self.buffer.append(g, item)
+        self.emitted += 1
+        message = _trusted_data(g, item)
+        dup = self._dup.get(g) if self._dup else None
+        if dup is None:
+            return [_send(self.routing.owners[g], message)]
+        return [_send(dup.source, message), _send(dup.target, message)]
+
+    # -- control ------------------------------------------------------------------
+    def receive(self, sender: int, message: Message) -> list[Action]:
+        """Handle a command or a message for the upstream side.
+
+        ``Migrate`` (CPA, CPAL, RESTORE) comes from the controller or, for a
+        direct migration, from its source; ``Trim`` from the owner;
+        ``ProcessedAllReplay`` from a CPAL target.
+        """
+        if isinstance(message, Trim):
+            return self._on_trim(message)
+        if isinstance(message, Migrate):
+            if message.protocol is Protocol.DIRECT:
+                return self._reject(sender, message, "direct goes to the source task")
+            if message.epoch <= self._epoch.get(message.key_group, self._initial_epoch):
+                self.stats["stale_commands"] += 1
+                return []
+            return self._dispatch(message.key_group, message.protocol.value, message)
+        if isinstance(message, ProcessedAllReplay):
+            return self._dispatch(message.key_group, "ProcessedAllReplay", message)
+        if isinstance(message, ToStateAck):
+            return self._dispatch(message.key_group, "ToStateAck", message)
+        return self._reject(sender, message, "not an emitter message")
+
+    def command(self, message: Migrate) -> list[Action]:
+        """A ``Migrate`` from the controller (same as ``receive`` from sender -1)."""
+        return self.receive(-1, message)
+
+    def _dispatch(self, g: int, event: str, message: Message) -> list[Action]:
+        route = self.route(g)
+        if route is Route.FAILED:
+            raise MigrationProtocolError(f"emitter {self.task}: group {g} failed earlier")
+        entry = EMITTER_TRANSITIONS.get((route, event))
+        if entry is None:
+            self._route[g] = Route.FAILED
+            raise MigrationProtocolError(
+                f"emitter {self.task}: {event} for group {g} not allowed while {route.value}",
+                hint=Hint.RESTORE_FROM_CHECKPOINT,
+            )
+        handler: Callable[[Any], list[Action]] = getattr(self, entry[0])
+        actions = handler(message)
+        if self.route(g) not in entry[1]:
+            self._route[g] = Route.FAILED
+            raise MigrationProtocolError(f"emitter {self.task}: {entry[0]} broke the table")
+        return actions
+
+    def _redirect(self, g: int, target: int, epoch: int) -> None:
+        self.routing = self.routing.with_moves(
+            {g: target}, epoch=max(epoch, self.routing.epoch + 1)
+        )
+        self._epoch[g] = epoch
+
+    def _to_state(self, m: Migrate) -> Send:
+        items = self.buffer.replay(m.key_group)
+        self.stats["replayed"] += len(items)
+        return Send(
+            to_task=m.target,
+            message=ToState(key_group=m.key_group, epoch=m.epoch, protocol=m.protocol, items=items),
+        )
+
+    def _on_cpa(self, m: Migrate) -> list[Action]:
+        assert m.source is not None
+        actions: list[Action] = [self._to_state(m)]
+        self._redirect(m.key_group, m.target, m.epoch)
+        actions.append(
+            Send(
+                to_task=m.source,
+                message=ToCheckpoint(key_group=m.key_group, epoch=m.epoch, protocol=Protocol.CPA),
+            )
+        )
+        return actions
+
+    def _on_cpal(self, m: Migrate) -> list[Action]:
+        assert m.source is not None
+        g = m.key_group
+        self._epoch[g] = m.epoch
+        self._dup[g] = _Duplication(source=m.source, target=m.target, epoch=m.epoch)
+        self._route[g] = Route.DUPLICATE
+        items = self.buffer.replay(g)
+        self.stats["replayed"] += len(items)
+        out = _Outgoing(target=m.target, epoch=m.epoch, items=items)
+        sends = [self._next_chunk(g, out)]
+        while len(sends) < self.to_state_window and g in self._outgoing:
+            sends.append(self._next_chunk(g, out))
+        return sends
+
+    def _next_chunk(self, g: int, out: _Outgoing) -> Send:
+        """The next chunk of ``out`` (the only one, all of it, if short enough)."""
+        size = max(1, self.to_state_chunk)
+        start, end = out.sent, out.sent + size
+        out.sent = min(end, len(out.items))
+        more = out.sent < len(out.items)
+        if more:
+            self._outgoing[g] = out
+            self.stats["to_state_chunks"] += 1
+        else:
+            self._outgoing.pop(g, None)
+        items = out.items if start == 0 and not more else out.items[start:end]
+        return Send(
+            to_task=out.target,
+            message=ToState(
+                key_group=g, epoch=out.epoch, protocol=Protocol.CPAL, items=items, more=more
+            ),
+        )
+
+    def _on_to_state_ack(self, m: ToStateAck) -> list[Action]:
+        out = self._outgoing.get(m.key_group)
+        if out is None or out.epoch != m.epoch:
+            self.stats["stale_to_state_acks"] += 1
+            return []
+        return [self._next_chunk(m.key_group, out)]
+
+    def _ignore_ack(self, m: ToStateAck) -> list[Action]:
+        self.stats["stale_to_state_acks"] += 1
+        return []
+
+    def _on_processed_all(self, m: ProcessedAllReplay) -> list[Action]:
+        g = m.key_group
+        dup = self._dup[g]
+        if m.epoch != dup.epoch:
+            self.stats["stale_processed_all"] += 1
+            return []
+        del self._dup[g]
+        self._route[g] = Route.OWNER
+        self._redirect(g, dup.target, dup.epoch)
+        return [
+            Send(to_task=dup.target, message=SyncGroup(key_group=g, epoch=dup.epoch)),
+            Send(
+                to_task=dup.source,
+                message=ToCheckpoint(key_group=g, epoch=dup.epoch, protocol=Protocol.CPAL),
+            ),
+        ]
+
+    def _on_restore(self, m: Migrate) -> list[Action]:
+        self._dup.pop(m.key_group, None)
+        self._outgoing.pop(m.key_group, None)  # the RESTORE toState below has it all
+        self._route[m.key_group] = Route.OWNER
+        action = self._to_state(m)
+        self._redirect(m.key_group, m.target, m.epoch)
+        return [action]
+
+    def _ignore(self, m: Message) -> list[Action]:
+        self.stats["stale_processed_all"] += 1
+        return []
+
+    def _on_trim(self, m: Trim) -> list[Action]:
+        self.stats["trimmed"] += self.buffer.trim(m.key_group, m.watermarks)
+        marks = self._trimmed.setdefault(m.key_group, {})
+        for source, seq in m.watermarks.items():
+            if seq > marks.get(source, 0):
+                marks[source] = seq
+        return []
+
+    def _reject(self, sender: int, message: Message, reason: str) -> list[Action]:
+        self.stats["rejected"] += 1
+        return [Rejected(sender=sender, message=message, reason=reason)]

@@ -1,0 +1,397 @@
+"""One key group on one downstream task: the machine behind direct, CPA and CPAL.
+
+Driven by messages from upstream emitters, the holder and the controller; returns
+actions. All roles a task can play for a group (owner, direct source, CPA/CPAL
+source, CPA/CPAL/RESTORE target) are phases of this one machine, because a group
+passes through them in sequence; the per-protocol views are in docs/protocols.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Set
+
+from elastorm.core.actions import (
+    Action,
+    Applied,
+    MigrationAborted,
+    MigrationDone,
+    Rejected,
+    Role,
+    Send,
+)
+from elastorm.core.checkpoint import CheckpointHolder, checkpoint_to_state, state_to_checkpoint
+from elastorm.core.errors import Hint, MigrationProtocolError
+from elastorm.core.messages import (
+    CheckpointAck,
+    CheckpointNack,
+    Data,
+    DataTuple,
+    Message,
+    Migrate,
+    ProcessedAllReplay,
+    Protocol,
+    SyncGroup,
+    ToCheckpoint,
+    ToState,
+    ToStateAck,
+    Trim,
+)
+from elastorm.core.migration.table import LIVE, TRANSITIONS, Phase
+from elastorm.core.state import Combine, KeyGroupState
+
+
+def _applied(key_group: int, item: DataTuple, result: object, emit: bool) -> Applied:
+    """``Applied(...)`` built field by field (it has no checks to skip; this only
+    saves the keyword-argument call once per tuple)."""
+    action = _new_object(Applied)
+    _set_field(action, "key_group", key_group)
+    _set_field(action, "item", item)
+    _set_field(action, "result", result)
+    _set_field(action, "emit_output", emit)
+    return action
+
+
+_new_object = object.__new__
+_set_field = object.__setattr__
+
+
+class KeyGroupMachine:
+    """Key group ``key_group`` as seen by task ``task``.
+
+    ``upstreams()`` returns the live upstream emitter tasks (shared with the
+    coordinator); ``holder`` is the task receiving this group's checkpoints.
+    """
+
+    def __init__(
+        self,
+        *,
+        key_group: int,
+        task: int,
+        upstreams: Callable[[], Set[int]],
+        holder_store: CheckpointHolder,
+        combine: Combine,
+        epoch: int = 0,
+        owned: bool = False,
+    ) -> None:
+        self.key_group = key_group
+        self.task = task
+        self._upstreams = upstreams
+        self._holder_store = holder_store
+        self._combine = combine
+        self.epoch = epoch
+        self.phase = Phase.ACTIVE if owned else Phase.IDLE
+        self.state: KeyGroupState | None = (
+            KeyGroupState(key_group, combine=combine, epoch=epoch) if owned else None
+        )
+        self.holder: int | None = None
+        self.protocol: Protocol | None = None
+        self._pending: set[int] = set()  # upstreams we still wait for
+        self._queue: list[DataTuple] = []  # CPAL: data from synced upstreams
+        self._synced: set[int] = set()
+        self._replay_emits = True
+        self._parked: dict[str, dict[int, tuple[DataTuple, bool]]] = {}
+        self._direct: tuple[int, int] | None = None  # (epoch, checkpoint number) awaited
+        self._direct_target: int | None = None
+        self.duplicates = 0
+        self.rejected = 0
+
+    # -- entry points ------------------------------------------------------
+    def receive(self, sender: int, message: Message) -> list[Action]:
+        """Handle one message from ``sender``; raise ``MigrationProtocolError`` if
+        ``(phase, message)`` is not in the transition table."""
+        if self.phase is Phase.FAILED:
+            raise MigrationProtocolError(
+                f"group {self.key_group} on task {self.task} failed earlier; got "
+                f"{type(message).__name__} from {sender}"
+            )
+        if self._stale(message):
+            return self._on_stale(sender, message)
+        name = type(message).__name__
+        entry = TRANSITIONS.get((self.phase, name))
+        if entry is None:
+            return self._fail(
+                f"{name} from task {sender} not allowed in phase {self.phase.value}",
+                self._hint_for(message),
+            )
+        handler, allowed = entry
+        try:
+            actions = getattr(self, handler)(sender, message)
+        except MigrationProtocolError:
+            self.phase = Phase.FAILED
+            raise
+        if self.phase not in allowed:  # the table is the spec: keep code and table in step
+            return self._fail(f"{handler} moved to {self.phase.value}, not in {allowed}")
+        return actions
+
+    def checkpoint(self, *, full: bool = False) -> list[Action]:
+        """Take a checkpoint now if this task owns the group and a holder is set.
+
+        Only in ``ACTIVE``: mid-migration the holder is, or is about to be, the
+        target, which would refuse it anyway.
+        """
+        if self.phase is not Phase.ACTIVE or self.holder in (None, self.task):
+            return []
+        assert self.state is not None
+        delta = self.state.begin_checkpoint(full=full)
+        self.state.finish_checkpoint()
+        return [Send(to_task=self.holder, message=delta)]
+
+    def set_holder(self, holder: int | None) -> None:
+        """Checkpoints go to ``holder`` from now on; the next one is full."""
+        if holder != self.holder and self.state is not None:
+            self.state.needs_full = True
+        self.holder = holder
+
+    def peer_down(self, task: int) -> list[Action]:
+        """Task ``task`` died: stop waiting for it; report a lost holder or target."""
+        actions: list[Action] = []
+        if self.phase is Phase.FAILED:
+            return actions
+        if self.phase is Phase.DIRECT_SOURCE and self._direct_target == task:
+            self.phase = Phase.ACTIVE
+            self._direct = None
+            actions.append(
+                MigrationAborted(
+                    key_group=self.key_group,
+                    epoch=self.epoch,
+                    reason=f"direct target {task} died",
+                    hint=Hint.FALL_BACK_TO_DIRECT,
+                )
+            )
+        if self._pending:
+            self._pending.discard(task)
+            actions += self._maybe_complete()
+        return actions
+
+    # -- helpers -----------------------------------------------------------
+    def _fail(self, reason: str, hint: Hint = Hint.NONE) -> list[Action]:
+        self.phase = Phase.FAILED
+        raise MigrationProtocolError(
+            f"group {self.key_group} on task {self.task}: {reason}", hint=hint
+        )
+
+    @staticmethod
+    def _hint_for(message: Message) -> Hint:
+        if isinstance(message, ToState):
+            if message.protocol is Protocol.RESTORE:
+                return Hint.UNRECOVERABLE
+            return Hint.FALL_BACK_TO_DIRECT
+        return Hint.RESTORE_FROM_CHECKPOINT
+
+    def _stale(self, message: Message) -> bool:
+        epoch = getattr(message, "epoch", None)
+        return epoch is not None and epoch < self.epoch
+
+    def _on_stale(self, sender: int, message: Message) -> list[Action]:
+        # A toState of an older migration still carries genuine tuples: a live
+        # owner folds them in (dedup drops what it has); everything else is moot.
+        if isinstance(message, ToState) and self.phase in LIVE:
+            return self._replay(message.items, emit=True)
+        return []
+
+    def receive_data(self, sender: int, message: Data) -> list[Action]:
+        """:meth:`receive` for a ``Data``; the owner's case (``ACTIVE``, whose table
+        entry is ``_on_data`` and stays ``ACTIVE``) skips the table lookup."""
+        if self.phase is Phase.ACTIVE:
+            return self._admit(message.item, True)
+        return self.receive(sender, message)
+
+    def _admit(self, item: DataTuple, emit: bool) -> list[Action]:
+        state = self.state
+        assert state is not None
+        # state.admission(item), inlined: this runs once per tuple.
+        source, seq = item.source, item.seq
+        last = state.applied.get(source, 0)
+        if seq <= last:  # Admission.DUPLICATE
+            self.duplicates += 1
+            return []
+        if seq != last + 1:  # Admission.EARLY: an earlier tuple of this source is in flight
+            self._parked.setdefault(source, {})[seq] = (item, emit)
+            return []
+        actions: list[Action] = [_applied(self.key_group, item, state.apply_next(item), emit)]
+        parked = self._parked.get(source) if self._parked else None
+        while parked:
+            nxt = parked.pop(state.applied[source] + 1, None)
+            if nxt is None:
+                break
+            actions.append(_applied(self.key_group, nxt[0], state.apply_next(nxt[0]), nxt[1]))
+        return actions
+
+    def _replay(self, items: tuple[DataTuple, ...], *, emit: bool) -> list[Action]:
+        actions: list[Action] = []
+        admit = self._admit
+        for item in items:
+            done = admit(item, emit)
+            if done:
+                actions.extend(done)
+        return actions
+
+    @property
+    def parked(self) -> int:
+        """Tuples waiting for an earlier sequence of their source."""
+        return sum(len(p) for p in self._parked.values())
+
+    def _to_all_upstreams(self, make: Callable[[], Message]) -> list[Action]:
+        return [Send(to_task=u, message=make()) for u in sorted(self._upstreams())]
+
+    def _done(self, role: Role) -> list[Action]:
+        assert self.protocol is not None
+        return [
+            MigrationDone(
+                key_group=self.key_group, epoch=self.epoch, protocol=self.protocol, role=role
+            )
+        ]
+
+    def _maybe_complete(self) -> list[Action]:
+        """Advance when nobody is pending any more."""
+        if self._pending:
+            return []
+        if self.phase is Phase.REPLAYING:
+            self.phase = Phase.ACTIVE
+            self._holder_store.drop(self.key_group)
+            return self._done(Role.TARGET)
+        if self.phase is Phase.SHADOW:
+            self.phase = Phase.SYNCING
+            self._pending = set(self._upstreams())
+            self._synced = set()
+            epoch = self.epoch
+            g = self.key_group
+            actions = self._to_all_upstreams(lambda: ProcessedAllReplay(key_group=g, epoch=epoch))
+            return actions + self._maybe_complete()
+        if self.phase is Phase.SYNCING:
+            queued, self._queue = self._queue, []
+            actions = self._replay(tuple(queued), emit=True)
+            self.phase = Phase.ACTIVE
+            self._holder_store.drop(self.key_group)
+            return actions + self._done(Role.TARGET)
+        if self.phase is Phase.DRAINING:
+            assert self.state is not None
+            self._holder_store.put(state_to_checkpoint(self.state, epoch=self.epoch))
+            self.state = None
+            self._parked.clear()
+            self.phase = Phase.IDLE
+            return self._done(Role.SOURCE)
+        return []
+
+    # -- handlers (named in TRANSITIONS) -----------------------------------
+    def _reject_data(self, sender: int, message: Data) -> list[Action]:
+        self.rejected += 1
+        return [Rejected(sender=sender, message=message, reason="not the owner")]
+
+    def _on_data(self, sender: int, message: Data) -> list[Action]:
+        return self._admit(message.item, self.phase is not Phase.SHADOW)
+
+    def _on_data_syncing(self, sender: int, message: Data) -> list[Action]:
+        if sender in self._synced:
+            self._queue.append(message.item)
+            return []
+        return self._admit(message.item, False)
+
+    def _start_target(self, message: ToState) -> None:
+        self.epoch = message.epoch
+        self.protocol = message.protocol
+        self._pending = set(self._upstreams())
+        self._replay_emits = message.protocol is Protocol.RESTORE
+        self._synced = set()
+
+    def _on_to_state_idle(self, sender: int, message: ToState) -> list[Action]:
+        copy = self._holder_store.get(self.key_group)
+        if copy is None:
+            return self._fail(
+                f"{message.protocol.value} toState but no checkpoint held here",
+                self._hint_for(message),
+            )
+        self._holder_store.take(self.key_group)
+        self.state = checkpoint_to_state(copy, epoch=message.epoch, combine=self._combine)
+        self._start_target(message)
+        self.phase = Phase.SHADOW if message.protocol is Protocol.CPAL else Phase.REPLAYING
+        return self._on_to_state(sender, message)
+
+    def _on_to_state(self, sender: int, message: ToState) -> list[Action]:
+        if message.epoch != self.epoch:
+            if message.protocol is Protocol.RESTORE:
+                return self._on_restore(sender, message)
+            return self._fail(f"toState of epoch {message.epoch} during epoch {self.epoch}")
+        if message.more:  # a chunk: more of this upstream's buffer follows
+            actions = self._replay(message.items, emit=self._replay_emits)
+            ack = ToStateAck(key_group=self.key_group, epoch=self.epoch)
+            return [*actions, Send(to_task=sender, message=ack)]
+        self._pending.discard(sender)
+        actions = self._replay(message.items, emit=self._replay_emits)
+        return actions + self._maybe_complete()
+
+    def _on_restore(self, sender: int, message: ToState) -> list[Action]:
+        """A RESTORE toState at a task that still has live state: keep that state
+        (it is a per-source prefix like any checkpoint) and replay on top."""
+        if message.protocol is not Protocol.RESTORE or message.epoch <= self.epoch:
+            return self._fail(
+                f"{message.protocol.value} toState (epoch {message.epoch}) at a task that "
+                f"already has live state (epoch {self.epoch})",
+                self._hint_for(message),
+            )
+        queued, self._queue = self._queue, []
+        self._direct = None
+        self._start_target(message)
+        self.phase = Phase.REPLAYING
+        actions = self._replay(tuple(queued), emit=True)
+        return actions + self._on_to_state(sender, message)
+
+    def _on_to_checkpoint(self, sender: int, message: ToCheckpoint) -> list[Action]:
+        if self.phase is Phase.ACTIVE:
+            direct = self.protocol is Protocol.DIRECT and message.epoch == self.epoch
+            self.protocol = Protocol.DIRECT if direct else message.protocol
+            self.epoch = message.epoch
+            self._pending = set(self._upstreams())
+            self.phase = Phase.DRAINING
+        elif message.epoch != self.epoch:
+            return self._fail(f"toCheckpoint of epoch {message.epoch} during {self.epoch}")
+        self._pending.discard(sender)
+        return self._maybe_complete()
+
+    def _on_sync_group(self, sender: int, message: SyncGroup) -> list[Action]:
+        if message.epoch != self.epoch:
+            return self._fail(f"syncGroup of epoch {message.epoch} during {self.epoch}")
+        self._synced.add(sender)
+        self._pending.discard(sender)
+        return self._maybe_complete()
+
+    def _on_direct(self, sender: int, message: Migrate) -> list[Action]:
+        if message.protocol is not Protocol.DIRECT or message.source != self.task:
+            return self._fail(f"{message.protocol.value} command for source {message.source}")
+        if message.epoch <= self.epoch:
+            return self._fail(f"direct migration epoch {message.epoch} <= {self.epoch}")
+        assert self.state is not None
+        self.epoch = message.epoch
+        self.protocol = Protocol.DIRECT
+        self.set_holder(message.target)
+        delta = self.state.begin_checkpoint(full=True)
+        self.state.finish_checkpoint()
+        self._direct = delta.checkpoint
+        self._direct_target = message.target
+        self.phase = Phase.DIRECT_SOURCE
+        return [Send(to_task=message.target, message=delta)]
+
+    def _on_ack(self, sender: int, message: CheckpointAck) -> list[Action]:
+        g = self.key_group
+        marks = dict(message.watermarks)
+        actions = self._to_all_upstreams(lambda: Trim(key_group=g, watermarks=marks))
+        if self.phase is Phase.DIRECT_SOURCE and message.checkpoint == self._direct:
+            # Alg. 1 follows once the target holds the newest checkpoint.
+            target, epoch = self._direct_target, self.epoch
+            assert target is not None
+            actions += self._to_all_upstreams(
+                lambda: Migrate(
+                    key_group=g, epoch=epoch, protocol=Protocol.CPA, source=self.task, target=target
+                )
+            )
+            self._direct = None
+            self.phase = Phase.ACTIVE
+        return actions
+
+    def _ignore(self, sender: int, message: Message) -> list[Action]:
+        return []
+
+    def _on_nack(self, sender: int, message: CheckpointNack) -> list[Action]:
+        if self.state is not None:
+            self.state.needs_full = True
+        return []

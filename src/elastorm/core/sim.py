@@ -1,0 +1,260 @@
+"""In-memory cluster: upstream emitters, operator tasks and FIFO channels.
+
+Like h11's ``ConnectionPair``: real machines wired together without I/O, for
+tests and benchmarks. The caller decides which channel delivers next, so any
+interleaving that keeps per-channel FIFO can be produced. ``migrate`` and
+``crash`` go through the same :class:`elastorm.core.control.MigrationController` the
+Storm controller bolt uses, whose rules are listed there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from elastorm.core.actions import (
+    Action,
+    Applied,
+    CheckpointStored,
+    MigrationDone,
+    Rejected,
+    Send,
+)
+from elastorm.core.control import MigrationController, Moving
+from elastorm.core.messages import Message, Protocol
+from elastorm.core.migration.coordinator import EMITTER_MESSAGES, TaskCoordinator
+from elastorm.core.migration.emitter import Emitter
+from elastorm.core.outputs import LatestValues
+from elastorm.core.routing import RoutingTable
+from elastorm.core.state import Combine, sum_combine
+
+CONTROLLER = -1
+"""Sender id of the controller's own channels (commands are FIFO per receiver too)."""
+
+
+class Cluster:
+    """Emitters ``emitters`` feed an operator of ``num_key_groups`` groups on ``tasks``."""
+
+    def __init__(
+        self,
+        *,
+        num_key_groups: int,
+        tasks: Iterable[int],
+        emitters: Iterable[int],
+        combine: Combine = sum_combine,
+        routing: RoutingTable | None = None,
+    ) -> None:
+        self.tasks = sorted(set(tasks))
+        if len(self.tasks) < 2:
+            raise ValueError("a cluster needs at least two tasks (owner and holder)")
+        self.emitter_ids = sorted(set(emitters))
+        if set(self.tasks) & set(self.emitter_ids):
+            raise ValueError("task and emitter ids must differ")
+        self.num_key_groups = num_key_groups
+        self.now = 0.0  # the clock of the last tick(); the controller stamps orders with it
+        self.combine = combine
+        self.control = MigrationController(
+            num_key_groups=num_key_groups,
+            tasks=self.tasks,
+            emitters=self.emitter_ids,
+            routing=routing,
+        )
+        self.coordinators = {t: self._new_task(t, owned=True) for t in self.tasks}
+        self.emitters = {
+            u: Emitter(task=u, routing=self.routing, source=f"u{u}") for u in self.emitter_ids
+        }
+        self.channels: dict[tuple[int, int], deque[Message]] = {}
+        self.applied: list[tuple[int, Applied]] = []
+        # The output side: each task sends ``key -> current value`` updates as the
+        # flights job's op2 does (``elastorm.core.outputs``), here at once after each step.
+        self.latest = {t: LatestValues() for t in self.tasks}
+        self.outputs: list[tuple[int, str, Any]] = []  # (task, key, value) in send order
+        self.rejected: list[tuple[int, Rejected]] = []
+        self.stats: Counter[str] = Counter()
+
+    # -- wiring --------------------------------------------------------------------
+    @property
+    def routing(self):
+        return self.control.routing
+
+    @property
+    def epoch(self) -> int:
+        return self.control.epoch
+
+    @property
+    def holders(self) -> dict[int, int]:
+        return self.control.holders
+
+    @property
+    def moving(self) -> dict[int, Moving]:
+        return self.control.moving
+
+    @property
+    def reports(self):
+        return self.control.reports
+
+    def _new_task(self, t: int, *, owned: bool, floor: int = -1) -> TaskCoordinator:
+        groups = self.routing.key_groups_of(t) if owned else ()
+        return TaskCoordinator(
+            task=t,
+            num_key_groups=self.num_key_groups,
+            upstreams=self.emitter_ids,
+            combine=self.combine,
+            owned=groups,
+            holders={g: self.holders[g] for g in groups},
+            stale_through=floor,
+        )
+
+    def _send(self, sender: int, receiver: int, message: Message) -> None:
+        self.channels.setdefault((sender, receiver), deque()).append(message)
+        self.stats["sent"] += 1
+
+    def perform(self, actor: int, actions: list[Action]) -> None:
+        """Carry out ``actions`` returned by ``actor``'s machine."""
+        latest = self.latest.get(actor)
+        for action in actions:
+            if isinstance(action, Send):
+                self._send(actor, action.to_task, action.message)
+            elif isinstance(action, Applied):
+                self.applied.append((actor, action))
+                if latest is not None:
+                    latest.applied(action)
+            elif isinstance(action, Rejected):
+                self.rejected.append((actor, action))
+            elif isinstance(action, MigrationDone):
+                self.control.on_migration_done(action)
+                if latest is not None:
+                    latest.reported(action, self.coordinators[actor].state(action.key_group))
+            elif isinstance(action, CheckpointStored):
+                self.control.on_checkpoint_stored(actor, action)
+            self.stats[type(action).__name__] += 1
+        if latest:
+            self.outputs.extend((actor, k, v) for k, v in latest.take().items())
+
+    # -- driving -------------------------------------------------------------------
+    def emit(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
+        self.perform(emitter, self.emitters[emitter].emit(key, value, ts))
+
+    def pending(self) -> list[tuple[int, int]]:
+        """Channels with messages in flight, sorted."""
+        return sorted(ch for ch, q in self.channels.items() if q)
+
+    def deliver(self, channel: tuple[int, int]) -> Message:
+        """Deliver the oldest message of ``channel`` to its receiver."""
+        sender, receiver = channel
+        message = self.channels[channel].popleft()
+        if receiver in self.emitters:
+            actions = self.emitters[receiver].receive(sender, message)
+        elif type(message).__name__ in EMITTER_MESSAGES:
+            raise AssertionError(f"{type(message).__name__} sent to task {receiver}")
+        else:
+            actions = self.coordinators[receiver].receive(sender, message)
+        self.perform(receiver, actions)
+        self.stats["delivered"] += 1
+        return message
+
+    def run_until_quiet(self, *, max_steps: int = 1_000_000) -> int:
+        """Deliver round-robin over channels until nothing is in flight."""
+        steps = 0
+        while steps < max_steps:
+            chans = self.pending()
+            if not chans:
+                return steps
+            for ch in chans:
+                self.deliver(ch)
+                steps += 1
+        raise RuntimeError(f"not quiet after {max_steps} deliveries")
+
+    def checkpoint(self, task: int, key_group: int) -> None:
+        self.perform(task, self.coordinators[task].checkpoint(key_group))
+
+    def tick(self, now: float) -> None:
+        self.now = now
+        for t, c in self.coordinators.items():
+            self.perform(t, c.on_tick(now))
+
+    # -- controller ----------------------------------------------------------------
+    def owner(self, key_group: int) -> int:
+        return self.control.owner(key_group)
+
+    def has_newest(self, task: int, key_group: int) -> bool:
+        return self.control.has_newest(task, key_group)
+
+    def can_migrate(self, key_group: int) -> bool:
+        return self.control.can_migrate(key_group)
+
+    def restore_target(self, key_group: int, dead: int) -> int:
+        return self.control.restore_target(key_group, dead)
+
+    def involved(self, key_group: int, task: int) -> bool:
+        return self.control.involved(key_group, task)
+
+    def _send_all(self, sends: Iterable[Send]) -> None:
+        for send in sends:
+            self._send(CONTROLLER, send.to_task, send.message)
+
+    def migrate(self, key_group: int, target: int, protocol: Protocol) -> Protocol:
+        """Order a migration through the controller; returns the protocol used."""
+        used, sends = self.control.migrate(key_group, target, protocol, now=self.now)
+        self._send_all(sends)
+        self.stats[f"migrate.{used.value}"] += 1
+        return used
+
+    def crash(self, task: int) -> list[int]:
+        """Kill ``task`` (losing its state, copies and inbox), restart it empty and
+        restore what it owned or was moving. Returns the restored groups."""
+        dead = task
+        for ch in [ch for ch in self.channels if ch[1] == dead]:
+            self.stats["lost_in_flight"] += len(self.channels.pop(ch))
+        plan = self.control.crash(dead, now=self.now)
+        self._send_all(plan.sends)
+        self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
+        self.latest[dead] = LatestValues()
+        for t, c in self.coordinators.items():
+            if t != dead:
+                self.perform(t, c.peer_down(dead))
+        self.stats["crashes"] += 1
+        return list(plan.restored)
+
+    # -- inspection ----------------------------------------------------------------
+    def coverage(self, task: int, key_group: int) -> dict[str, int] | None:
+        """Watermarks of the live state, else of the held copy, of ``key_group`` on ``task``."""
+        c = self.coordinators[task]
+        state = c.state(key_group)
+        if state is not None:
+            return dict(state.applied)
+        copy = c.held.get(key_group)
+        return None if copy is None else dict(copy.watermarks)
+
+    def trimmed(self, key_group: int) -> dict[str, int]:
+        """Highest trim watermark per source over all emitters."""
+        marks: dict[str, int] = {}
+        for e in self.emitters.values():
+            for source, seq in e.trimmed(key_group).items():
+                marks[source] = max(marks.get(source, 0), seq)
+        return marks
+
+    def survives(self, dead: int) -> bool:
+        """God's view: can every group ``dead`` is involved in be restored by
+        :meth:`restore_target` without losing a trimmed tuple?"""
+        for g in range(self.num_key_groups):
+            if not self.involved(g, dead):
+                continue
+            try:
+                target = self.restore_target(g, dead)
+            except RuntimeError:
+                return False
+            have = self.coverage(target, g) or {}
+            if any(have.get(s, 0) < seq for s, seq in self.trimmed(g).items()):
+                return False
+        return True
+
+    def live_states(self, key_group: int) -> dict[int, Mapping[str, Any]]:
+        """Task -> merged live state of ``key_group``, for every task that has one."""
+        out = {}
+        for t, c in self.coordinators.items():
+            s = c.state(key_group)
+            if s is not None:
+                out[t] = s.items()
+        return out

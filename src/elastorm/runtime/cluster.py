@@ -1,0 +1,165 @@
+"""The single-machine Storm cluster: ZooKeeper, Nimbus and N supervisors (N nodes).
+
+Each supervisor is one elastorm *node*: its own slot ports, its own local dir and
+supervisor id, its own process group (killing it with its workers is a node
+failure). Every daemon advertises and dials 127.0.0.1 (``storm.local.hostname``,
+``nimbus.seeds``, ``storm.zookeeper.servers``) and ZooKeeper binds 127.0.0.1; Nimbus's
+and the supervisors' Thrift servers and the workers' Netty servers bind every interface,
+since Storm 2.8 has no setting for their address (``docs/runtime.md``, "What listens
+where").
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from thriftpy2.transport import TTransportException
+
+from elastorm.runtime.config import ElastormConfig, env_nimbus
+from elastorm.runtime.errors import UserError
+from elastorm.runtime.services import (
+    LOOPBACK,
+    Daemon,
+    ensure_zookeeper,
+    port_open,
+    running_pid,
+    start,
+    stop,
+    wait_until,
+    zookeeper_ok,
+)
+from elastorm.runtime.storm_home import ensure_storm_home
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ENV = "cluster"
+
+
+def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
+    """Storm settings every daemon of the cluster shares."""
+    return {
+        "storm.zookeeper.servers": [LOOPBACK],
+        "storm.zookeeper.port": cfg.zookeeper_port,
+        "storm.zookeeper.root": "/storm",
+        "nimbus.seeds": [LOOPBACK],
+        "nimbus.thrift.port": nimbus_port,
+        "storm.local.hostname": LOOPBACK,
+        "storm.log.dir": str(cfg.logs),
+        "worker.heap.memory.mb": cfg.worker_heap_mb,
+        "topology.worker.max.heap.size.mb": float(cfg.worker_heap_mb),
+        "worker.childopts": f"-Xmx{cfg.worker_heap_mb}m -Djava.net.preferIPv4Stack=true",
+        "supervisor.worker.start.timeout.secs": 120,
+        "nimbus.monitor.freq.secs": 5,
+        "nimbus.supervisor.timeout.secs": 30,
+        # Nodes fail on purpose here (tests, experiments): a supervisor whose slots
+        # failed is blacklisted by Nimbus for 30 min by default; let it back quickly.
+        "blacklist.scheduler.resume.time.secs": 15,
+    }
+
+
+def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int) -> Daemon:
+    """Nimbus with its own local dir."""
+    conf = base_conf(cfg, nimbus_port) | {"storm.local.dir": str(cfg.run / "nimbus" / "data")}
+    return Daemon(
+        name="nimbus",
+        main="org.apache.storm.daemon.nimbus.Nimbus",
+        storm_conf=conf,
+        heap_mb=512,
+        port=nimbus_port,
+    )
+
+
+def supervisor_daemon(
+    cfg: ElastormConfig, index: int, nimbus_port: int, slots: int | None = None
+) -> Daemon:
+    """Supervisor ``index`` = node ``index``: own slot ports, thrift port and local dir."""
+    slots = slots or cfg.cluster_slots_per_supervisor
+    if not 1 <= slots <= 8:
+        raise ValueError(f"slots per supervisor must be in 1..8, got {slots}")
+    first = cfg.cluster_first_slot_port + index * 10
+    name = f"supervisor-{index}"
+    conf = base_conf(cfg, nimbus_port) | {
+        "storm.local.dir": str(cfg.run / name / "data"),
+        "supervisor.slots.ports": list(range(first, first + slots)),
+        "supervisor.thrift.port": first + 8,
+        "logviewer.port": first + 9,
+        "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * slots * 2),
+        "supervisor.cpu.capacity": 100.0 * slots,
+    }
+    return Daemon(
+        name=name,
+        main="org.apache.storm.daemon.supervisor.Supervisor",
+        storm_conf=conf,
+        heap_mb=256,
+    )
+
+
+def up(cfg: ElastormConfig, supervisors: int | None = None, slots: int | None = None) -> dict:
+    """Bring the cluster up (idempotent) and wait until Nimbus sees every supervisor."""
+    from elastorm.runtime.nimbus import cluster_summary
+
+    count = cfg.cluster_supervisors if supervisors is None else supervisors
+    if count < 1:
+        raise UserError(f"--supervisors must be at least 1, got {count}")
+    if slots is not None and slots < 1:
+        raise UserError(f"slots per supervisor must be at least 1, got {slots}")
+    if zookeeper_ok(cfg.zookeeper_port) and running_pid(cfg, "zookeeper") is None:
+        raise UserError(
+            f"a ZooKeeper this project did not start answers on {LOOPBACK}:{cfg.zookeeper_port} "
+            f"(no pid file in {cfg.run}): the cluster would share its state and `cluster down "
+            "--wipe` could not clear it; stop that ZooKeeper or set elastorm.zookeeper_port"
+        )
+    ensure_storm_home(cfg)
+    host, port = env_nimbus(cfg.project, CLUSTER_ENV)
+    ensure_zookeeper(cfg)
+    nimbus = nimbus_daemon(cfg, port)
+    pid = start(cfg, nimbus)
+    wait_until(lambda: port_open(port, host), "Nimbus", 90, pid, cfg.logs / "nimbus.log")
+    for index in range(count):
+        start(cfg, supervisor_daemon(cfg, index, port, slots))
+
+    def registered() -> bool:
+        # Nimbus may still be opening its Thrift server, or drop a first connection.
+        try:
+            return len(cluster_summary(host, port)["supervisors"]) >= count
+        except (UserError, OSError, TTransportException):
+            return False
+
+    wait_until(registered, f"{count} supervisors registered with Nimbus", 90)
+    summary = cluster_summary(host, port)
+    log.info("cluster up: Nimbus %s:%d, %d supervisors", host, port, len(summary["supervisors"]))
+    return summary
+
+
+def down(cfg: ElastormConfig, *, wipe: bool = False) -> list[str]:
+    """Stop every daemon of the cluster (supervisors first); return what was stopped.
+
+    ``wipe`` also deletes ZooKeeper's data and the daemons' local dirs, so the next
+    ``up`` starts with no topologies (otherwise Nimbus resumes what was running).
+    """
+    stopped = []
+    names = sorted(p.stem for p in cfg.run.glob("supervisor-*.pid")) if cfg.run.exists() else []
+    for name in [*names, "nimbus", "zookeeper"]:
+        if stop(cfg, name):
+            stopped.append(name)
+    if wipe:
+        for path in [cfg.home / "zookeeper", *cfg.run.glob("*/data")]:
+            shutil.rmtree(path, ignore_errors=True)
+        log.info("wiped ZooKeeper data and the daemons' local dirs")
+    return stopped
+
+
+def status(cfg: ElastormConfig) -> dict:
+    """What runs: daemons with pids, and what Nimbus reports if it answers."""
+    from elastorm.runtime.nimbus import cluster_summary
+
+    host, port = env_nimbus(cfg.project, CLUSTER_ENV)
+    names = sorted(p.stem for p in cfg.run.glob("*.pid")) if cfg.run.exists() else []
+    daemons = {name: running_pid(cfg, name) for name in names}
+    result: dict = {"daemons": daemons, "zookeeper_ok": zookeeper_ok(cfg.zookeeper_port)}
+    try:
+        result["nimbus"] = cluster_summary(host, port)
+    except UserError as exc:
+        result["nimbus"] = {"error": str(exc)}
+    return result

@@ -1,0 +1,235 @@
+"""The project's configuration: ``config.json`` (streamparse envs + an ``elastorm`` section).
+
+Every ``elastorm`` key has a default; unknown or ill-typed keys fail with a one-line
+``UserError``. The Storm version is pinned in three places that must agree:
+``config.json`` (``elastorm.storm_version``), ``project.clj`` (streamparse reads it)
+and ``jvm/pom.xml`` (what Maven assembles).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from elastorm.runtime.errors import UserError
+
+#: Defaults for every key of config.json's ``elastorm`` section.
+DEFAULTS: dict[str, object] = {
+    "storm_version": "2.8.3",
+    "home": ".elastorm",
+    "zookeeper_port": 12181,
+    "local_supervisors": 1,
+    "cluster_supervisors": 2,
+    "cluster_slots_per_supervisor": 2,
+    "cluster_first_slot_port": 16800,
+    "worker_heap_mb": 512,
+}
+
+#: Every key streamparse 5 reads from an env of config.json, with its JSON type
+#: (``streamparse.util``: nimbus, workers, user, ssh_port, ssh_password,
+#: use_ssh_for_nimbus, log, log_path, serializer; ``streamparse.cli.common``:
+#: options, log_file and the virtualenv options). Anything else is a typo: streamparse
+#: would ignore it silently.
+STREAMPARSE_ENV_KEYS: dict[str, type] = {
+    "user": str,
+    "nimbus": str,
+    "workers": list,
+    "use_ssh_for_nimbus": bool,
+    "ssh_port": int,
+    "ssh_password": str,
+    "use_virtualenv": bool,
+    "install_virtualenv": bool,
+    "virtualenv_root": str,
+    "virtualenv_name": str,
+    "virtualenv_flags": str,
+    "log": dict,
+    "log_path": str,
+    "log_file": str,
+    "serializer": str,
+    "options": dict,
+}
+
+#: The keys of an env's ``log`` object (``streamparse.cli.common.resolve_options``).
+STREAMPARSE_LOG_KEYS: dict[str, type] = {
+    "path": str,
+    "file": str,
+    "max_bytes": int,
+    "backup_count": int,
+    "level": str,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElastormConfig:
+    """The validated ``elastorm`` section plus where the project lives."""
+
+    project: Path
+    storm_version: str
+    home: Path
+    zookeeper_port: int
+    local_supervisors: int
+    cluster_supervisors: int
+    cluster_slots_per_supervisor: int
+    cluster_first_slot_port: int
+    worker_heap_mb: int
+
+    @property
+    def storm_home(self) -> Path:
+        """Where the Storm home assembled from Maven Central lives."""
+        return self.home / f"storm-{self.storm_version}"
+
+    @property
+    def logs(self) -> Path:
+        """One folder for every daemon's log."""
+        return self.home / "logs"
+
+    @property
+    def run(self) -> Path:
+        """Pid files and per-daemon state."""
+        return self.home / "run"
+
+
+def project_root() -> Path:
+    """The project checkout: ``$ELASTORM_PROJECT``, else the one this package runs from."""
+    env = os.environ.get("ELASTORM_PROJECT")
+    candidates = [Path(env)] if env else []
+    candidates += [Path(__file__).resolve().parents[2], Path.cwd()]
+    for path in candidates:
+        if (path / "config.json").is_file() and (path / "project.clj").is_file():
+            return path.resolve()
+    raise UserError(
+        "no elastorm project found (config.json + project.clj); run from the checkout "
+        "or set ELASTORM_PROJECT"
+    )
+
+
+def load_config(project: Path | None = None) -> ElastormConfig:
+    """Read and validate config.json; raise ``UserError`` naming the bad key."""
+    project = project or project_root()
+    path = project / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} not found") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(raw.get("envs"), dict) or not raw["envs"]:
+        raise UserError(f"{path}: missing key 'envs' (streamparse environments)")
+    check_envs(raw["envs"], path)
+    section = raw.get("elastorm", {})
+    if not isinstance(section, dict):
+        raise UserError(f"{path}: 'elastorm' must be an object")
+    unknown = sorted(set(section) - set(DEFAULTS))
+    if unknown:
+        raise UserError(f"{path}: unknown key elastorm.{unknown[0]} (known: {', '.join(DEFAULTS)})")
+    values = {**DEFAULTS, **section}
+    for key, default in DEFAULTS.items():
+        if type(values[key]) is not type(default):
+            raise UserError(
+                f"{path}: elastorm.{key} must be {type(default).__name__}, got {values[key]!r}"
+            )
+    for key in ("zookeeper_port", "cluster_first_slot_port"):
+        if not 1024 <= values[key] <= 65000:
+            raise UserError(f"{path}: elastorm.{key} must be a port in 1024..65000")
+    for key in ("local_supervisors", "cluster_supervisors"):
+        if not 1 <= values[key] <= 16:
+            raise UserError(f"{path}: elastorm.{key} must be in 1..16, got {values[key]}")
+    if not 1 <= values["cluster_slots_per_supervisor"] <= 8:  # 10 ports per supervisor
+        raise UserError(f"{path}: elastorm.cluster_slots_per_supervisor must be in 1..8")
+    if values["worker_heap_mb"] < 128:
+        raise UserError(f"{path}: elastorm.worker_heap_mb must be >= 128")
+    home = Path(values["home"])
+    values["home"] = home if home.is_absolute() else project / home
+    names = {f.name for f in fields(ElastormConfig)} - {"project"}
+    return ElastormConfig(project=project, **{k: values[k] for k in names})
+
+
+def _typed(value: object, kind: type) -> bool:
+    if kind is int:  # JSON true/false are not numbers
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _known_keys(where: str, given: dict, known: dict[str, type]) -> None:
+    """``UserError`` naming the first key of ``given`` that is not in ``known`` or
+    not of its type, with the closest known key as a hint."""
+    for key in sorted(given):
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UserError(
+                f"{where}: unknown key {key!r}{hint} (streamparse knows: {', '.join(known)})"
+            )
+        if not _typed(given[key], known[key]):
+            kind = {dict: "an object", list: "a list", bool: "true or false"}.get(
+                known[key], known[key].__name__
+            )
+            raise UserError(f"{where}.{key} must be {kind}, got {given[key]!r}")
+
+
+def check_envs(envs: dict, path: Path | str = "config.json") -> None:
+    """Validate every streamparse env: known keys of the right type, a ``host[:port]``
+    Nimbus, and a ``virtualenv_root`` when streamparse will use a virtualenv.
+
+    Raises ``UserError`` with one line naming the env and the key.
+    """
+    for name in sorted(envs):
+        env = envs[name]
+        where = f"{path}: envs.{name}"
+        if not isinstance(env, dict):
+            raise UserError(f"{where} must be an object, got {env!r}")
+        _known_keys(where, env, STREAMPARSE_ENV_KEYS)
+        _known_keys(f"{where}.log", env.get("log", {}), STREAMPARSE_LOG_KEYS)
+        if "nimbus" not in env:
+            raise UserError(f"{where}: missing key 'nimbus' (host or host:port)")
+        host, colon, port = env["nimbus"].partition(":")
+        if not host or (colon and not (port.isdigit() and 1 <= int(port) <= 65535)):
+            raise UserError(f"{where}.nimbus must be host or host:port, got {env['nimbus']!r}")
+        # streamparse's default is use_virtualenv: true, and then it needs the root.
+        if env.get("use_virtualenv", True) and "virtualenv_root" not in env:
+            raise UserError(
+                f"{where}: use_virtualenv is true (streamparse's default when it is absent) "
+                "but virtualenv_root is missing"
+            )
+
+
+def pinned_storm_versions(project: Path) -> dict[str, str | None]:
+    """The Storm version each of config.json, project.clj and jvm/pom.xml names."""
+    clj = (project / "project.clj").read_text()
+    pom = (project / "jvm" / "pom.xml").read_text()
+    clj_match = re.search(r"org\.apache\.storm/storm-core\s+\"([^\"]+)\"", clj)
+    pom_match = re.search(r"<storm\.version>([^<]+)</storm\.version>", pom)
+    conf = json.loads((project / "config.json").read_text()).get("elastorm", {})
+    return {
+        "config.json": conf.get("storm_version", DEFAULTS["storm_version"]),
+        "project.clj": clj_match.group(1) if clj_match else None,
+        "jvm/pom.xml": pom_match.group(1) if pom_match else None,
+    }
+
+
+def check_storm_versions(project: Path) -> str:
+    """Return the one pinned Storm version or raise ``UserError`` if the pins disagree."""
+    pins = pinned_storm_versions(project)
+    if len(set(pins.values())) != 1 or None in pins.values():
+        listed = ", ".join(f"{k}={v}" for k, v in pins.items())
+        raise UserError(f"Storm version mismatch: {listed}; make them equal")
+    return next(iter(pins.values()))
+
+
+def env_nimbus(project: Path, env: str) -> tuple[str, int]:
+    """Host and port of Nimbus for a streamparse env of config.json."""
+    raw = json.loads((project / "config.json").read_text())
+    envs = raw.get("envs", {})
+    if env not in envs:
+        raise UserError(f"config.json has no env {env!r} (have: {', '.join(sorted(envs))})")
+    nimbus = envs[env].get("nimbus")
+    if not nimbus:
+        raise UserError(f"config.json: envs.{env}.nimbus is missing")
+    host, _, port = nimbus.partition(":")
+    if not host or not (port or "6627").isdigit():
+        raise UserError(f"config.json: envs.{env}.nimbus must be host or host:port, got {nimbus!r}")
+    return host, int(port or 6627)

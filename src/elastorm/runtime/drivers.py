@@ -1,0 +1,414 @@
+"""Per-topology drivers: what to pass at submit, when a run is done, how to check it.
+
+A driver knows one topology's output files; ``elastorm.runtime.run`` does the rest (jar,
+cluster, submit, wait, kill) the same way for every topology.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from typing import Any
+
+from elastorm.runtime.errors import UserError
+from elastorm.runtime.outcome import Outcome, Progress
+from elastorm.runtime.shift_driver import FlightsLoadDriver, ShiftDriver
+
+
+class FlightsDriver:
+    """The flights job: done when every emitted tuple reached the sink; checked by pandas."""
+
+    name = "flights"
+    keyed: frozenset[str] = frozenset()  # roles on elastorm key groups (see completeness)
+    tolerated: dict[str, set[str]] = {}  # error reasons expected in this run, per role
+    topology: str = ""  # set by runtime.run before submitting
+    zk_hosts: str = ""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.first_rows_at: float | None = None  # monotonic time the spout was first seen reading
+        self.complete_at: float | None = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        opts: dict[str, object] = {"elastorm.output_dir": output_dir}
+        if self.limit is not None:
+            opts["elastorm.flights.limit"] = self.limit
+        return opts
+
+    def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
+        from elastorm.runtime.flights_results import (
+            IncompleteRunError,
+            progress_line,
+            wait_until_complete,
+        )
+
+        def report(result, unmet) -> None:
+            now = time.monotonic()
+            if self.first_rows_at is None and result.spout_total("rows_read") > 0:
+                self.first_rows_at = now
+            if not unmet:
+                self.complete_at = now
+            self.on_poll(result)
+            progress(progress_line(result, unmet))
+
+        try:
+            wait_until_complete(
+                output_dir, timeout, poll=1.0, progress_callback=report, keyed=self.keyed
+            )
+        except IncompleteRunError as exc:
+            raise UserError(str(exc)) from None
+
+    def on_poll(self, result) -> None:
+        """Called after every poll of a running job (the elastic driver migrates here)."""
+
+    def outcome(self, output_dir: str) -> Outcome:
+        from elastorm.examples.flights_reference import compute_reference
+        from elastorm.runtime.flights_results import compare, format_summary, read_results
+
+        result = read_results(output_dir)
+        report = compare(result, compute_reference(limit=self.limit), tolerated=self.tolerated)
+        facts = {"rows": result.spout_total("rows_read"), "planes": len(result.planes())}
+        if self.first_rows_at is not None and self.complete_at is not None:
+            # From the first poll that saw rows to the poll that saw completion (1 s polls).
+            facts["processing_seconds"] = round(self.complete_at - self.first_rows_at, 2)
+        return Outcome(summary=format_summary(result, report), ok=report.ok, facts=facts)
+
+
+class SmokeDriver:
+    """The smoke topology: N numbers sent by direct emit, split over two counter tasks."""
+
+    name = "smoke"
+
+    def __init__(self, count: int = 1000) -> None:
+        self.count = count
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        return {"elastorm.output_dir": output_dir, "elastorm.smoke.count": self.count}
+
+    def _read(self, output_dir: str) -> list[dict]:
+        files = sorted(glob.glob(os.path.join(output_dir, "smoke-*.json")))
+        return [json.loads(open(path).read()) for path in files]
+
+    def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
+        from elastorm.runtime.services import wait_until
+
+        def done() -> bool:
+            got = sum(part["received"] for part in self._read(output_dir))
+            progress(f"{got} of {self.count} numbers counted")
+            return got >= self.count
+
+        wait_until(done, "smoke topology", timeout)
+
+    def outcome(self, output_dir: str) -> Outcome:
+        parts = self._read(output_dir)
+        received = sum(p["received"] for p in parts)
+        total = sum(p["total"] for p in parts)
+        want = self.count * (self.count - 1) // 2
+        wrong = sum(p["wrong_payload"] for p in parts)
+        ok = received == self.count and total == want and len(parts) == 2 and wrong == 0
+        lines = [f"task {p['task']}: {p['received']} numbers, sum {p['total']}" for p in parts]
+        lines.append(
+            f"check: {received} numbers (want {self.count}), sum {total} (want {want}), "
+            f"{len(parts)} tasks (want 2), {wrong} payloads damaged (want 0): "
+            f"{'OK' if ok else 'FAILED'}"
+        )
+        return Outcome(
+            summary="\n".join(lines), ok=ok, facts={"received": received, "tasks": len(parts)}
+        )
+
+
+class ElasticFlightsDriver(FlightsDriver):
+    """The flights job on key groups, with a scripted series of migrations while it runs.
+
+    ``script`` holds ``(share of rows read, protocol)``: when the spout has read that
+    share of the rows, a key group moves by that protocol (CPA/CPAL to its holder,
+    direct to a task that is neither owner nor holder), through ``elastorm migrate``'s
+    path. The run passes only if every migration completed, each protocol was used
+    as asked, and every plane's totals still equal pandas'.
+    """
+
+    name = "flights_elastic"
+    keyed = frozenset({"op2"})
+    # Seconds a scripted migration may take. The first ones of a run can wait behind
+    # the start-up backlog for tens of seconds (control is FIFO with data); on a
+    # loaded 2-core machine one took over 60 s.
+    migration_timeout = 180.0
+    DEFAULT_SCRIPT = tuple(
+        (share, protocol)
+        for share, protocol in zip(
+            (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
+            ("direct", "cpa", "cpal", "direct", "cpa", "cpal", "cpa", "cpal"),
+            strict=True,
+        )
+    )
+
+    def __init__(
+        self,
+        limit: int | None = None,
+        script: tuple[tuple[float, str], ...] = DEFAULT_SCRIPT,
+        key_groups: int = 20,
+        checkpoint_interval: float = 5.0,
+        max_rate: float = 4000.0,
+    ) -> None:
+        super().__init__(limit)
+        self.max_rate = max_rate
+        self.script = list(script)
+        self.scripted = len(script)
+        self.key_groups = key_groups
+        self.checkpoint_interval = checkpoint_interval
+        self.migrations: list[dict[str, Any]] = []
+        self._client = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        return super().options(output_dir) | {
+            "elastorm.key_groups": self.key_groups,
+            "elastorm.checkpoint_interval_secs": self.checkpoint_interval,
+            "elastorm.flights.max_rate": self.max_rate,
+        }
+
+    def _total_rows(self) -> int:
+        return self.limit or 336_776
+
+    def on_poll(self, result) -> None:
+        # Migrations run one at a time; those still due when the input is exhausted
+        # (a slow one delays the rest) run then, before the run can count as complete.
+        while self.script:
+            share, protocol = self.script[0]
+            if result.spout_total("rows_read") < share * self._total_rows():
+                return
+            self.script.pop(0)
+            self.migrations.append(self._migrate(len(self.migrations), protocol))
+            if not result.exhausted:
+                return
+
+    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        from elastorm.core.messages import Protocol
+        from elastorm.runtime.migrate import connect, request_migration, wait_until_movable
+
+        if self._client is None:
+            self._client = connect(self.zk_hosts)
+        group = (index * 7 + 3) % self.key_groups
+        # Like a controller would: move a group once its last move is over, and by
+        # CPA/CPAL once its holder has reported the newest checkpoint.
+        status = wait_until_movable(
+            self._client,
+            self.topology,
+            "sum_delays",
+            group,
+            assisted=protocol != "direct",
+            timeout=self.migration_timeout,
+        )
+        owner, holder = status["owners"][group], status["holders"][group]
+        if protocol == "direct":
+            target: int | str = next(t for t in status["tasks"] if t not in (owner, holder))
+        else:
+            target = "holder"
+        done = request_migration(
+            self._client,
+            self.topology,
+            "sum_delays",
+            group,
+            target,
+            Protocol(protocol),
+            timeout=self.migration_timeout,
+        )
+        times = done.times
+        return {
+            "group": group,
+            "asked": protocol,
+            "used": done.protocol_used.value if done.protocol_used else None,
+            "state": done.state.value,
+            "source": done.source,
+            "target": done.target,
+            "ms": round((times["done"] - times["started"]) * 1000) if "done" in times else None,
+            "detail": done.detail,
+        }
+
+    def _migrations_ok(self) -> bool:
+        """Every scripted migration ran, completed, and used the protocol asked."""
+        return len(self.migrations) == self.scripted and all(
+            m["state"] == "done" and m["used"] == m["asked"] for m in self.migrations
+        )
+
+    def outcome(self, output_dir: str) -> Outcome:
+        base = super().outcome(output_dir)
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+        lines = [
+            f"migration {i + 1}: key group {m['group']} task {m['source']} -> {m['target']}, "
+            f"asked {m['asked']}, used {m['used']}, {m['state']}"
+            + (f" in {m['ms']} ms" if m["ms"] is not None else f" ({m['detail']})")
+            for i, m in enumerate(self.migrations)
+        ]
+        all_done = self._migrations_ok()
+        missing = f"{len(self.script)} scripted migrations never ran" if self.script else ""
+        lines.append(
+            f"migrations: {len(self.migrations)} run, "
+            + ("all done as asked" if all_done and not missing else "NOT all done as asked")
+            + (f"; {missing}" if missing else "")
+        )
+        facts = base.facts | {"migrations": self.migrations}
+        ok = base.ok and all_done and not self.script
+        return Outcome(summary=base.summary + "\n" + "\n".join(lines), ok=ok, facts=facts)
+
+
+class ElasticCrashDriver(ElasticFlightsDriver):
+    """The elastic flights job with a task killed (``kill -9`` of its Python process)
+    in the middle of a migration, on a real cluster.
+
+    Every executor runs in a worker of its own so the kill takes down exactly one
+    task, as a crashed process would; Storm
+    restarts that worker and the task comes back empty. The controller restores
+    its key groups from their checkpoint holders and the emitters' buffers. The run
+    passes if every plane's totals still equal pandas'.
+    """
+
+    name = "flights_elastic"
+    DEFAULT_SCRIPT = ((0.15, "cpa"), (0.3, "crash"), (0.7, "direct"))
+    # Tuples in flight to the killed task reach its new, empty life and are rejected;
+    # they are replayed from the emitters' buffers to the group's new owner.
+    tolerated = {"op2": {"rejected"}}
+
+    def __init__(self, limit: int | None = None, victim: str = "source", **kwargs: Any) -> None:
+        super().__init__(limit, script=self.DEFAULT_SCRIPT, **kwargs)
+        if victim not in ("source", "target"):
+            raise ValueError("victim must be 'source' or 'target'")
+        self.victim = victim
+        self.kills: list[dict[str, Any]] = []
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        self.output_dir = output_dir
+        # Nimbus here schedules with the EvenScheduler, which spreads executors
+        # round-robin over topology.workers: as many workers as executors puts each
+        # executor in a worker of its own (no ackers: the job does not ack).
+        return super().options(output_dir) | {
+            "topology.workers": self.executors(),
+            "topology.acker.executors": 0,
+        }
+
+    @staticmethod
+    def executors() -> int:
+        """Executors of the elastic flights topology (one task each)."""
+        import importlib.util
+
+        path = os.path.join(
+            os.path.dirname(__file__), "..", "..", "topologies", "flights_elastic.py"
+        )
+        spec = importlib.util.spec_from_file_location("flights_elastic_topology", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        topology = module.FlightsElasticTopology
+        return sum(c.common.parallelism_hint for c in topology.specs)
+
+    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        if protocol != "crash":
+            return super()._migrate(index, protocol)
+        return self._kill_mid_migration(index)
+
+    def _kill_mid_migration(self, index: int) -> dict[str, Any]:
+        import signal
+
+        from elastorm.controller.requests import MigrationRequest, RequestState
+        from elastorm.core.messages import Protocol
+        from elastorm.runtime.migrate import connect, wait_until_movable
+        from elastorm.zk.requests import read_request, submit_request
+
+        if self._client is None:
+            self._client = connect(self.zk_hosts)
+        group = (index * 7 + 3) % self.key_groups
+        status = wait_until_movable(
+            self._client,
+            self.topology,
+            "sum_delays",
+            group,
+            assisted=True,
+            timeout=self.migration_timeout,
+        )
+        # A CPAL can complete in 20-30 ms, faster than a kill lands once the request
+        # reads "started" (seen on a loaded machine). So the victim is frozen first: a
+        # frozen end cannot report MigrationDone, and the kill is mid-migration for sure.
+        victim = status["owners"][group] if self.victim == "source" else status["holders"][group]
+        pid = self._pid_of("sum_delays", int(victim))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            request = MigrationRequest(
+                operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
+            )
+            name = submit_request(self._client, self.topology, request)
+            deadline = time.monotonic() + self.migration_timeout
+            while (current := read_request(self._client, self.topology, name)).state in (
+                RequestState.PENDING,
+            ):
+                if time.monotonic() > deadline:
+                    raise UserError(f"request {name} never started")
+                time.sleep(0.02)
+            if current.state not in (RequestState.STARTED, RequestState.STUCK):
+                raise UserError(f"request {name}: {current.state.value} ({current.detail})")
+            if int(victim) not in (current.source, current.target):
+                raise UserError(f"request {name} moved task {current.source} -> {current.target}")
+        finally:
+            os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        # Refused once the restarted task reports and its groups are restored; reported
+        # stuck meanwhile if that takes longer than elastorm.migration_timeout_secs.
+        while (current := read_request(self._client, self.topology, name)).state in (
+            RequestState.STARTED,
+            RequestState.STUCK,
+        ):
+            if time.monotonic() > deadline + self.migration_timeout:
+                raise UserError(f"request {name} neither done nor refused after the kill")
+            time.sleep(0.1)
+        restored_at = time.time()
+        self.kills.append({"task": victim, "pid": pid, "group": group})
+        return {
+            "group": group,
+            "asked": f"cpal, then kill -9 of the {self.victim} (task {victim}, pid {pid})",
+            "used": "crash",
+            "state": current.state.value,
+            "source": current.source,
+            "target": current.target,
+            "ms": None,
+            "detail": f"{current.detail}; answered {restored_at - killed_at:.1f} s after the kill",
+            "epoch": status["epoch"],
+        }
+
+    def outcome(self, output_dir: str) -> Outcome:
+        out = super().outcome(output_dir)
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"kills": self.kills})
+
+    def _pid_of(self, component: str, task: int) -> int:
+        path = os.path.join(self.output_dir, "counts", f"{component}-{task}.json")
+        with open(path, encoding="utf-8") as fh:
+            return int(json.load(fh)["pid"])
+
+    def _migrations_ok(self) -> bool:
+        # The crash step ends "refused" on purpose: its group was restored instead.
+        crashed = [m for m in self.migrations if m["used"] == "crash"]
+        others = [m for m in self.migrations if m["used"] != "crash"]
+        return (
+            len(self.migrations) == self.scripted
+            and bool(crashed)
+            and all(m["state"] == "refused" for m in crashed)
+            and all(m["state"] == "done" and m["used"] == m["asked"] for m in others)
+        )
+
+
+def driver_for(topology: str, limit: int | None, *, strategy: str = "correlated"):
+    """The driver of a topology in ``topologies/``."""
+    if topology == "flights":
+        return FlightsDriver(limit)
+    if topology == "flights_elastic":
+        return ElasticFlightsDriver(limit)
+    if topology == "smoke":
+        return SmokeDriver(limit or 1000)
+    if topology == "shift":
+        return ShiftDriver(strategy)
+    if topology == "flights_load":
+        return FlightsLoadDriver(strategy)
+    raise UserError(
+        f"unknown topology {topology!r} "
+        "(have: flights, flights_elastic, flights_load, shift, smoke)"
+    )

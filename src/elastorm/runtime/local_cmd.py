@@ -1,0 +1,108 @@
+"""``elastorm local`` (embedded LocalCluster), ``elastorm run`` (any env), ``elastorm jar``."""
+
+from __future__ import annotations
+
+import argparse
+
+from elastorm.runtime.config import load_config
+from elastorm.runtime.drivers import driver_for
+from elastorm.runtime.local import LOCAL_ENV
+from elastorm.runtime.run import run_topology
+from elastorm.runtime.topology_jar import build_topology_jar
+
+#: What ``elastorm local`` and ``elastorm run`` accept (``topologies/synthetic.py`` is
+#: driven by ``bench/migration_bench.py`` only). The README's command table lists these.
+TOPOLOGIES = ("flights", "flights_elastic", "flights_load", "shift", "smoke")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("topology", choices=TOPOLOGIES, help="topology in topologies/")
+    parser.add_argument(
+        "--strategy",
+        choices=("none", "baseline", "even", "correlated"),
+        default="correlated",
+        help="shift, flights_load: the controller's checkpoint allocation (default correlated)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="flights: stream only the first N rows (default: all 336,776); "
+        "smoke: numbers to send (default 1000)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900,
+        help="give up if the run is not complete after this many seconds (default 900)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="where components write results (default: <home>/runs/<name>)",
+    )
+
+
+def register(subparsers) -> None:
+    """Add the ``local``, ``run`` and ``jar`` subcommands."""
+    local = subparsers.add_parser(
+        "local",
+        help="run a topology on an embedded Storm LocalCluster and check its results",
+        description="Start Storm's LocalCluster (one JVM, real ZooKeeper), submit the topology "
+        "with `sparse submit -e local`, wait until every tuple is processed, kill it, print "
+        "per-operator counts and the check against pandas.",
+    )
+    _common(local)
+    local.set_defaults(func=_local)
+    run = subparsers.add_parser(
+        "run",
+        help="run a topology on a running cluster (e.g. `elastorm cluster up`) and check it",
+        description="Like `local`, but submits to the Nimbus of a config.json env that is "
+        "already up.",
+    )
+    _common(run)
+    run.add_argument("-e", "--env", default="cluster", help="config.json env (default: cluster)")
+    run.set_defaults(func=_run)
+    jar = subparsers.add_parser(
+        "jar",
+        help="build the topology jar for `sparse submit -j`",
+        description="Pack src/ under resources/ (plus the multilang serializer) into one jar.",
+    )
+    jar.add_argument("--out", default=None, help="jar path (default: <home>/jars/topology.jar)")
+    jar.set_defaults(func=_jar)
+
+
+def _execute(args: argparse.Namespace, env: str) -> int:
+    from pathlib import Path
+
+    cfg = load_config()
+    outcome = run_topology(
+        cfg,
+        env,
+        driver_for(args.topology, args.limit, strategy=args.strategy),
+        args.timeout,
+        Path(args.output_dir).resolve() if args.output_dir else None,
+    )
+    print(outcome.summary)
+    print(f"run took {outcome.facts['seconds']} s; output in {outcome.facts['output_dir']}")
+    return 0 if outcome.ok else 1
+
+
+def _local(args: argparse.Namespace) -> int:
+    return _execute(args, LOCAL_ENV)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return _execute(args, args.env)
+
+
+def _jar(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    cfg = load_config()
+    from elastorm.runtime.storm_home import ensure_storm_home
+
+    ensure_storm_home(cfg)
+    out = Path(args.out).resolve() if args.out else cfg.home / "jars" / "topology.jar"
+    print(build_topology_jar(cfg.project, out))
+    return 0

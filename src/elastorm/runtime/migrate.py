@@ -1,0 +1,124 @@
+"""Ask a running topology's controller to migrate a key group, and wait for the answer.
+
+The request goes through ZooKeeper (``elastorm.zk.requests``), the same path
+the automatic controller's decisions take, so a scripted series of migrations
+exercises exactly what adaptation will use.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+from elastorm.controller.requests import MigrationRequest, RequestError, RequestState
+from elastorm.core.messages import Protocol
+from elastorm.runtime.errors import UserError
+from elastorm.zk.requests import (
+    controller_alive,
+    read_request,
+    read_status,
+    submit_request,
+    withdraw_request,
+)
+
+
+def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
+    """A started kazoo client, or ``UserError`` if ZooKeeper does not answer."""
+    client = KazooClient(hosts=hosts, timeout=6.0)
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        client.close()
+        raise UserError(f"ZooKeeper at {hosts} does not answer") from None
+    return client
+
+
+def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: float) -> dict:
+    """The controller's published routing status (it appears on its first tick)."""
+    deadline = time.monotonic() + timeout
+    while (status := read_status(client, topology, operator)) is None:
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"no controller status for {topology}/{operator} after {timeout:.0f} s: "
+                "is the topology running, and is it an elastic one?"
+            )
+        time.sleep(0.2)
+    return status
+
+
+def wait_until_movable(
+    client: KazooClient,
+    topology: str,
+    operator: str,
+    key_group: int,
+    assisted: bool,
+    timeout: float,
+) -> dict:
+    """Wait until ``key_group`` is not moving and, for CPA/CPAL (``assisted``), until its
+    holder has reported the newest checkpoint; return the status then.
+
+    On timeout, return the last status anyway: the controller then refuses the
+    request or falls back to direct, and says so.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        status = wait_for_status(client, topology, operator, timeout)
+        ready = key_group not in status["moving"] and (
+            not assisted or status.get("assisted", [True] * (key_group + 1))[key_group]
+        )
+        if ready or time.monotonic() > deadline:
+            return status
+        time.sleep(0.1)
+
+
+def request_migration(
+    client: KazooClient,
+    topology: str,
+    operator: str,
+    key_group: int,
+    target: int | str,
+    protocol: Protocol,
+    timeout: float = 60.0,
+    *,
+    until_stuck: bool = False,
+) -> MigrationRequest:
+    """Submit a request and wait until it is done or refused (or, with ``until_stuck``,
+    reported stuck by the controller); return its latest form.
+
+    Refuses at once if the topology's controller is not running. A request still
+    pending at the timeout is withdrawn, so a late controller does not act on it.
+    """
+    try:
+        request = MigrationRequest(
+            operator=operator, key_group=key_group, target=target, protocol=protocol
+        )
+    except RequestError as exc:
+        raise UserError(str(exc)) from None
+    if not controller_alive(client, topology, operator):
+        raise UserError(
+            f"the controller of {topology}/{operator} is not running "
+            "(topology killed, or not an elastic topology); nothing was requested"
+        )
+    name = submit_request(client, topology, request)
+    ends = {RequestState.DONE, RequestState.REFUSED} | (
+        {RequestState.STUCK} if until_stuck else set()
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        current = read_request(client, topology, name)
+        if current.state in ends:
+            return current
+        if time.monotonic() > deadline:
+            if current.state is RequestState.PENDING and withdraw_request(client, topology, name):
+                raise UserError(
+                    f"migration request {name} not picked up by the controller in "
+                    f"{timeout:.0f} s; withdrawn"
+                )
+            current = read_request(client, topology, name)
+            raise UserError(
+                f"migration request {name} still {current.state.value} after {timeout:.0f} s"
+                + (f" ({current.detail})" if current.detail else "")
+            )
+        time.sleep(0.05)

@@ -1,0 +1,121 @@
+"""Talk to Nimbus over Thrift (streamparse's client) and submit with ``sparse submit``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from elastorm.runtime.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# paramiko (pulled in by streamparse) warns about TripleDES on every import.
+warnings.filterwarnings("ignore", message=".*TripleDES.*")
+
+
+def nimbus_client(host: str, port: int, timeout_ms: int = 10000):
+    """A Thrift client for Nimbus; ``UserError`` if nothing answers."""
+    from streamparse.util import get_nimbus_client
+
+    from elastorm.runtime.services import port_open
+
+    if not port_open(port, host):
+        raise UserError(f"Nimbus at {host}:{port} is unreachable (is the cluster up?)")
+    return get_nimbus_client(host=host, port=port, timeout=timeout_ms)
+
+
+def cluster_summary(host: str, port: int) -> dict:
+    """Supervisors and topologies as Nimbus reports them (plain dicts).
+
+    ``UserError`` if nothing listens there, or if what listens does not answer
+    ``getClusterInfo`` (Nimbus still starting, or another program on the port).
+    """
+    from thriftpy2.thrift import TException
+
+    client = nimbus_client(host, port)
+    try:
+        info = client.getClusterInfo()
+    except (TException, OSError, EOFError) as exc:
+        raise UserError(
+            f"Nimbus at {host}:{port} did not answer getClusterInfo "
+            f"({type(exc).__name__}: {exc or 'no detail'})"
+        ) from None
+    return {
+        "supervisors": [
+            {
+                "id": s.supervisor_id,
+                "host": s.host,
+                "slots": s.num_workers,
+                "used": s.num_used_workers,
+            }
+            for s in info.supervisors
+        ],
+        "topologies": [
+            {
+                "name": t.name,
+                "id": t.id,
+                "status": t.status,
+                "workers": t.num_workers,
+                "executors": t.num_executors,
+                "uptime_secs": t.uptime_secs,
+            }
+            for t in info.topologies
+        ],
+    }
+
+
+def sparse(project: Path, *args: str, timeout: float = 300) -> str:
+    """Run a ``sparse`` command in the project (as a user would) and return its output."""
+    env = dict(os.environ, LEIN_ROOT="1", PYTHONWARNINGS="ignore")
+    exe = Path(sys.executable).parent / "sparse"
+    cmd = [str(exe) if exe.exists() else "sparse", *args]
+    log.info("running %s", " ".join(cmd))
+    try:
+        proc = subprocess.run(
+            cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(f"sparse {args[0]} did not finish in {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+        raise UserError(f"sparse {args[0]} failed: " + (lines[-1] if lines else "no output"))
+    return proc.stdout
+
+
+def submit(
+    project: Path,
+    env: str,
+    topology: str,
+    name: str,
+    jar: Path,
+    options: dict[str, object],
+    workers: int | None = None,
+) -> None:
+    """``sparse submit -e env -n topology -N name -j jar -o k=v ...`` (Thrift, no lein)."""
+    args = ["submit", "-e", env, "-n", topology, "-N", name, "-j", str(jar), "-f", "--wait", "5"]
+    for key, value in options.items():
+        args += ["-o", f"{key}={value}"]
+    if workers:
+        args += ["-w", str(workers)]
+    sparse(project, *args)
+
+
+def kill(project: Path, env: str, name: str, wait: int = 1) -> None:
+    """``sparse kill``; waits until Nimbus no longer lists the topology."""
+    sparse(project, "kill", "-e", env, "-n", name, "--wait", str(wait))
+
+
+def wait_topology_gone(host: str, port: int, name: str, timeout: float = 60) -> None:
+    """Block until Nimbus no longer lists topology ``name``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = {t["name"] for t in cluster_summary(host, port)["topologies"]}
+        if name not in names:
+            return
+        time.sleep(1)
+    raise UserError(f"topology {name} still listed by Nimbus after {timeout:.0f} s")

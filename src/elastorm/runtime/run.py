@@ -1,0 +1,69 @@
+"""Run a topology end to end: build the jar, submit, wait until done, kill, check.
+
+``env`` is a streamparse env of config.json: ``local`` starts an embedded
+LocalCluster for the run; any other env must already be up (``elastorm cluster
+up``, or a real cluster).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from elastorm.runtime import nimbus
+from elastorm.runtime.config import ElastormConfig, env_nimbus
+from elastorm.runtime.drivers import FlightsDriver, SmokeDriver
+from elastorm.runtime.local import LOCAL_ENV, local_cluster
+from elastorm.runtime.outcome import Outcome
+from elastorm.runtime.storm_home import ensure_storm_home
+from elastorm.runtime.topology_jar import build_topology_jar
+
+log = logging.getLogger(__name__)
+
+
+def run_topology(
+    cfg: ElastormConfig,
+    env: str,
+    driver: FlightsDriver | SmokeDriver,
+    timeout: float,
+    output_dir: Path | None = None,
+    extra_options: dict[str, object] | None = None,
+) -> Outcome:
+    """Submit ``driver``'s topology to ``env``, wait for it to finish, kill it, check it."""
+    ensure_storm_home(cfg)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    output_dir = output_dir or cfg.home / "runs" / f"{driver.name}-{env}-{stamp}"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    jar = build_topology_jar(cfg.project, cfg.home / "jars" / "topology.jar")
+    name = f"{driver.name}-{stamp}"
+    options = driver.options(str(output_dir)) | (extra_options or {})
+    driver.topology = name
+    driver.zk_hosts = f"127.0.0.1:{cfg.zookeeper_port}"
+    context = local_cluster(cfg, jar) if env == LOCAL_ENV else nullcontext(None)
+    with context:
+        host, port = env_nimbus(cfg.project, env)
+        nimbus.nimbus_client(host, port)  # fails clearly if Nimbus is down
+        log.info(
+            "submitting %s to %s (Nimbus %s:%d), output in %s", name, env, host, port, output_dir
+        )
+        started = time.monotonic()
+        nimbus.submit(cfg.project, env, driver.name, name, jar, options)
+        last = [0.0]
+
+        def progress(text: str) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 5:
+                last[0] = now
+                log.info("[%5.0f s] %s", now - started, text)
+
+        try:
+            driver.wait(str(output_dir), timeout, progress)
+            elapsed = time.monotonic() - started
+        finally:
+            nimbus.kill(cfg.project, env, name)
+    outcome = driver.outcome(str(output_dir))
+    outcome.facts["seconds"] = round(elapsed, 1)
+    outcome.facts["output_dir"] = str(output_dir)
+    return outcome

@@ -1,0 +1,136 @@
+"""Assemble a Storm home from Maven Central (Storm publishes no binary tarball there).
+
+Layout, as the Storm daemons expect it::
+
+    <home>/storm-<ver>/lib/          storm-server, storm-core + deps, elastorm's LocalRunner
+    <home>/storm-<ver>/lib-worker/   storm-client + deps (what worker JVMs run on)
+    <home>/storm-<ver>/log4j2/       cluster.xml (daemons), worker.xml (workers)
+
+Maven resolves and caches the jars (``jvm/pom.xml``); this module only links them
+into place. Idempotent: nothing is rebuilt unless a pom or the runner's source changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from pathlib import Path
+
+from elastorm.runtime.config import ElastormConfig, check_storm_versions
+from elastorm.runtime.errors import UserError
+
+log = logging.getLogger(__name__)
+
+_LAYOUT = '<PatternLayout pattern="%d{yyyy-MM-dd HH:mm:ss.SSS} %t %c{1.} [%p] %msg%n"/>'
+
+
+def _log4j_xml(purpose: str, path: str, quiet: tuple[str, ...]) -> str:
+    """A log4j2 config: one size-rolled file at ``path``, ``quiet`` loggers at warn."""
+    loggers = "\n".join(f'    <Logger name="{name}" level="warn"/>' for name in quiet)
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!-- elastorm: log4j2 for {purpose}. -->
+<Configuration monitorInterval="60" shutdownHook="disable">
+  <Appenders>
+    <RollingFile name="file" fileName="{path}" filePattern="{path}.%i">
+      <PatternLayout pattern="%d{{yyyy-MM-dd HH:mm:ss.SSS}} %t %c{{1.}} [%p] %msg%n"/>
+      <Policies><SizeBasedTriggeringPolicy size="100 MB"/></Policies>
+      <DefaultRolloverStrategy max="3"/>
+    </RollingFile>
+  </Appenders>
+  <Loggers>
+{loggers}
+    <Root level="info"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+_SHADED_ZK = (
+    "org.apache.storm.shade.org.apache.zookeeper",
+    "org.apache.storm.shade.org.apache.curator",
+)
+CLUSTER_XML = _log4j_xml(
+    "Storm daemons (Nimbus, supervisors, ZooKeeper, local mode)",
+    "${sys:storm.log.dir}/${sys:logfile.name}",
+    ("org.apache.zookeeper", *_SHADED_ZK),
+)
+WORKER_XML = _log4j_xml(
+    "Storm workers; one log per worker port",
+    "${sys:workers.artifacts}/${sys:storm.id}/${sys:worker.port}/${sys:logfile.name}",
+    _SHADED_ZK,
+)
+
+
+def _inputs(project: Path) -> list[Path]:
+    jvm = project / "jvm"
+    modules = ("daemon", "worker", "zookeeper", "multilang")
+    return [
+        jvm / "pom.xml",
+        *(jvm / m / "pom.xml" for m in modules),
+        *sorted((jvm / "daemon" / "src").rglob("*.java")),
+        *sorted((jvm / "multilang" / "src").rglob("*.java")),
+    ]
+
+
+def _stale(stamp: Path, inputs: list[Path]) -> bool:
+    if not stamp.exists():
+        return True
+    built = stamp.stat().st_mtime
+    return any(p.stat().st_mtime > built for p in inputs)
+
+
+def build_jvm(project: Path) -> None:
+    """Run Maven over ``jvm/`` (downloads Storm's jars on first use, then offline)."""
+    if shutil.which("mvn") is None:
+        raise UserError("Maven (mvn) is not on PATH; install it (e.g. apt-get install maven)")
+    if shutil.which("java") is None:
+        raise UserError("java is not on PATH; install a JDK 17 (Storm 2.8 targets Java 17)")
+    log.info("building the JVM side with Maven (first run downloads Storm from Maven Central)")
+    cmd = ["mvn", "-q", "-B", "-f", str(project / "jvm" / "pom.xml"), "package"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+        raise UserError("Maven build of jvm/ failed: " + " | ".join(tail))
+
+
+def ensure_storm_home(cfg: ElastormConfig) -> Path:
+    """Build (if needed) and lay out the Storm home; return its path."""
+    version = check_storm_versions(cfg.project)
+    jvm = cfg.project / "jvm"
+    home = cfg.storm_home
+    stamp = home / ".assembled"
+    built = all(link.exists() for link in (home / "lib").glob("*.jar")) if stamp.exists() else False
+    if built and not _stale(stamp, _inputs(cfg.project)):
+        return home
+    build_jvm(cfg.project)
+    daemon_jar = jvm / "daemon" / "target" / "elastorm-daemon-0.1.0.jar"
+    sources = {
+        "lib": [*sorted((jvm / "daemon" / "target" / "lib").glob("*.jar")), daemon_jar],
+        "lib-worker": sorted((jvm / "worker" / "target" / "lib-worker").glob("*.jar")),
+        "lib-zookeeper": sorted((jvm / "zookeeper" / "target" / "lib-zookeeper").glob("*.jar")),
+    }
+    if not any(p.name == f"storm-client-{version}.jar" for p in sources["lib-worker"]):
+        raise UserError(f"Maven did not produce storm-client-{version}.jar; check jvm/pom.xml")
+    for sub, jars in sources.items():
+        target = home / sub
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for jar in jars:
+            (target / jar.name).symlink_to(jar.resolve())
+    (home / "log4j2").mkdir(exist_ok=True)
+    (home / "log4j2" / "cluster.xml").write_text(CLUSTER_XML)
+    (home / "log4j2" / "worker.xml").write_text(WORKER_XML)
+    (home / "conf").mkdir(exist_ok=True)
+    (home / "conf" / "storm.yaml").write_text("# per-daemon configs live under run/\n")
+    (home / "extlib").mkdir(exist_ok=True)
+    (home / "extlib-daemon").mkdir(exist_ok=True)
+    stamp.write_text(version + "\n")
+    log.info("Storm %s home ready at %s", version, home)
+    return home
+
+
+def classpath(home: Path, *first: Path, lib: str = "lib") -> str:
+    """A daemon classpath: ``first`` entries (e.g. a topology jar), then ``<lib>/*``."""
+    return ":".join([*(str(p) for p in first), str(home / lib / "*")])

@@ -1,0 +1,419 @@
+"""Driver of the synthetic migration benchmark (``topologies/synthetic.py``).
+
+Runs a *plan* on the live topology: grow the hot key group's state (``keys``
+steps), migrate it by a protocol after letting a chosen number of its tuples
+pile up in the emitter's buffer (``migrate`` steps), or just watch (``idle``
+steps, the noise floor). A migrate step:
+
+1. asks the hot group's owner for a checkpoint (control file counter) and waits
+   until it is taken; the holder's ack trims the emitter's buffer;
+2. waits ``max(trim_wait, replay / hot rate)`` seconds from the checkpoint, so
+   about ``replay`` tuples of the group are buffered;
+3. requests the migration through ZooKeeper (CPA/CPAL to the holder, direct to
+   the task that is neither owner nor holder) and waits until it is done;
+4. waits ``settle`` seconds (the tail of the pause and the queues drain).
+
+The outcome reads what the components wrote: latency buckets of the hot group's
+outputs (``latency-*.jsonl``), timed protocol events (``events-*.jsonl``: the
+replay size each ``Migrate`` found, handling times), and the final state totals
+(which must equal the tuples emitted: exactly once through every migration).
+
+Measures per migration (``analyse``): **pause** = highest output latency of the
+group's tuples output in ``[started, done + after]`` minus the group's median
+latency before (median of 100 ms bucket means over the ``before`` seconds before
+``started``); **completion** = ``done - started`` on the controller's clock;
+**pickup** = ``started`` - the request's creation (the controller polls requests
+on its 1 s tick). The same pause measured from the emitter's stamp (``hop_pause_ms``)
+leaves out the tuples' wait in the emitter's queue (e.g. while it builds a toState).
+A migration whose baseline exceeds ``steady_ms`` started on a backlogged group
+(``steady`` False): its pause is not meaningful.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import socket
+import statistics
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from elastorm.runtime.errors import UserError
+from elastorm.runtime.outcome import Outcome, Progress
+
+OPERATOR = "counter"
+BUCKET_SECS = 0.1  # bolts.synthetic.BUCKET_SECS (not imported: no streamparse here)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One step of a plan: ``kind`` is ``keys``, ``migrate`` or ``idle``."""
+
+    kind: str
+    protocol: str = ""
+    replay: int = 0  # migrate: hot tuples to let pile up in the buffer
+    keys: int = 0  # keys: the hot group's state size to reach
+    seconds: float = 2.0  # idle: the window watched
+    tag: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("keys", "migrate", "idle"):
+            raise ValueError(f"unknown step kind {self.kind!r}")
+        if self.kind == "migrate" and self.protocol not in ("direct", "cpa", "cpal"):
+            raise ValueError(f"unknown protocol {self.protocol!r}")
+
+
+@dataclass
+class Settings:
+    rate: float = 1500.0  # steady tuples/s from the spout
+    hot_share: float = 0.6  # share of them in the hot group
+    keys: int = 1000  # initial state size of the hot group
+    preload_rate: float = 3000.0
+    hot_group: int = 7
+    checkpoint_interval: float = 5.0  # cold groups
+    warmup: float = 4.0
+    trim_wait: float = 1.0
+    settle: float = 2.5
+    before: float = 5.0
+    after: float = 1.0
+    steady_ms: float = 50.0  # a baseline above this: the group was backlogged, no pause
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hot_rate(self) -> float:
+        return self.rate * self.hot_share
+
+
+@contextmanager
+def private_zookeeper(cfg, name: str = "zookeeper-migration-bench") -> Iterator[Any]:
+    """A ZooKeeper server of our own for one LocalCluster run; yields a config using it.
+
+    The project's server is shared: another engineer's ``elastorm cluster down``
+    stops it, which takes a LocalCluster that uses it down mid-run.
+    """
+    from elastorm.runtime import services
+
+    with socket.socket() as sock:
+        sock.bind((services.LOOPBACK, 0))
+        port = sock.getsockname()[1]
+    data = cfg.home / name
+    shutil.rmtree(data, ignore_errors=True)
+    daemon = services.zookeeper_daemon(cfg, name=name, port=port, data_dir=data)
+    pid = services.start(cfg, daemon)
+    try:
+        services.wait_until(
+            lambda: services.zookeeper_ok(port), name, 30, pid, cfg.logs / f"{name}.log"
+        )
+        yield dataclasses.replace(cfg, zookeeper_port=port)
+    finally:
+        services.stop(cfg, name)
+
+
+# -- analysis (pure) ------------------------------------------------------------------
+def merge_buckets(rows: Iterable[list[float]]) -> dict[int, list[float]]:
+    """Rows ``[bucket, max, count, sum, hop max, hop sum]`` from every task, merged
+    per bucket into ``[max, count, sum, hop max, hop sum]``."""
+    merged: dict[int, list[float]] = {}
+    for b, top, count, total, hop_top, hop_total in rows:
+        have = merged.get(int(b))
+        if have is None:
+            merged[int(b)] = [top, count, total, hop_top, hop_total]
+        else:
+            have[0] = max(have[0], top)
+            have[1] += count
+            have[2] += total
+            have[3] = max(have[3], hop_top)
+            have[4] += hop_total
+    return merged
+
+
+def pause_of(
+    buckets: dict[int, list[float]],
+    started: float,
+    done: float,
+    *,
+    width: float = BUCKET_SECS,
+    before: float = 5.0,
+    after: float = 1.0,
+) -> dict[str, float | None]:
+    """Baseline (median bucket mean before), window max and pause, in ms; the same
+    measured from the emitter's stamp (``hop_``: without the emitter's queue)."""
+    lo, hi = int(started / width), int((done + after) / width)
+    first = int((started - before) / width)
+    prior = [v for b, v in buckets.items() if first <= b < lo and v[1] > 0]
+    window = [v for b, v in buckets.items() if lo <= b <= hi and v[1] > 0]
+    out: dict[str, float | None] = {"outputs": sum(v[1] for v in window)}
+    for prefix, top_at, sum_at in (("", 0, 2), ("hop_", 3, 4)):
+        baseline = statistics.median(v[sum_at] / v[1] for v in prior) if prior else None
+        top = max(v[top_at] for v in window) if window else None
+        out[f"{prefix}baseline_ms"] = baseline
+        out[f"{prefix}window_max_ms"] = top
+        out[f"{prefix}pause_ms"] = None if baseline is None or top is None else top - baseline
+    return out
+
+
+def read_jsonl(pattern: str) -> list[Any]:
+    rows = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path, encoding="utf-8") as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return rows
+
+
+def analyse(output_dir: str, records: list[dict[str, Any]], settings: Settings) -> None:
+    """Add pause, completion and the replay actually found to each record, in place."""
+    buckets = merge_buckets(read_jsonl(os.path.join(output_dir, "latency-*.jsonl")))
+    events = read_jsonl(os.path.join(output_dir, "events-*.jsonl"))
+    migrates = {e["epoch"]: e for e in events if e["type"] == "Migrate" and "epoch" in e}
+    for r in records:
+        r.update(
+            pause_of(buckets, r["started"], r["done"], before=settings.before, after=settings.after)
+        )
+        base = r["baseline_ms"]
+        r["steady"] = base is not None and base <= settings.steady_ms
+        if r["kind"] != "migrate":
+            continue
+        r["completion_ms"] = round((r["done"] - r["started"]) * 1000, 1)
+        r["pickup_ms"] = round((r["started"] - r["submitted"]) * 1000, 1)
+        found = migrates.get(r["epoch"])
+        r["replayed"] = found["replayed"] if found else None
+        r["emitter_ms"] = found["ms"] if found else None
+        lo, hi = r["started"] - 0.5, r["done"] + 0.5
+        r["events"] = [
+            {k: e[k] for k in ("task", "type", "ms") if k in e}
+            | {"t": round(e["at"] - r["started"], 3)}
+            for e in events
+            if lo <= e["at"] <= hi and e["type"] != "checkpoint_taken"
+        ]
+
+
+# -- the driver ------------------------------------------------------------------------
+class SyntheticDriver:
+    """Runs ``plan`` on the synthetic topology and measures each migration."""
+
+    name = "synthetic"
+    topology: str = ""  # set by runtime.run
+    zk_hosts: str = ""
+
+    def __init__(self, plan: Iterable[Step], settings: Settings | None = None) -> None:
+        self.plan = list(plan)
+        self.settings = settings or Settings()
+        self.records: list[dict[str, Any]] = []
+        self.control: dict[str, Any] = {}
+        self.final: dict[str, Any] = {}
+        self.output_dir = ""
+        self._client = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.examples.synthetic_control import write_control
+
+        s = self.settings
+        self.output_dir = output_dir
+        self.control = {"rate": s.rate, "keys": s.keys, "hot_share": s.hot_share, "checkpoint": 0}
+        write_control(output_dir, self.control)
+        return {
+            "elastorm.output_dir": output_dir,
+            "elastorm.key_groups": 20,
+            "elastorm.checkpoint_interval_secs": s.checkpoint_interval,
+            "elastorm.synthetic.rate": s.rate,
+            "elastorm.synthetic.keys": s.keys,
+            "elastorm.synthetic.hot_share": s.hot_share,
+            "elastorm.synthetic.hot_group": s.hot_group,
+            "elastorm.synthetic.preload_rate": s.preload_rate,
+        } | s.extra
+
+    # -- files ------------------------------------------------------------------
+    def _counts(self, component: str) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(
+            glob.glob(os.path.join(self.output_dir, "counts", f"{component}-*.json"))
+        ):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    out.append(json.load(f))
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def _set(self, **changes: Any) -> None:
+        from elastorm.examples.synthetic_control import write_control
+
+        self.control.update(changes)
+        write_control(self.output_dir, self.control)
+
+    def _until(self, what: str, check, timeout: float, step: float = 0.1) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            got = check()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                raise UserError(f"synthetic run: {what} not seen after {timeout:.0f} s")
+            time.sleep(step)
+
+    def _loaded(self, keys: int) -> bool:
+        spouts = self._counts("generator")
+        return bool(spouts) and spouts[0]["extra"].get("loaded", 0) >= keys
+
+    def _status(self, timeout: float) -> dict[str, Any]:
+        """The controller's routing status; an empty znode (the controller creates it,
+        then writes it) reads as not there yet."""
+        from elastorm.zk.requests import read_status
+
+        def attempt() -> dict[str, Any] | None:
+            try:
+                return read_status(self._client, self.topology, OPERATOR)
+            except ValueError:
+                return None
+
+        return self._until("the controller's status", attempt, timeout, step=0.2)
+
+    def _checkpoint_taken(self, request: int) -> float | None:
+        for e in read_jsonl(os.path.join(self.output_dir, "events-*.jsonl")):
+            if e["type"] == "checkpoint_taken" and e.get("request", 0) >= request:
+                return e["at"]
+        return None
+
+    # -- steps ------------------------------------------------------------------
+    def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
+        from elastorm.runtime.migrate import connect
+
+        s = self.settings
+        self._client = connect(self.zk_hosts)
+        self._status(timeout=min(timeout, 120))
+        self._until("the initial preload", lambda: self._loaded(s.keys), timeout)
+        time.sleep(s.warmup)
+        for i, step in enumerate(self.plan):
+            progress(f"step {i + 1}/{len(self.plan)}: {step}")
+            if step.kind == "keys":
+                self._set(keys=step.keys)
+                self._until(
+                    f"preload to {step.keys} keys", lambda k=step.keys: self._loaded(k), 300
+                )
+                time.sleep(s.settle)
+            elif step.kind == "idle":
+                started = time.time()
+                time.sleep(step.seconds)
+                self.records.append(
+                    {
+                        "kind": "idle",
+                        "tag": step.tag,
+                        "keys": self.control["keys"],
+                        "started": started,
+                        "done": time.time(),
+                        "load": os.getloadavg()[0],
+                    }
+                )
+                time.sleep(s.after + 0.2)
+            else:
+                self.records.append(self._migrate(step))
+                time.sleep(s.settle)
+        self._set(rate=0.0)
+        time.sleep(3.0)
+        self._set(final=True)
+        asked = time.time()
+        self.final = self._until(
+            "final state totals",
+            lambda: self._final_totals(asked),
+            30,
+            step=0.5,
+        )
+
+    def _final_totals(self, asked: float) -> dict[str, Any] | None:
+        counters = [c for c in self._counts(OPERATOR) if c["written_at"] > asked + 1.0]
+        spouts = self._counts("generator")
+        if (
+            len(counters) < 3
+            or not spouts
+            or any("state_total" not in c["extra"] for c in counters)
+        ):
+            return None
+        return {
+            "emitted": spouts[0]["out"]["default"],
+            "state_total": sum(c["extra"]["state_total"] for c in counters),
+            "hot_keys": [c["extra"]["hot_keys"] for c in counters if c["extra"]["hot_keys"]],
+            "emitter": self._counts("emitter")[0]["extra"].get("stats", {}),
+        }
+
+    def _migrate(self, step: Step) -> dict[str, Any]:
+        from elastorm.core.messages import Protocol
+        from elastorm.runtime.migrate import request_migration
+
+        s = self.settings
+        request = self.control["checkpoint"] + 1
+        self._set(checkpoint=request)
+        taken = self._until(
+            "the hot group's checkpoint", lambda: self._checkpoint_taken(request), 15
+        )
+        wait = max(s.trim_wait, step.replay / s.hot_rate)
+        time.sleep(max(0.0, taken + wait - time.time()))
+        status = self._status(timeout=10)
+        g = s.hot_group
+        owner, holder = status["owners"][g], status["holders"][g]
+        if step.protocol == "direct":
+            target: int | str = next(t for t in status["tasks"] if t not in (owner, holder))
+        else:
+            target = "holder"
+        submitted = time.time()
+        done = request_migration(
+            self._client, self.topology, OPERATOR, g, target, Protocol(step.protocol)
+        )
+        times = done.times
+        return {
+            "kind": "migrate",
+            "tag": step.tag,
+            "protocol": step.protocol,
+            "used": done.protocol_used.value if done.protocol_used else None,
+            "state": done.state.value,
+            "detail": done.detail,
+            "epoch": done.epoch,
+            "source": done.source,
+            "target": done.target,
+            "keys": self.control["keys"],
+            "replay_asked": step.replay,
+            "checkpoint_at": taken,
+            "submitted": submitted,
+            "started": times.get("started", submitted),
+            "done": times.get("done", submitted),
+            "load": os.getloadavg()[0],  # 1-min load average of this (shared) machine
+        }
+
+    # -- outcome ----------------------------------------------------------------
+    def outcome(self, output_dir: str) -> Outcome:
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+        with open(os.path.join(output_dir, "records.json"), "w", encoding="utf-8") as f:
+            json.dump({"records": self.records, "final": self.final}, f)
+        analyse(output_dir, self.records, self.settings)
+        migrations = [r for r in self.records if r["kind"] == "migrate"]
+        as_asked = all(r["state"] == "done" and r["used"] == r["protocol"] for r in migrations)
+        exact = bool(self.final) and self.final["emitted"] == self.final["state_total"]
+        lines = [
+            f"{r['kind']:7} {r.get('protocol', ''):6} keys {r['keys']:>6} "
+            f"replayed {r.get('replayed')!s:>6}  pause {_ms(r['pause_ms'])}  "
+            f"completion {_ms(r.get('completion_ms'))}  pickup {_ms(r.get('pickup_ms'))}"
+            for r in self.records
+        ]
+        lines.append(
+            f"exactly once: {self.final.get('emitted')} tuples emitted, state totals "
+            f"{self.final.get('state_total')}: {'OK' if exact else 'FAILED'}; "
+            f"migrations {'all done as asked' if as_asked else 'NOT all done as asked'}"
+        )
+        return Outcome(
+            summary="\n".join(lines),
+            ok=exact
+            and as_asked
+            and len(migrations) == sum(st.kind == "migrate" for st in self.plan),
+            facts={"records": self.records, "final": self.final},
+        )
+
+
+def _ms(value: float | None) -> str:
+    return "     -" if value is None else f"{value:7.1f} ms"

@@ -1,0 +1,559 @@
+"""Storm adapters for elastorm's core: emitters, keyed operators and the controller.
+
+Thin on purpose (DESIGN: adapters translate, they decide nothing). Tuples become
+``receive(...)`` calls on the sans-IO machines of ``elastorm``; the actions they
+return become emits:
+
+* one direct stream, ``elastorm``, carries every protocol message between a pair
+  of tasks (data, toState, toCheckpoint, syncGroup, checkpoints, acks, trims,
+  processedAllReplay, commands), so control stays FIFO with data on each channel;
+  each tuple names its original sender;
+* an emitter whose rows also feed plainly grouped operators may instead *carry*
+  its data messages on its own output stream (``carrier_fields``): the row's
+  fields plus ``elastorm`` and ``elastorm_task``, which ``by_task()`` (the JVM
+  ``TaskFieldGrouping``) routes to the task the routing table chose. One emit
+  then serves both subscribers; Storm keeps each task pair's tuples in order
+  across streams, so data stays FIFO with the control on ``elastorm``;
+* what a keyed task sends (checkpoints to holders, acks, trims and
+  processedAllReplay back upstream) goes through a relay bolt (``elastorm_relay``)
+  first: those edges close cycles, and a cycle of bounded queues deadlocks under
+  Storm's backpressure (op1 blocked on a full op2 while op2 blocks on a full op1;
+  seen at full speed). The relay's queue only holds that low-volume traffic, so
+  the keyed tasks never block on it;
+* keyed tasks report to the controller on ``elastorm_reports`` (checkpoint stored,
+  migration done, aborted, holder lost);
+* the controller (one task) reads migration requests from ZooKeeper, orders them
+  through ``elastorm.core.control.MigrationController`` and sends the commands on
+  ``elastorm``.
+
+Component names come from class attributes, so one topology can wire several
+keyed operators. Conf keys: ``elastorm.key_groups`` (default 20),
+``elastorm.checkpoint_interval_secs`` (default 5).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from streamparse import Bolt, Grouping, Stream
+
+from elastorm.core.actions import (
+    Action,
+    Applied,
+    CheckpointStored,
+    MigrationDone,
+    Rejected,
+    Send,
+    TaskStarted,
+    decode_report,
+    encode_report,
+)
+from elastorm.core.control import MigrationController, MigrationRefused, initial_holders
+from elastorm.core.errors import MigrationProtocolError
+from elastorm.core.messages import Message, PeerDown, from_json, to_json
+from elastorm.core.migration.coordinator import TaskCoordinator
+from elastorm.core.migration.emitter import Emitter
+from elastorm.core.routing import RoutingTable
+from elastorm.core.state import Combine
+from elastorm.storm.load import (
+    HEARTBEATS_KEY,
+    LoadMeter,
+    external_load,
+    resident_bytes,
+    start_heartbeats,
+)
+
+log = logging.getLogger(__name__)
+
+STREAM = "elastorm"
+REPORTS = "elastorm_reports"
+MESSAGE_FIELDS = ["message", "sender"]
+RELAY = "elastorm_relay"
+CONTROLLER_SENDER = -1  # how the machines see the controller's channel
+
+KEY_GROUPS_KEY = "elastorm.key_groups"
+CHECKPOINT_INTERVAL_KEY = "elastorm.checkpoint_interval_secs"
+MIGRATION_TIMEOUT_KEY = "elastorm.migration_timeout_secs"
+DEFAULT_KEY_GROUPS = 20
+DEFAULT_CHECKPOINT_INTERVAL = 5.0
+DEFAULT_MIGRATION_TIMEOUT = 60.0
+
+MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
+CARRIED = ["elastorm", "elastorm_task"]  # appended to a carrier stream's own fields
+TASK_GROUPING = "elastorm.jvm.TaskFieldGrouping"  # jvm/multilang, in every topology jar
+REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
+RELAY_STREAM = Stream(fields=["to_task", "message", "sender"], name=RELAY)
+
+
+def to_wire(message: Message) -> str:
+    """A protocol message as the single string field of an ``elastorm`` tuple
+    (``elastorm.core.messages.to_json``: a ``Data`` is a flat JSON array, the rest objects)."""
+    return to_json(message)
+
+
+def from_wire(text: str) -> Message:
+    """Inverse of :func:`to_wire`; ``ValueError`` on anything malformed."""
+    return from_json(text)
+
+
+def carrier_fields(fields: Iterable[str]) -> list[str]:
+    """The fields of a stream that carries data messages after its own ``fields``."""
+    return [*fields, *CARRIED]
+
+
+def by_task() -> Grouping:
+    """How a keyed operator subscribes to a carrier stream: to the ``elastorm_task`` named."""
+    return Grouping.custom_object(TASK_GROUPING, [CARRIED[1]])
+
+
+def tasks_of(context: Mapping[str, Any], components: str | Iterable[str]) -> list[int]:
+    """Sorted task ids of ``components`` from a Storm topology context."""
+    names = {components} if isinstance(components, str) else set(components)
+    return sorted(int(t) for t, c in context["task->component"].items() if c in names)
+
+
+def conf_key_groups(conf: Mapping[str, Any]) -> int:
+    """``elastorm.key_groups``, validated (fixed at submit, like Flink's max parallelism)."""
+    value = int(conf.get(KEY_GROUPS_KEY, DEFAULT_KEY_GROUPS))
+    if value < 1:
+        raise ValueError(f"{KEY_GROUPS_KEY} must be >= 1, got {value}")
+    return value
+
+
+def conf_migration_timeout(conf: Mapping[str, Any]) -> float:
+    """``elastorm.migration_timeout_secs``: after this long an unfinished migration or
+    restore is reported stuck (request state ``stuck``, the tasks it waits for)."""
+    value = conf.get(MIGRATION_TIMEOUT_KEY, DEFAULT_MIGRATION_TIMEOUT)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{MIGRATION_TIMEOUT_KEY} must be a number, got {value!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"{MIGRATION_TIMEOUT_KEY} must be > 0, got {value!r}")
+    return seconds
+
+
+class _Sending:
+    """Mixin: perform ``Send`` actions as direct emits on the ``elastorm`` stream."""
+
+    controller_component = "controller"
+
+    def _senders(self, context: Mapping[str, Any]) -> None:
+        self._controller_tasks = set(tasks_of(context, self.controller_component))
+        self._task = int(context["taskid"])
+
+    def sender_of(self, tup) -> int:
+        if tup.stream != STREAM:  # carried: the emitting task itself
+            return int(tup.task)
+        sender = int(tup.values[1])
+        return CONTROLLER_SENDER if sender in self._controller_tasks else sender
+
+    def send(self, action: Send) -> None:
+        self.emit([to_wire(action.message), self._task], stream=STREAM, direct_task=action.to_task)
+
+
+INITIAL_NODES_KEY = "elastorm.initial_nodes"
+
+
+def initial_routing(conf: Mapping[str, Any], operator: str, tasks: Iterable[int]) -> RoutingTable:
+    """``operator``'s routing table at start, computed alike by every task and the controller.
+
+    Round robin over its tasks, or, if ``elastorm.initial_nodes`` names the
+    operator (``{operator: [node index, ...]}``, node ``i`` = the operator's
+    ``i``-th task by id), over the tasks on those nodes only (Madsen & Zhou 2015,
+    section 7.2, the load-shift experiment, starts each operator on one node).
+    """
+    ordered = sorted(tasks)
+    chosen = ordered
+    wanted = (conf.get(INITIAL_NODES_KEY) or {}).get(operator)
+    if wanted is not None:
+        try:
+            chosen = [ordered[int(i)] for i in wanted]
+        except (IndexError, TypeError, ValueError):
+            raise ValueError(
+                f"{INITIAL_NODES_KEY}[{operator}] = {wanted!r}: need node indices "
+                f"in [0, {len(ordered)})"
+            ) from None
+        if not chosen:
+            raise ValueError(f"{INITIAL_NODES_KEY}[{operator}] names no node")
+    return RoutingTable.round_robin(conf_key_groups(conf), chosen)
+
+
+class KeyedEmitting(_Sending):
+    """Mixin for a spout or bolt that feeds keyed operators (``keyed_components``).
+
+    One :class:`Emitter` per keyed operator (``self.emitters``; ``self.emitter`` is
+    the first). Call :meth:`setup_emitting` from ``initialize``,
+    :meth:`emit_keyed` instead of a grouped emit, and :meth:`receive_elastorm` for
+    tuples on the ``elastorm`` stream (trims, processedAllReplay, the controller's
+    commands), which go to the emitter of the operator they concern.
+    """
+
+    keyed_component = "keyed"
+    keyed_components: tuple[str, ...] = ()
+
+    def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+        self._senders(context)
+        task = int(context["taskid"])
+        operators = self.keyed_components or (self.keyed_component,)
+        self.emitters: dict[str, Emitter] = {}
+        self._operator_of: dict[int, str] = {}
+        for op in operators:
+            tasks = tasks_of(context, op)
+            self._operator_of.update(dict.fromkeys(tasks, op))
+            # The source name must survive restarts: receivers de-duplicate by it.
+            self.emitters[op] = Emitter(
+                task=task,
+                routing=initial_routing(conf, op, tasks),
+                source=f"{context['componentid']}:{task}",
+            )
+        self.emitter = self.emitters[operators[0]]
+
+    def emit_keyed(
+        self,
+        key: str,
+        value: Any,
+        ts: float,
+        operator: str | None = None,
+        *,
+        carry: list | None = None,
+        stream: str = "default",
+    ) -> None:
+        """Send one tuple to its key group's owner.
+
+        With ``carry`` (the values of ``stream``, declared with ``carrier_fields``),
+        the first data message rides on that emit, so the stream's other
+        subscribers get the row in the same tuple; any further copy (a CPAL
+        target's) goes on ``elastorm`` as usual.
+        """
+        emitter = self.emitter if operator is None else self.emitters[operator]
+        actions = emitter.emit(key, value, ts)
+        if carry is not None:
+            first = actions[0]
+            self.emit([*carry, to_wire(first.message), first.to_task], stream=stream)
+            actions = actions[1:]
+        for action in actions:
+            self.send(action)
+
+    def _emitter_for(self, sender: int, message: Message) -> Emitter:
+        """The emitter a message concerns: by its keyed sender, else by the task it names."""
+        task = sender
+        if sender == CONTROLLER_SENDER:
+            task = getattr(message, "target", None)
+            if task is None:
+                task = getattr(message, "task", None)
+        op = self._operator_of.get(task) if task is not None else None
+        if op is None:
+            if len(self.emitters) == 1:
+                return self.emitter
+            raise ValueError(f"cannot tell which keyed operator {type(message).__name__} is for")
+        return self.emitters[op]
+
+    def receive_elastorm(self, tup) -> list[Action]:
+        """Handle one ``elastorm`` tuple; returns the non-``Send`` actions (rejections)."""
+        sender, message = self.sender_of(tup), from_wire(tup.values[0])
+        actions = self._emitter_for(sender, message).receive(sender, message)
+        rest = []
+        for action in actions:
+            if isinstance(action, Send):
+                self.send(action)
+            else:
+                rest.append(action)
+        return rest
+
+
+class KeyedOperator(_Sending):
+    """Mixin for a bolt whose state lives in key groups (a ``TaskCoordinator``).
+
+    ``emitter_components`` name the components feeding it. Subclasses implement
+    :meth:`on_applied` (the tuple's effect on the state: emit outputs) and may
+    override :meth:`on_rejected`. Call :meth:`setup_keyed` from ``initialize``,
+    :meth:`receive_elastorm` for ``elastorm`` tuples and :meth:`tick_keyed` on
+    ticks (checkpoints).
+    """
+
+    emitter_components: tuple[str, ...] = ()
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    def setup_keyed(
+        self, conf: Mapping[str, Any], context: Mapping[str, Any], combine: Combine
+    ) -> None:
+        from elastorm.controller.loop import node_name
+        from elastorm.zk.requests import task_start
+
+        self._senders(context)
+        task = int(context["taskid"])
+        component = context["componentid"]
+        tasks = tasks_of(context, component)
+        routing = initial_routing(conf, component, tasks)
+        holders = initial_holders(routing, tasks)
+        incarnation, epoch = task_start(conf, component, task, component)
+        self.incarnation = incarnation
+        restarted = incarnation > 1
+        # A restarted task lost its state, copies and inbox: it owns nothing until the
+        # controller restores its groups elsewhere, and ignores commands it missed.
+        owned = () if restarted else routing.key_groups_of(task)
+        if restarted:
+            log.warning("task %s restarted (incarnation %d): starting empty", task, incarnation)
+        self._started = TaskStarted(task=task, restarted=restarted, stale_through=epoch)
+        interval = float(conf.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL))
+        self.coordinator = TaskCoordinator(
+            task=task,
+            num_key_groups=routing.num_key_groups,
+            upstreams=tasks_of(context, self.emitter_components),
+            combine=combine,
+            owned=owned,
+            holders={g: holders[g] for g in owned},
+            checkpoint_interval=interval if interval > 0 else None,
+            stale_through=epoch if restarted else -1,
+        )
+        self.node = node_name(tasks.index(task))
+        self.load_meter = LoadMeter(external=external_load(conf, self.node))
+        self._epoch = routing.epoch
+        self.heartbeats = None
+        if conf.get(HEARTBEATS_KEY, True):
+            self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
+        self._last_heartbeat = None
+
+    def receive_elastorm(self, tup) -> None:
+        began = time.monotonic()
+        message = from_wire(tup.values[0] if tup.stream == STREAM else tup.values[-2])
+        epoch = getattr(message, "epoch", None)
+        if isinstance(epoch, int) and epoch > self._epoch:
+            self._epoch = epoch
+        try:
+            actions = self.coordinator.receive(self.sender_of(tup), message)
+        except MigrationProtocolError as exc:
+            # The group's machine stays FAILED; the controller decides what next.
+            log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
+            self.on_protocol_error(message, exc)
+            return
+        self.perform(actions)
+        self.load_meter.worked(time.monotonic() - began)
+
+    def send(self, action: Send) -> None:
+        """Through the relay (see the module docstring): a keyed task must never block."""
+        self.emit([action.to_task, to_wire(action.message), self._task], stream=RELAY)
+
+    def tick_keyed(self) -> None:
+        if self._started is not None:  # tell the controller we are here (once)
+            self.emit([json.dumps(encode_report(self._started))], stream=REPORTS)
+            self._started = None
+        self.perform(self.coordinator.on_tick(self.clock()))
+        self._last_heartbeat = self.measure()
+        if self.heartbeats is not None:
+            self.heartbeats.publish_now()
+
+    def measure(self):
+        """This interval's ``Heartbeat`` (loads, owned groups, held checkpoints)."""
+        from elastorm.zk.codec import Heartbeat
+
+        sample = self.load_meter.sample()
+        owned = self.coordinator.owned()
+        sizes = []
+        for g in owned:
+            state = self.coordinator.state(g)
+            sizes.append((g, float(len(state)) if state is not None else 0.0))
+        return Heartbeat(
+            key_groups=owned,
+            checkpoints=tuple(self.coordinator.held),
+            input_rates=tuple(sample.rates.items()),
+            queue_length=sample.queue,
+            cpu=sample.cpu,
+            memory=resident_bytes(),
+            state_sizes=tuple(sizes),
+            epoch=max(self._epoch, 0),
+        )
+
+    def _heartbeat(self):
+        """Called on the publisher's thread: the last measured heartbeat (immutable)."""
+        from elastorm.zk.codec import Heartbeat
+
+        return self._last_heartbeat or Heartbeat(key_groups=self.coordinator.owned())
+
+    def perform(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                self.send(action)
+            elif isinstance(action, Applied):
+                self.load_meter.applied(action.key_group, action.item.ts)
+                self.on_applied(action)
+            elif isinstance(action, Rejected):
+                self.on_rejected(action)
+            else:  # a report for the controller
+                self.on_report(action)
+                self.emit([json.dumps(encode_report(action))], stream=REPORTS)
+
+    def on_applied(self, applied: Applied) -> None:
+        raise NotImplementedError
+
+    def on_rejected(self, rejected: Rejected) -> None:
+        log.warning("rejected from task %s: %s", rejected.sender, rejected.reason)
+
+    def on_report(self, report) -> None:
+        """Called with each report before it goes to the controller."""
+
+    def on_protocol_error(self, message: Message, exc: MigrationProtocolError) -> None:
+        """Called when a message broke its key group's protocol."""
+
+
+class RelayBolt(Bolt):
+    """Forwards what keyed tasks send (``elastorm_relay``) to its target on ``elastorm``.
+
+    One task; keeps each sender's order (one FIFO in, one FIFO out per target).
+    """
+
+    outputs = [MESSAGE_STREAM]
+    auto_anchor = False
+
+    def process(self, tup):
+        to_task, message, sender = tup.values
+        self.emit([message, sender], stream=STREAM, direct_task=int(to_task))
+
+
+class MigrationControllerBolt(_Sending, Bolt):
+    """The controller of the keyed operators: one task, global grouping on reports.
+
+    On every tick it reads new requests under ``/elastorm/<topology>/requests``
+    in the topology's own ZooKeeper, orders them, and writes each request's state
+    back (started, done, refused). A request it cannot reach ZooKeeper for waits
+    for the next tick; processing never depends on ZooKeeper being up.
+
+    With ``elastorm.controller.adapt`` or a ``strategy`` set it also runs the
+    :class:`elastorm.controller.loop.ControllerLoop` every ``elastorm.controller.round_secs``:
+    the keyed tasks' heartbeats (a ``ClusterWatcher``) in, checkpoint holders and
+    migrations out; its routing tables and allocation go to a ``ControllerStore``
+    (and are read back if this task restarts), its metrics to the log and to
+    ``controller-metrics.json`` in the output dir.
+    """
+
+    keyed_component = "keyed"
+    keyed_components: tuple[str, ...] = ()
+    emitter_components: tuple[str, ...] = ()
+    outputs = [MESSAGE_STREAM]
+
+    def initialize(self, conf, context):
+        from elastorm.zk.requests import RequestBoard
+
+        self._senders(context)
+        self.operators = self.keyed_components or (self.keyed_component,)
+        emitters = tasks_of(context, self.emitter_components)
+        self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
+        self.controls = {
+            op: MigrationController(
+                num_key_groups=conf_key_groups(conf),
+                tasks=tasks,
+                emitters=emitters,
+                routing=initial_routing(conf, op, tasks),
+            )
+            for op, tasks in self.operator_tasks.items()
+        }
+        self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
+        self.boards = {op: RequestBoard.from_storm_conf(conf, operator=op) for op in self.operators}
+        self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
+        self.migration_timeout = conf_migration_timeout(conf)
+        self.loop = None
+        self.runtime = None
+        from elastorm.controller.loop import settings_from_conf
+
+        settings = settings_from_conf(conf)
+        if settings.active:
+            from elastorm.controller.runtime import ControllerRuntime
+
+            self.runtime = ControllerRuntime.start(
+                conf, self.controls, self.operator_tasks, settings
+            )
+            self.loop = self.runtime.loop
+
+    @property
+    def control(self) -> MigrationController:
+        """The controller of the (first) keyed operator."""
+        return self.controls[self.operators[0]]
+
+    def process(self, tup):
+        if tup.stream != REPORTS:
+            return
+        report = decode_report(json.loads(tup.values[0]))
+        op = self.operator_of.get(tup.task, self.operators[0])
+        control = self.controls[op]
+        if isinstance(report, MigrationDone):
+            done = (
+                self.loop.on_migration_done(op, report, time.time())
+                if self.loop is not None
+                else control.on_migration_done(report)
+            )
+            if done:
+                name = self.active.pop((op, report.key_group), None)
+                if name is not None:
+                    self.boards[op].finish(name)
+        elif isinstance(report, CheckpointStored):
+            control.on_checkpoint_stored(tup.task, report)
+        elif isinstance(report, TaskStarted):
+            if report.restarted:
+                self.recover(op, report.task)
+        else:
+            log.warning("controller: task %s reports %s", tup.task, report)
+
+    def recover(self, op: str, dead: int) -> None:
+        """Task ``dead`` came back empty: restore its groups from the surviving copies."""
+        control = self.controls[op]
+        plan = control.crash(dead, now=time.time())
+        log.warning("task %s restarted empty: restoring key groups %s", dead, plan.restored)
+        for send in plan.sends:
+            self.send(send)
+        for task in control.tasks:
+            if task != dead:
+                self.send(Send(to_task=task, message=PeerDown(key_group=0, task=dead)))
+        for g in plan.restored:
+            name = self.active.pop((op, g), None)
+            if name is not None:
+                self.boards[op].refuse(name, f"task {dead} died; key group {g} restored instead")
+        self.boards[op].publish_routing(control)
+
+    def process_tick(self, tup):
+        now = time.time()
+        for op, board in self.boards.items():
+            board.retry_unwritten()
+            self.carry_out_requests(op, board)
+            self.report_overdue(op, now)
+        if self.runtime is not None:
+            for send in self.runtime.tick(time.time()):
+                self.send(send)
+        for op, board in self.boards.items():
+            board.publish_routing(self.controls[op])
+
+    def carry_out_requests(self, op: str, board) -> None:
+        control = self.controls[op]
+        for name, request in board.pending():
+            g = request.key_group
+            target = control.holders.get(g, -1) if request.target == "holder" else request.target
+            try:
+                used, sends = control.migrate(g, int(target), request.protocol, now=time.time())
+            except MigrationRefused as exc:
+                board.refuse(name, str(exc))
+                continue
+            for send in sends:
+                self.send(send)
+            self.active[(op, g)] = name
+            board.start(
+                name,
+                protocol_used=used,
+                epoch=control.epoch,
+                source=control.moving[g].source,
+                target=int(target),
+            )
+            board.publish_routing(control)
+
+    def report_overdue(self, op: str, now: float) -> None:
+        """Migrations and restores past ``elastorm.migration_timeout_secs``: logged, their
+        request marked ``stuck`` with what they wait for, and published in the status."""
+        for overdue in self.controls[op].overdue(now, self.migration_timeout):
+            detail = overdue.describe()
+            log.error("controller: %s/%s", op, detail)
+            name = self.active.get((op, overdue.key_group))
+            if name is not None:
+                self.boards[op].stuck(name, detail)

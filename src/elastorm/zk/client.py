@@ -1,0 +1,145 @@
+"""The kazoo side shared by the ZooKeeper adapters: client factory and the
+background loop each adapter runs its ZooKeeper calls on.
+
+Adapters never call ZooKeeper on their caller's thread (except the documented,
+bounded ``ControllerStore.issue`` / ``load``): kazoo's listener callbacks only
+set flags and wake the loop; the loop does the calls, with a timeout on each.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.retry import KazooRetry
+
+from elastorm.zk.layout import ZkSettings
+
+log = logging.getLogger(__name__)
+
+
+def make_client(settings: ZkSettings) -> KazooClient:
+    """A kazoo client with the session timeout of ``settings`` that reconnects for
+    ever, at most ``reconnect_max_delay`` s apart (kazoo's default backoff grows to an
+    hour, which would keep a task away long after ZooKeeper is back)."""
+    retry = KazooRetry(
+        max_tries=-1, delay=0.1, backoff=2, max_jitter=0.1, max_delay=settings.reconnect_max_delay
+    )
+    return KazooClient(
+        hosts=settings.hosts,
+        timeout=settings.session_timeout,
+        connection_retry=retry,
+        command_retry=KazooRetry(max_tries=0),
+    )
+
+
+def session_id(client: KazooClient) -> int | None:
+    """The client's current session id, ``None`` before the first connection."""
+    cid = client.client_id
+    return cid[0] if cid else None
+
+
+class BackgroundLoop:
+    """A daemon thread that runs ``_step()`` every ``interval`` s or when woken.
+
+    kazoo connection-state changes wake it (``_on_state`` runs on kazoo's thread and
+    only records the state). Exceptions in ``_step`` are logged and counted, never
+    raised into anyone's processing path. Events go to a queue (``poll_events``) and
+    to the optional ``on_event`` callback, which runs on this loop's thread.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        *,
+        name: str,
+        interval: float,
+        own_client: bool,
+        on_event: Callable[[Any], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._own_client = own_client
+        self._interval = interval
+        self._on_event = on_event
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.RLock()
+        self._events: collections.deque = collections.deque(maxlen=10_000)
+        self._session_lost = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.step_errors = 0
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        """Start the loop (and the client's connection if this adapter owns it).
+        Returns at once, connected or not."""
+        self._client.add_listener(self._on_state)
+        if self._own_client:
+            self._client.start_async()
+        self._thread.start()
+
+    def _halt(self, timeout: float) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._client.remove_listener(self._on_state)
+
+    def _close_client(self) -> None:
+        if self._own_client:
+            try:
+                self._client.stop()
+            finally:
+                self._client.close()
+
+    # -- events
+
+    def poll_events(self) -> list:
+        """Events since the last call, oldest first (thread-safe, never blocks)."""
+        out = []
+        while True:
+            try:
+                out.append(self._events.popleft())
+            except IndexError:
+                return out
+
+    def _emit(self, event) -> None:
+        self._events.append(event)
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception:
+                log.exception("%s: on_event callback failed", self._thread.name)
+
+    # -- loop
+
+    def wake(self) -> None:
+        """Run a step now instead of at the next interval (never blocks)."""
+        self._wake.set()
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._session_lost = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()  # a wake-up during the step below makes the wait return at once
+            try:
+                self._step()
+            except Exception:
+                self.step_errors += 1
+                log.exception("%s: step failed", self._thread.name)
+            self._wake.wait(self._interval)
+
+    def _step(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _take_session_lost(self) -> bool:
+        lost, self._session_lost = self._session_lost, False
+        return lost

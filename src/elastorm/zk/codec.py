@@ -1,0 +1,567 @@
+"""Versioned JSON encodings of everything elastorm stores in znodes (pure).
+
+Every znode's data is one UTF-8 JSON object ``{"schema": <kind>, "version": 1, ...}``
+with sorted keys and no spaces. Decoders check the schema name, the version and
+every field's type and range, and raise :class:`ZnodeSchemaError` naming the
+field; they never return half-read values. A version newer than
+:data:`SCHEMA_VERSION` is refused (written by a newer elastorm), not guessed at.
+See docs/znodes.md for the field tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.allocation import CheckpointMove
+from elastorm.controller.model import Allocation, KeyGroupId, NodeId
+from elastorm.core.routing import RoutingTable
+from elastorm.zk.layout import check_name
+
+SCHEMA_VERSION = 1
+#: ZooKeeper's default ``jute.maxbuffer`` is 1 MiB - 1; stay clearly below it.
+MAX_ZNODE_BYTES = 1_000_000
+
+TASK = "elastorm.task"
+ROUTING = "elastorm.routing"
+CHECKPOINTS = "elastorm.checkpoints"
+ORDER = "elastorm.order"
+LEADER = "elastorm.leader"
+TERM = "elastorm.term"
+
+
+class ZnodeSchemaError(ValueError):
+    """A znode's data does not match its schema (its writer broke it)."""
+
+
+class ZnodeTooLargeError(ValueError):
+    """An encoded value exceeds :data:`MAX_ZNODE_BYTES`."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _pairs(value, what: str, conv) -> tuple:
+    items = value.items() if isinstance(value, Mapping) else value
+    out = tuple(sorted((k, conv(v)) for k, v in items))
+    if len({k for k, _ in out}) != len(out):
+        raise ZnodeSchemaError(f"{what}: duplicate keys")
+    return out
+
+
+def _nonneg(x: object, what: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+        raise ZnodeSchemaError(f"{what} must be a finite number >= 0, got {x!r}")
+    return float(x)
+
+
+def _opt_nonneg(x: object, what: str) -> float | None:
+    return None if x is None else _nonneg(x, what)
+
+
+def _int(x: object, what: str, low: int = 0) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < low:
+        raise ZnodeSchemaError(f"{what} must be an int >= {low}, got {x!r}")
+    return x
+
+
+def _str(x: object, what: str) -> str:
+    if not isinstance(x, str) or not x:
+        raise ZnodeSchemaError(f"{what} must be a non-empty string, got {x!r}")
+    return x
+
+
+def _opt_str(x: object, what: str) -> str | None:
+    return None if x is None else _str(x, what)
+
+
+def _list(x: object, what: str) -> list:
+    if not isinstance(x, list):
+        raise ZnodeSchemaError(f"{what} must be a list, got {type(x).__name__}")
+    return x
+
+
+def _obj(x: object, what: str) -> dict:
+    if not isinstance(x, dict):
+        raise ZnodeSchemaError(f"{what} must be an object, got {type(x).__name__}")
+    return x
+
+
+def _index_map(x: object, what: str) -> dict[int, float]:
+    out = {}
+    for k, v in _obj(x, what).items():
+        if not k.isdigit():
+            raise ZnodeSchemaError(f"{what}: key {k!r} is not a key-group index")
+        out[int(k)] = _nonneg(v, f"{what}[{k}]")
+    return out
+
+
+def _dump(obj: dict) -> bytes:
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    if len(data) > MAX_ZNODE_BYTES:
+        raise ZnodeTooLargeError(
+            f"{obj.get('schema')}: {len(data)} bytes exceeds the znode limit {MAX_ZNODE_BYTES}"
+        )
+    return data
+
+
+def _load(data: bytes | None, schema: str) -> dict:
+    if not data:
+        raise ZnodeSchemaError(f"{schema}: empty znode")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ZnodeSchemaError(f"{schema}: not UTF-8 JSON ({exc})") from None
+    obj = _obj(obj, schema)
+    if obj.get("schema") != schema:
+        raise ZnodeSchemaError(f"expected schema {schema!r}, got {obj.get('schema')!r}")
+    version = obj.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ZnodeSchemaError(f"{schema}: bad version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ZnodeSchemaError(
+            f"{schema}: version {version} is newer than this elastorm reads ({SCHEMA_VERSION})"
+        )
+    return obj
+
+
+def _head(schema: str, **fields) -> dict:
+    return {"schema": schema, "version": SCHEMA_VERSION, **fields}
+
+
+def _kg_list(x: object, what: str) -> tuple[int, ...]:
+    out = tuple(_int(i, f"{what}[]") for i in _list(x, what))
+    if len(set(out)) != len(out):
+        raise ZnodeSchemaError(f"{what}: duplicate key groups")
+    return tuple(sorted(out))
+
+
+# --------------------------------------------------------------------------- task znode
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskIdentity:
+    """Who a task is: Storm task id, operator (component), node (supervisor), process.
+
+    ``zone`` is the node's fault zone (``None``: the node is its own zone).
+    """
+
+    task_id: int
+    operator: str
+    node_id: NodeId
+    host: str
+    pid: int
+    zone: str | None = None
+
+    def __post_init__(self) -> None:
+        _int(self.task_id, "task_id")
+        check_name(self.operator, "operator")
+        _str(self.node_id, "node_id")
+        _str(self.host, "host")
+        _int(self.pid, "pid", 1)
+        _opt_str(self.zone, "zone")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Heartbeat:
+    """What a task reports every heartbeat interval (its callback builds one).
+
+    * ``key_groups``: indices of its operator's key groups it owns (``Gamma``);
+    * ``checkpoints``: indices of its operator's key groups whose checkpoint it holds;
+    * ``input_rates``: tuples/s per owned key group (index -> rate);
+    * ``queue_length``: summed input-queue length; ``cpu``: share of its node's
+      capacity its process uses; ``node_cpu``: the host's CPU share as measured by
+      the task (includes foreign load); ``memory``: resident bytes;
+    * ``state_sizes``: bytes of state per owned key group (becomes checkpoint size);
+    * ``buffered``: tuples in this task's output buffers per *downstream* key group
+      (what a restore or CPA would replay);
+    * ``epoch``: the routing epoch the task last applied.
+
+    Mappings are stored as sorted tuples of pairs (the value is hashable).
+    """
+
+    key_groups: tuple[int, ...] = ()
+    checkpoints: tuple[int, ...] = ()
+    input_rates: tuple[tuple[int, float], ...] = ()
+    queue_length: float = 0.0
+    cpu: float | None = None
+    node_cpu: float | None = None
+    memory: float | None = None
+    state_sizes: tuple[tuple[int, float], ...] = ()
+    buffered: tuple[tuple[KeyGroupId, float], ...] = ()
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        setv = object.__setattr__
+        for name in ("key_groups", "checkpoints"):
+            vals = tuple(sorted(_int(i, name) for i in getattr(self, name)))
+            if len(set(vals)) != len(vals):
+                raise ZnodeSchemaError(f"{name}: duplicate key groups")
+            setv(self, name, vals)
+        for name in ("input_rates", "state_sizes"):
+            pairs = _pairs(getattr(self, name), name, lambda v, n=name: _nonneg(v, n))
+            for k, _ in pairs:
+                _int(k, f"{name} key")
+            setv(self, name, pairs)
+        buffered = _pairs(self.buffered, "buffered", lambda v: _nonneg(v, "buffered"))
+        for k, _ in buffered:
+            if not isinstance(k, KeyGroupId):
+                raise ZnodeSchemaError(f"buffered keys must be KeyGroupId, got {k!r}")
+        setv(self, "buffered", buffered)
+        setv(self, "queue_length", _nonneg(self.queue_length, "queue_length"))
+        for name in ("cpu", "node_cpu", "memory"):
+            setv(self, name, _opt_nonneg(getattr(self, name), name))
+        _int(self.epoch, "epoch")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskRecord:
+    """The data of ``tasks/<task-id>``: identity, latest heartbeat, its sequence number
+    and the wall-clock time (s) the task published it."""
+
+    identity: TaskIdentity
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
+    seq: int = 0
+    time: float = 0.0
+
+    def __post_init__(self) -> None:
+        _int(self.seq, "seq")
+        _nonneg(self.time, "time")
+
+    @property
+    def task_id(self) -> int:
+        return self.identity.task_id
+
+    @property
+    def node_id(self) -> NodeId:
+        return self.identity.node_id
+
+
+def encode_task(record: TaskRecord) -> bytes:
+    """``TaskRecord`` -> znode bytes."""
+    i, h = record.identity, record.heartbeat
+    return _dump(
+        _head(
+            TASK,
+            task_id=i.task_id,
+            operator=i.operator,
+            node=i.node_id,
+            host=i.host,
+            pid=i.pid,
+            zone=i.zone,
+            seq=record.seq,
+            time=record.time,
+            epoch=h.epoch,
+            key_groups=list(h.key_groups),
+            checkpoints=list(h.checkpoints),
+            load={
+                "rates": {str(k): v for k, v in h.input_rates},
+                "queue": h.queue_length,
+                "cpu": h.cpu,
+                "node_cpu": h.node_cpu,
+                "memory": h.memory,
+            },
+            state_sizes={str(k): v for k, v in h.state_sizes},
+            buffered=[[kg.operator, kg.index, n] for kg, n in h.buffered],
+        )
+    )
+
+
+def decode_task(data: bytes | None) -> TaskRecord:
+    """Znode bytes -> ``TaskRecord``; ``ZnodeSchemaError`` naming the bad field."""
+    o = _load(data, TASK)
+    try:
+        load = _obj(o.get("load"), "load")
+        buffered = []
+        for item in _list(o.get("buffered", []), "buffered"):
+            if not isinstance(item, list) or len(item) != 3:
+                raise ZnodeSchemaError(f"buffered item {item!r} must be [operator, index, n]")
+            buffered.append((KeyGroupId(item[0], item[1]), item[2]))
+        identity = TaskIdentity(
+            task_id=o.get("task_id"),
+            operator=o.get("operator"),
+            node_id=o.get("node"),
+            host=o.get("host"),
+            pid=o.get("pid"),
+            zone=o.get("zone"),
+        )
+        heartbeat = Heartbeat(
+            key_groups=_kg_list(o.get("key_groups"), "key_groups"),
+            checkpoints=_kg_list(o.get("checkpoints"), "checkpoints"),
+            input_rates=_index_map(load.get("rates", {}), "load.rates"),
+            queue_length=load.get("queue", 0.0),
+            cpu=load.get("cpu"),
+            node_cpu=load.get("node_cpu"),
+            memory=load.get("memory"),
+            state_sizes=_index_map(o.get("state_sizes", {}), "state_sizes"),
+            buffered=buffered,
+            epoch=o.get("epoch", 0),
+        )
+        return TaskRecord(
+            identity=identity, heartbeat=heartbeat, seq=o.get("seq"), time=o.get("time")
+        )
+    except ZnodeSchemaError as exc:
+        raise ZnodeSchemaError(f"{TASK}: {exc}") from None
+    except (ValueError, TypeError, AttributeError) as exc:  # model / layout validation
+        raise ZnodeSchemaError(f"{TASK}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def encode_routing(operator: str, table: RoutingTable, *, controller: str) -> bytes:
+    """An operator's routing table (key group index -> owning task id) with its epoch."""
+    check_name(operator, "operator")
+    return _dump(
+        _head(
+            ROUTING,
+            operator=operator,
+            epoch=table.epoch,
+            owners=list(table.owners),
+            controller=controller,
+        )
+    )
+
+
+def decode_routing(data: bytes | None) -> tuple[str, RoutingTable]:
+    """Znode bytes -> ``(operator, RoutingTable)``."""
+    o = _load(data, ROUTING)
+    operator = _str(o.get("operator"), "routing.operator")
+    owners = tuple(_int(t, "routing.owners[]") for t in _list(o.get("owners"), "routing.owners"))
+    try:
+        table = RoutingTable(epoch=_int(o.get("epoch"), "routing.epoch"), owners=owners)
+    except (ValueError, TypeError) as exc:
+        raise ZnodeSchemaError(f"{ROUTING}: {exc}") from None
+    return operator, table
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def encode_checkpoints(allocation: Allocation, *, controller: str) -> bytes:
+    """Checkpoint allocation as ``[[operator, index, [holder, ...]], ...]`` in key-group order."""
+    entries = [[kg.operator, kg.index, list(nodes)] for kg, nodes in allocation.entries]
+    return _dump(_head(CHECKPOINTS, entries=entries, controller=controller))
+
+
+def decode_checkpoints(data: bytes | None) -> Allocation:
+    """Znode bytes -> ``Allocation``."""
+    o = _load(data, CHECKPOINTS)
+    pairs = []
+    for item in _list(o.get("entries"), "checkpoints.entries"):
+        if not isinstance(item, list) or len(item) != 3:
+            raise ZnodeSchemaError(f"checkpoint entry {item!r} must be [operator, index, holders]")
+        holders = tuple(_str(h, "holder") for h in _list(item[2], "holders"))
+        try:
+            pairs.append((KeyGroupId(item[0], item[1]), holders))
+        except ValueError as exc:
+            raise ZnodeSchemaError(f"{CHECKPOINTS}: {exc}") from None
+    if len({kg for kg, _ in pairs}) != len(pairs):
+        raise ZnodeSchemaError(f"{CHECKPOINTS}: a key group appears twice")
+    try:
+        return Allocation(pairs)
+    except ValueError as exc:
+        raise ZnodeSchemaError(f"{CHECKPOINTS}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- orders
+
+
+class OrderState(enum.Enum):
+    """Life of a controller order; ``ISSUED`` is the only non-terminal state."""
+
+    ISSUED = "issued"
+    DONE = "done"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class OrderKind(enum.Enum):
+    MIGRATE = "migrate"  # a key group moves (controller.adaptation.Move / recovery restore)
+    CHECKPOINT = "checkpoint"  # a checkpoint moves (controller.allocation.CheckpointMove)
+
+
+#: Allowed state changes: (from, to). Everything else raises ``OrderTransitionError``.
+ORDER_TRANSITIONS: frozenset[tuple[OrderState, OrderState]] = frozenset(
+    (OrderState.ISSUED, s) for s in (OrderState.DONE, OrderState.FAILED, OrderState.ABORTED)
+)
+
+
+class OrderTransitionError(ValueError):
+    """An order was moved to a state it cannot reach from its current one."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Order:
+    """One persisted controller order: a key-group migration or a checkpoint move.
+
+    ``epoch`` is the routing epoch of ``key_group``'s operator when it was issued;
+    times are the controller's clock (s).
+    """
+
+    order_id: str
+    kind: OrderKind
+    key_group: KeyGroupId
+    source: NodeId | None
+    target: NodeId
+    protocol: Protocol | None = None
+    reason: MoveReason | None = None
+    lazy: bool = False
+    state: OrderState = OrderState.ISSUED
+    epoch: int = 0
+    issued_at: float = 0.0
+    updated_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_name(self.order_id, "order id")
+        if not isinstance(self.kind, OrderKind) or not isinstance(self.state, OrderState):
+            raise ZnodeSchemaError("kind / state must be OrderKind / OrderState")
+        if not isinstance(self.key_group, KeyGroupId):
+            raise ZnodeSchemaError(f"key_group must be a KeyGroupId, got {self.key_group!r}")
+        _str(self.target, "target")
+        _opt_str(self.source, "source")
+        if self.kind is OrderKind.MIGRATE and (self.protocol is None or self.source is None):
+            raise ZnodeSchemaError(f"order {self.order_id}: a migration needs source and protocol")
+        if self.kind is OrderKind.CHECKPOINT and self.protocol is not None:
+            raise ZnodeSchemaError(f"order {self.order_id}: a checkpoint move has no protocol")
+        _int(self.epoch, "epoch")
+        _nonneg(self.issued_at, "issued_at")
+        _nonneg(self.updated_at, "updated_at")
+
+    def advance(self, state: OrderState, now: float) -> Order:
+        """This order in ``state``; ``OrderTransitionError`` if not in ORDER_TRANSITIONS."""
+        if (self.state, state) not in ORDER_TRANSITIONS:
+            raise OrderTransitionError(
+                f"order {self.order_id}: cannot go from {self.state.value} to {state.value}"
+            )
+        return dataclasses.replace(self, state=state, updated_at=now)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state is not OrderState.ISSUED
+
+
+def _issued(kind: OrderKind, move, order_id: str, epoch: int, now: float, **extra) -> Order:
+    return Order(
+        order_id=order_id,
+        kind=kind,
+        key_group=move.key_group,
+        source=move.source,
+        target=move.target,
+        epoch=epoch,
+        issued_at=now,
+        updated_at=now,
+        **extra,
+    )
+
+
+def order_from_move(move: Move, *, order_id: str, epoch: int, now: float) -> Order:
+    """An ``ISSUED`` migration order for an adaptation / recovery ``Move``."""
+    extra = {"protocol": move.protocol, "reason": move.reason}
+    return _issued(OrderKind.MIGRATE, move, order_id, epoch, now, **extra)
+
+
+def order_from_checkpoint_move(
+    move: CheckpointMove, *, order_id: str, epoch: int, now: float
+) -> Order:
+    """An ``ISSUED`` checkpoint order for an allocation ``CheckpointMove``."""
+    return _issued(OrderKind.CHECKPOINT, move, order_id, epoch, now, lazy=move.lazy)
+
+
+def encode_order(order: Order, *, controller: str) -> bytes:
+    """``Order`` -> znode bytes."""
+    return _dump(
+        _head(
+            ORDER,
+            id=order.order_id,
+            kind=order.kind.value,
+            operator=order.key_group.operator,
+            index=order.key_group.index,
+            source=order.source,
+            target=order.target,
+            protocol=None if order.protocol is None else order.protocol.value,
+            reason=None if order.reason is None else order.reason.value,
+            lazy=order.lazy,
+            state=order.state.value,
+            epoch=order.epoch,
+            issued_at=order.issued_at,
+            updated_at=order.updated_at,
+            controller=controller,
+        )
+    )
+
+
+def _enum(cls, value, what):
+    if value is None:
+        return None
+    try:
+        return cls(value)
+    except ValueError:
+        raise ZnodeSchemaError(f"{what}: unknown value {value!r}") from None
+
+
+def decode_order(data: bytes | None) -> Order:
+    """Znode bytes -> ``Order``."""
+    o = _load(data, ORDER)
+    lazy = o.get("lazy", False)
+    if not isinstance(lazy, bool):
+        raise ZnodeSchemaError(f"{ORDER}: lazy must be a bool")
+    try:
+        return Order(
+            order_id=_str(o.get("id"), "id"),
+            kind=_enum(OrderKind, o.get("kind"), "kind"),
+            key_group=KeyGroupId(o.get("operator"), o.get("index")),
+            source=o.get("source"),
+            target=o.get("target"),
+            protocol=_enum(Protocol, o.get("protocol"), "protocol"),
+            reason=_enum(MoveReason, o.get("reason"), "reason"),
+            lazy=lazy,
+            state=_enum(OrderState, o.get("state"), "state"),
+            epoch=o.get("epoch"),
+            issued_at=o.get("issued_at"),
+            updated_at=o.get("updated_at"),
+        )
+    except ZnodeSchemaError as exc:
+        raise ZnodeSchemaError(f"{ORDER}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ZnodeSchemaError(f"{ORDER}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- leader / term
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaderInfo:
+    """Data of ``controller/leader``: which controller leads, from which process."""
+
+    controller: str
+    host: str
+    pid: int
+
+
+def encode_leader(info: LeaderInfo) -> bytes:
+    return _dump(_head(LEADER, controller=info.controller, host=info.host, pid=info.pid))
+
+
+def decode_leader(data: bytes | None) -> LeaderInfo:
+    o = _load(data, LEADER)
+    return LeaderInfo(
+        controller=_str(o.get("controller"), "controller"),
+        host=_str(o.get("host"), "host"),
+        pid=_int(o.get("pid"), "pid", 1),
+    )
+
+
+def encode_term(controller: str) -> bytes:
+    """Data of ``controller/term``: the last controller that took the lead. The fencing
+    token is the znode's *version*, not this data."""
+    return _dump(_head(TERM, controller=controller))
+
+
+def decode_term(data: bytes | None) -> str:
+    return _str(_load(data, TERM).get("controller"), "controller")

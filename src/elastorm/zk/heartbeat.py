@@ -1,0 +1,218 @@
+"""A task's heartbeat: its ephemeral znode, refreshed with its load.
+
+The task's processing never waits for ZooKeeper: the publisher runs on its own
+thread, each ZooKeeper call has a timeout, and what happens to the session
+(disconnected, expired, registered again) arrives as a :class:`SessionEvent`
+(``poll_events()`` or ``on_event``) and in ``state()``, never as an exception.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from elastorm.zk.client import BackgroundLoop, make_client, session_id
+from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord, encode_task
+from elastorm.zk.layout import ZkSettings, ZnodeLayout
+
+log = logging.getLogger(__name__)
+
+_ZK_ERRORS = (KazooException, KazooTimeoutError)
+
+
+class PublisherState(enum.Enum):
+    """Where the task's registration stands.
+
+    * ``STARTING``: not registered yet (not connected, or a previous incarnation's
+      znode is still there until its session expires);
+    * ``REGISTERED``: the znode exists in the current session and is refreshed;
+    * ``DISCONNECTED``: ZooKeeper unreachable; the session (and znode) may still live;
+    * ``EXPIRED``: the session ended, so the znode is gone and the controller may have
+      declared this task dead and restored its key groups elsewhere; the publisher
+      registers again as soon as it can (then ``REGISTERED``);
+    * ``STOPPED``: ``stop()`` was called.
+    """
+
+    STARTING = "starting"
+    REGISTERED = "registered"
+    DISCONNECTED = "disconnected"
+    EXPIRED = "expired"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SessionEvent:
+    """The publisher went from ``previous`` to ``state`` at ``at`` (the clock's time)."""
+
+    state: PublisherState
+    previous: PublisherState
+    at: float
+    detail: str = ""
+
+
+def default_identity(*, task_id: int, operator: str, node_id: str, zone: str | None = None):
+    """A ``TaskIdentity`` for this process (host name and pid filled in)."""
+    return TaskIdentity(
+        task_id=task_id,
+        operator=operator,
+        node_id=node_id,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        zone=zone,
+    )
+
+
+class HeartbeatPublisher(BackgroundLoop):
+    """Registers ``tasks/<task-id>`` (ephemeral) and refreshes it every interval.
+
+    ``heartbeat()`` is called on the publisher's thread every
+    ``settings.heartbeat_interval`` s; it must be quick and safe to call from
+    another thread (return an immutable :class:`Heartbeat` built from values the
+    task swaps in atomically). If it raises, the previous heartbeat is published
+    again and ``callback_errors`` counts it. ``client`` may be shared (then the
+    caller starts and closes it); without one the publisher owns its client.
+    """
+
+    def __init__(
+        self,
+        *,
+        layout: ZnodeLayout,
+        identity: TaskIdentity,
+        heartbeat: Callable[[], Heartbeat],
+        settings: ZkSettings | None = None,
+        client: KazooClient | None = None,
+        on_event: Callable[[SessionEvent], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        settings = settings or ZkSettings()
+        super().__init__(
+            client if client is not None else make_client(settings),
+            name=f"elastorm-heartbeat-{identity.task_id}",
+            interval=settings.heartbeat_interval,
+            own_client=client is None,
+            on_event=on_event,
+        )
+        self._layout = layout
+        self._path = layout.task(identity.task_id)
+        self._identity = identity
+        self._heartbeat_fn = heartbeat
+        self._timeout = settings.request_timeout
+        self._clock = clock
+        self._state = PublisherState.STARTING
+        self._session: int | None = None  # session our znode was created in
+        self._last = Heartbeat()
+        self._seq = 0
+        self.published = 0
+        self.failures = 0
+        self.callback_errors = 0
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def state(self) -> PublisherState:
+        """The registration state (never blocks)."""
+        return self._state
+
+    def publish_now(self) -> None:
+        """Publish at once, e.g. after a migration changed what the task owns."""
+        self.wake()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop publishing and delete the znode (best effort, at most ~``timeout`` s),
+        so the controller sees a clean leave at once instead of after the session
+        timeout."""
+        self._halt(timeout)
+        registered = self._state is PublisherState.REGISTERED
+        if registered and self._client.connected:
+            try:
+                self._client.delete_async(self._path).get(timeout=timeout)
+            except (*_ZK_ERRORS, NoNodeError) as exc:
+                log.info("task %s: znode not deleted on stop (%s)", self._path, exc)
+        self._set_state(PublisherState.STOPPED)
+        self._close_client()
+
+    # -- loop
+
+    def _set_state(self, state: PublisherState, detail: str = "") -> None:
+        if state is self._state:
+            return
+        previous, self._state = self._state, state
+        self._emit(SessionEvent(state=state, previous=previous, at=self._clock(), detail=detail))
+
+    def _step(self) -> None:
+        if self._take_session_lost() and self._session is not None:
+            self._set_state(PublisherState.EXPIRED, "session expired; znode gone")
+        if not self._client.connected:
+            if self._state is PublisherState.REGISTERED:
+                self._set_state(PublisherState.DISCONNECTED, "ZooKeeper unreachable")
+            return
+        current = session_id(self._client)
+        if self._session is not None and current != self._session:
+            # The listener may not have seen LOST (e.g. it was removed while reconnecting).
+            self._set_state(PublisherState.EXPIRED, "new session; znode gone")
+            self._session = None
+        data = encode_task(self._record())
+        try:
+            if self._session == current and self._set(data):
+                self._set_state(PublisherState.REGISTERED)
+            elif self._register(data, current):
+                self._session = current
+                self._set_state(PublisherState.REGISTERED)
+        except _ZK_ERRORS as exc:
+            self.failures += 1
+            log.debug("task %s: heartbeat not published (%r)", self._path, exc)
+
+    def _record(self) -> TaskRecord:
+        try:
+            self._last = self._heartbeat_fn()
+        except Exception:
+            self.callback_errors += 1
+            log.exception(
+                "task %s: heartbeat callback failed; republishing the last one", self._path
+            )
+        self._seq += 1
+        return TaskRecord(
+            identity=self._identity, heartbeat=self._last, seq=self._seq, time=self._clock()
+        )
+
+    def _set(self, data: bytes) -> bool:
+        """Refresh our znode; False if it is gone (then register again)."""
+        try:
+            self._client.set_async(self._path, data).get(timeout=self._timeout)
+        except NoNodeError:
+            return False
+        self.published += 1
+        return True
+
+    def _register(self, data: bytes, session: int | None) -> bool:
+        """Create our ephemeral znode. A znode left by a previous incarnation (another
+        session) is never deleted: two live processes with one task id would fight.
+        We wait for its session to expire instead (bounded by the session timeout)."""
+        try:
+            self._client.create_async(self._path, data, ephemeral=True, makepath=True).get(
+                timeout=self._timeout
+            )
+        except NodeExistsError:
+            stat = self._client.exists_async(self._path).get(timeout=self._timeout)
+            if stat is None:
+                return False  # gone meanwhile: next step creates it
+            if stat.ephemeralOwner != session:
+                self._set_state(
+                    PublisherState.STARTING,
+                    f"znode held by session {stat.ephemeralOwner:#x}; waiting for it to expire",
+                )
+                return False
+            # Ours: a create that timed out earlier went through after all.
+            self._client.set_async(self._path, data).get(timeout=self._timeout)
+        self.published += 1
+        return True

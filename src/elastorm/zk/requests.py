@@ -1,0 +1,301 @@
+"""Migration requests in ZooKeeper: the client side (``elastorm migrate``) and the
+controller bolt's side. A thin kazoo adapter over ``elastorm.controller.requests``.
+
+Layout, under ``/elastorm/<topology>/``::
+
+    requests/req-<seq>      one MigrationRequest (JSON), its state updated in place
+    status/<operator>       the controller's routing table, holders and epoch (JSON)
+    incarnations/<comp>-<task>   how many times that task has started (a restart is > 1)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from elastorm.controller.requests import (
+    REQUESTS_DIR,
+    MigrationRequest,
+    RequestError,
+    RequestState,
+    decode_request,
+    encode_request,
+)
+from elastorm.zk.layout import DEFAULT_ROOT, hosts_from_storm_conf
+
+log = logging.getLogger(__name__)
+
+ZK_ERRORS = (KazooException, KazooTimeoutError, OSError)
+
+
+def requests_path(topology: str, root: str = DEFAULT_ROOT) -> str:
+    return f"{root}/{topology}/{REQUESTS_DIR}"
+
+
+def status_path(topology: str, operator: str, root: str = DEFAULT_ROOT) -> str:
+    return f"{root}/{topology}/status/{operator}"
+
+
+def alive_path(topology: str, operator: str, root: str = DEFAULT_ROOT) -> str:
+    """Ephemeral: present while the controller of ``operator`` runs (status outlives it)."""
+    return f"{root}/{topology}/alive/{operator}"
+
+
+class RequestBoard:
+    """The controller bolt's view of its topology's requests (never blocks on ZooKeeper)."""
+
+    def __init__(self, client: KazooClient, topology: str, operator: str) -> None:
+        self.client = client
+        self.operator = operator
+        self.topology = topology
+        self.path = requests_path(topology)
+        self.status = status_path(topology, operator)
+        self.alive = alive_path(topology, operator)
+        self.seen: set[str] = set()
+        self._published: bytes | None = None
+        # State changes ZooKeeper did not take, in order, retried on every tick: a
+        # request must not stay ``started`` because one write hit a lost connection.
+        self.unwritten: list[tuple[str, RequestState, float, dict[str, Any]]] = []
+
+    @classmethod
+    def from_storm_conf(cls, conf: Mapping[str, Any], *, operator: str) -> RequestBoard:
+        """Connect (in the background) to the ZooKeeper of the Storm cluster we run on."""
+        client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
+        client.start_async()
+        return cls(client, str(conf["topology.name"]), operator)
+
+    def pending(self) -> list[tuple[str, MigrationRequest]]:
+        """New ``PENDING`` requests for our operator, oldest first; [] if ZooKeeper is away."""
+        if not self.client.connected:
+            return []
+        found = []
+        try:
+            names = sorted(self.client.get_children(self.path))
+        except NoNodeError:
+            return []
+        except ZK_ERRORS as exc:
+            log.warning("requests: ZooKeeper unavailable (%s); retrying next tick", exc)
+            return []
+        for name in names:
+            if name in self.seen:
+                continue
+            try:
+                request = decode_request(self.client.get(f"{self.path}/{name}")[0])
+            except RequestError as exc:
+                log.error("request %s is malformed, refusing it: %s", name, exc)
+                self._write_raw(name, {"state": "refused", "detail": str(exc)})
+                self.seen.add(name)
+                continue
+            except ZK_ERRORS as exc:
+                log.warning("request %s unreadable now (%s)", name, exc)
+                return found
+            self.seen.add(name)
+            if request.operator == self.operator and request.state is RequestState.PENDING:
+                found.append((name, request))
+        return found
+
+    def _update(self, name: str, state: RequestState, **changes: Any) -> None:
+        self.unwritten.append((name, state, time.time(), changes))
+        self.retry_unwritten()
+
+    def retry_unwritten(self) -> None:
+        """Write the state changes still owed to ZooKeeper, oldest first; stop at the
+        first failure (the rest wait for the next tick, keeping their order)."""
+        while self.unwritten:
+            name, state, at, changes = self.unwritten[0]
+            try:
+                request = decode_request(self.client.get(f"{self.path}/{name}")[0])
+                request = request.with_state(state, at, **changes)
+                self.client.set(f"{self.path}/{name}", encode_request(request))
+            except NoNodeError:
+                log.warning("request %s was deleted; dropping its state %s", name, state.value)
+            except RequestError as exc:
+                log.error("request %s became unreadable (%s); state %s dropped", name, exc, state)
+            except ZK_ERRORS as exc:
+                log.warning(
+                    "request %s: state %s not recorded yet (%s); %d writes owed, retrying "
+                    "next tick",
+                    name,
+                    state.value,
+                    exc,
+                    len(self.unwritten),
+                )
+                return
+            else:
+                log.info("request %s: %s %s", name, state.value, changes or "")
+            self.unwritten.pop(0)
+
+    def _write_raw(self, name: str, data: dict) -> None:
+        try:
+            self.client.set(f"{self.path}/{name}", json.dumps(data).encode())
+        except ZK_ERRORS as exc:
+            log.error("request %s: could not record refusal (%s)", name, exc)
+
+    def start(self, name: str, **changes: Any) -> None:
+        self._update(name, RequestState.STARTED, **changes)
+
+    def finish(self, name: str) -> None:
+        self._update(name, RequestState.DONE)
+
+    def refuse(self, name: str, detail: str) -> None:
+        self._update(name, RequestState.REFUSED, detail=detail)
+
+    def stuck(self, name: str, detail: str) -> None:
+        self._update(name, RequestState.STUCK, detail=detail)
+
+    def publish_routing(self, control) -> None:
+        """Write routing table, holders, moving groups and which groups a CPA/CPAL could
+        move right now (``assisted``: the holder reported the newest checkpoint) to
+        ``status/<operator>`` whenever any of it changes."""
+        if not self.client.connected:
+            return
+        groups = range(control.num_key_groups)
+        data = {
+            "epoch": control.epoch,
+            "owners": [control.owner(g) for g in groups],
+            "holders": [control.holders[g] for g in groups],
+            "assisted": [control.has_newest(control.holders[g], g) for g in groups],
+            "tasks": control.tasks,
+            "emitters": control.emitters,
+            "moving": sorted(control.moving),
+            "migrations": [
+                {
+                    "key_group": g,
+                    "protocol": m.protocol.value,
+                    "source": m.source,
+                    "target": m.target,
+                    "epoch": m.epoch,
+                    "since": round(m.since, 3),
+                    "waiting_for": m.waiting_for(),
+                    "stuck": m.stuck,
+                }
+                for g, m in sorted(control.moving.items())
+            ],
+        }
+        encoded = json.dumps(data).encode()
+        self._announce()
+        if encoded == self._published:
+            return
+        try:
+            try:
+                self.client.set(self.status, encoded)
+            except NoNodeError:  # created with its data: never readable empty
+                self.client.create(self.status, encoded, makepath=True)
+            self._published = encoded
+        except ZK_ERRORS as exc:
+            log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
+
+    def _announce(self) -> None:
+        """(Re)create our ephemeral ``alive`` znode; a new session drops the old one."""
+        try:
+            if self.client.exists(self.alive) is None:
+                self.client.create(self.alive, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+        except ZK_ERRORS as exc:
+            log.warning("alive: ZooKeeper unavailable (%s); retrying next tick", exc)
+
+
+def controller_alive(client: KazooClient, topology: str, operator: str) -> bool:
+    """Whether the controller of ``topology``/``operator`` runs (its ephemeral znode)."""
+    return client.exists(alive_path(topology, operator)) is not None
+
+
+def withdraw_request(client: KazooClient, topology: str, name: str) -> bool:
+    """Delete request ``name`` if the controller has not picked it up; True if deleted."""
+    path = f"{requests_path(topology)}/{name}"
+    try:
+        data, stat = client.get(path)
+        if decode_request(data).state is not RequestState.PENDING:
+            return False
+        client.delete(path, version=stat.version)
+        return True
+    except (NoNodeError, BadVersionError):
+        return False
+
+
+def submit_request(client: KazooClient, topology: str, request: MigrationRequest) -> str:
+    """Create a request znode; return its name (``req-<seq>``)."""
+    path = requests_path(topology)
+    client.ensure_path(path)
+    created = client.create(f"{path}/req-", encode_request(request), sequence=True)
+    return created.rsplit("/", 1)[1]
+
+
+def read_request(client: KazooClient, topology: str, name: str) -> MigrationRequest:
+    return decode_request(client.get(f"{requests_path(topology)}/{name}")[0])
+
+
+def read_status(client: KazooClient, topology: str, operator: str) -> dict | None:
+    """The controller's published routing status, or None before its first tick."""
+    try:
+        data = client.get(status_path(topology, operator))[0]
+    except NoNodeError:
+        return None
+    return json.loads(data.decode()) if data else None
+
+
+def register_incarnation(client: KazooClient, topology: str, component: str, task: int) -> int:
+    """Count one more start of ``component``'s task ``task``; return the count (1 = first)."""
+    path = f"{DEFAULT_ROOT}/{topology}/incarnations/{component}-{task}"
+    try:
+        client.create(path, b"1", makepath=True)
+        return 1
+    except NodeExistsError:
+        data, stat = client.get(path)
+        count = int(data.decode() or "1") + 1
+        client.set(path, str(count).encode(), version=stat.version)
+        return count
+
+
+START_DEADLINE = 20.0
+"""Seconds a keyed task keeps trying ZooKeeper at start before it gives up (and dies,
+so Storm restarts it); below Storm's 30 s subprocess heartbeat timeout."""
+
+
+class StartUnknownError(RuntimeError):
+    """ZooKeeper did not answer at a keyed task's start: a first start cannot be told
+    from a restart, so the task must not start at all."""
+
+
+def task_start(
+    conf: Mapping[str, Any], component: str, task: int, operator: str
+) -> tuple[int, int]:
+    """At a keyed task's start: (incarnation, controller epoch) from the topology's ZooKeeper.
+
+    Retries until ZooKeeper answers, for at most ``START_DEADLINE`` s, then raises
+    ``StartUnknownError``. It never guesses: a restarted task that took itself for
+    a first start would claim its original key groups with empty state (lost
+    totals, two owners) and the controller would never restore them.
+    """
+    topology = str(conf["topology.name"])
+    deadline = START_DEADLINE
+    give_up = time.monotonic() + deadline
+    attempt = 0
+    while True:
+        attempt += 1
+        client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
+        try:
+            client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
+            incarnation = register_incarnation(client, topology, component, task)
+            status = read_status(client, topology, operator) if incarnation > 1 else None
+            return incarnation, int(status["epoch"]) if status else -1
+        except ZK_ERRORS as exc:
+            if time.monotonic() >= give_up:
+                raise StartUnknownError(
+                    f"task {task} of {component}: ZooKeeper unreachable at start for "
+                    f"{deadline:.0f} s ({attempt} attempts, last: {exc!r}); cannot tell a "
+                    "first start from a restart, so not starting (Storm restarts the task)"
+                ) from None
+            log.warning("task %s: ZooKeeper unreachable at start (%r); retrying", task, exc)
+            time.sleep(0.5)
+        finally:
+            client.stop()
+            client.close()

@@ -1,0 +1,509 @@
+"""The controller's durable decisions in ZooKeeper: routing tables, checkpoint
+allocation and orders, with leader election and fencing.
+
+* **Leader**: ``controller/leader`` is an ephemeral znode; a controller with the
+  same ``controller_id`` (its own earlier incarnation) takes it over, any other
+  controller waits in ``STANDBY``.
+* **Fencing**: each new leader bumps the version of the durable
+  ``controller/term`` znode; every write is one transaction that first checks that
+  version, and sets each znode against the version this store last saw
+  (compare-and-set). A deposed controller's writes fail and it goes ``CONFLICT``.
+* **Outages**: writes are write-behind. While ZooKeeper is unreachable they are held
+  in memory (latest value per znode) and flushed, in one transaction, when it is
+  back; ``issue()`` of a new order is refused (``False``) unless the store is
+  ``ONLINE`` and the order is durable before it returns.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from elastorm.controller.model import Allocation
+from elastorm.core.routing import RoutingTable
+from elastorm.zk.client import BackgroundLoop, make_client, session_id
+from elastorm.zk.codec import (
+    LeaderInfo,
+    Order,
+    OrderState,
+    OrderTransitionError,
+    ZnodeSchemaError,
+    decode_checkpoints,
+    decode_leader,
+    decode_order,
+    decode_routing,
+    encode_checkpoints,
+    encode_leader,
+    encode_order,
+    encode_routing,
+    encode_term,
+)
+from elastorm.zk.layout import ZkSettings, ZnodeLayout, check_name
+
+log = logging.getLogger(__name__)
+
+_ZK_ERRORS = (KazooException, KazooTimeoutError)
+
+
+class StoreStatus(enum.Enum):
+    """``STARTING``: decisions not loaded yet. ``STANDBY``: another controller leads.
+    ``ONLINE``: leader, connected, writes go through. ``OFFLINE``: ZooKeeper
+    unreachable (or the lead being re-taken): decisions held in memory, new orders
+    refused. ``CONFLICT``: deposed, or our znodes were changed by someone else: this
+    controller must stop deciding (restart it to reload). ``CLOSED``: stopped."""
+
+    STARTING = "starting"
+    STANDBY = "standby"
+    ONLINE = "online"
+    OFFLINE = "offline"
+    CONFLICT = "conflict"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreEvent:
+    status: StoreStatus
+    previous: StoreStatus
+    at: float
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Decisions:
+    """The controller's decisions: routing table per operator, checkpoint allocation
+    (``None`` if never written), orders by id."""
+
+    routing: Mapping[str, RoutingTable]
+    checkpoints: Allocation | None
+    orders: Mapping[str, Order]
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked (you called it wrong, or it is not ready)."""
+
+
+class StoreUnavailableError(StoreError):
+    """Decisions could not be loaded in time (ZooKeeper down, or another leader)."""
+
+
+class StoreConflictError(StoreError):
+    """This controller was deposed or its znodes were written by someone else."""
+
+
+class ControllerStore(BackgroundLoop):
+    """Durable decisions of one controller; see the module docstring.
+
+    Call ``start()`` then ``load(timeout)`` (blocks until the decisions are read, so
+    a restarted controller resumes where it was). ``set_routing``,
+    ``set_checkpoints``, ``advance_order`` and ``remove_order`` never block: the
+    value is the store's at once and reaches ZooKeeper when it can. ``issue`` blocks
+    at most ``timeout`` s and returns whether the new order is durable.
+    """
+
+    def __init__(
+        self,
+        *,
+        layout: ZnodeLayout,
+        controller_id: str,
+        client: KazooClient | None = None,
+        settings: ZkSettings | None = None,
+        on_event: Callable[[StoreEvent], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        settings = settings or ZkSettings()
+        super().__init__(
+            client if client is not None else make_client(settings),
+            name=f"elastorm-store-{layout.topology}",
+            interval=0.5,
+            own_client=client is None,
+            on_event=on_event,
+        )
+        self._layout = layout
+        self._id = check_name(controller_id, "controller id")
+        self._timeout = settings.request_timeout
+        self._clock = clock
+        self._cond = threading.Condition(self._lock)
+        self._status = StoreStatus.STARTING
+        self._detail = ""
+        self._leader_session: int | None = None
+        self._term_version: int | None = None
+        self._loaded = False
+        self._routing: dict[str, RoutingTable] = {}
+        self._checkpoints: Allocation | None = None
+        self._orders: dict[str, Order] = {}
+        self._versions: dict[str, int] = {}  # path -> version in ZooKeeper (absent: no znode)
+        self._pending: dict[str, tuple[bytes | None, int]] = {}  # path -> (data or delete, seq)
+        self._seq = 0
+        self._committed_seq = 0
+        self.commits = 0
+
+    # -- state
+
+    def status(self) -> StoreStatus:
+        return self._status
+
+    def pending(self) -> int:
+        """Number of znode writes held in memory, not yet in ZooKeeper."""
+        with self._lock:
+            return len(self._pending)
+
+    def decisions(self) -> Decisions:
+        """The current decisions (including those not yet flushed)."""
+        with self._lock:
+            return Decisions(
+                routing=MappingProxyType(dict(self._routing)),
+                checkpoints=self._checkpoints,
+                orders=MappingProxyType(dict(self._orders)),
+            )
+
+    def load(self, timeout: float = 10.0) -> Decisions:
+        """Wait until this controller leads and has read its decisions; return them.
+
+        Raises ``StoreUnavailableError`` after ``timeout`` s (naming the leader if
+        another controller leads) and ``StoreConflictError`` if deposed.
+        """
+        self.wake()
+        with self._cond:
+            self._cond.wait_for(
+                lambda: (
+                    self._status in (StoreStatus.ONLINE, StoreStatus.CONFLICT, StoreStatus.CLOSED)
+                ),
+                timeout,
+            )
+            status = self._status
+        if status is StoreStatus.CONFLICT:
+            raise StoreConflictError(self._detail)
+        if status is not StoreStatus.ONLINE:
+            raise StoreUnavailableError(
+                f"decisions not loaded after {timeout:.1f} s "
+                f"(status {status.value}: {self._detail})"
+            )
+        return self.decisions()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until nothing is held in memory; True if that happened in time."""
+        self.wake()
+        with self._cond:
+            return (
+                self._cond.wait_for(
+                    lambda: not self._pending or self._status is StoreStatus.CONFLICT, timeout
+                )
+                and not self._pending
+            )
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop, give up the lead (so a standby can take it at once), close own client."""
+        self._halt(timeout)
+        if self._leader_session is not None and self._client.connected:
+            try:
+                self._client.delete_async(self._layout.leader).get(timeout=timeout)
+            except (*_ZK_ERRORS, NoNodeError):
+                pass
+        self._set_status(StoreStatus.CLOSED)
+        self._close_client()
+
+    # -- decisions (write-behind)
+
+    def set_routing(self, operator: str, table: RoutingTable) -> None:
+        """Record ``operator``'s routing table; its epoch must grow."""
+        with self._lock:
+            self._writable()
+            old = self._routing.get(operator)
+            if old == table:
+                return
+            if old is not None and table.epoch <= old.epoch:
+                raise StoreError(
+                    f"routing of {operator}: epoch {table.epoch} does not grow past {old.epoch}"
+                )
+            data = encode_routing(operator, table, controller=self._id)
+            self._routing[operator] = table
+            self._put(self._layout.routing(operator), data)
+
+    def set_checkpoints(self, allocation: Allocation) -> None:
+        """Record the checkpoint allocation."""
+        with self._lock:
+            self._writable()
+            if allocation == self._checkpoints:
+                return
+            data = encode_checkpoints(allocation, controller=self._id)
+            self._checkpoints = allocation
+            self._put(self._layout.checkpoints, data)
+
+    def advance_order(self, order_id: str, state: OrderState) -> Order:
+        """Move a known order to ``state`` (``OrderTransitionError`` if not allowed)."""
+        with self._lock:
+            self._writable()
+            order = self._known_order(order_id).advance(state, self._clock())
+            self._orders[order_id] = order
+            self._put(self._layout.plan(order_id), encode_order(order, controller=self._id))
+            return order
+
+    def remove_order(self, order_id: str) -> None:
+        """Forget a finished (terminal) order."""
+        with self._lock:
+            self._writable()
+            order = self._known_order(order_id)
+            if not order.terminal:
+                raise OrderTransitionError(f"order {order_id} is still {order.state.value}")
+            del self._orders[order_id]
+            self._put(self._layout.plan(order_id), None)
+
+    def issue(self, order: Order, timeout: float | None = None) -> bool:
+        """Persist a new ``ISSUED`` order; True once it (and every earlier write) is in
+        ZooKeeper. False at once unless ``ONLINE``; False after ``timeout`` (default
+        2 x request timeout) if the write did not complete, and then the order is
+        recorded as ``ABORTED`` so nobody acts on it. Only send an order to tasks
+        after True."""
+        if order.state is not OrderState.ISSUED:
+            raise StoreError(f"order {order.order_id}: a new order must be issued")
+        timeout = 2 * self._timeout if timeout is None else timeout
+        path = self._layout.plan(order.order_id)
+        with self._lock:
+            self._writable()
+            if order.order_id in self._orders:
+                raise StoreError(f"order {order.order_id} exists already")
+            if self._status is not StoreStatus.ONLINE:
+                return False
+            self._orders[order.order_id] = order
+            seq = self._put(path, encode_order(order, controller=self._id))
+        self.wake()
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._committed_seq >= seq or self._status is StoreStatus.CONFLICT,
+                timeout,
+            )
+            if self._committed_seq >= seq:
+                return True
+            aborted = order.advance(OrderState.ABORTED, self._clock())
+            self._orders[order.order_id] = aborted
+            self._put(path, encode_order(aborted, controller=self._id))
+            return False
+
+    def _writable(self) -> None:
+        if not self._loaded:
+            raise StoreError("call load() before writing decisions")
+        if self._status in (StoreStatus.CONFLICT, StoreStatus.CLOSED):
+            raise StoreConflictError(f"store is {self._status.value}: {self._detail}")
+
+    def _known_order(self, order_id: str) -> Order:
+        try:
+            return self._orders[order_id]
+        except KeyError:
+            raise StoreError(f"unknown order {order_id}") from None
+
+    def _put(self, path: str, data: bytes | None) -> int:
+        self._seq += 1
+        self._pending[path] = (data, self._seq)
+        self.wake()
+        return self._seq
+
+    # -- status
+
+    def _set_status(self, status: StoreStatus, detail: str = "") -> None:
+        with self._cond:
+            if status is self._status or self._status is StoreStatus.CLOSED:
+                return
+            if self._status is StoreStatus.CONFLICT and status is not StoreStatus.CLOSED:
+                return  # terminal until restarted
+            previous, self._status, self._detail = self._status, status, detail
+            self._cond.notify_all()
+        log.info("controller store: %s -> %s %s", previous.value, status.value, detail)
+        self._emit(StoreEvent(status=status, previous=previous, at=self._clock(), detail=detail))
+
+    # -- the loop
+
+    def _step(self) -> None:
+        if self._status in (StoreStatus.CONFLICT, StoreStatus.CLOSED):
+            return
+        if self._take_session_lost():
+            self._leader_session = None
+        if not self._client.connected:
+            if self._status is StoreStatus.ONLINE:
+                self._set_status(StoreStatus.OFFLINE, "ZooKeeper unreachable; holding decisions")
+            return
+        try:
+            sid = session_id(self._client)
+            if self._leader_session != sid:
+                if self._status is StoreStatus.ONLINE:
+                    self._set_status(StoreStatus.OFFLINE, "session lost; re-taking the lead")
+                if not self._acquire(sid):
+                    return
+            if not self._loaded:
+                self._load_all()
+            self._set_status(StoreStatus.ONLINE)
+            if self._pending:
+                self._commit()
+        except _ZK_ERRORS as exc:
+            log.debug("controller store: ZooKeeper call failed (%r)", exc)
+
+    def _call(self, async_result):
+        return async_result.get(timeout=self._timeout)
+
+    def _ensure(self, path: str) -> None:
+        try:
+            self._call(self._client.create_async(path, makepath=True))
+        except NodeExistsError:
+            pass
+
+    def _acquire(self, sid: int | None) -> bool:
+        """Take the leader znode in session ``sid`` and bump the term; False if another
+        controller leads (STANDBY) or we were deposed (CONFLICT)."""
+        lay = self._layout
+        for path in (lay.routing_dir, lay.plans):
+            self._ensure(path)
+        info = LeaderInfo(controller=self._id, host=socket.gethostname(), pid=os.getpid())
+        try:
+            self._call(self._client.create_async(lay.leader, encode_leader(info), ephemeral=True))
+        except NodeExistsError:
+            try:
+                data, stat = self._call(self._client.get_async(lay.leader))
+            except NoNodeError:
+                return False  # released meanwhile: next step
+            if stat.ephemeralOwner != sid:
+                try:
+                    holder = decode_leader(data).controller
+                except ZnodeSchemaError:
+                    holder = "?"
+                if holder != self._id:
+                    self._set_status(StoreStatus.STANDBY, f"controller {holder} leads")
+                    return False
+                # Our own earlier incarnation: its session is dead or about to be.
+                try:
+                    self._call(self._client.delete_async(lay.leader, version=stat.version))
+                except (NoNodeError, BadVersionError):
+                    pass
+                self.wake()  # create it on the next step, at once
+                return False
+        return self._bump_term(sid)
+
+    def _bump_term(self, sid: int | None) -> bool:
+        path = self._layout.term
+        try:
+            _, stat = self._call(self._client.get_async(path))
+            version = stat.version
+        except NoNodeError:
+            try:
+                self._call(self._client.create_async(path, encode_term(self._id)))
+            except NodeExistsError:
+                return False  # raced with someone: retry next step
+            version = 0
+        if self._term_version is not None and version != self._term_version:
+            self._set_status(
+                StoreStatus.CONFLICT,
+                f"deposed: term moved from {self._term_version} to {version} while away",
+            )
+            return False
+        try:
+            stat = self._call(self._client.set_async(path, encode_term(self._id), version=version))
+        except BadVersionError:
+            return False  # someone else bumped it: the next step sees the conflict
+        self._term_version = stat.version
+        self._leader_session = sid
+        return True
+
+    def _load_all(self) -> None:
+        lay = self._layout
+        routing, orders, versions = {}, {}, {}
+        try:
+            for name in sorted(self._call(self._client.get_children_async(lay.routing_dir))):
+                data, stat = self._call(self._client.get_async(lay.routing(name)))
+                op, table = decode_routing(data)
+                if op != name:
+                    raise ZnodeSchemaError(f"routing/{name} holds operator {op}")
+                routing[op], versions[lay.routing(name)] = table, stat.version
+            for name in sorted(self._call(self._client.get_children_async(lay.plans))):
+                data, stat = self._call(self._client.get_async(lay.plan(name)))
+                order = decode_order(data)
+                if order.order_id != name:
+                    raise ZnodeSchemaError(f"plans/{name} holds order {order.order_id}")
+                orders[name], versions[lay.plan(name)] = order, stat.version
+            try:
+                data, stat = self._call(self._client.get_async(lay.checkpoints))
+                checkpoints = decode_checkpoints(data)
+                versions[lay.checkpoints] = stat.version
+            except NoNodeError:
+                checkpoints = None
+        except ZnodeSchemaError as exc:
+            # Never overwrite decisions we cannot read.
+            self._set_status(StoreStatus.CONFLICT, f"malformed decision znode: {exc}")
+            return
+        with self._lock:
+            self._routing, self._orders, self._checkpoints = routing, orders, checkpoints
+            self._versions = versions
+            self._loaded = True
+
+    def _commit(self) -> None:
+        with self._lock:
+            batch = dict(self._pending)
+        top = max(seq for _, seq in batch.values())
+        tx = self._client.transaction()
+        tx.check(self._layout.term, self._term_version)
+        ops: list[tuple[str, bytes | None]] = []
+        for path, (data, _) in sorted(batch.items()):
+            version = self._versions.get(path)
+            if data is None and version is None:
+                continue  # deleting what ZooKeeper never had
+            if data is None:
+                tx.delete(path, version=version)
+            elif version is None:
+                tx.create(path, data)
+            else:
+                tx.set_data(path, data, version=version)
+            ops.append((path, data))
+        results = self._call(tx.commit_async())
+        failed = [
+            r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+        ]
+        if not failed:
+            for (path, data), result in zip(ops, results[1:], strict=True):
+                if data is None:
+                    self._versions.pop(path, None)
+                else:
+                    self._versions[path] = 0 if isinstance(result, str) else result.version
+            with self._cond:
+                for path, (_, seq) in batch.items():
+                    if self._pending.get(path, (None, -1))[1] == seq:
+                        del self._pending[path]
+                self._committed_seq = max(self._committed_seq, top)
+                self.commits += 1
+                self._cond.notify_all()
+            return
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            self._set_status(StoreStatus.CONFLICT, f"deposed: term check failed ({results[0]!r})")
+            return
+        self._reconcile(batch)
+
+    def _reconcile(self, batch: Mapping[str, tuple[bytes | None, int]]) -> None:
+        """After a failed transaction: adopt versions of writes that did land (an earlier
+        commit whose reply was lost); anything else written there is a conflict."""
+        for path, (data, _) in sorted(batch.items()):
+            try:
+                current, stat = self._call(self._client.get_async(path))
+            except NoNodeError:
+                current, stat = None, None
+            if stat is None:
+                if data is None or path not in self._versions:
+                    self._versions.pop(path, None)
+                    continue
+            elif current == data or stat.version == self._versions.get(path):
+                self._versions[path] = stat.version
+                continue
+            self._set_status(StoreStatus.CONFLICT, f"{path} was changed by someone else")
+            return

@@ -1,0 +1,255 @@
+"""The controller's view of the tasks: watches ``tasks/`` and every task znode.
+
+kazoo watch callbacks only mark what changed; the watcher's thread re-reads it
+(setting the watch again), updates ``{znode name: TaskEntry}`` and turns the
+difference into events with the pure :func:`elastorm.zk.view.diff_tasks`.
+After every (re)connection, and every ``resync_interval`` s, it re-reads
+everything, because kazoo forgets its watches when the connection drops.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from elastorm.controller.model import Allocation, ClusterView, NodeId
+from elastorm.zk.client import BackgroundLoop, make_client
+from elastorm.zk.codec import TaskRecord, ZnodeSchemaError, decode_task
+from elastorm.zk.layout import ZkSettings, ZnodeLayout, ZnodeLayoutError, task_id_from_name
+from elastorm.zk.view import (
+    ClusterEvent,
+    MalformedTask,
+    TaskEntry,
+    TaskJoined,
+    TaskLeft,
+    cluster_view,
+    diff_tasks,
+)
+
+log = logging.getLogger(__name__)
+
+_ZK_ERRORS = (KazooException, KazooTimeoutError)
+
+
+class ClusterWatcher(BackgroundLoop):
+    """Keeps the live tasks' records and reports joins and leaves as events.
+
+    Events (``poll_events()`` or ``on_event``, the latter on the watcher's thread):
+    :class:`~elastorm.zk.view.TaskJoined`, ``TaskLeft``, ``NodeJoined``,
+    ``NodeLost`` (all of a node's task znodes gone) and ``MalformedTask``. A task
+    that left stays in :meth:`departed` (its last record) until :meth:`forget`, so
+    the view still shows what a lost node owned when recovery is planned.
+    """
+
+    def __init__(
+        self,
+        *,
+        layout: ZnodeLayout,
+        client: KazooClient | None = None,
+        settings: ZkSettings | None = None,
+        on_event: Callable[[ClusterEvent], None] | None = None,
+        resync_interval: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        settings = settings or ZkSettings()
+        super().__init__(
+            client if client is not None else make_client(settings),
+            name=f"elastorm-watcher-{layout.topology}",
+            interval=min(1.0, resync_interval),
+            own_client=client is None,
+            on_event=on_event,
+        )
+        self._layout = layout
+        self._timeout = settings.request_timeout
+        self._resync_interval = resync_interval
+        self._clock = clock
+        self._entries: dict[str, TaskEntry] = {}
+        self._departed: dict[int, TaskRecord] = {}
+        self._bad: set[str] = set()
+        self._dirty: set[str] = set()
+        self._children_dirty = False
+        self._resync = True
+        self._last_resync = -float("inf")
+        self._synced = threading.Event()
+        self.malformed = 0
+
+    # -- what the controller reads (thread-safe, never blocks on ZooKeeper)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once the first full read of ``tasks/`` is done (waits up to ``timeout``)."""
+        return self._synced.wait(timeout)
+
+    def live(self) -> dict[int, TaskRecord]:
+        """Task id -> latest record of every live task."""
+        with self._lock:
+            return {e.record.task_id: e.record for e in self._entries.values()}
+
+    def departed(self) -> dict[int, TaskRecord]:
+        """Task id -> last record of tasks that left and were not forgotten."""
+        with self._lock:
+            return dict(self._departed)
+
+    def forget(self, task_ids: Iterable[int]) -> None:
+        """Drop departed tasks (e.g. once their node's recovery is planned)."""
+        with self._lock:
+            for t in task_ids:
+                self._departed.pop(t, None)
+
+    def view(
+        self,
+        *,
+        now: float | None = None,
+        checkpoints: Allocation | None = None,
+        capacities: Mapping[NodeId, float] | None = None,
+        background: Mapping[NodeId, float] | None = None,
+        include_departed: bool = True,
+    ) -> ClusterView:
+        """The cluster as a ``ClusterView`` (see :func:`elastorm.zk.view.cluster_view`)."""
+        with self._lock:
+            live = [e.record for e in self._entries.values()]
+            departed = list(self._departed.values()) if include_departed else []
+        return cluster_view(
+            live,
+            now=self._clock() if now is None else now,
+            departed=departed,
+            checkpoints=checkpoints,
+            capacities=capacities,
+            background=background,
+        )
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop watching (and close the client if the watcher owns it)."""
+        self._halt(timeout)
+        self._close_client()
+
+    # -- kazoo callbacks: record and wake, nothing else
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._resync = True
+        super()._on_state(state)
+
+    def _on_children(self, event: WatchedEvent) -> None:
+        if event.type == EventType.NONE:
+            self._resync = True
+        else:
+            self._children_dirty = True
+        self.wake()
+
+    def _on_data(self, event: WatchedEvent) -> None:
+        if event.path is None or event.type == EventType.NONE:
+            self._resync = True
+        else:
+            with self._lock:
+                self._dirty.add(posixpath.basename(event.path))
+        self.wake()
+
+    # -- the loop
+
+    def _step(self) -> None:
+        if not self._client.connected:
+            return
+        try:
+            due = time.monotonic() - self._last_resync >= self._resync_interval
+            if self._resync or due:
+                self._full_resync()
+                return
+            if self._children_dirty:
+                self._children_dirty = False
+                self._read_children()
+            with self._lock:
+                dirty, self._dirty = self._dirty, set()
+            if dirty:
+                new = dict(self._entries)
+                for name in sorted(dirty):
+                    self._reread(new, name)
+                self._apply(new)
+        except _ZK_ERRORS as exc:
+            self._resync = True  # whatever we missed, read it all again
+            log.debug("watcher: read failed (%r); will resync", exc)
+
+    def _full_resync(self) -> None:
+        self._resync = False
+        with self._lock:
+            self._dirty.clear()
+        self._children_dirty = False
+        names = self._children()
+        new: dict[str, TaskEntry] = {}
+        for name in names:
+            self._reread(new, name)
+        self._apply(new)
+        self._last_resync = time.monotonic()
+        self._synced.set()
+
+    def _children(self) -> list[str]:
+        path = self._layout.tasks
+        try:
+            return self._client.get_children_async(path, watch=self._on_children).get(
+                timeout=self._timeout
+            )
+        except NoNodeError:
+            try:
+                self._client.create_async(path, makepath=True).get(timeout=self._timeout)
+            except NodeExistsError:
+                pass
+            return self._client.get_children_async(path, watch=self._on_children).get(
+                timeout=self._timeout
+            )
+
+    def _read_children(self) -> None:
+        names = set(self._children())
+        new = {n: e for n, e in self._entries.items() if n in names}
+        for name in sorted(names - set(new)):
+            self._reread(new, name)
+        self._apply(new)
+
+    def _reread(self, entries: dict[str, TaskEntry], name: str) -> None:
+        """Read task znode ``name`` into ``entries`` (or drop it: gone or malformed)."""
+        path = f"{self._layout.tasks}/{name}"
+        try:
+            data, stat = self._client.get_async(path, watch=self._on_data).get(
+                timeout=self._timeout
+            )
+        except NoNodeError:
+            entries.pop(name, None)
+            return
+        try:
+            record = decode_task(data)
+            if task_id_from_name(name) != record.task_id:
+                raise ZnodeSchemaError(f"znode {name} holds task {record.task_id}")
+        except (ZnodeSchemaError, ZnodeLayoutError) as exc:
+            # Keep the last good record: the znode exists, so the task is alive.
+            if name in self._entries:
+                entries[name] = self._entries[name]
+            else:
+                entries.pop(name, None)
+            self.malformed += 1
+            log.warning("watcher: task znode %s is malformed: %s", name, exc)
+            if name not in self._bad:
+                self._bad.add(name)
+                self._emit(MalformedTask(name=name, reason=str(exc)))
+            return
+        self._bad.discard(name)
+        entries[name] = TaskEntry(record=record, incarnation=stat.czxid)
+
+    def _apply(self, new: dict[str, TaskEntry]) -> None:
+        with self._lock:
+            old = self._entries
+            events = diff_tasks(old, new)
+            self._entries = new
+            for ev in events:
+                if isinstance(ev, TaskLeft):
+                    gone = next(e for e in old.values() if e.record.task_id == ev.task_id)
+                    self._departed[ev.task_id] = gone.record
+                elif isinstance(ev, TaskJoined):
+                    self._departed.pop(ev.task_id, None)
+        for ev in events:
+            self._emit(ev)
