@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from elastorm.core.state import fold
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from bolts.flights_elastic import add_delay  # noqa: E402
@@ -79,7 +81,7 @@ def elastic(rows) -> float:
             task=t,
             num_key_groups=20,
             upstreams=[4],
-            combine=add_delay,
+            step=fold(add_delay),
             owned=routing.key_groups_of(t),
             holders={g: tasks[1 - tasks.index(t)] for g in routing.key_groups_of(t)},
         )
@@ -124,7 +126,7 @@ def _stages(rows) -> dict[str, float]:
     emitter = Emitter(task=4, routing=routing, source="extract_delays:4")
     coords = {
         t: TaskCoordinator(
-            task=t, num_key_groups=20, upstreams=[4], combine=add_delay,
+            task=t, num_key_groups=20, upstreams=[4], step=fold(add_delay),
             owned=routing.key_groups_of(t),
         )
         for t in tasks

@@ -28,6 +28,7 @@ from bolts.flights import (
 from elastorm.core.actions import Applied, MigrationDone, Rejected
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.outputs import LatestValues
+from elastorm.core.state import fold
 from elastorm.examples.flights_schema import TUPLE_FIELDS
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
@@ -121,7 +122,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
 
     def setup(self, conf: Mapping[str, Any]) -> None:
         self.flush_every = conf_number(conf, FLUSH_EVERY_KEY, DEFAULT_FLUSH_EVERY, minimum=1)
-        self.setup_keyed(conf, self.context, add_delay)
+        self.setup_keyed(conf, self.context, fold(add_delay))
         self.latest = LatestValues()  # key -> totals owed to the sink
         self.applied = 0
         self.flushed_at = 0

@@ -21,6 +21,7 @@ from typing import Any
 from bolts.common import CountingBolt
 from elastorm.core.actions import Applied, Rejected
 from elastorm.core.errors import MigrationProtocolError
+from elastorm.core.state import fold
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,
@@ -83,7 +84,7 @@ class ShiftCounter(KeyedOperator, CountingBolt):
     streams = (RELAY, REPORTS)
 
     def setup(self, conf: Mapping[str, Any]) -> None:
-        self.setup_keyed(conf, self.context, add_one)
+        self.setup_keyed(conf, self.context, fold(add_one))
         self.work = shift_conf(conf)["work_us"] / 1e6
 
     def handle(self, tup):

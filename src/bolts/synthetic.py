@@ -37,6 +37,7 @@ from bolts.common import CountingBolt, conf_number
 from elastorm.core.actions import Applied
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.messages import Migrate
+from elastorm.core.state import fold
 from elastorm.storm.elastic import (
     CHECKPOINT_INTERVAL_KEY,
     DEFAULT_CHECKPOINT_INTERVAL,
@@ -227,7 +228,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
             conf, CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL, kind=float
         )
         # The coordinator takes no checkpoints on its own: CheckpointPlan decides.
-        self.setup_keyed({**conf, CHECKPOINT_INTERVAL_KEY: 0}, self.context, add_count)
+        self.setup_keyed({**conf, CHECKPOINT_INTERVAL_KEY: 0}, self.context, fold(add_count))
         self.hot = conf_value(conf, HOT_GROUP_KEY)
         self.plan = CheckpointPlan(self.hot, interval)
         self.hot_marker = f'"key_group":{self.hot},'

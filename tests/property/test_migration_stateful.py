@@ -24,6 +24,7 @@ from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Protocol
 from elastorm.core.migration.table import LIVE, Phase
 from elastorm.core.sim import Cluster
+from elastorm.core.state import fold
 
 GROUPS = 4
 TASKS = (0, 1, 2)
@@ -41,7 +42,7 @@ class MigrationMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self) -> None:
         self.cluster = Cluster(
-            num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, combine=sum_count
+            num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count)
         )
         # model: per (group, source) the values of its tuples in sequence order
         self.log: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)

@@ -7,7 +7,7 @@ from elastorm.core.keygroups import key_group
 from elastorm.core.messages import DataTuple, Protocol
 from elastorm.core.outputs import LatestValues
 from elastorm.core.sim import CONTROLLER, Cluster
-from elastorm.core.state import KeyGroupState
+from elastorm.core.state import KeyGroupState, fold
 
 G = 2
 KEY0 = next(f"k{i}" for i in range(100) if key_group(f"k{i}", G) == 0)
@@ -32,7 +32,7 @@ def best(c: Cluster, key: str):
 
 def test_direct_target_sends_a_key_it_replayed_quietly_after_sending_it() -> None:
     """The interleaving of issue 3 in the simulator (the cluster run lost a flight)."""
-    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11], combine=sum_count)
+    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11], step=fold(sum_count))
     c.emit(10, KEY0, 1)
     c.run_until_quiet()
     assert c.migrate(0, 2, Protocol.DIRECT) is Protocol.DIRECT
@@ -50,7 +50,7 @@ def test_direct_target_sends_a_key_it_replayed_quietly_after_sending_it() -> Non
 
 def test_cpal_target_sends_nothing_new_when_nothing_was_quiet() -> None:
     latest = LatestValues()
-    state = KeyGroupState(0, combine=sum_count)
+    state = KeyGroupState(0, step=fold(sum_count))
     item = DataTuple(source="u", seq=1, key=KEY0, value=3, ts=0.0)
     latest.applied(Applied(key_group=0, item=item, result=state.apply(item), emit_output=True))
     assert latest.take() == {KEY0: (3, 1)} and not latest
@@ -61,7 +61,7 @@ def test_cpal_target_sends_nothing_new_when_nothing_was_quiet() -> None:
 
 def test_quiet_keys_are_sent_once_at_takeover_and_restore_sends_every_key() -> None:
     latest = LatestValues()
-    state = KeyGroupState(0, combine=sum_count)
+    state = KeyGroupState(0, step=fold(sum_count))
     for seq, key in enumerate((KEY0, "other"), start=1):
         item = DataTuple(source="u", seq=seq, key=key, value=seq, ts=0.0)
         quiet = Applied(key_group=0, item=item, result=state.apply(item), emit_output=False)

@@ -16,7 +16,7 @@ from typing import Any
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.errors import CheckpointOrderError, Hint
 from elastorm.core.messages import CheckpointDelta, CheckpointId
-from elastorm.core.state import Combine, KeyGroupState, sum_combine
+from elastorm.core.state import KeyGroupState, Step, sum_step
 
 
 @dataclass(kw_only=True)
@@ -110,7 +110,7 @@ class CheckpointHolder:
 
 
 def checkpoint_to_state(
-    copy: HeldCheckpoint, *, epoch: int, combine: Combine = sum_combine
+    copy: HeldCheckpoint, *, epoch: int, step: Step = sum_step
 ) -> KeyGroupState:
     """Promote a held copy to live state owned from routing epoch ``epoch``.
 
@@ -119,7 +119,7 @@ def checkpoint_to_state(
     """
     return KeyGroupState(
         copy.key_group,
-        combine=combine,
+        step=step,
         epoch=epoch,
         master=copy.entries,
         applied=copy.watermarks,

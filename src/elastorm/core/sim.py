@@ -27,7 +27,7 @@ from elastorm.core.migration.coordinator import EMITTER_MESSAGES, TaskCoordinato
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.outputs import LatestValues
 from elastorm.core.routing import RoutingTable
-from elastorm.core.state import Combine, sum_combine
+from elastorm.core.state import Step, sum_step
 
 CONTROLLER = -1
 """Sender id of the controller's own channels (commands are FIFO per receiver too)."""
@@ -42,7 +42,7 @@ class Cluster:
         num_key_groups: int,
         tasks: Iterable[int],
         emitters: Iterable[int],
-        combine: Combine = sum_combine,
+        step: Step = sum_step,
         routing: RoutingTable | None = None,
     ) -> None:
         self.tasks = sorted(set(tasks))
@@ -53,7 +53,7 @@ class Cluster:
             raise ValueError("task and emitter ids must differ")
         self.num_key_groups = num_key_groups
         self.now = 0.0  # the clock of the last tick(); the controller stamps orders with it
-        self.combine = combine
+        self.step = step
         self.control = MigrationController(
             num_key_groups=num_key_groups,
             tasks=self.tasks,
@@ -100,7 +100,7 @@ class Cluster:
             task=t,
             num_key_groups=self.num_key_groups,
             upstreams=self.emitter_ids,
-            combine=self.combine,
+            step=self.step,
             owned=groups,
             holders={g: self.holders[g] for g in groups},
             stale_through=floor,

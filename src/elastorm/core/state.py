@@ -9,8 +9,10 @@ looks in active, then inactive, then master, and stops at the first hit.
 
 The fragments hold the *latest value* of each key updated in the interval (as in
 Floe), so a delta is a plain ``{key: value}`` map and a holder applies it by
-overwriting. ``combine(current_or_None, value) -> new`` folds one tuple into a
-key's value; it is pluggable (``sum_combine`` for the flights job's operator 2).
+overwriting. A :data:`Step` is the operator: one tuple's effect on its key's
+value, and what the operator makes of it (``Applied.result``). A fold
+(``combine(current_or_None, value) -> new``) is one kind of step (:func:`fold`);
+the keyed-state API (``elastorm.core.keyed_state``) is another.
 """
 
 from __future__ import annotations
@@ -26,12 +28,30 @@ from elastorm.core.messages import CheckpointDelta, CheckpointId, DataTuple
 Combine = Callable[[Any, Any], Any]
 """``combine(current, value) -> new``; ``current`` is ``None`` for a new key."""
 
+Step = Callable[[str, Any, Any], tuple[Any, Any]]
+"""``step(key, current, value) -> (new, result)``: ``new`` becomes the key's value
+(``current`` is ``None`` for a new key), ``result`` is the operator's output for
+this tuple (``Applied.result``)."""
+
 _MISSING = object()
+
+
+def fold(combine: Combine) -> Step:
+    """The step of a fold: the key's new value is also the tuple's result."""
+
+    def step(key: str, current: Any, value: Any) -> tuple[Any, Any]:
+        new = combine(current, value)
+        return new, new
+
+    return step
 
 
 def sum_combine(current: Any, value: Any) -> Any:
     """Running sum: the flights job's "sum of delays per plane per year"."""
     return value if current is None else current + value
+
+
+sum_step = fold(sum_combine)
 
 
 class Admission(Enum):
@@ -56,7 +76,7 @@ class KeyGroupState:
 
     __slots__ = (
         "key_group",
-        "combine",
+        "step",
         "master",
         "inactive",
         "active",
@@ -71,7 +91,7 @@ class KeyGroupState:
         self,
         key_group: int,
         *,
-        combine: Combine = sum_combine,
+        step: Step = sum_step,
         epoch: int = 0,
         master: dict[str, Any] | None = None,
         applied: dict[str, int] | None = None,
@@ -79,7 +99,7 @@ class KeyGroupState:
         needs_full: bool = True,
     ) -> None:
         self.key_group = key_group
-        self.combine = combine
+        self.step = step
         self.master: dict[str, Any] = {} if master is None else master
         self.inactive: dict[str, Any] = {}
         self.active: dict[str, Any] = {}
@@ -99,15 +119,15 @@ class KeyGroupState:
         return default
 
     def update(self, key: str, value: Any) -> Any:
-        """Fold ``value`` into ``key`` with ``combine``; return the new value."""
+        """Apply ``value`` to ``key`` with ``step``; return the step's result."""
         active = self.active
         current = active.get(key, _MISSING)
         if current is _MISSING:  # the same lookup order as get(), unrolled (hot path)
             current = self.inactive.get(key, _MISSING) if self.inactive else _MISSING
             if current is _MISSING:
                 current = self.master.get(key)
-        new = active[key] = self.combine(current, value)
-        return new
+        active[key], result = self.step(key, current, value)
+        return result
 
     def put(self, key: str, value: Any) -> None:
         """Set ``key`` to ``value`` (in the active fragment)."""

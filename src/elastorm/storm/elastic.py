@@ -58,7 +58,7 @@ from elastorm.core.messages import Message, PeerDown, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.routing import RoutingTable
-from elastorm.core.state import Combine
+from elastorm.core.state import Step
 from elastorm.storm.load import (
     HEARTBEATS_KEY,
     LoadMeter,
@@ -279,9 +279,7 @@ class KeyedOperator(_Sending):
     emitter_components: tuple[str, ...] = ()
     clock: Callable[[], float] = staticmethod(time.monotonic)
 
-    def setup_keyed(
-        self, conf: Mapping[str, Any], context: Mapping[str, Any], combine: Combine
-    ) -> None:
+    def setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
         from elastorm.controller.loop import node_name
         from elastorm.zk.requests import task_start
 
@@ -305,7 +303,7 @@ class KeyedOperator(_Sending):
             task=task,
             num_key_groups=routing.num_key_groups,
             upstreams=tasks_of(context, self.emitter_components),
-            combine=combine,
+            step=step,
             owned=owned,
             holders={g: holders[g] for g in owned},
             checkpoint_interval=interval if interval > 0 else None,

@@ -25,7 +25,7 @@ from elastorm.core.messages import (
 )
 from elastorm.core.migration.keygroup import KeyGroupMachine
 from elastorm.core.migration.table import LIVE, Phase
-from elastorm.core.state import Combine, KeyGroupState, sum_combine
+from elastorm.core.state import KeyGroupState, Step, sum_step
 
 EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck")
 """Messages for the task's upstream-side :class:`Emitter`, not for the coordinator."""
@@ -47,7 +47,7 @@ class TaskCoordinator:
         task: int,
         num_key_groups: int,
         upstreams: Iterable[int],
-        combine: Combine = sum_combine,
+        step: Step = sum_step,
         owned: Iterable[int] = (),
         holders: Mapping[int, int] | None = None,
         checkpoint_interval: float | None = None,
@@ -60,7 +60,7 @@ class TaskCoordinator:
         self.task = task
         self.num_key_groups = num_key_groups
         self.upstreams: set[int] = set(upstreams)
-        self.combine = combine
+        self.step = step
         self.held = CheckpointHolder()
         self.checkpoint_interval = checkpoint_interval
         self.stale_through = stale_through
@@ -88,7 +88,7 @@ class TaskCoordinator:
             task=self.task,
             upstreams=lambda: self.upstreams,
             holder_store=self.held,
-            combine=self.combine,
+            step=self.step,
             epoch=self.stale_through + 1,
             owned=owned,
         )

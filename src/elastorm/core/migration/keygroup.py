@@ -37,7 +37,7 @@ from elastorm.core.messages import (
     Trim,
 )
 from elastorm.core.migration.table import LIVE, TRANSITIONS, Phase
-from elastorm.core.state import Combine, KeyGroupState
+from elastorm.core.state import KeyGroupState, Step
 
 
 def _applied(key_group: int, item: DataTuple, result: object, emit: bool) -> Applied:
@@ -69,7 +69,7 @@ class KeyGroupMachine:
         task: int,
         upstreams: Callable[[], Set[int]],
         holder_store: CheckpointHolder,
-        combine: Combine,
+        step: Step,
         epoch: int = 0,
         owned: bool = False,
     ) -> None:
@@ -77,11 +77,11 @@ class KeyGroupMachine:
         self.task = task
         self._upstreams = upstreams
         self._holder_store = holder_store
-        self._combine = combine
+        self._step = step
         self.epoch = epoch
         self.phase = Phase.ACTIVE if owned else Phase.IDLE
         self.state: KeyGroupState | None = (
-            KeyGroupState(key_group, combine=combine, epoch=epoch) if owned else None
+            KeyGroupState(key_group, step=step, epoch=epoch) if owned else None
         )
         self.holder: int | None = None
         self.protocol: Protocol | None = None
@@ -302,7 +302,7 @@ class KeyGroupMachine:
                 self._hint_for(message),
             )
         self._holder_store.take(self.key_group)
-        self.state = checkpoint_to_state(copy, epoch=message.epoch, combine=self._combine)
+        self.state = checkpoint_to_state(copy, epoch=message.epoch, step=self._step)
         self._start_target(message)
         self.phase = Phase.SHADOW if message.protocol is Protocol.CPAL else Phase.REPLAYING
         return self._on_to_state(sender, message)
