@@ -7,10 +7,10 @@ flights_spout -> extract_delays (op1) --default, by the routing table's task--> 
                                       --default (same tuples), fields(key)--> air_share (op3)
                                       --sample, global--> sampled_delay_share (op4)
                                       --elastorm, direct (toState, syncGroup...)--> sum_delays
-sum_delays --elastorm_relay--> relay --elastorm--> sum_delays (checkpoints to holders, acks),
-           extract_delays (trims, processedAllReplay)  [the relay breaks backpressure cycles]
-sum_delays --elastorm_reports--> controller --elastorm--> extract_delays, sum_delays
 op2, op3, op4, errors --> results_sink
+
+``ElasticTopology`` adds the relay, the controller and their direct streams
+(``elastorm.storm.topology``).
 
 op2 has ``elastorm.key_groups`` key groups (20) on ``ELASTORM_KEYED_TASKS`` tasks
 (default 3); each key group checkpoints every ``elastorm.checkpoint_interval_secs``
@@ -19,8 +19,7 @@ op2 has ``elastorm.key_groups`` key groups (20) on ``ELASTORM_KEYED_TASKS`` task
 
 from __future__ import annotations
 
-from streamparse import Grouping, Topology
-from streamparse.thrift import GlobalStreamId
+from streamparse import Grouping
 
 from bolts.common import env_int, flights_topology_config
 from bolts.flights import (
@@ -30,48 +29,22 @@ from bolts.flights import (
     SampledDelayShare,
     results_sink_inputs,
 )
-from bolts.flights_elastic import (
-    CONTROLLER,
-    RELAY_COMPONENT,
-    ElasticExtractDelays,
-    FlightsController,
-    KeyedSumDelays,
-)
-from elastorm.storm.elastic import RELAY, REPORTS, STREAM, RelayBolt, by_task
+from bolts.flights_elastic import ElasticExtractDelays, KeyedSumDelays
+from elastorm import ElasticTopology, keyed
 from spouts.flights import FlightsSpout
 
 PARALLELISM = env_int("ELASTORM_PARALLELISM", 2)
 KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=2)  # an owner and a holder at least
 
 
-def _from(component: str) -> GlobalStreamId:
-    """The ``elastorm`` stream of a component declared later (cycles are by name)."""
-    return GlobalStreamId(componentId=component, streamId=STREAM)
-
-
-class FlightsElasticTopology(Topology):
+class FlightsElasticTopology(ElasticTopology):
     config = flights_topology_config()
 
     flights_spout = FlightsSpout.spec(par=1)
     extract_delays = ElasticExtractDelays.spec(
-        inputs={
-            flights_spout: Grouping.SHUFFLE,
-            _from(RELAY_COMPONENT): Grouping.DIRECT,
-            _from(CONTROLLER): Grouping.DIRECT,
-        },
-        par=PARALLELISM,
+        inputs={flights_spout: Grouping.SHUFFLE}, par=PARALLELISM
     )
-    sum_delays = KeyedSumDelays.spec(
-        inputs={
-            extract_delays: by_task(),
-            extract_delays[STREAM]: Grouping.DIRECT,
-            _from(RELAY_COMPONENT): Grouping.DIRECT,
-            _from(CONTROLLER): Grouping.DIRECT,
-        },
-        par=KEYED_TASKS,
-    )
-    relay = RelayBolt.spec(name=RELAY_COMPONENT, inputs={sum_delays[RELAY]: Grouping.GLOBAL}, par=1)
-    controller = FlightsController.spec(inputs={sum_delays[REPORTS]: Grouping.GLOBAL}, par=1)
+    sum_delays = KeyedSumDelays.spec(inputs={extract_delays: keyed()}, par=KEYED_TASKS)
     air_share = AirShare.spec(inputs={extract_delays: Grouping.fields("key")}, par=PARALLELISM)
     sampled_delay_share = SampledDelayShare.spec(
         inputs={extract_delays[SAMPLE_STREAM]: Grouping.GLOBAL}, par=1

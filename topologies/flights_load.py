@@ -7,7 +7,7 @@ generator (FlightsLoadSpout: flights rows at a ramping rate) -> emitter
     --elastorm, direct--> op2 (delays per plane), op3 (air time per plane),
                           op4 (a sampled plane every 200 ms)
 op2, op3, op4: a count per key in key groups, one task per node (node0..node3)
-op2..op4 --elastorm_relay--> relay; --elastorm_reports--> controller
+(``ElasticTopology`` adds the relay, the controller and their direct streams)
 
 As in the paper, op2 and op3 start on the "operator" nodes (node0-2) and op4 on
 its own (node3); the operator nodes have little spare CPU (an emulated external
@@ -18,18 +18,18 @@ with a key-group count and a checkpoint-allocation strategy.
 
 from __future__ import annotations
 
-from streamparse import Grouping, Topology
+from streamparse import Grouping
 
 from bolts.common import TICK_SECS
-from bolts.flights_load import FlightsLoadController, FlightsLoadEmitter
-from bolts.shift import RELAY_COMPONENT, ShiftCounter, control_inputs, keyed_inputs
-from elastorm.storm.elastic import RELAY, REPORTS, RelayBolt
+from bolts.shift import ShiftCounter, ShiftEmitter
+from elastorm import ElasticTopology, keyed
+from elastorm.storm.elastic import STREAM
 from spouts.flights_load import FlightsLoadSpout
 
 NODES = 4
 
 
-class FlightsLoadTopology(Topology):
+class FlightsLoadTopology(ElasticTopology):
     config = {
         "topology.tick.tuple.freq.secs": TICK_SECS,
         "elastorm.key_groups": 16,
@@ -50,18 +50,7 @@ class FlightsLoadTopology(Topology):
     }
 
     generator = FlightsLoadSpout.spec(par=1)
-    emitter = FlightsLoadEmitter.spec(
-        inputs={generator: Grouping.SHUFFLE, **control_inputs()},
-        par=1,
-    )
-    op2 = ShiftCounter.spec(name="op2", inputs=keyed_inputs(emitter), par=NODES)
-    op3 = ShiftCounter.spec(name="op3", inputs=keyed_inputs(emitter), par=NODES)
-    op4 = ShiftCounter.spec(name="op4", inputs=keyed_inputs(emitter), par=NODES)
-    relay = RelayBolt.spec(
-        name=RELAY_COMPONENT,
-        inputs={c[RELAY]: Grouping.GLOBAL for c in (op2, op3, op4)},
-        par=1,
-    )
-    controller = FlightsLoadController.spec(
-        inputs={c[REPORTS]: Grouping.GLOBAL for c in (op2, op3, op4)}, par=1
-    )
+    emitter = ShiftEmitter.spec(inputs={generator: Grouping.SHUFFLE}, par=1)
+    op2 = ShiftCounter.spec(name="op2", inputs={emitter[STREAM]: keyed()}, par=NODES)
+    op3 = ShiftCounter.spec(name="op3", inputs={emitter[STREAM]: keyed()}, par=NODES)
+    op4 = ShiftCounter.spec(name="op4", inputs={emitter[STREAM]: keyed()}, par=NODES)

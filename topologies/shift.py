@@ -5,8 +5,7 @@ checkpoint allocation and load balancing).
 
 generator (ShiftSpout) -> emitter --elastorm, direct--> op1, op2 (count per key,
 10 key groups each, one task per node: node0, node1, node2)
-op1, op2 --elastorm_relay--> relay --elastorm--> op1, op2, emitter
-op1, op2 --elastorm_reports--> controller --elastorm--> op1, op2, emitter
+(``ElasticTopology`` adds the relay, the controller and their direct streams)
 
 As in the paper: op1's key groups start on node1, op2's on node2; node0 and
 node2 are under a 70% external CPU load (emulated, see ``elastorm.storm.load``). The
@@ -20,24 +19,18 @@ from __future__ import annotations
 
 import os
 
-from streamparse import Grouping, Topology
+from streamparse import Grouping
 
 from bolts.common import TICK_SECS
-from bolts.shift import (
-    RELAY_COMPONENT,
-    ShiftController,
-    ShiftCounter,
-    ShiftEmitter,
-    control_inputs,
-    keyed_inputs,
-)
-from elastorm.storm.elastic import RELAY, REPORTS, RelayBolt
+from bolts.shift import ShiftCounter, ShiftEmitter
+from elastorm import ElasticTopology, keyed
+from elastorm.storm.elastic import STREAM
 from spouts.shift import ShiftSpout
 
 NODES = 3
 
 
-class ShiftTopology(Topology):
+class ShiftTopology(ElasticTopology):
     config = {
         "topology.tick.tuple.freq.secs": TICK_SECS,
         "elastorm.key_groups": 10,
@@ -57,17 +50,6 @@ class ShiftTopology(Topology):
     }
 
     generator = ShiftSpout.spec(par=1)
-    emitter = ShiftEmitter.spec(
-        inputs={generator: Grouping.SHUFFLE, **control_inputs()},
-        par=1,
-    )
-    op1 = ShiftCounter.spec(name="op1", inputs=keyed_inputs(emitter), par=NODES)
-    op2 = ShiftCounter.spec(name="op2", inputs=keyed_inputs(emitter), par=NODES)
-    relay = RelayBolt.spec(
-        name=RELAY_COMPONENT,
-        inputs={op1[RELAY]: Grouping.GLOBAL, op2[RELAY]: Grouping.GLOBAL},
-        par=1,
-    )
-    controller = ShiftController.spec(
-        inputs={op1[REPORTS]: Grouping.GLOBAL, op2[REPORTS]: Grouping.GLOBAL}, par=1
-    )
+    emitter = ShiftEmitter.spec(inputs={generator: Grouping.SHUFFLE}, par=1)
+    op1 = ShiftCounter.spec(name="op1", inputs={emitter[STREAM]: keyed()}, par=NODES)
+    op2 = ShiftCounter.spec(name="op2", inputs={emitter[STREAM]: keyed()}, par=NODES)

@@ -39,14 +39,11 @@ from elastorm.storm.elastic import (
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    MigrationControllerBolt,
     carrier_fields,
 )
 
 OP1 = "extract_delays"
 OP2 = "sum_delays"
-CONTROLLER = "controller"
-RELAY_COMPONENT = "relay"
 
 
 def add_delay(current: dict[str, list[int]] | None, value: list) -> dict[str, list[int]]:
@@ -66,8 +63,6 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
     """op1 feeding op2 by key group and op3 as before (fields grouping), with one
     emit per row: op2's data message rides in it (``emit_keyed(carry=...)``)."""
 
-    keyed_component = OP2
-    controller_component = CONTROLLER
     outputs = [
         Stream(fields=carrier_fields(TUPLE_FIELDS)),
         Stream(fields=TUPLE_FIELDS, name=SAMPLE_STREAM),
@@ -110,8 +105,6 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
     """
 
     role = "op2"
-    emitter_components = (OP1,)
-    controller_component = CONTROLLER
     outputs = [
         Stream(fields=UPDATE_FIELDS),
         Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
@@ -169,11 +162,3 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.flush()
         self.counters.extra["owned"] = list(self.coordinator.owned())
         self.counters.extra["held"] = sorted(self.coordinator.held)
-
-
-class FlightsController(MigrationControllerBolt):
-    """The controller of ``sum_delays``."""
-
-    keyed_component = OP2
-    emitter_components = (OP1,)
-    controller_component = CONTROLLER

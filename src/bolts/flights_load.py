@@ -1,19 +1,3 @@
 """Bolts of the flights-load job (``topologies/flights_load.py``): the shift job's
-emitter, counters and controller, on the flights operators op2, op3 and op4."""
-
-from __future__ import annotations
-
-from bolts.shift import ShiftController, ShiftEmitter
-from spouts.flights_load import OPERATORS
-
-
-class FlightsLoadEmitter(ShiftEmitter):
-    """Pass-through to op2, op3 and op4 by key group."""
-
-    keyed_components = OPERATORS
-
-
-class FlightsLoadController(ShiftController):
-    """The controller of op2, op3 and op4."""
-
-    keyed_components = OPERATORS
+emitter and counters, on the flights operators op2, op3 and op4 (the wiring tells
+the emitter which operators it feeds)."""

@@ -31,13 +31,8 @@ from elastorm.storm.elastic import (
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    MigrationControllerBolt,
 )
-from spouts.shift import OPERATORS, shift_conf
-
-EMITTER = "emitter"
-CONTROLLER = "controller"
-RELAY_COMPONENT = "relay"
+from spouts.shift import shift_conf
 
 
 def add_one(current: int | None, value: Any) -> int:
@@ -49,8 +44,6 @@ class ShiftEmitter(KeyedEmitting, CountingBolt):
     """Pass-through: each ``(key, operator, stamp)`` goes to that operator's owner task."""
 
     role = "emitter"
-    keyed_components = OPERATORS
-    controller_component = CONTROLLER
     outputs = [MESSAGE_STREAM]
     streams = (STREAM,)
 
@@ -78,8 +71,6 @@ class ShiftCounter(KeyedOperator, CountingBolt):
     """Counts tuples per key in key groups; see the module docstring."""
 
     role = "counter"
-    emitter_components = (EMITTER,)
-    controller_component = CONTROLLER
     outputs = [RELAY_STREAM, REPORT_STREAM]
     streams = (RELAY, REPORTS)
 
@@ -113,30 +104,3 @@ class ShiftCounter(KeyedOperator, CountingBolt):
             "idled": round(self.load_meter.idled, 3),
             "at": time.time(),
         }
-
-
-class ShiftController(MigrationControllerBolt):
-    """The controller of op1 and op2."""
-
-    keyed_components = OPERATORS
-    emitter_components = (EMITTER,)
-    controller_component = CONTROLLER
-
-
-def control_inputs() -> dict:
-    """The ``elastorm`` streams of the relay and the controller, both direct: what
-    every emitter and keyed task of these jobs subscribes to besides its data."""
-    from streamparse import Grouping
-    from streamparse.thrift import GlobalStreamId
-
-    return {
-        GlobalStreamId(componentId=c, streamId=STREAM): Grouping.DIRECT
-        for c in (RELAY_COMPONENT, CONTROLLER)
-    }
-
-
-def keyed_inputs(emitter) -> dict:
-    """A keyed operator's inputs: the emitter's direct ``elastorm`` stream plus control."""
-    from streamparse import Grouping
-
-    return {emitter[STREAM]: Grouping.DIRECT, **control_inputs()}

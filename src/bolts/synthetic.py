@@ -49,17 +49,12 @@ from elastorm.storm.elastic import (
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    MigrationControllerBolt,
     from_wire,
 )
 from spouts.synthetic import HOT_GROUP_KEY, conf_value, read_control
 
 log = logging.getLogger(__name__)
 
-EMITTER = "emitter"
-COUNTER = "counter"
-CONTROLLER = "controller"
-RELAY_COMPONENT = "relay"
 BUCKET_SECS = 0.1
 DATA_PREFIX = '{"type":"Data",'
 
@@ -162,8 +157,6 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
     with the emitter's own stamp added."""
 
     role = "emitter"
-    keyed_component = COUNTER
-    controller_component = CONTROLLER
     outputs = [MESSAGE_STREAM]
     streams = (STREAM,)
     auto_ack = True
@@ -217,8 +210,6 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
     """Count per key on key groups; latency of the hot group's outputs (module docstring)."""
 
     role = "counter"
-    emitter_components = (EMITTER,)
-    controller_component = CONTROLLER
     outputs = [RELAY_STREAM, REPORT_STREAM]
     streams = (RELAY, REPORTS)
     wall = staticmethod(time.time)
@@ -289,11 +280,3 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
             extra["live"] = list(coordinator.live())
             state = coordinator.state(self.hot)
             extra["hot_keys"] = len(state) if state is not None else None
-
-
-class SyntheticController(MigrationControllerBolt):
-    """The controller of ``counter``."""
-
-    keyed_component = COUNTER
-    emitter_components = (EMITTER,)
-    controller_component = CONTROLLER

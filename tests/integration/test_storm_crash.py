@@ -52,7 +52,7 @@ def _controller_pids(home: str) -> set[int]:
     import subprocess
 
     out = subprocess.run(
-        ["pgrep", "-f", "bolts.shift.ShiftController"], capture_output=True, text=True
+        ["pgrep", "-f", "MigrationControllerBolt"], capture_output=True, text=True
     ).stdout
     ours = set()
     for pid in (int(p) for p in out.split()):

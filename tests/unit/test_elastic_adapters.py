@@ -37,9 +37,10 @@ class Tup:
         self.task = sender
 
 
-class TwoOperators(KeyedEmitting):
-    keyed_components = ("op1", "op2")
+CONF = {"elastorm.key_groups": 4, "elastorm.operators": {"op1": ["emitter"], "op2": ["emitter"]}}
 
+
+class TwoOperators(KeyedEmitting):
     def __init__(self) -> None:
         self.sent = []
         self.emitted = []
@@ -53,7 +54,7 @@ class TwoOperators(KeyedEmitting):
 
 def test_an_emitter_per_keyed_operator_and_commands_reach_the_right_one() -> None:
     e = TwoOperators()
-    e.setup_emitting({"elastorm.key_groups": 4}, CONTEXT)
+    e.setup_emitting(CONF, CONTEXT)
     assert set(e.emitters) == {"op1", "op2"}
     e.emit_keyed("k", 1, 0.0, operator="op2")
     assert e.sent[-1].to_task in (20, 21)
@@ -80,7 +81,7 @@ def test_initial_routing_on_named_nodes_and_its_errors() -> None:
 
 def test_a_carried_row_holds_its_data_message_and_a_cpal_copy_goes_direct() -> None:
     e = TwoOperators()
-    e.setup_emitting({"elastorm.key_groups": 4}, CONTEXT)
+    e.setup_emitting(CONF, CONTEXT)
     row = ["r1", "k", [2013, 5], 0.0]
     e.emit_keyed("k", 5, 0.0, operator="op2", carry=row)
     assert e.sent == []  # one emit, nothing direct

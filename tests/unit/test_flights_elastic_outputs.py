@@ -18,12 +18,13 @@ from test_flights_harness import TICK, drain, make, tup
 
 import elastorm.zk.requests
 from bolts.flights import ResultsSink
-from bolts.flights_elastic import CONTROLLER, OP1, OP2, KeyedSumDelays
+from bolts.flights_elastic import OP1, OP2, KeyedSumDelays
 from elastorm.core.actions import Send
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Data, Message, Migrate, Protocol
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.routing import RoutingTable
+from elastorm.storm.elastic import CONTROLLER_COMPONENT as CONTROLLER
 from elastorm.storm.elastic import CONTROLLER_SENDER, RELAY, STREAM, from_wire, to_wire
 
 GROUPS = 20
@@ -53,6 +54,7 @@ class Wiring:
         conf = {
             "elastorm.output_dir": str(tmp_path),
             "elastorm.key_groups": GROUPS,
+            "elastorm.operators": {OP2: [OP1]},
             "elastorm.checkpoint_interval_secs": 0,  # no tick-driven checkpoints here
             "elastorm.flights.flush_every": 10**6,  # flush on ticks only
         }

@@ -82,6 +82,10 @@ DEFAULT_KEY_GROUPS = 20
 DEFAULT_CHECKPOINT_INTERVAL = 5.0
 DEFAULT_MIGRATION_TIMEOUT = 60.0
 
+CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
+RELAY_COMPONENT = "relay"
+OPERATORS_KEY = "elastorm.operators"  # {keyed operator: [its emitters]}, set by the wiring
+
 MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
 CARRIED = ["elastorm", "elastorm_task"]  # appended to a carrier stream's own fields
 TASK_GROUPING = "elastorm.jvm.TaskFieldGrouping"  # jvm/multilang, in every topology jar
@@ -116,6 +120,20 @@ def tasks_of(context: Mapping[str, Any], components: str | Iterable[str]) -> lis
     return sorted(int(t) for t, c in context["task->component"].items() if c in names)
 
 
+def operators_of(conf: Mapping[str, Any]) -> dict[str, list[str]]:
+    """``elastorm.operators``: each keyed operator and the components that emit to it
+    (``elastorm.storm.topology`` writes it; Storm may hand it over as JSON text)."""
+    value = conf.get(OPERATORS_KEY)
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not value:
+        raise ValueError(
+            f"{OPERATORS_KEY} is not set: declare the topology as an elastorm "
+            "ElasticTopology (keyed inputs marked with keyed())"
+        )
+    return {str(op): [str(e) for e in emitters] for op, emitters in dict(value).items()}
+
+
 def conf_key_groups(conf: Mapping[str, Any]) -> int:
     """``elastorm.key_groups``, validated (fixed at submit, like Flink's max parallelism)."""
     value = int(conf.get(KEY_GROUPS_KEY, DEFAULT_KEY_GROUPS))
@@ -140,10 +158,8 @@ def conf_migration_timeout(conf: Mapping[str, Any]) -> float:
 class _Sending:
     """Mixin: perform ``Send`` actions as direct emits on the ``elastorm`` stream."""
 
-    controller_component = "controller"
-
     def _senders(self, context: Mapping[str, Any]) -> None:
-        self._controller_tasks = set(tasks_of(context, self.controller_component))
+        self._controller_tasks = set(tasks_of(context, CONTROLLER_COMPONENT))
         self._task = int(context["taskid"])
 
     def sender_of(self, tup) -> int:
@@ -184,7 +200,8 @@ def initial_routing(conf: Mapping[str, Any], operator: str, tasks: Iterable[int]
 
 
 class KeyedEmitting(_Sending):
-    """Mixin for a spout or bolt that feeds keyed operators (``keyed_components``).
+    """Mixin for a spout or bolt that feeds keyed operators (those that name its
+    component in ``elastorm.operators``).
 
     One :class:`Emitter` per keyed operator (``self.emitters``; ``self.emitter`` is
     the first). Call :meth:`setup_emitting` from ``initialize``,
@@ -193,13 +210,13 @@ class KeyedEmitting(_Sending):
     commands), which go to the emitter of the operator they concern.
     """
 
-    keyed_component = "keyed"
-    keyed_components: tuple[str, ...] = ()
-
     def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         self._senders(context)
         task = int(context["taskid"])
-        operators = self.keyed_components or (self.keyed_component,)
+        component = context["componentid"]
+        operators = [op for op, ems in operators_of(conf).items() if component in ems]
+        if not operators:
+            raise ValueError(f"{OPERATORS_KEY} names no keyed operator fed by {component}")
         self.emitters: dict[str, Emitter] = {}
         self._operator_of: dict[int, str] = {}
         for op in operators:
@@ -269,14 +286,13 @@ class KeyedEmitting(_Sending):
 class KeyedOperator(_Sending):
     """Mixin for a bolt whose state lives in key groups (a ``TaskCoordinator``).
 
-    ``emitter_components`` name the components feeding it. Subclasses implement
+    ``elastorm.operators`` names the components feeding it. Subclasses implement
     :meth:`on_applied` (the tuple's effect on the state: emit outputs) and may
     override :meth:`on_rejected`. Call :meth:`setup_keyed` from ``initialize``,
     :meth:`receive_elastorm` for ``elastorm`` tuples and :meth:`tick_keyed` on
     ticks (checkpoints).
     """
 
-    emitter_components: tuple[str, ...] = ()
     clock: Callable[[], float] = staticmethod(time.monotonic)
 
     def setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
@@ -302,7 +318,7 @@ class KeyedOperator(_Sending):
         self.coordinator = TaskCoordinator(
             task=task,
             num_key_groups=routing.num_key_groups,
-            upstreams=tasks_of(context, self.emitter_components),
+            upstreams=tasks_of(context, operators_of(conf).get(component, ())),
             step=step,
             owned=owned,
             holders={g: holders[g] for g in owned},
@@ -429,23 +445,20 @@ class MigrationControllerBolt(_Sending, Bolt):
     ``controller-metrics.json`` in the output dir.
     """
 
-    keyed_component = "keyed"
-    keyed_components: tuple[str, ...] = ()
-    emitter_components: tuple[str, ...] = ()
     outputs = [MESSAGE_STREAM]
 
     def initialize(self, conf, context):
         from elastorm.zk.requests import RequestBoard
 
         self._senders(context)
-        self.operators = self.keyed_components or (self.keyed_component,)
-        emitters = tasks_of(context, self.emitter_components)
+        relations = operators_of(conf)
+        self.operators = tuple(relations)
         self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
         self.controls = {
             op: MigrationController(
                 num_key_groups=conf_key_groups(conf),
                 tasks=tasks,
-                emitters=emitters,
+                emitters=tasks_of(context, relations[op]),
                 routing=initial_routing(conf, op, tasks),
             )
             for op, tasks in self.operator_tasks.items()

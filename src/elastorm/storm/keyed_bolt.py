@@ -1,0 +1,148 @@
+"""The user's keyed bolt, and the router that feeds it from a plain upstream.
+
+A :class:`KeyedBolt` is what a user writes: ``process_keyed(key, values)``, the
+per-key states it declares (``ValueState``, ``MapState``) and ``self.emit``.
+elastorm keeps the state in key groups (``elastorm.core.state``), checkpoints it
+and migrates it; the bolt never sees any of that.
+
+Output Fidelity (Madsen & Zhou 2015, section 5): what ``process_keyed`` emits is
+held until the core says the tuple's outputs are this task's to send
+(``Applied.emit_output``); a tuple replayed by a migration target, whose outputs
+the source already sent, emits nothing. Outputs that depend on the key's whole
+state are consistent when the key has one upstream router task (the default);
+with several, a CPA target may apply two routers' tuples in another order than
+the source did (see ``elastorm.core.outputs``).
+
+A :class:`KeyRouter` is added by :class:`elastorm.storm.topology.ElasticTopology`
+for every keyed bolt fed by ordinary components: it reads the key field of each
+input tuple and sends the tuple through an ``Emitter`` (routing table, sequence
+numbers, the output buffer that migrations replay).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from streamparse import Bolt
+
+from elastorm.core.actions import Applied
+from elastorm.core.errors import MigrationProtocolError
+from elastorm.core.keyed_state import KeyState
+from elastorm.storm.elastic import (
+    MESSAGE_STREAM,
+    RELAY_STREAM,
+    REPORT_STREAM,
+    STREAM,
+    KeyedEmitting,
+    KeyedOperator,
+)
+
+log = logging.getLogger(__name__)
+
+ROUTER_KEYS = "elastorm.router.keys"
+"""Component conf of a router: ``{"<component>:<stream>": index of the key field}``."""
+
+
+class KeyedBolt(KeyedOperator, Bolt):
+    """Subclass it and write :meth:`process_keyed`; declare per-key states on the class.
+
+    ``outputs`` are the bolt's own streams, as for any streamparse bolt; elastorm
+    adds its streams to them.
+    """
+
+    outputs: list = []
+    current_key_state: KeyState | None = None
+    failed = 0  # tuples whose process_keyed raised
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Add elastorm's relay and report streams to the subclass's own ``outputs``."""
+        super().__init_subclass__(**kwargs)
+        own = [s for s in cls.outputs if s is not RELAY_STREAM and s is not REPORT_STREAM]
+        cls.outputs = [*own, RELAY_STREAM, REPORT_STREAM]
+
+    def initialize(self, conf, context):
+        self._outputs: list[tuple[list, str | None]] | None = None
+        self.setup_keyed(conf, context, self._step)
+
+    def process_keyed(self, key: str, values: list) -> None:
+        """One input tuple of ``key``; ``values`` are the tuple's values as sent."""
+        raise NotImplementedError
+
+    def emit(self, tup, stream=None, **kwargs):
+        """Inside :meth:`process_keyed`: an output of the tuple (sent if it is this task's
+        to send); elsewhere, an ordinary emit."""
+        if self._outputs is not None:
+            self._outputs.append((list(tup), stream))
+            return None
+        return super().emit(tup, stream=stream, **kwargs)
+
+    def _step(self, key: str, current: Any, values: Any) -> tuple[Any, Any]:
+        """The core's step: run ``process_keyed`` on the key's record, collect outputs."""
+        state = self.current_key_state = KeyState(key, current)
+        outputs = self._outputs = []
+        try:
+            self.process_keyed(key, values)
+        except Exception:
+            # The user's code failed on this tuple: the key keeps its state, the tuple
+            # is counted and logged, processing goes on (no poison-pill restart loop).
+            self.failed += 1
+            log.exception("process_keyed failed for key %r (tuple dropped): %r", key, values)
+            return current, []
+        finally:
+            self.current_key_state = None
+            self._outputs = None
+        return state.record(), outputs
+
+    def process(self, tup):
+        try:
+            self.receive_elastorm(tup)
+        except ValueError as exc:  # a malformed protocol tuple: say so, keep going
+            log.error("malformed elastorm tuple on %s from task %s: %s", tup.stream, tup.task, exc)
+
+    def process_tick(self, tup):
+        self.tick_keyed()
+
+    def on_applied(self, applied: Applied) -> None:
+        if applied.emit_output:
+            for values, stream in applied.result:
+                super().emit(values, stream=stream)
+
+
+class KeyRouter(KeyedEmitting, Bolt):
+    """Routes the tuples of plain upstreams to a keyed bolt's key-group owners.
+
+    Its component conf (``elastorm.router.keys``) names the key field of each input
+    stream; the tuple's values travel as the data message's value.
+    """
+
+    outputs = [MESSAGE_STREAM]
+
+    def initialize(self, conf, context):
+        self.setup_emitting(conf, context)
+        keys = conf.get(ROUTER_KEYS)
+        if isinstance(keys, str):
+            keys = json.loads(keys)
+        self.key_index: Mapping[str, int] = dict(keys or {})
+
+    def process(self, tup):
+        if tup.stream == STREAM:
+            try:
+                for action in self.receive_elastorm(tup):
+                    log.warning("router: %s", action)
+            except (ValueError, MigrationProtocolError) as exc:
+                log.error("router: bad control tuple from task %s: %s", tup.task, exc)
+            return
+        index = self.key_index.get(f"{tup.component}:{tup.stream}")
+        if index is None or index >= len(tup.values):
+            log.error(
+                "router: no key field for %s:%s (values %r); tuple dropped",
+                tup.component,
+                tup.stream,
+                tup.values,
+            )
+            return
+        self.emit_keyed(str(tup.values[index]), list(tup.values), time.time())

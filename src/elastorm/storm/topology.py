@@ -1,0 +1,217 @@
+"""Topology wiring in one declaration: a streamparse ``Topology`` with keyed inputs marked.
+
+A user writes an ordinary streamparse topology and marks the inputs of keyed
+bolts with :func:`keyed`::
+
+    class WordCount(ElasticTopology):
+        words = Words.spec()
+        counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
+        sink = Sink.spec(inputs={counts: Grouping.SHUFFLE})
+
+When the class is created, :class:`ElasticTopologyType` adds what elastorm needs
+before streamparse builds the Thrift topology:
+
+* for a keyed input from an ordinary component, a router bolt
+  (``<keyed bolt>_router``, :class:`~elastorm.storm.keyed_bolt.KeyRouter`) fed by a
+  fields grouping on the key (one router task per key keeps the key's order); an
+  upstream that is itself an emitter (``KeyedEmitting``) feeds the keyed bolt
+  directly: on ``elastorm`` (direct) and, for a carrier stream, by ``by_task()``;
+* the relay (``relay``) and the controller (``controller``), and every direct
+  ``elastorm`` stream between them, the emitters and the keyed bolts (these close
+  cycles, so they are named by component id);
+* the conf ``elastorm.operators``: ``{keyed bolt: [its emitters]}``, from which
+  every component learns its peers at run time, and a tick frequency.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamparse import Grouping, Topology
+from streamparse.dsl.component import ComponentSpec
+from streamparse.dsl.topology import TopologyType
+from streamparse.thrift import GlobalStreamId, storm_thrift
+
+from elastorm.storm.elastic import (
+    CARRIED,
+    CONTROLLER_COMPONENT,
+    OPERATORS_KEY,
+    RELAY,
+    RELAY_COMPONENT,
+    REPORTS,
+    STREAM,
+    KeyedEmitting,
+    KeyedOperator,
+    MigrationControllerBolt,
+    RelayBolt,
+    by_task,
+)
+from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
+
+TICK_KEY = "topology.tick.tuple.freq.secs"
+DEFAULT_TICK_SECS = 1  # checkpoints, heartbeats and the controller's rounds run on ticks
+RESERVED = frozenset({RELAY_COMPONENT, CONTROLLER_COMPONENT})
+
+
+class Keyed(storm_thrift.Grouping):
+    """The grouping :func:`keyed` returns: a marker that :func:`wire` replaces. In a
+    plain ``Topology`` nothing replaces it, and the keyed bolt refuses to start
+    (no ``elastorm.operators`` in its conf)."""
+
+    def __init__(self, field: str | None) -> None:
+        super().__init__(fields=[field] if field else [])
+        self.key_field = field
+
+
+def keyed(field: str | None = None) -> Keyed:
+    """Mark an input of a keyed bolt: its tuples are keyed by ``field``.
+
+    ``field`` is needed for an ordinary upstream; an upstream that is an elastorm
+    emitter (``KeyedEmitting``) chooses keys itself, so ``keyed()`` takes none.
+    """
+    return Keyed(field)
+
+
+class WiringError(ValueError):
+    """A topology elastorm cannot wire; the message says which component and why."""
+
+
+def _component(stream_id: GlobalStreamId) -> ComponentSpec | str:
+    return stream_id.componentId
+
+
+def _is(spec: Any, base: type) -> bool:
+    return isinstance(spec, ComponentSpec) and issubclass(spec.component_cls, base)
+
+
+def _direct(component: str) -> GlobalStreamId:
+    """The ``elastorm`` stream of ``component``, by name (it may close a cycle)."""
+    return GlobalStreamId(componentId=component, streamId=STREAM)
+
+
+def _fields(spec: ComponentSpec, stream: str) -> list[str]:
+    info = spec.common.streams.get(stream)
+    if info is None:
+        raise WiringError(f"component {spec.name!r} has no output stream {stream!r}")
+    return list(info.output_fields)
+
+
+def wire(classname: str, class_dict: dict[str, Any]) -> None:
+    """Add routers, relay, controller, direct streams and conf to ``class_dict``."""
+    specs: dict[str, ComponentSpec] = {}
+    for attr, spec in class_dict.items():
+        if isinstance(spec, ComponentSpec):
+            spec.name = spec.name or attr
+            specs[spec.name] = spec
+    clash = RESERVED & specs.keys()
+    if clash:
+        raise WiringError(f"{classname}: component names {sorted(clash)} are elastorm's")
+    keyed_specs = [s for s in specs.values() if _is(s, KeyedOperator)]
+    if not keyed_specs:
+        raise WiringError(f"{classname}: no keyed bolt (a KeyedBolt with keyed() inputs)")
+    operators: dict[str, list[str]] = {}
+    added: dict[str, ComponentSpec] = {}
+    for spec in keyed_specs:
+        if isinstance(spec.par, int) and spec.par < 2:
+            raise WiringError(
+                f"{spec.name}: par must be >= 2 (a key group's owner and its checkpoint "
+                f"holder are different tasks), got {spec.par}"
+            )
+        emitters = operators.setdefault(spec.name, [])
+        routed: dict[GlobalStreamId, Grouping] = {}
+        router_keys: dict[str, int] = {}
+        router_par = 1
+        for stream_id, grouping in list(spec.inputs.items()):
+            if not isinstance(grouping, Keyed):
+                continue
+            del spec.inputs[stream_id]
+            upstream = _component(stream_id)
+            if not isinstance(upstream, ComponentSpec):
+                raise WiringError(
+                    f"{spec.name}: keyed() input {upstream!r} must be given as a component "
+                    "spec of this topology, not by name"
+                )
+            upstream.name = upstream.name or next(a for a, s in class_dict.items() if s is upstream)
+            stream = stream_id.streamId
+            if _is(upstream, KeyedEmitting):
+                if grouping.key_field is not None:
+                    raise WiringError(
+                        f"{spec.name}: {upstream.name} is an elastorm emitter and chooses "
+                        f"keys itself; use keyed() without a field"
+                    )
+                if stream != STREAM:
+                    if _fields(upstream, stream)[-len(CARRIED) :] != CARRIED:
+                        raise WiringError(
+                            f"{spec.name}: {upstream.name}:{stream} does not carry data "
+                            f"messages (declare it with carrier_fields) ; subscribe to "
+                            f"{upstream.name}[{STREAM!r}] instead"
+                        )
+                    spec.inputs[stream_id] = by_task()
+                spec.inputs[_direct(upstream.name)] = Grouping.DIRECT
+                emitters.append(upstream.name)
+                continue
+            if grouping.key_field is None:
+                raise WiringError(f"{spec.name}: keyed() needs the key field of {upstream.name}")
+            fields = _fields(upstream, stream)
+            if grouping.key_field not in fields:
+                raise WiringError(
+                    f"{spec.name}: {upstream.name}:{stream} has no field "
+                    f"{grouping.key_field!r} (fields: {fields})"
+                )
+            routed[stream_id] = Grouping.fields(grouping.key_field)
+            router_keys[f"{upstream.name}:{stream}"] = fields.index(grouping.key_field)
+            par = upstream.par if isinstance(upstream.par, int) else 1
+            router_par = max(router_par, par)
+        if routed:
+            name = f"{spec.name}_router"
+            if name in specs:
+                raise WiringError(f"{classname}: component name {name!r} is elastorm's")
+            routed[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
+            routed[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
+            added[name] = KeyRouter.spec(
+                name=name,
+                inputs=routed,
+                par=router_par,
+                config={ROUTER_KEYS: router_keys},
+            )
+            spec.inputs[_direct(name)] = Grouping.DIRECT
+            emitters.append(name)
+        if not emitters:
+            raise WiringError(f"{classname}: keyed bolt {spec.name!r} has no keyed() input")
+        spec.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
+        spec.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
+    for name in {e for es in operators.values() for e in es} - added.keys():
+        specs[name].inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
+        specs[name].inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
+    added[RELAY_COMPONENT] = RelayBolt.spec(
+        name=RELAY_COMPONENT,
+        inputs={s[RELAY]: Grouping.GLOBAL for s in keyed_specs},
+        par=1,
+    )
+    added[CONTROLLER_COMPONENT] = MigrationControllerBolt.spec(
+        name=CONTROLLER_COMPONENT,
+        inputs={s[REPORTS]: Grouping.GLOBAL for s in keyed_specs},
+        par=1,
+    )
+    for name, spec in added.items():
+        class_dict[f"_elastorm_{name}"] = spec
+    config = dict(class_dict.get("config") or {})
+    config[OPERATORS_KEY] = operators
+    config.setdefault(TICK_KEY, DEFAULT_TICK_SECS)
+    class_dict["config"] = config
+
+
+class ElasticTopologyType(type):
+    """Wires a subclass of :class:`ElasticTopology` and returns it as a plain streamparse
+    ``Topology`` (so ``sparse``, which takes the first ``Topology`` class of a
+    topology module, finds the user's class and never the imported base)."""
+
+    def __new__(mcs, classname, bases, class_dict):
+        if not any(isinstance(base, ElasticTopologyType) for base in bases):
+            return super().__new__(mcs, classname, bases, class_dict)  # the base itself
+        wire(classname, class_dict)
+        return TopologyType(classname, (Topology,), class_dict)
+
+
+class ElasticTopology(metaclass=ElasticTopologyType):
+    """Base class of a topology whose keyed bolts keep elastic state (module doc)."""

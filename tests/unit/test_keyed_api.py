@@ -1,0 +1,250 @@
+"""The user's API: per-key state handles, KeyedBolt's outputs, and the one-call wiring."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from streamparse import Bolt, Grouping, Spout
+from streamparse.dsl.topology import TopologyType
+
+import elastorm.zk.requests
+from elastorm import ElasticTopology, KeyedBolt, MapState, ValueState, keyed
+from elastorm.core.keyed_state import KeyState, StateAccessError
+from elastorm.core.messages import Data, DataTuple
+from elastorm.core.routing import RoutingTable
+from elastorm.core.state import KeyGroupState
+from elastorm.storm.elastic import STREAM, to_wire
+from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
+from elastorm.storm.topology import WiringError
+
+
+class Words(Spout):
+    outputs = ["word", "n"]
+
+
+class Sink(Bolt):
+    outputs = []
+
+
+class CountWords(KeyedBolt):
+    outputs = ["word", "count"]
+    count = ValueState(default=0)
+    seen = MapState()
+
+    def process_keyed(self, key, values):
+        n = self.count.value() + 1
+        self.count.update(n)
+        self.seen.put(str(values[1]), n)
+        if values[1] == "boom":
+            raise RuntimeError("user code failed")
+        self.emit([key, n])
+
+
+# -- state handles -----------------------------------------------------------
+
+
+class _Holder:
+    count = ValueState(default=[])
+    seen = MapState()
+    current_key_state = None
+
+
+def test_value_and_map_state_copy_on_write_and_clear() -> None:
+    h = _Holder()
+    base = {"count": [1], "seen": {"a": 1}}
+    h.current_key_state = KeyState("k", base)
+    assert h.count.value() == [1] and h.seen.get("a") == 1 and h.seen.contains("a")
+    h.count.update([1, 2])
+    h.seen.put("b", 2)
+    h.seen.remove("a")
+    record = h.current_key_state.record()
+    assert record == {"count": [1, 2], "seen": {"b": 2}}
+    assert base == {"count": [1], "seen": {"a": 1}}  # never changed in place
+    h.current_key_state = KeyState("k", record)
+    h.count.clear()
+    h.seen.clear()
+    assert h.current_key_state.record() is None
+    h.current_key_state = KeyState("new", None)
+    d = h.count.value()
+    d.append(9)
+    assert h.count.value() == []  # a mutable default is copied, never shared
+
+
+def test_map_state_reads_and_rejects_non_string_keys() -> None:
+    h = _Holder()
+    h.current_key_state = KeyState("k", {"seen": {"x": 1, "y": 2}})
+    assert sorted(h.seen.keys()) == ["x", "y"] and sorted(h.seen.values()) == [1, 2]
+    assert dict(h.seen.items()) == {"x": 1, "y": 2} and not h.seen.is_empty()
+    with pytest.raises(TypeError, match="keys must be str"):
+        h.seen.put(3, "a")
+
+
+def test_state_outside_a_keyed_tuple_is_a_clear_error() -> None:
+    with pytest.raises(StateAccessError, match="per key"):
+        _Holder().count.value()
+
+
+# -- KeyedBolt ----------------------------------------------------------------
+
+
+def _bolt(monkeypatch, cls=CountWords):
+    monkeypatch.setattr(elastorm.zk.requests, "task_start", lambda *a: (1, -1))
+    bolt = cls(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
+    context = {
+        "taskid": 3,
+        "componentid": "counts",
+        "task->component": {"1": "counts_router", "2": "controller", "3": "counts", "4": "counts"},
+    }
+    conf = {
+        "elastorm.key_groups": 1,  # one group, owned by task 3 (round robin), held on 4
+        "elastorm.operators": {"counts": ["counts_router"]},
+        "elastorm.heartbeats": False,
+    }
+    bolt.initialize(conf, context)
+    return bolt
+
+
+def _data(word: str, tag: str, seq: int) -> Data:
+    return Data(key_group=0, item=DataTuple("r:1", seq, word, [word, tag], 0.0))
+
+
+class _Tup:
+    def __init__(self, message, sender=1) -> None:
+        self.values = [to_wire(message), sender]
+        self.stream = STREAM
+        self.task = sender
+        self.component = "counts_router"
+
+
+def test_keyed_bolt_keeps_state_per_key_and_emits_each_tuples_output(monkeypatch) -> None:
+    bolt = _bolt(monkeypatch)
+    out = []
+    monkeypatch.setattr(
+        Bolt, "emit", lambda self, values, stream=None, **kw: out.append((stream, values))
+    )
+    for seq, (word, tag) in enumerate([("a", "x"), ("b", "y"), ("a", "z")], start=1):
+        bolt.process(_Tup(_data(word, tag, seq)))
+    assert [v for s, v in out if s is None] == [["a", 1], ["b", 1], ["a", 2]]
+    state = bolt.coordinator.state(0)
+    assert state.get("a") == {"count": 2, "seen": {"x": 1, "z": 2}}
+
+
+def test_a_failing_process_keyed_keeps_the_keys_state_and_goes_on(monkeypatch) -> None:
+    bolt = _bolt(monkeypatch)
+    out = []
+    monkeypatch.setattr(
+        Bolt, "emit", lambda self, values, stream=None, **kw: out.append((stream, values))
+    )
+    tuples = [("a", "x"), ("a", "boom"), ("a", "y")]
+    for seq, (word, tag) in enumerate(tuples, start=1):
+        bolt.process(_Tup(_data(word, tag, seq)))
+    assert [v for s, v in out if s is None] == [["a", 1], ["a", 2]]
+    assert bolt.failed == 1
+
+
+def test_the_step_returns_the_record_and_the_tuples_outputs(monkeypatch) -> None:
+    # The core stores the record and hands the outputs over in ``Applied.result``;
+    # the bolt emits them only if ``Applied.emit_output`` (Output Fidelity).
+    state = KeyGroupState(0, step=_bolt(monkeypatch)._step)
+    assert state.apply(_data("a", "x", 1).item) == [(["a", 1], None)]
+    assert state.get("a") == {"count": 1, "seen": {"x": 1}}
+
+
+# -- wiring ---------------------------------------------------------------------
+
+
+def _word_count():
+    class WordCount(ElasticTopology):
+        config = {"elastorm.key_groups": 12}
+        words = Words.spec(par=2)
+        counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
+        sink = Sink.spec(inputs={counts: Grouping.SHUFFLE})
+
+    return WordCount
+
+
+def test_wiring_adds_router_relay_controller_and_direct_streams() -> None:
+    topology = _word_count()
+    assert isinstance(topology, TopologyType) and topology.__name__ == "WordCount"
+    bolts = topology.thrift_bolts
+    assert set(bolts) == {"counts", "counts_router", "relay", "controller", "sink"}
+
+    def inputs(name):
+        return {(k.componentId, k.streamId): g for k, g in bolts[name].common.inputs.items()}
+
+    assert set(inputs("counts")) == {
+        ("counts_router", STREAM),
+        ("relay", STREAM),
+        ("controller", STREAM),
+    }
+    router = inputs("counts_router")
+    assert router[("words", "default")].fields == ["word"]
+    assert {("relay", STREAM), ("controller", STREAM)} <= set(router)
+    assert set(inputs("relay")) == {("counts", "elastorm_relay")}
+    assert set(inputs("controller")) == {("counts", "elastorm_reports")}
+    assert bolts["counts_router"].common.parallelism_hint == 2
+    assert topology.config["elastorm.operators"] == {"counts": ["counts_router"]}
+    assert '"elastorm.router.keys": {"words:default": 0}' in bolts["counts_router"].common.json_conf
+    assert topology.config["elastorm.key_groups"] == 12
+
+
+def test_sparse_finds_the_users_topology_not_the_base(tmp_path) -> None:
+    from streamparse.util import get_topology_from_file
+
+    (tmp_path / "wc_topology.py").write_text(
+        "from test_keyed_api import _word_count\n"
+        "from elastorm import ElasticTopology\n"
+        "WordCount = _word_count()\n"
+    )
+    assert get_topology_from_file(str(tmp_path / "wc_topology.py")).__name__ == "WordCount"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (lambda w: {w: keyed()}, "needs the key field"),
+        (lambda w: {w: keyed("nope")}, "has no field 'nope'"),
+        (lambda w: {w: Grouping.SHUFFLE}, "has no keyed"),
+    ],
+)
+def test_wiring_errors_name_the_component(inputs, message) -> None:
+    with pytest.raises(WiringError, match=message):
+
+        class Bad(ElasticTopology):
+            words = Words.spec()
+            counts = CountWords.spec(inputs=inputs(words), par=2)
+
+
+def test_a_keyed_bolt_needs_an_owner_and_a_holder() -> None:
+    with pytest.raises(WiringError, match="counts: par must be >= 2"):
+
+        class Bad(ElasticTopology):
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par=1)
+
+
+def test_router_sends_each_tuple_to_its_key_groups_owner(monkeypatch) -> None:
+    router = KeyRouter(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
+    sent = []
+    monkeypatch.setattr(KeyRouter, "send", lambda self, action: sent.append(action))
+    context = {
+        "taskid": 1,
+        "componentid": "counts_router",
+        "task->component": {"1": "counts_router", "2": "controller", "3": "counts", "4": "counts"},
+    }
+    conf = {
+        "elastorm.key_groups": 4,
+        "elastorm.operators": {"counts": ["counts_router"]},
+        ROUTER_KEYS: {"words:default": 0},
+    }
+    router.initialize(conf, context)
+
+    class T:
+        stream, component, task, values = "default", "words", 7, ["apple", 3]
+
+    router.process(T())
+    routing = RoutingTable.round_robin(4, [3, 4])
+    (send,) = sent
+    assert send.message.item.key == "apple" and send.message.item.value == ["apple", 3]
+    assert send.to_task == routing.owner(send.message.key_group)
