@@ -32,11 +32,13 @@ from bolts.flights import (
 )
 from bolts.flights_elastic import (
     CONTROLLER,
+    OP1,
+    OP2,
     RELAY_COMPONENT,
     ElasticExtractDelays,
-    FlightsController,
     KeyedSumDelays,
 )
+from elastorm.controller.bolt import OPERATORS_KEY, MigrationControllerBolt
 from elastorm.storm.elastic import RELAY, REPORTS, STREAM, RelayBolt, by_task
 from spouts.flights import FlightsSpout
 
@@ -50,7 +52,7 @@ def _from(component: str) -> GlobalStreamId:
 
 
 class FlightsElasticTopology(Topology):
-    config = flights_topology_config()
+    config = {**flights_topology_config(), OPERATORS_KEY: {OP2: [OP1]}}
 
     flights_spout = FlightsSpout.spec(par=1)
     extract_delays = ElasticExtractDelays.spec(
@@ -71,7 +73,7 @@ class FlightsElasticTopology(Topology):
         par=KEYED_TASKS,
     )
     relay = RelayBolt.spec(name=RELAY_COMPONENT, inputs={sum_delays[RELAY]: Grouping.GLOBAL}, par=1)
-    controller = FlightsController.spec(inputs={sum_delays[REPORTS]: Grouping.GLOBAL}, par=1)
+    controller = MigrationControllerBolt.spec(inputs={sum_delays[REPORTS]: Grouping.GLOBAL}, par=1)
     air_share = AirShare.spec(inputs={extract_delays: Grouping.fields("key")}, par=PARALLELISM)
     sampled_delay_share = SampledDelayShare.spec(
         inputs={extract_delays[SAMPLE_STREAM]: Grouping.GLOBAL}, par=1

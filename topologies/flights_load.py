@@ -21,10 +21,11 @@ from __future__ import annotations
 from streamparse import Grouping, Topology
 
 from bolts.common import TICK_SECS
-from bolts.flights_load import FlightsLoadController, FlightsLoadEmitter
-from bolts.shift import RELAY_COMPONENT, ShiftCounter, control_inputs, keyed_inputs
+from bolts.flights_load import FlightsLoadEmitter
+from bolts.shift import EMITTER, RELAY_COMPONENT, ShiftCounter, control_inputs, keyed_inputs
+from elastorm.controller.bolt import OPERATORS_KEY, MigrationControllerBolt
 from elastorm.storm.elastic import RELAY, REPORTS, RelayBolt
-from spouts.flights_load import FlightsLoadSpout
+from spouts.flights_load import OPERATORS, FlightsLoadSpout
 
 NODES = 4
 
@@ -33,6 +34,7 @@ class FlightsLoadTopology(Topology):
     config = {
         "topology.tick.tuple.freq.secs": TICK_SECS,
         "elastorm.key_groups": 16,
+        OPERATORS_KEY: {op: [EMITTER] for op in OPERATORS},
         "elastorm.checkpoint_interval_secs": 2,
         "elastorm.initial_nodes": {"op2": [0, 1, 2], "op3": [0, 1, 2], "op4": [3]},
         "elastorm.external_load": {"node0": 0.8, "node1": 0.8, "node2": 0.8},
@@ -62,6 +64,6 @@ class FlightsLoadTopology(Topology):
         inputs={c[RELAY]: Grouping.GLOBAL for c in (op2, op3, op4)},
         par=1,
     )
-    controller = FlightsLoadController.spec(
+    controller = MigrationControllerBolt.spec(
         inputs={c[REPORTS]: Grouping.GLOBAL for c in (op2, op3, op4)}, par=1
     )

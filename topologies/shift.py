@@ -24,15 +24,16 @@ from streamparse import Grouping, Topology
 
 from bolts.common import TICK_SECS
 from bolts.shift import (
+    EMITTER,
     RELAY_COMPONENT,
-    ShiftController,
     ShiftCounter,
     ShiftEmitter,
     control_inputs,
     keyed_inputs,
 )
+from elastorm.controller.bolt import OPERATORS_KEY, MigrationControllerBolt
 from elastorm.storm.elastic import RELAY, REPORTS, RelayBolt
-from spouts.shift import ShiftSpout
+from spouts.shift import OPERATORS, ShiftSpout
 
 NODES = 3
 
@@ -41,6 +42,7 @@ class ShiftTopology(Topology):
     config = {
         "topology.tick.tuple.freq.secs": TICK_SECS,
         "elastorm.key_groups": 10,
+        OPERATORS_KEY: {op: [EMITTER] for op in OPERATORS},
         "elastorm.checkpoint_interval_secs": 2,
         "elastorm.initial_nodes": {"op1": [1], "op2": [2]},
         "elastorm.external_load": {"node0": 0.7, "node2": 0.7},
@@ -68,6 +70,6 @@ class ShiftTopology(Topology):
         inputs={op1[RELAY]: Grouping.GLOBAL, op2[RELAY]: Grouping.GLOBAL},
         par=1,
     )
-    controller = ShiftController.spec(
+    controller = MigrationControllerBolt.spec(
         inputs={op1[REPORTS]: Grouping.GLOBAL, op2[REPORTS]: Grouping.GLOBAL}, par=1
     )

@@ -20,11 +20,13 @@ from streamparse.thrift import GlobalStreamId
 from bolts.common import TICK_SECS, env_int
 from bolts.synthetic import (
     CONTROLLER,
+    COUNTER,
+    EMITTER,
     RELAY_COMPONENT,
-    SyntheticController,
     SyntheticCounter,
     SyntheticEmitter,
 )
+from elastorm.controller.bolt import OPERATORS_KEY, MigrationControllerBolt
 from elastorm.storm.elastic import RELAY, REPORTS, STREAM, RelayBolt
 from spouts.synthetic import SyntheticSpout
 
@@ -36,7 +38,7 @@ def _from(component: str) -> GlobalStreamId:
 
 
 class SyntheticTopology(Topology):
-    config = {"topology.tick.tuple.freq.secs": TICK_SECS}
+    config = {"topology.tick.tuple.freq.secs": TICK_SECS, OPERATORS_KEY: {COUNTER: [EMITTER]}}
 
     generator = SyntheticSpout.spec(par=1)
     emitter = SyntheticEmitter.spec(
@@ -56,4 +58,4 @@ class SyntheticTopology(Topology):
         par=KEYED_TASKS,
     )
     relay = RelayBolt.spec(name=RELAY_COMPONENT, inputs={counter[RELAY]: Grouping.GLOBAL}, par=1)
-    controller = SyntheticController.spec(inputs={counter[REPORTS]: Grouping.GLOBAL}, par=1)
+    controller = MigrationControllerBolt.spec(inputs={counter[REPORTS]: Grouping.GLOBAL}, par=1)

@@ -38,7 +38,6 @@ from elastorm.storm.elastic import (
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    MigrationControllerBolt,
     carrier_fields,
 )
 
@@ -168,11 +167,3 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.flush()
         self.counters.extra["owned"] = list(self.coordinator.owned())
         self.counters.extra["held"] = sorted(self.coordinator.held)
-
-
-class FlightsController(MigrationControllerBolt):
-    """The controller of ``sum_delays``."""
-
-    keyed_component = OP2
-    emitter_components = (OP1,)
-    controller_component = CONTROLLER

@@ -3,17 +3,11 @@ emitter, counters and controller, on the flights operators op2, op3 and op4."""
 
 from __future__ import annotations
 
-from bolts.shift import ShiftController, ShiftEmitter
+from bolts.shift import ShiftEmitter
 from spouts.flights_load import OPERATORS
 
 
 class FlightsLoadEmitter(ShiftEmitter):
     """Pass-through to op2, op3 and op4 by key group."""
-
-    keyed_components = OPERATORS
-
-
-class FlightsLoadController(ShiftController):
-    """The controller of op2, op3 and op4."""
 
     keyed_components = OPERATORS

@@ -30,7 +30,6 @@ from elastorm.storm.elastic import (
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    MigrationControllerBolt,
 )
 from spouts.shift import OPERATORS, shift_conf
 
@@ -112,14 +111,6 @@ class ShiftCounter(KeyedOperator, CountingBolt):
             "idled": round(self.load_meter.idled, 3),
             "at": time.time(),
         }
-
-
-class ShiftController(MigrationControllerBolt):
-    """The controller of op1 and op2."""
-
-    keyed_components = OPERATORS
-    emitter_components = (EMITTER,)
-    controller_component = CONTROLLER
 
 
 def control_inputs() -> dict:

@@ -48,7 +48,6 @@ from elastorm.storm.elastic import (
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    MigrationControllerBolt,
     from_wire,
 )
 from spouts.synthetic import HOT_GROUP_KEY, conf_value, read_control
@@ -288,11 +287,3 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
             extra["live"] = list(coordinator.live())
             state = coordinator.state(self.hot)
             extra["hot_keys"] = len(state) if state is not None else None
-
-
-class SyntheticController(MigrationControllerBolt):
-    """The controller of ``counter``."""
-
-    keyed_component = COUNTER
-    emitter_components = (EMITTER,)
-    controller_component = CONTROLLER

@@ -61,8 +61,9 @@ from elastorm.controller.model import (
     NodeId,
     NodeInfo,
 )
+from elastorm.controller.recovery import RecoveryPlan, plan_recovery
 from elastorm.core.actions import MigrationDone, Send
-from elastorm.core.control import MigrationController, MigrationRefused
+from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
 from elastorm.core.messages import Protocol
 from elastorm.zk.codec import TaskRecord
 
@@ -281,6 +282,65 @@ class Round:
     refused: tuple[tuple[Move, str], ...] = ()
     holders_moved: tuple[tuple[KeyGroupId, NodeId, NodeId], ...] = ()
     allocated: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recovery:
+    """What the loop did after a keyed task restarted empty: the planner's ``plan``
+    (over nodes) and the operator controller's commands carrying it out."""
+
+    operator: str
+    plan: RecoveryPlan
+    crash: CrashPlan
+
+
+def recovery_view(
+    control: MigrationController,
+    operator: str,
+    dead: int,
+    *,
+    placement: Placement,
+    now: float,
+    loads: ClusterView | None = None,
+) -> ClusterView:
+    """The one operator's cluster as the recovery planner needs it after ``dead``
+    restarted empty.
+
+    Every key group ``dead`` owned or was moving is owned by ``dead``'s node (its
+    state is gone) and its checkpoints are the nodes of its surviving copies
+    (``MigrationController.surviving_copies``: the newest checkpoints, or the live
+    end of a migration); every other key group keeps its owner and holder. Loads,
+    sizes and queues come from ``loads`` (the last round's view) when there is one.
+    """
+    lost_node = placement.node_of(dead)
+    lost = set(control.lost_key_groups(dead))
+    known = {k.key_group: k for k in loads.key_groups} if loads is not None else {}
+    nodes = (
+        [n for n in loads.nodes if n.node_id in placement.nodes]
+        if loads is not None
+        else [NodeInfo(node_id=n) for n in placement.nodes]
+    )
+    kgs, holders = [], {}
+    for g in range(control.num_key_groups):
+        kg = KeyGroupId(operator, g)
+        seen = known.get(kg)
+        if g in lost:
+            owner = lost_node
+            holders[kg] = tuple(placement.node_of(t) for t in control.surviving_copies(g, dead))
+        else:
+            owner = placement.node_of(control.owner(g))
+            holder = placement.node_of(control.holders[g])
+            holders[kg] = (holder,) if holder != owner else ()
+        kgs.append(
+            KeyGroupInfo(
+                key_group=kg,
+                owner=owner,
+                load=seen.load if seen else 0.0,
+                checkpoint_size=seen.checkpoint_size if seen else 0.0,
+                replay_size=seen.replay_size if seen else 0.0,
+            )
+        )
+    return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
 
 
 @dataclass
@@ -505,6 +565,43 @@ class ControllerLoop:
                 moved.append((kg, old[0] if old else "", nodes[0]))
                 sends += out
         return moved, sends
+
+    # -- recovery ------------------------------------------------------------------------
+    def recover(self, operator: str, dead: int, now: float) -> Recovery:
+        """Task ``dead`` of ``operator`` restarted empty: plan with
+        :func:`~elastorm.controller.recovery.plan_recovery` and apply exactly its plan.
+
+        Phase 1's restores become ``RESTORE`` orders to the chosen holders, phase 2's
+        checkpoint moves become new holders. The restarted task's node is ``rejoined``:
+        nothing is restored from it, but it may hold checkpoints again. Key groups
+        the plan lists as unrecoverable (no copy survived) keep ``dead`` as their
+        owner, now empty; the caller reports them. With a correlated strategy past
+        its warm-up the re-placement uses the sliding correlation.
+        """
+        control = self.controls[operator]
+        node = self.placement.node_of(dead)
+        view = recovery_view(
+            control, operator, dead, placement=self.placement, now=now, loads=self.last_view
+        )
+        correlated = self.settings.strategy == "correlated" and self.allocation is not None
+        plan = plan_recovery(
+            view,
+            [node],
+            rejoined=[node],
+            correlation=self.correlation.correlation() if correlated else None,
+            epsilon=self.settings.epsilon,
+        )
+        restores = {
+            m.key_group.index: self.placement.task_on(operator, m.target) for m in plan.restores
+        }
+        holders = {
+            m.key_group.index: self.placement.task_on(operator, m.target)
+            for m in plan.checkpoint_moves
+        }
+        crash = control.recover(dead, restores=restores, holders=holders, now=now)
+        for g in restores:
+            self._running.pop(KeyGroupId(operator, g), None)
+        return Recovery(operator=operator, plan=plan, crash=crash)
 
     # -- migrations ----------------------------------------------------------------------
     def _wait_for_checkpoint(self, move: Move, now: float) -> bool:
