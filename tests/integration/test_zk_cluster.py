@@ -22,13 +22,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from elastorm.controller.adaptation import Move, MoveReason, Protocol
-from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.controller.model import Allocation, Heartbeat, KeyGroupId
 from elastorm.core.routing import RoutingTable
 from elastorm.runtime.config import load_config
 from elastorm.runtime.services import ensure_zookeeper, stop
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import (
-    Heartbeat,
     OrderState,
     OrderTransitionError,
     decode_order,
@@ -111,7 +110,7 @@ def child(script: str, *args: str) -> subprocess.Popen:
 
 HEARTBEAT_CHILD = """
     import sys, time
-    from elastorm.zk.codec import Heartbeat
+    from elastorm.controller.model import Heartbeat
     from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
     from elastorm.zk.layout import ZkSettings, ZnodeLayout
     hosts, topology, task_id, node = sys.argv[1:5]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
+from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
 from elastorm.zk.view import (
     NodeJoined,
     NodeLost,

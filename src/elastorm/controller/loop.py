@@ -61,12 +61,12 @@ from elastorm.controller.model import (
     KeyGroupInfo,
     NodeId,
     NodeInfo,
+    TaskRecord,
 )
 from elastorm.controller.recovery import RecoveryPlan, plan_recovery
 from elastorm.core.actions import MigrationDone, Send
 from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
 from elastorm.core.messages import Protocol
-from elastorm.zk.codec import TaskRecord
 
 STRATEGIES = ("none", "baseline", "even", "correlated")
 _TO_WIRE = {

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from elastorm.controller.model import (
     NodeId,
+    TaskRecord,
 )
-from elastorm.zk.codec import TaskRecord
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

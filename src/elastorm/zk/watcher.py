@@ -20,8 +20,9 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 
+from elastorm.controller.model import TaskRecord
 from elastorm.zk.client import BackgroundLoop, make_client
-from elastorm.zk.codec import TaskRecord, ZnodeSchemaError, decode_task
+from elastorm.zk.codec import ZnodeSchemaError, decode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, ZnodeLayoutError, task_id_from_name
 from elastorm.zk.view import (
     ClusterEvent,
