@@ -355,7 +355,8 @@ def push_loads(state: SlidingCorrelation, loads: Sequence[float]) -> SlidingCorr
 
     ``O(K)`` (``O(K^2)`` pairwise), plus an exact ``O(W K)`` / ``O(W K^2)``
     re-anchor every ``window`` pushes, and sooner when evicting a sample would
-    cancel most digits of the running sums (:func:`_cancelled`). Raises ``ControllerModelError`` on a wrong
+    cancel most digits of the running sums (:func:`_cancelled`).
+    Raises ``ControllerModelError`` on a wrong
     length or a non-finite load.
     """
     x = np.asarray(loads, dtype=np.float64)
