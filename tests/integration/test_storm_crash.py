@@ -47,12 +47,14 @@ def test_task_killed_mid_migration_comes_back_from_its_checkpoint(
 
 
 def _controller_pids(home: str) -> set[int]:
-    """The shift controller's Python processes of this checkout's cluster (a worker's
+    """The controller bolt's Python processes of this checkout's cluster (a worker's
     subprocess runs in that worker's directory under ``home``), not another's."""
     import subprocess
 
     out = subprocess.run(
-        ["pgrep", "-f", "MigrationControllerBolt"], capture_output=True, text=True
+        ["pgrep", "-f", "elastorm.controller.bolt.MigrationControllerBolt"],
+        capture_output=True,
+        text=True,
     ).stdout
     ours = set()
     for pid in (int(p) for p in out.split()):

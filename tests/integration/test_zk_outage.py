@@ -17,13 +17,12 @@ import time
 import pytest
 
 from elastorm.controller.adaptation import Move, MoveReason, Protocol
-from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.controller.model import Allocation, Heartbeat, KeyGroupId
 from elastorm.core.routing import RoutingTable
 from elastorm.runtime import services
 from elastorm.runtime.config import load_config
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import (
-    Heartbeat,
     OrderState,
     decode_checkpoints,
     decode_order,

@@ -32,6 +32,32 @@ def test_sliding_matches_two_pass_numpy(window, rows):
     np.testing.assert_allclose(got[mask], expected[mask], atol=1e-6)
 
 
+def test_a_large_sample_leaving_the_window_does_not_spoil_the_sums() -> None:
+    """Regression (the property above found it with 269687): a sample of 1.3e8 leaves
+    a window of small loads; the running sums kept since the last re-anchor
+    cancelled to noise (correlation off by 1.4e-5) until ``push_loads`` learned to
+    re-anchor on such a cancellation."""
+    rows = [
+        (-3.184413, 482.523159, 1.076834),
+        (781.182879, 1387.605848, -0.136423),
+        (133493876.477448, -169514901.058209, -267087.907372),
+        (0.310766, 306.741431, -0.224741),
+        (6.584428, -0.607987, -1.336756),
+        (-11.958816, -0.003101, 542.149924),
+        (11.942142, 4.692229, -5.38161),
+        (-0.781244, -18.944944, -1.944839),
+        (1.576387, -1.576325, 0.710527),
+        (0.557211, 7.839468, 1135.938374),
+        (13.328923, 0.027986, -1.985828),
+        (1081.103698, 322.841468, 0.289453),
+    ]
+    state = sliding_correlation(KGS, 8)
+    for row in rows:
+        state = push_loads(state, row)
+    expected = state.factors().to_matrix().matrix
+    np.testing.assert_allclose(state.correlation().matrix, expected, atol=1e-9)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10_000), st.integers(3, 8), st.integers(1, 2), st.data())
 def test_recovery_restores_every_lost_key_group_on_a_live_holder(seed, nodes, replicas, data):

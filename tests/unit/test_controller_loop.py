@@ -18,13 +18,18 @@ from elastorm.controller.loop import (
     per_tuple_cpu,
     settings_from_conf,
 )
-from elastorm.controller.model import ControllerModelError, KeyGroupId
+from elastorm.controller.model import (
+    ControllerModelError,
+    Heartbeat,
+    KeyGroupId,
+    TaskIdentity,
+    TaskRecord,
+)
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role
 from elastorm.core.control import MigrationController
 from elastorm.core.messages import Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
 from elastorm.storm.load import LoadMeter, external_load, resident_bytes
-from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
 
 G = 4  # key groups per operator
 OP1 = {"node0": 10, "node1": 11, "node2": 12}

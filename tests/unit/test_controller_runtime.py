@@ -78,7 +78,7 @@ class FakeStore:
 
 class FakeWatcher:
     def live(self) -> dict:
-        from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
+        from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
 
         return {
             t: TaskRecord(

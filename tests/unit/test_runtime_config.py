@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,10 @@ def test_storm_version_mismatch_lists_every_pin(project: Path) -> None:
 
 
 def test_env_nimbus_parses_and_rejects_unknown_env(project: Path) -> None:
-    assert env_nimbus(project, "local") == ("127.0.0.1", 16627)
+    host, port = json.loads((project / "config.json").read_text())["envs"]["local"]["nimbus"].split(
+        ":"
+    )
+    assert env_nimbus(project, "local") == (host, int(port))
     with pytest.raises(UserError, match="no env 'staging'"):
         env_nimbus(project, "staging")
 

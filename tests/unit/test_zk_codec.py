@@ -8,7 +8,7 @@ import pytest
 
 from elastorm.controller.adaptation import Move, MoveReason, Protocol
 from elastorm.controller.allocation import CheckpointMove
-from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.controller.model import Allocation, ControllerModelError, KeyGroupId
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.codec import (
     MAX_ZNODE_BYTES,
@@ -170,11 +170,11 @@ def test_task_decoder_refuses_garbage(data) -> None:
 
 
 def test_heartbeat_refuses_bad_values_when_built() -> None:
-    with pytest.raises(ZnodeSchemaError):
+    with pytest.raises(ControllerModelError):
         Heartbeat(key_groups=(1, 1))
-    with pytest.raises(ZnodeSchemaError):
+    with pytest.raises(ControllerModelError):
         Heartbeat(queue_length=float("nan"))
-    with pytest.raises(ZnodeSchemaError):
+    with pytest.raises(ControllerModelError):
         Heartbeat(buffered={("op", 1): 2})
 
 

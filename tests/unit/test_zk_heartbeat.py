@@ -9,7 +9,8 @@ from __future__ import annotations
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
-from elastorm.zk.codec import Heartbeat, TaskIdentity, decode_task
+from elastorm.controller.model import Heartbeat, TaskIdentity
+from elastorm.zk.codec import decode_task
 from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState
 from elastorm.zk.layout import ZnodeLayout
 

@@ -333,11 +333,30 @@ def _anchor(state: SlidingCorrelation, buffer: np.ndarray, count: int, head: int
     return shift, s1, s2
 
 
+_CANCEL = 1e-8  # re-anchor when a key group keeps less than this share of its sum of squares
+
+
+def _cancelled(before: np.ndarray, after: np.ndarray, s1: np.ndarray, count: int) -> bool:
+    """Whether evicting a sample cancelled most digits of some key group's sums.
+
+    ``before``/``after`` are the sums of squared deviations (from the anchor's
+    shift) before and after the eviction. The centred sum left,
+    ``after - s1**2 / count``, carries an absolute rounding error of about
+    ``eps * before``; once it is below ``_CANCEL * before`` (a large sample left a
+    window of small ones) the running sums have lost all but a few digits, and an
+    exact re-anchor is cheaper than wrong correlations for up to ``window`` pushes.
+    """
+    centred = after - s1 * s1 / count
+    return bool(np.any((before > 0) & (centred < _CANCEL * before)))
+
+
 def push_loads(state: SlidingCorrelation, loads: Sequence[float]) -> SlidingCorrelation:
     """Add one sample (a load per key group, in ``state.key_groups`` order).
 
     ``O(K)`` (``O(K^2)`` pairwise), plus an exact ``O(W K)`` / ``O(W K^2)``
-    re-anchor every ``window`` pushes. Raises ``ControllerModelError`` on a wrong
+    re-anchor every ``window`` pushes, and sooner when evicting a sample would
+    cancel most digits of the running sums (:func:`_cancelled`).
+    Raises ``ControllerModelError`` on a wrong
     length or a non-finite load.
     """
     x = np.asarray(loads, dtype=np.float64)
@@ -360,7 +379,11 @@ def push_loads(state: SlidingCorrelation, loads: Sequence[float]) -> SlidingCorr
         if evicted is not None:
             e = evicted - shift
             s1 = s1 - e
+            before = np.diag(s2) if state.pairwise else s2
             s2 = s2 - (np.outer(e, e) if state.pairwise else e * e)
+            if _cancelled(before, s2 if not state.pairwise else np.diag(s2), s1, count):
+                shift, s1, s2 = _anchor(state, buffer, count, head)
+                since = 0
     return SlidingCorrelation(
         key_groups=state.key_groups,
         window=state.window,

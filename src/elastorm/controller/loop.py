@@ -43,6 +43,7 @@ from elastorm.controller.allocation import (
     baseline_allocation,
     correlated_allocation,
     even_allocation,
+    moves_between,
     reoptimize,
 )
 from elastorm.controller.correlation import CorrelationMatrix, push_loads, sliding_correlation
@@ -60,11 +61,12 @@ from elastorm.controller.model import (
     KeyGroupInfo,
     NodeId,
     NodeInfo,
+    TaskRecord,
 )
+from elastorm.controller.recovery import RecoveryPlan, plan_recovery
 from elastorm.core.actions import MigrationDone, Send
-from elastorm.core.control import MigrationController, MigrationRefused
+from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
 from elastorm.core.messages import Protocol
-from elastorm.zk.codec import TaskRecord
 
 STRATEGIES = ("none", "baseline", "even", "correlated")
 _TO_WIRE = {
@@ -283,6 +285,65 @@ class Round:
     allocated: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class Recovery:
+    """What the loop did after a keyed task restarted empty: the planner's ``plan``
+    (over nodes) and the operator controller's commands carrying it out."""
+
+    operator: str
+    plan: RecoveryPlan
+    crash: CrashPlan
+
+
+def recovery_view(
+    control: MigrationController,
+    operator: str,
+    dead: int,
+    *,
+    placement: Placement,
+    now: float,
+    loads: ClusterView | None = None,
+) -> ClusterView:
+    """The one operator's cluster as the recovery planner needs it after ``dead``
+    restarted empty.
+
+    Every key group ``dead`` owned or was moving is owned by ``dead``'s node (its
+    state is gone) and its checkpoints are the nodes of its surviving copies
+    (``MigrationController.surviving_copies``: the newest checkpoints, or the live
+    end of a migration); every other key group keeps its owner and holder. Loads,
+    sizes and queues come from ``loads`` (the last round's view) when there is one.
+    """
+    lost_node = placement.node_of(dead)
+    lost = set(control.lost_key_groups(dead))
+    known = {k.key_group: k for k in loads.key_groups} if loads is not None else {}
+    nodes = (
+        [n for n in loads.nodes if n.node_id in placement.nodes]
+        if loads is not None
+        else [NodeInfo(node_id=n) for n in placement.nodes]
+    )
+    kgs, holders = [], {}
+    for g in range(control.num_key_groups):
+        kg = KeyGroupId(operator, g)
+        seen = known.get(kg)
+        if g in lost:
+            owner = lost_node
+            holders[kg] = tuple(placement.node_of(t) for t in control.surviving_copies(g, dead))
+        else:
+            owner = placement.node_of(control.owner(g))
+            holder = placement.node_of(control.holders[g])
+            holders[kg] = (holder,) if holder != owner else ()
+        kgs.append(
+            KeyGroupInfo(
+                key_group=kg,
+                owner=owner,
+                load=seen.load if seen else 0.0,
+                checkpoint_size=seen.checkpoint_size if seen else 0.0,
+                replay_size=seen.replay_size if seen else 0.0,
+            )
+        )
+    return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
+
+
 @dataclass
 class _Started:
     move: Move
@@ -479,32 +540,74 @@ class ControllerLoop:
         return s.strategy == "correlated" and now - self.allocated_at >= s.reallocate_every
 
     def _allocate(self, view: ClusterView) -> tuple[list, list[Send]]:
-        """Compute the allocation and order the holder changes (skips moving groups)."""
+        """Run the configured allocation policy and apply exactly the checkpoint moves it
+        returns (Kafka Streams' assignor style: the planner's list of movements is what
+        runs). ``reoptimize`` returns its moves; a fresh allocation's moves are
+        :func:`~elastorm.controller.allocation.moves_between` the current holders and it.
+        A move of a group that is migrating right now is not applied this round (the
+        next allocation sees it again)."""
         s = self.settings
         spec = AllocationSpec(
             view=view, correlation=self.correlation.correlation(), epsilon=s.epsilon
         )
-        if s.strategy == "baseline":
-            alloc = baseline_allocation(spec)
-        elif s.strategy == "even":
-            alloc = even_allocation(spec, seed=s.seed)
-        elif self.allocation is None:
-            alloc = correlated_allocation(spec)
+        if s.strategy == "correlated" and self.allocation is not None:
+            alloc, moves = reoptimize(spec, view.checkpoints, theta=s.theta)
         else:
-            alloc, _ = reoptimize(spec, view.checkpoints, theta=s.theta)
+            if s.strategy == "baseline":
+                alloc = baseline_allocation(spec)
+            elif s.strategy == "even":
+                alloc = even_allocation(spec, seed=s.seed)
+            else:
+                alloc = correlated_allocation(spec)
+            moves = moves_between(view.checkpoints, alloc)
         self.allocation = alloc
         self.allocated_at = view.now
         moved, sends = [], []
-        for kg, nodes in alloc.entries:
-            old = view.checkpoints.holders(kg)
-            if not nodes or nodes[0] in old:
-                continue
-            task = self.placement.task_on(kg.operator, nodes[0])
+        for move in moves:
+            kg = move.key_group
+            task = self.placement.task_on(kg.operator, move.target)
             out = self.controls[kg.operator].set_holder(kg.index, task)
             if out:
-                moved.append((kg, old[0] if old else "", nodes[0]))
+                moved.append((kg, move.source or "", move.target))
                 sends += out
         return moved, sends
+
+    # -- recovery ------------------------------------------------------------------------
+    def recover(self, operator: str, dead: int, now: float) -> Recovery:
+        """Task ``dead`` of ``operator`` restarted empty: plan with
+        :func:`~elastorm.controller.recovery.plan_recovery` and apply exactly its plan.
+
+        Phase 1's restores become ``RESTORE`` orders to the chosen holders, phase 2's
+        checkpoint moves become new holders. The restarted task's node is ``rejoined``:
+        nothing is restored from it, but it may hold checkpoints again. Key groups
+        the plan lists as unrecoverable (no copy survived) keep ``dead`` as their
+        owner, now empty; the caller reports them. With a correlated strategy past
+        its warm-up the re-placement uses the sliding correlation.
+        """
+        control = self.controls[operator]
+        node = self.placement.node_of(dead)
+        view = recovery_view(
+            control, operator, dead, placement=self.placement, now=now, loads=self.last_view
+        )
+        correlated = self.settings.strategy == "correlated" and self.allocation is not None
+        plan = plan_recovery(
+            view,
+            [node],
+            rejoined=[node],
+            correlation=self.correlation.correlation() if correlated else None,
+            epsilon=self.settings.epsilon,
+        )
+        restores = {
+            m.key_group.index: self.placement.task_on(operator, m.target) for m in plan.restores
+        }
+        holders = {
+            m.key_group.index: self.placement.task_on(operator, m.target)
+            for m in plan.checkpoint_moves
+        }
+        crash = control.recover(dead, restores=restores, holders=holders, now=now)
+        for g in restores:
+            self._running.pop(KeyGroupId(operator, g), None)
+        return Recovery(operator=operator, plan=plan, crash=crash)
 
     # -- migrations ----------------------------------------------------------------------
     def _wait_for_checkpoint(self, move: Move, now: float) -> bool:

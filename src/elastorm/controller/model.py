@@ -251,3 +251,140 @@ class ClusterView:
             checkpoints=self.checkpoints if checkpoints is None else checkpoints,
             now=self.now if now is None else now,
         )
+
+
+# --------------------------------------------------------------------------- task reports
+# What each keyed task reports every heartbeat (Madsen & Zhou 2015, section 4: the
+# statistics the controller decides on). The ZooKeeper codec only encodes these.
+
+
+def _pairs(value, what: str, conv) -> tuple:
+    items = value.items() if isinstance(value, Mapping) else value
+    out = tuple(sorted((k, conv(v)) for k, v in items))
+    if len({k for k, _ in out}) != len(out):
+        raise ControllerModelError(f"{what}: duplicate keys")
+    return out
+
+
+def _nonneg(x: object, what: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+        raise ControllerModelError(f"{what} must be a finite number >= 0, got {x!r}")
+    return float(x)
+
+
+def _opt_nonneg(x: object, what: str) -> float | None:
+    return None if x is None else _nonneg(x, what)
+
+
+def _int(x: object, what: str, low: int = 0) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < low:
+        raise ControllerModelError(f"{what} must be an int >= {low}, got {x!r}")
+    return x
+
+
+def _str(x: object, what: str) -> str:
+    if not isinstance(x, str) or not x:
+        raise ControllerModelError(f"{what} must be a non-empty string, got {x!r}")
+    return x
+
+
+def _opt_str(x: object, what: str) -> str | None:
+    return None if x is None else _str(x, what)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskIdentity:
+    """Who a task is: Storm task id, operator (component), node (supervisor), process.
+
+    ``zone`` is the node's fault zone (``None``: the node is its own zone).
+    """
+
+    task_id: int
+    operator: str
+    node_id: NodeId
+    host: str
+    pid: int
+    zone: str | None = None
+
+    def __post_init__(self) -> None:
+        _int(self.task_id, "task_id")
+        _str(self.operator, "operator")
+        _str(self.node_id, "node_id")
+        _str(self.host, "host")
+        _int(self.pid, "pid", 1)
+        _opt_str(self.zone, "zone")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Heartbeat:
+    """What a task reports every heartbeat interval (its callback builds one).
+
+    * ``key_groups``: indices of its operator's key groups it owns (``Gamma``);
+    * ``checkpoints``: indices of its operator's key groups whose checkpoint it holds;
+    * ``input_rates``: tuples/s per owned key group (index -> rate);
+    * ``queue_length``: summed input-queue length; ``cpu``: share of its node's
+      capacity its process uses; ``node_cpu``: the host's CPU share as measured by
+      the task (includes foreign load); ``memory``: resident bytes;
+    * ``state_sizes``: bytes of state per owned key group (becomes checkpoint size);
+    * ``buffered``: tuples in this task's output buffers per *downstream* key group
+      (what a restore or CPA would replay);
+    * ``epoch``: the routing epoch the task last applied.
+
+    Mappings are stored as sorted tuples of pairs (the value is hashable).
+    """
+
+    key_groups: tuple[int, ...] = ()
+    checkpoints: tuple[int, ...] = ()
+    input_rates: tuple[tuple[int, float], ...] = ()
+    queue_length: float = 0.0
+    cpu: float | None = None
+    node_cpu: float | None = None
+    memory: float | None = None
+    state_sizes: tuple[tuple[int, float], ...] = ()
+    buffered: tuple[tuple[KeyGroupId, float], ...] = ()
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        setv = object.__setattr__
+        for name in ("key_groups", "checkpoints"):
+            vals = tuple(sorted(_int(i, name) for i in getattr(self, name)))
+            if len(set(vals)) != len(vals):
+                raise ControllerModelError(f"{name}: duplicate key groups")
+            setv(self, name, vals)
+        for name in ("input_rates", "state_sizes"):
+            pairs = _pairs(getattr(self, name), name, lambda v, n=name: _nonneg(v, n))
+            for k, _ in pairs:
+                _int(k, f"{name} key")
+            setv(self, name, pairs)
+        buffered = _pairs(self.buffered, "buffered", lambda v: _nonneg(v, "buffered"))
+        for k, _ in buffered:
+            if not isinstance(k, KeyGroupId):
+                raise ControllerModelError(f"buffered keys must be KeyGroupId, got {k!r}")
+        setv(self, "buffered", buffered)
+        setv(self, "queue_length", _nonneg(self.queue_length, "queue_length"))
+        for name in ("cpu", "node_cpu", "memory"):
+            setv(self, name, _opt_nonneg(getattr(self, name), name))
+        _int(self.epoch, "epoch")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskRecord:
+    """The data of ``tasks/<task-id>``: identity, latest heartbeat, its sequence number
+    and the wall-clock time (s) the task published it."""
+
+    identity: TaskIdentity
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
+    seq: int = 0
+    time: float = 0.0
+
+    def __post_init__(self) -> None:
+        _int(self.seq, "seq")
+        _nonneg(self.time, "time")
+
+    @property
+    def task_id(self) -> int:
+        return self.identity.task_id
+
+    @property
+    def node_id(self) -> NodeId:
+        return self.identity.node_id

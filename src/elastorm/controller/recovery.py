@@ -74,6 +74,7 @@ def plan_recovery(
     view: ClusterView,
     failed: Iterable[NodeId],
     *,
+    rejoined: Iterable[NodeId] = (),
     correlation: Correlation | None = None,
     replicas: int = 1,
     epsilon: float = math.inf,
@@ -81,7 +82,9 @@ def plan_recovery(
 ) -> RecoveryPlan:
     """Plan recovery from the loss of ``failed`` nodes (restore, then re-place).
 
-    ``allocate`` is any policy of :mod:`elastorm.controller.allocation` taking
+    ``rejoined`` names failed nodes that are back, empty (a Storm worker that
+    restarted): nothing is restored from them, but phase 2 may place checkpoints
+    on them again. ``allocate`` is any policy of :mod:`elastorm.controller.allocation` taking
     ``(spec, keep=...)``. Complexity: ``O(K log K + |lost| * replicas)`` for
     phase 1 plus one run of the policy.
 
@@ -110,6 +113,9 @@ def plan_recovery(
     if not live:
         raise ControllerModelError("every node failed; nothing to recover onto")
     live_ids = {n.node_id for n in live}
+    back = set(rejoined)
+    if not back <= set(lost):
+        raise ControllerModelError(f"rejoined nodes {sorted(back - set(lost))} did not fail")
 
     holders = {kg: [h for h in nodes if h in live_ids] for kg, nodes in view.checkpoints.entries}
     lost_kgs = [view.key_group(kg) for n in lost for kg in view.owned_by(n)]
@@ -153,7 +159,10 @@ def plan_recovery(
     ]
     survived = Allocation(holders)
     after_restore = ClusterView(
-        nodes=live, key_groups=key_groups, checkpoints=survived, now=view.now
+        nodes=[n for n in view.nodes if n.node_id in live_ids or n.node_id in back],
+        key_groups=key_groups,
+        checkpoints=survived,
+        now=view.now,
     )
     spec = AllocationSpec(
         view=after_restore, correlation=correlation, replicas=replicas, epsilon=epsilon

@@ -74,6 +74,28 @@ def resume(
     return resumed
 
 
+def make_loop(
+    conf: Mapping[str, Any],
+    controls: Mapping[str, MigrationController],
+    operator_tasks: Mapping[str, Sequence[int]],
+    settings: LoopSettings,
+) -> ControllerLoop:
+    """The controller's loop for ``controls``: one node per task index, the offline
+    correlation artifact (``elastorm.controller.correlation_artifact``) as prior."""
+    prior, weight = None, 0.0
+    if conf.get(ARTIFACT_KEY):
+        prior = _load_prior(str(conf[ARTIFACT_KEY]), controls)
+        weight = float(conf.get(PRIOR_WEIGHT_KEY, settings.window))
+    return ControllerLoop(
+        controls=controls,
+        placement=Placement.by_index(operator_tasks),
+        settings=settings,
+        started_at=time.time(),
+        prior=prior,
+        prior_weight=weight,
+    )
+
+
 def holders_allocation(controls: Mapping[str, MigrationController], placement: Placement):
     """The controllers' holders as an ``Allocation`` over nodes."""
     return Allocation(
@@ -115,16 +137,10 @@ class ControllerRuntime:
         self.outbox: list[Send] = []
 
     @classmethod
-    def start(
-        cls,
-        conf: Mapping[str, Any],
-        controls: Mapping[str, MigrationController],
-        operator_tasks: Mapping[str, Sequence[int]],
-        settings: LoopSettings,
-    ) -> ControllerRuntime:
+    def start(cls, conf: Mapping[str, Any], loop: ControllerLoop) -> ControllerRuntime:
+        """Start the watcher and the store for ``loop`` (the topology in ``conf``)."""
         layout = ZnodeLayout(str(conf["topology.name"]))
         zk = ZkSettings(hosts=hosts_from_storm_conf(conf))
-        placement = Placement.by_index(operator_tasks)
         watcher = ClusterWatcher(layout=layout, settings=zk)
         watcher.start()
         store = ControllerStore(
@@ -135,25 +151,13 @@ class ControllerRuntime:
             store.load(timeout=LOAD_TIMEOUT)
         except StoreError as exc:
             log.error("controller: earlier decisions not loaded yet (%s); waiting for them", exc)
-        prior, weight = None, 0.0
-        if conf.get(ARTIFACT_KEY):
-            prior = _load_prior(str(conf[ARTIFACT_KEY]), controls)
-            weight = float(conf.get(PRIOR_WEIGHT_KEY, settings.window))
-        loop = ControllerLoop(
-            controls=controls,
-            placement=placement,
-            settings=settings,
-            started_at=time.time(),
-            prior=prior,
-            prior_weight=weight,
-        )
         out = conf.get(OUTPUT_DIR_KEY)
         log.info(
             "controller: strategy=%s adapt=%s nodes=%s warmup=%.0fs",
-            settings.strategy,
-            settings.adapt,
-            placement.nodes,
-            settings.warmup,
+            loop.settings.strategy,
+            loop.settings.adapt,
+            loop.placement.nodes,
+            loop.settings.warmup,
         )
         return cls(
             loop=loop,

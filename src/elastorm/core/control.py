@@ -3,7 +3,7 @@ sections 4-5: the controller; state migration).
 
 ``MigrationController`` keeps the routing table, checkpoint holders and what each
 task reported, and turns an order ("move key group g to task t by CPA") or a
-crash into the commands to send, as ``Send`` actions from the controller. The
+planned recovery into the commands to send, as ``Send`` actions from the controller. The
 simulator (``elastorm.core.sim``) and the Storm controller bolt both drive it, so the
 rules below are written once:
 
@@ -15,7 +15,10 @@ rules below are written once:
 * after a migration the old owner becomes the holder; after a restore, the next
   live task after the new owner does;
 * a crashed task restarts empty, with ``stale_through`` = the epoch at the crash;
-  each group it owned or was moving is restored (:meth:`restore_target`);
+  each group it owned or was moving is restored on one of its surviving copies
+  (:meth:`surviving_copies`); *which* copy, and where lost checkpoints go, the
+  controller's recovery planner decides (``elastorm.controller.recovery``), and
+  :meth:`recover` only carries that out;
 * a migration or restore never hangs unseen: one that has not completed within a
   time limit is reported once as stuck, naming the tasks it still waits for
   (:meth:`overdue`); it still completes if they answer later.
@@ -24,7 +27,7 @@ rules below are written once:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
@@ -223,69 +226,79 @@ class MigrationController:
         self.stats["set_holder"] += 1
         return [Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder))]
 
-    def restore_target(self, key_group: int, dead: int) -> int:
-        """Where to restore ``key_group`` after ``dead`` died.
+    def surviving_copies(self, key_group: int, dead: int) -> tuple[int, ...]:
+        """The tasks that could take over ``key_group`` after ``dead`` died (a fact of
+        where copies are, not a choice: the recovery planner chooses among them).
 
-        Mid-migration, the surviving end: it has live state, or a copy at least
+        Mid-migration, only the surviving end: it has live state, or a copy at least
         as new as any checkpoint whose ack trimmed a buffer (the source's own
-        checkpoints all went to the target). Otherwise the task that reported
-        the newest checkpoint. Raises ``RuntimeError`` when no copy survives.
+        checkpoints all went to the target). Otherwise every other task that reported
+        the newest checkpoint. Empty when no copy survives.
         """
         g = key_group
         moving = self.moving.get(g)
         if moving is not None and moving.protocol is not Protocol.RESTORE:
             if dead == moving.target:
                 assert moving.source is not None
-                return moving.source
+                return (moving.source,)
             if moving.protocol is not Protocol.DIRECT or moving.target in self.reports[g]:
-                return moving.target
-        for t in self.tasks:
-            if t != dead and self.has_newest(t, g):
-                return t
-        raise RuntimeError(f"group {g}: no checkpoint survives task {dead}")
+                return (moving.target,)
+        return tuple(t for t in self.tasks if t != dead and self.has_newest(t, g))
 
     def involved(self, key_group: int, task: int) -> bool:
         """Whether ``task`` owns ``key_group`` or is the source of its migration."""
         moving = self.moving.get(key_group)
         return self.owner(key_group) == task or (moving is not None and moving.source == task)
 
-    def crash(self, dead: int, *, now: float) -> CrashPlan:
-        """Task ``dead`` lost everything (noticed at time ``now``): restore what it owned
-        or was moving from the surviving copies, and re-place the checkpoints it held."""
+    def lost_key_groups(self, dead: int) -> list[int]:
+        """The key groups ``dead`` owned or was the source of a migration of."""
+        return [g for g in range(self.num_key_groups) if self.involved(g, dead)]
+
+    def recover(
+        self,
+        dead: int,
+        *,
+        restores: Mapping[int, int],
+        holders: Mapping[int, int],
+        now: float,
+    ) -> CrashPlan:
+        """Carry out a recovery decided elsewhere (the controller's recovery planner):
+        task ``dead`` lost everything and was noticed at time ``now``.
+
+        ``restores`` maps each key group to restore to the task that takes it over
+        (one of :meth:`surviving_copies`); ``holders`` maps key groups to their new
+        checkpoint holder. Each restore bumps the routing epoch and is announced to
+        the emitters; each changed holder is told to the group's owner. Decides
+        nothing itself. Raises ``MigrationRefused`` for a target that is no task
+        of this operator.
+        """
         floor = self.epoch
-        restored: list[int] = []
         sends: list[Send] = []
-        for g in range(self.num_key_groups):
-            if self.involved(g, dead):
-                restored.append(g)
-                target = self.restore_target(g, dead)
-                self.epoch += 1
-                cmd = Migrate(
-                    key_group=g,
-                    epoch=self.epoch,
-                    protocol=Protocol.RESTORE,
-                    source=None,
-                    target=target,
-                )
-                sends += [Send(to_task=u, message=cmd) for u in self.emitters]
-                self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
-                self.reports[g].clear()
-                self.moving[g] = Moving(
-                    Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
-                )
-            if self.holders[g] in (dead, self.owner(g)):
-                self.holders[g] = next_task(self.tasks, self.owner(g))
-                sends.append(
-                    Send(
-                        to_task=self.owner(g),
-                        message=SetHolder(key_group=g, holder=self.holders[g]),
-                    )
-                )
+        for g, target in sorted(restores.items()):
+            if target not in self.tasks or target == dead:
+                raise MigrationRefused(f"cannot restore key group {g} on task {target}")
+            self.epoch += 1
+            cmd = Migrate(
+                key_group=g, epoch=self.epoch, protocol=Protocol.RESTORE, source=None, target=target
+            )
+            sends += [Send(to_task=u, message=cmd) for u in self.emitters]
+            self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
+            self.reports[g].clear()
+            self.moving[g] = Moving(
+                Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
+            )
+        for g, holder in sorted(holders.items()):
+            if holder not in self.tasks:
+                raise MigrationRefused(f"task {holder} is not a task of this operator")
+            if holder == self.holders[g] or holder == self.owner(g):
+                continue
+            self.holders[g] = holder
+            sends.append(Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder)))
         for reports in self.reports.values():
             reports.pop(dead, None)
         self.stats["crashes"] += 1
         return CrashPlan(
-            dead=dead, stale_through=floor, restored=tuple(restored), sends=tuple(sends)
+            dead=dead, stale_through=floor, restored=tuple(sorted(restores)), sends=tuple(sends)
         )
 
     def overdue(self, now: float, limit: float) -> list[Overdue]:

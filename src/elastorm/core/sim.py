@@ -21,7 +21,7 @@ from elastorm.core.actions import (
     Rejected,
     Send,
 )
-from elastorm.core.control import MigrationController, Moving
+from elastorm.core.control import MigrationController, Moving, next_task
 from elastorm.core.messages import Message, Protocol
 from elastorm.core.migration.coordinator import EMITTER_MESSAGES, TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
@@ -185,7 +185,17 @@ class Cluster:
         return self.control.can_migrate(key_group)
 
     def restore_target(self, key_group: int, dead: int) -> int:
-        return self.control.restore_target(key_group, dead)
+        """The simulator's recovery rule: the first surviving copy (by task id).
+
+        The Storm controller asks ``elastorm.controller.recovery.plan_recovery``
+        instead; the simulator stays inside the sans-IO core, so it keeps this
+        fixed rule, enough to check the protocols survive any choice of copy.
+        Raises ``RuntimeError`` when no copy survives.
+        """
+        copies = self.control.surviving_copies(key_group, dead)
+        if not copies:
+            raise RuntimeError(f"group {key_group}: no checkpoint survives task {dead}")
+        return copies[0]
 
     def involved(self, key_group: int, task: int) -> bool:
         return self.control.involved(key_group, task)
@@ -207,7 +217,14 @@ class Cluster:
         dead = task
         for ch in [ch for ch in self.channels if ch[1] == dead]:
             self.stats["lost_in_flight"] += len(self.channels.pop(ch))
-        plan = self.control.crash(dead, now=self.now)
+        control = self.control
+        restores = {g: self.restore_target(g, dead) for g in control.lost_key_groups(dead)}
+        holders = {}
+        for g in range(control.num_key_groups):
+            owner = restores.get(g, control.owner(g))
+            if control.holders[g] in (dead, owner):
+                holders[g] = next_task(control.tasks, owner)
+        plan = control.recover(dead, restores=restores, holders=holders, now=self.now)
         self._send_all(plan.sends)
         self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
         self.latest[dead] = LatestValues()

@@ -295,7 +295,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         import importlib.util
 
         path = os.path.join(
-            os.path.dirname(__file__), "..", "..", "topologies", "flights_elastic.py"
+            os.path.dirname(__file__), "..", "..", "..", "topologies", "flights_elastic.py"
         )
         spec = importlib.util.spec_from_file_location("flights_elastic_topology", path)
         module = importlib.util.module_from_spec(spec)

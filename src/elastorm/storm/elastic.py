@@ -22,8 +22,9 @@ return become emits:
   the keyed tasks never block on it;
 * keyed tasks report to the controller on ``elastorm_reports`` (checkpoint stored,
   migration done, aborted, holder lost);
-* the controller (one task) reads migration requests from ZooKeeper, orders them
-  through ``elastorm.core.control.MigrationController`` and sends the commands on
+* the controller (one task, ``elastorm.controller.bolt.MigrationControllerBolt``)
+  reads migration requests from ZooKeeper, orders them through
+  ``elastorm.core.control.MigrationController`` and sends the commands on
   ``elastorm``.
 
 Component names come from class attributes, so one topology can wire several
@@ -44,17 +45,14 @@ from streamparse import Bolt, Grouping, Stream
 from elastorm.core.actions import (
     Action,
     Applied,
-    CheckpointStored,
-    MigrationDone,
     Rejected,
     Send,
     TaskStarted,
-    decode_report,
     encode_report,
 )
-from elastorm.core.control import MigrationController, MigrationRefused, initial_holders
+from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.messages import Message, PeerDown, from_json, to_json
+from elastorm.core.messages import Message, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.routing import RoutingTable
@@ -122,16 +120,30 @@ def tasks_of(context: Mapping[str, Any], components: str | Iterable[str]) -> lis
 
 def operators_of(conf: Mapping[str, Any]) -> dict[str, list[str]]:
     """``elastorm.operators``: each keyed operator and the components that emit to it
-    (``elastorm.storm.topology`` writes it; Storm may hand it over as JSON text)."""
-    value = conf.get(OPERATORS_KEY)
-    if isinstance(value, str):
-        value = json.loads(value)
-    if not value:
+    (``elastorm.storm.topology`` writes it; Storm may hand it over as JSON text).
+
+    Raises ``ValueError`` naming the key when it is missing or malformed (a
+    controller or an emitter without operators would do nothing, silently).
+
+    >>> operators_of({"elastorm.operators": {"op2": ["op1"]}})
+    {'op2': ['op1']}
+    """
+    raw = conf.get(OPERATORS_KEY)
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    if not raw:
         raise ValueError(
             f"{OPERATORS_KEY} is not set: declare the topology as an elastorm "
             "ElasticTopology (keyed inputs marked with keyed())"
         )
-    return {str(op): [str(e) for e in emitters] for op, emitters in dict(value).items()}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{OPERATORS_KEY} must map keyed operators to their emitters: {raw!r}")
+    out: dict[str, list[str]] = {}
+    for op, emitters in raw.items():
+        if isinstance(emitters, str) or not all(isinstance(e, str) for e in emitters):
+            raise ValueError(f"{OPERATORS_KEY}[{op!r}] must be a list of component names")
+        out[str(op)] = list(emitters)
+    return out
 
 
 def conf_key_groups(conf: Mapping[str, Any]) -> int:
@@ -427,144 +439,3 @@ class RelayBolt(Bolt):
     def process(self, tup):
         to_task, message, sender = tup.values
         self.emit([message, sender], stream=STREAM, direct_task=int(to_task))
-
-
-class MigrationControllerBolt(_Sending, Bolt):
-    """The controller of the keyed operators: one task, global grouping on reports.
-
-    On every tick it reads new requests under ``/elastorm/<topology>/requests``
-    in the topology's own ZooKeeper, orders them, and writes each request's state
-    back (started, done, refused). A request it cannot reach ZooKeeper for waits
-    for the next tick; processing never depends on ZooKeeper being up.
-
-    With ``elastorm.controller.adapt`` or a ``strategy`` set it also runs the
-    :class:`elastorm.controller.loop.ControllerLoop` every ``elastorm.controller.round_secs``:
-    the keyed tasks' heartbeats (a ``ClusterWatcher``) in, checkpoint holders and
-    migrations out; its routing tables and allocation go to a ``ControllerStore``
-    (and are read back if this task restarts), its metrics to the log and to
-    ``controller-metrics.json`` in the output dir.
-    """
-
-    outputs = [MESSAGE_STREAM]
-
-    def initialize(self, conf, context):
-        from elastorm.zk.requests import RequestBoard
-
-        self._senders(context)
-        relations = operators_of(conf)
-        self.operators = tuple(relations)
-        self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
-        self.controls = {
-            op: MigrationController(
-                num_key_groups=conf_key_groups(conf),
-                tasks=tasks,
-                emitters=tasks_of(context, relations[op]),
-                routing=initial_routing(conf, op, tasks),
-            )
-            for op, tasks in self.operator_tasks.items()
-        }
-        self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
-        self.boards = {op: RequestBoard.from_storm_conf(conf, operator=op) for op in self.operators}
-        self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
-        self.migration_timeout = conf_migration_timeout(conf)
-        self.loop = None
-        self.runtime = None
-        from elastorm.controller.loop import settings_from_conf
-
-        settings = settings_from_conf(conf)
-        if settings.active:
-            from elastorm.controller.runtime import ControllerRuntime
-
-            self.runtime = ControllerRuntime.start(
-                conf, self.controls, self.operator_tasks, settings
-            )
-            self.loop = self.runtime.loop
-
-    @property
-    def control(self) -> MigrationController:
-        """The controller of the (first) keyed operator."""
-        return self.controls[self.operators[0]]
-
-    def process(self, tup):
-        if tup.stream != REPORTS:
-            return
-        report = decode_report(json.loads(tup.values[0]))
-        op = self.operator_of.get(tup.task, self.operators[0])
-        control = self.controls[op]
-        if isinstance(report, MigrationDone):
-            done = (
-                self.loop.on_migration_done(op, report, time.time())
-                if self.loop is not None
-                else control.on_migration_done(report)
-            )
-            if done:
-                name = self.active.pop((op, report.key_group), None)
-                if name is not None:
-                    self.boards[op].finish(name)
-        elif isinstance(report, CheckpointStored):
-            control.on_checkpoint_stored(tup.task, report)
-        elif isinstance(report, TaskStarted):
-            if report.restarted:
-                self.recover(op, report.task)
-        else:
-            log.warning("controller: task %s reports %s", tup.task, report)
-
-    def recover(self, op: str, dead: int) -> None:
-        """Task ``dead`` came back empty: restore its groups from the surviving copies."""
-        control = self.controls[op]
-        plan = control.crash(dead, now=time.time())
-        log.warning("task %s restarted empty: restoring key groups %s", dead, plan.restored)
-        for send in plan.sends:
-            self.send(send)
-        for task in control.tasks:
-            if task != dead:
-                self.send(Send(to_task=task, message=PeerDown(key_group=0, task=dead)))
-        for g in plan.restored:
-            name = self.active.pop((op, g), None)
-            if name is not None:
-                self.boards[op].refuse(name, f"task {dead} died; key group {g} restored instead")
-        self.boards[op].publish_routing(control)
-
-    def process_tick(self, tup):
-        now = time.time()
-        for op, board in self.boards.items():
-            board.retry_unwritten()
-            self.carry_out_requests(op, board)
-            self.report_overdue(op, now)
-        if self.runtime is not None:
-            for send in self.runtime.tick(time.time()):
-                self.send(send)
-        for op, board in self.boards.items():
-            board.publish_routing(self.controls[op])
-
-    def carry_out_requests(self, op: str, board) -> None:
-        control = self.controls[op]
-        for name, request in board.pending():
-            g = request.key_group
-            target = control.holders.get(g, -1) if request.target == "holder" else request.target
-            try:
-                used, sends = control.migrate(g, int(target), request.protocol, now=time.time())
-            except MigrationRefused as exc:
-                board.refuse(name, str(exc))
-                continue
-            for send in sends:
-                self.send(send)
-            self.active[(op, g)] = name
-            board.start(
-                name,
-                protocol_used=used,
-                epoch=control.epoch,
-                source=control.moving[g].source,
-                target=int(target),
-            )
-            board.publish_routing(control)
-
-    def report_overdue(self, op: str, now: float) -> None:
-        """Migrations and restores past ``elastorm.migration_timeout_secs``: logged, their
-        request marked ``stuck`` with what they wait for, and published in the status."""
-        for overdue in self.controls[op].overdue(now, self.migration_timeout):
-            detail = overdue.describe()
-            log.error("controller: %s/%s", op, detail)
-            name = self.active.get((op, overdue.key_group))
-            if name is not None:
-                self.boards[op].stuck(name, detail)

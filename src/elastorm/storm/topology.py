@@ -32,6 +32,7 @@ from streamparse.dsl.component import ComponentSpec
 from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
+from elastorm.controller.bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
     CONTROLLER_COMPONENT,
@@ -42,7 +43,6 @@ from elastorm.storm.elastic import (
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    MigrationControllerBolt,
     RelayBolt,
     by_task,
 )

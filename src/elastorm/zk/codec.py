@@ -15,11 +15,18 @@ import enum
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from elastorm.controller.adaptation import Move, MoveReason, Protocol
 from elastorm.controller.allocation import CheckpointMove
-from elastorm.controller.model import Allocation, KeyGroupId, NodeId
+from elastorm.controller.model import (
+    Allocation,
+    Heartbeat,
+    KeyGroupId,
+    NodeId,
+    TaskIdentity,
+    TaskRecord,
+)
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.layout import check_name
 
@@ -144,107 +151,10 @@ def _kg_list(x: object, what: str) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- task znode
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TaskIdentity:
-    """Who a task is: Storm task id, operator (component), node (supervisor), process.
-
-    ``zone`` is the node's fault zone (``None``: the node is its own zone).
-    """
-
-    task_id: int
-    operator: str
-    node_id: NodeId
-    host: str
-    pid: int
-    zone: str | None = None
-
-    def __post_init__(self) -> None:
-        _int(self.task_id, "task_id")
-        check_name(self.operator, "operator")
-        _str(self.node_id, "node_id")
-        _str(self.host, "host")
-        _int(self.pid, "pid", 1)
-        _opt_str(self.zone, "zone")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Heartbeat:
-    """What a task reports every heartbeat interval (its callback builds one).
-
-    * ``key_groups``: indices of its operator's key groups it owns (``Gamma``);
-    * ``checkpoints``: indices of its operator's key groups whose checkpoint it holds;
-    * ``input_rates``: tuples/s per owned key group (index -> rate);
-    * ``queue_length``: summed input-queue length; ``cpu``: share of its node's
-      capacity its process uses; ``node_cpu``: the host's CPU share as measured by
-      the task (includes foreign load); ``memory``: resident bytes;
-    * ``state_sizes``: bytes of state per owned key group (becomes checkpoint size);
-    * ``buffered``: tuples in this task's output buffers per *downstream* key group
-      (what a restore or CPA would replay);
-    * ``epoch``: the routing epoch the task last applied.
-
-    Mappings are stored as sorted tuples of pairs (the value is hashable).
-    """
-
-    key_groups: tuple[int, ...] = ()
-    checkpoints: tuple[int, ...] = ()
-    input_rates: tuple[tuple[int, float], ...] = ()
-    queue_length: float = 0.0
-    cpu: float | None = None
-    node_cpu: float | None = None
-    memory: float | None = None
-    state_sizes: tuple[tuple[int, float], ...] = ()
-    buffered: tuple[tuple[KeyGroupId, float], ...] = ()
-    epoch: int = 0
-
-    def __post_init__(self) -> None:
-        setv = object.__setattr__
-        for name in ("key_groups", "checkpoints"):
-            vals = tuple(sorted(_int(i, name) for i in getattr(self, name)))
-            if len(set(vals)) != len(vals):
-                raise ZnodeSchemaError(f"{name}: duplicate key groups")
-            setv(self, name, vals)
-        for name in ("input_rates", "state_sizes"):
-            pairs = _pairs(getattr(self, name), name, lambda v, n=name: _nonneg(v, n))
-            for k, _ in pairs:
-                _int(k, f"{name} key")
-            setv(self, name, pairs)
-        buffered = _pairs(self.buffered, "buffered", lambda v: _nonneg(v, "buffered"))
-        for k, _ in buffered:
-            if not isinstance(k, KeyGroupId):
-                raise ZnodeSchemaError(f"buffered keys must be KeyGroupId, got {k!r}")
-        setv(self, "buffered", buffered)
-        setv(self, "queue_length", _nonneg(self.queue_length, "queue_length"))
-        for name in ("cpu", "node_cpu", "memory"):
-            setv(self, name, _opt_nonneg(getattr(self, name), name))
-        _int(self.epoch, "epoch")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TaskRecord:
-    """The data of ``tasks/<task-id>``: identity, latest heartbeat, its sequence number
-    and the wall-clock time (s) the task published it."""
-
-    identity: TaskIdentity
-    heartbeat: Heartbeat = field(default_factory=Heartbeat)
-    seq: int = 0
-    time: float = 0.0
-
-    def __post_init__(self) -> None:
-        _int(self.seq, "seq")
-        _nonneg(self.time, "time")
-
-    @property
-    def task_id(self) -> int:
-        return self.identity.task_id
-
-    @property
-    def node_id(self) -> NodeId:
-        return self.identity.node_id
-
-
 def encode_task(record: TaskRecord) -> bytes:
-    """``TaskRecord`` -> znode bytes."""
+    """``TaskRecord`` -> znode bytes (the operator must be a valid znode name)."""
     i, h = record.identity, record.heartbeat
+    check_name(i.operator, "operator")
     return _dump(
         _head(
             TASK,
@@ -284,7 +194,7 @@ def decode_task(data: bytes | None) -> TaskRecord:
             buffered.append((KeyGroupId(item[0], item[1]), item[2]))
         identity = TaskIdentity(
             task_id=o.get("task_id"),
-            operator=o.get("operator"),
+            operator=check_name(o.get("operator"), "operator"),
             node_id=o.get("node"),
             host=o.get("host"),
             pid=o.get("pid"),

@@ -20,8 +20,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
 from elastorm.zk.client import BackgroundLoop, make_client, session_id
-from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord, encode_task
+from elastorm.zk.codec import encode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
 log = logging.getLogger(__name__)

@@ -13,16 +13,16 @@ import logging
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from elastorm.controller.model import Allocation, ClusterView, NodeId
+from elastorm.controller.model import TaskRecord
 from elastorm.zk.client import BackgroundLoop, make_client
-from elastorm.zk.codec import TaskRecord, ZnodeSchemaError, decode_task
+from elastorm.zk.codec import ZnodeSchemaError, decode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, ZnodeLayoutError, task_id_from_name
 from elastorm.zk.view import (
     ClusterEvent,
@@ -30,7 +30,6 @@ from elastorm.zk.view import (
     TaskEntry,
     TaskJoined,
     TaskLeft,
-    cluster_view,
     diff_tasks,
 )
 
@@ -102,28 +101,6 @@ class ClusterWatcher(BackgroundLoop):
         with self._lock:
             for t in task_ids:
                 self._departed.pop(t, None)
-
-    def view(
-        self,
-        *,
-        now: float | None = None,
-        checkpoints: Allocation | None = None,
-        capacities: Mapping[NodeId, float] | None = None,
-        background: Mapping[NodeId, float] | None = None,
-        include_departed: bool = True,
-    ) -> ClusterView:
-        """The cluster as a ``ClusterView`` (see :func:`elastorm.zk.view.cluster_view`)."""
-        with self._lock:
-            live = [e.record for e in self._entries.values()]
-            departed = list(self._departed.values()) if include_departed else []
-        return cluster_view(
-            live,
-            now=self._clock() if now is None else now,
-            departed=departed,
-            checkpoints=checkpoints,
-            capacities=capacities,
-            background=background,
-        )
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop watching (and close the client if the watcher owns it)."""
