@@ -41,7 +41,7 @@ def test_cluster_runs_two_supervisors_as_two_nodes(cluster) -> None:
 def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> None:
     cfg, _ = cluster
     ensure_storm_home(cfg)
-    jar = build_topology_jar(cfg.project, tmp_path / "topology.jar")
+    jar = build_topology_jar(cfg, tmp_path / "topology.jar")
     host, port = env_nimbus(cfg.project, "cluster")
     driver = SmokeDriver(500)
     nimbus.submit(
@@ -76,8 +76,6 @@ def _broken_project(cfg, tmp_path, monkeypatch, change) -> None:
     """Point the CLI at a copy of the project whose config.json ``change`` edits."""
     for name in ("project.clj", "config.json"):
         shutil.copy(cfg.project / name, tmp_path / name)
-    (tmp_path / "jvm").mkdir()
-    shutil.copy(cfg.project / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
     raw = json.loads((tmp_path / "config.json").read_text())
     change(raw)
     (tmp_path / "config.json").write_text(json.dumps(raw))
