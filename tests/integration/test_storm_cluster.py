@@ -38,6 +38,17 @@ def test_cluster_runs_two_supervisors_as_two_nodes(cluster) -> None:
     assert daemons["supervisor-0"] and daemons["supervisor-1"] and daemons["nimbus"]
 
 
+def _wait_topology_gone(host: str, port: int, name: str, timeout: float = 60) -> None:
+    """Block until Nimbus no longer lists topology ``name``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = {t["name"] for t in nimbus.cluster_summary(host, port)["topologies"]}
+        if name not in names:
+            return
+        time.sleep(1)
+    raise UserError(f"topology {name} still listed by Nimbus after {timeout:.0f} s")
+
+
 def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> None:
     cfg, _ = cluster
     ensure_storm_home(cfg)
@@ -54,7 +65,7 @@ def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> No
         assert driver.outcome(str(tmp_path)).ok
     finally:
         nimbus.kill(cfg.project, "cluster", "smoke-listed")
-    nimbus.wait_topology_gone(host, port, "smoke-listed", timeout=60)
+    _wait_topology_gone(host, port, "smoke-listed", timeout=60)
 
 
 def test_flights_job_on_cluster_matches_pandas_for_every_plane(cluster) -> None:
