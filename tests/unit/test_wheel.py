@@ -4,40 +4,10 @@ would collide with a user's own streamparse project."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
-
-
-def _source_copy(dest: Path) -> Path:
-    """The files git would see (tracked or not ignored), copied to ``dest``: a clean
-    tree, so no stale ``build/`` or ``*.egg-info`` of an earlier build leaks in."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=PROJECT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        src = PROJECT / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    return dest
-
-
-def build_wheel(tmp: Path) -> Path:
-    """``pip wheel <copy of the repository> --no-deps``; return the wheel's path."""
-    src = _source_copy(tmp / "src")
-    out = tmp / "dist"
-    cmd = [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True)
-    (wheel,) = out.glob("elastorm-*.whl")
-    return wheel
+from wheel_build import build_wheel
 
 
 def test_wheel_holds_only_the_elastorm_package(tmp_path: Path) -> None:
