@@ -42,9 +42,6 @@ from elastorm.storm.elastic import (
     carrier_fields,
 )
 
-OP1 = "extract_delays"
-OP2 = "sum_delays"
-
 
 def add_delay(current: dict[str, list[int]] | None, value: list) -> dict[str, list[int]]:
     """op2's fold: ``value = [row id, year, arr_delay]`` into ``{year: [sum, flights]}``.

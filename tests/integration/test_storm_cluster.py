@@ -38,10 +38,21 @@ def test_cluster_runs_two_supervisors_as_two_nodes(cluster) -> None:
     assert daemons["supervisor-0"] and daemons["supervisor-1"] and daemons["nimbus"]
 
 
+def _wait_topology_gone(host: str, port: int, name: str, timeout: float = 60) -> None:
+    """Block until Nimbus no longer lists topology ``name``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = {t["name"] for t in nimbus.cluster_summary(host, port)["topologies"]}
+        if name not in names:
+            return
+        time.sleep(1)
+    raise UserError(f"topology {name} still listed by Nimbus after {timeout:.0f} s")
+
+
 def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> None:
     cfg, _ = cluster
     ensure_storm_home(cfg)
-    jar = build_topology_jar(cfg.project, tmp_path / "topology.jar")
+    jar = build_topology_jar(cfg, tmp_path / "topology.jar")
     host, port = env_nimbus(cfg.project, "cluster")
     driver = SmokeDriver(500)
     nimbus.submit(
@@ -54,7 +65,7 @@ def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> No
         assert driver.outcome(str(tmp_path)).ok
     finally:
         nimbus.kill(cfg.project, "cluster", "smoke-listed")
-    nimbus.wait_topology_gone(host, port, "smoke-listed", timeout=60)
+    _wait_topology_gone(host, port, "smoke-listed", timeout=60)
 
 
 def test_flights_job_on_cluster_matches_pandas_for_every_plane(cluster) -> None:
@@ -76,8 +87,6 @@ def _broken_project(cfg, tmp_path, monkeypatch, change) -> None:
     """Point the CLI at a copy of the project whose config.json ``change`` edits."""
     for name in ("project.clj", "config.json"):
         shutil.copy(cfg.project / name, tmp_path / name)
-    (tmp_path / "jvm").mkdir()
-    shutil.copy(cfg.project / "jvm" / "pom.xml", tmp_path / "jvm" / "pom.xml")
     raw = json.loads((tmp_path / "config.json").read_text())
     change(raw)
     (tmp_path / "config.json").write_text(json.dumps(raw))

@@ -18,8 +18,8 @@ import threading
 import time
 
 import pytest
+from crash_driver import ElasticCrashDriver
 
-from elastorm.runtime.drivers import ElasticCrashDriver
 from elastorm.runtime.run import run_topology
 from elastorm.runtime.shift_driver import ShiftDriver
 

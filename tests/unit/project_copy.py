@@ -15,11 +15,10 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def copy_project(dest: Path) -> Path:
-    """config.json, project.clj and jvm/pom.xml of the project, copied into ``dest``."""
+    """config.json and project.clj of the project, copied into ``dest`` (the Maven
+    poms are package data of elastorm, not part of a project)."""
     for name in ("config.json", "project.clj"):
         shutil.copy(PROJECT / name, dest / name)
-    (dest / "jvm").mkdir()
-    shutil.copy(PROJECT / "jvm" / "pom.xml", dest / "jvm" / "pom.xml")
     return dest
 
 

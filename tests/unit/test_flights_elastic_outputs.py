@@ -18,7 +18,7 @@ from test_flights_harness import TICK, drain, make, tup
 
 import elastorm.zk.requests
 from bolts.flights import ResultsSink
-from bolts.flights_elastic import OP1, OP2, KeyedSumDelays
+from bolts.flights_elastic import KeyedSumDelays
 from elastorm.core.actions import Send
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Data, Message, Migrate, Protocol
@@ -28,6 +28,7 @@ from elastorm.storm.elastic import CONTROLLER_COMPONENT as CONTROLLER
 from elastorm.storm.elastic import CONTROLLER_SENDER, RELAY, STREAM, from_wire, to_wire
 
 GROUPS = 20
+OP1, OP2 = "extract_delays", "sum_delays"  # the components of topologies/flights_elastic.py
 OP2_TASKS = (1, 2, 3)
 OP1_TASKS = (5, 6)
 CONTROLLER_TASK = 4

@@ -63,10 +63,6 @@ class FlightsReference:
     na_only_planes: tuple[str, ...] = ()
 
     @property
-    def malformed_total(self) -> int:
-        return sum(self.malformed.values())
-
-    @property
     def delayed_share(self) -> float:
         return self.delayed / self.forwarded if self.forwarded else math.nan
 

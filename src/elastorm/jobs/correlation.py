@@ -46,15 +46,6 @@ from elastorm.runtime.errors import UserError  # noqa: E402
 
 log = logging.getLogger("elastorm.correlate")
 
-#: Reasons a row is not counted (recorded per operator in the artifact).
-SKIP_REASONS = (
-    "missing_key",
-    "undecodable_key",
-    "missing_timestamp",
-    "bad_timestamp",
-    "outside_time_range",
-    "bad_weight",
-)
 #: Upper bound on windows x key groups held densely on the driver (float64).
 MAX_DENSE_CELLS = 200_000_000
 
@@ -269,6 +260,7 @@ def _tag_rows(spark, op: OperatorInput, op_index: int, config: JobConfig):
         in_range = in_range & (ts >= F.lit(float(config.time_start)))
     if config.time_end is not None:
         in_range = in_range & (ts < F.lit(float(config.time_end)))
+    # Why a row is not counted (recorded per operator in the artifact), first match wins.
     reason = (
         F.when(raw_key.isNull(), "missing_key")
         .when(undecodable, "undecodable_key")
@@ -367,7 +359,7 @@ class _Progress:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self._stop.set()
         self._thread.join()
 

@@ -113,5 +113,5 @@ class TupleLogWriter:
     def __enter__(self) -> TupleLogWriter:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.close()

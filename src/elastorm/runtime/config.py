@@ -3,7 +3,11 @@
 Every ``elastorm`` key has a default; unknown or ill-typed keys fail with a one-line
 ``UserError``. The Storm version is pinned in three places that must agree:
 ``config.json`` (``elastorm.storm_version``), ``project.clj`` (streamparse reads it)
-and ``jvm/pom.xml`` (what Maven assembles).
+and ``elastorm/jvm/pom.xml`` (what Maven assembles; package data of elastorm).
+
+The project is any streamparse project: the directory holding ``config.json`` (the
+working directory or one of its parents), so elastorm works from a user's own project
+as well as from this repository.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from elastorm.runtime.errors import UserError
+
+#: The Maven sources of the JVM side (poms, LocalRunner, the multilang serializer),
+#: shipped inside the package; ``elastorm setup`` builds them into ``<home>/jvm``.
+JVM_SOURCES = Path(__file__).resolve().parents[1] / "jvm"
 
 #: Defaults for every key of config.json's ``elastorm`` section.
 DEFAULTS: dict[str, object] = {
@@ -83,6 +91,11 @@ class ElastormConfig:
         return self.home / f"storm-{self.storm_version}"
 
     @property
+    def jvm_build(self) -> Path:
+        """Where Maven builds ``JVM_SOURCES`` (one folder per module's artifact id)."""
+        return self.home / "jvm"
+
+    @property
     def logs(self) -> Path:
         """One folder for every daemon's log."""
         return self.home / "logs"
@@ -94,16 +107,25 @@ class ElastormConfig:
 
 
 def project_root() -> Path:
-    """The project checkout: ``$ELASTORM_PROJECT``, else the one this package runs from."""
+    """The streamparse project elastorm works on.
+
+    ``$ELASTORM_PROJECT`` if set; else the working directory or its nearest parent that
+    holds a ``config.json``; else this source checkout when elastorm runs from one
+    (an editable install). ``UserError`` if there is none.
+    """
     env = os.environ.get("ELASTORM_PROJECT")
-    candidates = [Path(env)] if env else []
-    candidates += [Path(__file__).resolve().parents[2], Path.cwd()]
-    for path in candidates:
-        if (path / "config.json").is_file() and (path / "project.clj").is_file():
-            return path.resolve()
+    if env:
+        if not (Path(env) / "config.json").is_file():
+            raise UserError(f"ELASTORM_PROJECT={env} has no config.json")
+        return Path(env).resolve()
+    cwd = Path.cwd().resolve()
+    checkout = Path(__file__).resolve().parents[3]
+    for path in [cwd, *cwd.parents, checkout]:
+        if (path / "config.json").is_file():
+            return path
     raise UserError(
-        "no elastorm project found (config.json + project.clj); run from the checkout "
-        "or set ELASTORM_PROJECT"
+        f"no streamparse project: no config.json in {cwd} or its parents "
+        "(run elastorm in your project's directory, or set ELASTORM_PROJECT)"
     )
 
 
@@ -198,16 +220,19 @@ def check_envs(envs: dict, path: Path | str = "config.json") -> None:
 
 
 def pinned_storm_versions(project: Path) -> dict[str, str | None]:
-    """The Storm version each of config.json, project.clj and jvm/pom.xml names."""
-    clj = (project / "project.clj").read_text()
-    pom = (project / "jvm" / "pom.xml").read_text()
+    """The Storm version each of config.json, project.clj and elastorm's pom names."""
+    clj_path = project / "project.clj"
+    if not clj_path.is_file():
+        raise UserError(f"{clj_path} not found (streamparse reads Storm's version from it)")
+    clj = clj_path.read_text()
+    pom = (JVM_SOURCES / "pom.xml").read_text()
     clj_match = re.search(r"org\.apache\.storm/storm-core\s+\"([^\"]+)\"", clj)
     pom_match = re.search(r"<storm\.version>([^<]+)</storm\.version>", pom)
     conf = json.loads((project / "config.json").read_text()).get("elastorm", {})
     return {
         "config.json": conf.get("storm_version", DEFAULTS["storm_version"]),
         "project.clj": clj_match.group(1) if clj_match else None,
-        "jvm/pom.xml": pom_match.group(1) if pom_match else None,
+        "elastorm/jvm/pom.xml": pom_match.group(1) if pom_match else None,
     }
 
 

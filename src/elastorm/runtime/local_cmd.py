@@ -104,5 +104,5 @@ def _jar(args: argparse.Namespace) -> int:
 
     ensure_storm_home(cfg)
     out = Path(args.out).resolve() if args.out else cfg.home / "jars" / "topology.jar"
-    print(build_topology_jar(cfg.project, out))
+    print(build_topology_jar(cfg, out))
     return 0

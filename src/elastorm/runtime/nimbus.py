@@ -6,7 +6,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -108,14 +107,3 @@ def submit(
 def kill(project: Path, env: str, name: str, wait: int = 1) -> None:
     """``sparse kill``; waits until Nimbus no longer lists the topology."""
     sparse(project, "kill", "-e", env, "-n", name, "--wait", str(wait))
-
-
-def wait_topology_gone(host: str, port: int, name: str, timeout: float = 60) -> None:
-    """Block until Nimbus no longer lists topology ``name``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        names = {t["name"] for t in cluster_summary(host, port)["topologies"]}
-        if name not in names:
-            return
-        time.sleep(1)
-    raise UserError(f"topology {name} still listed by Nimbus after {timeout:.0f} s")

@@ -36,7 +36,7 @@ def run_topology(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     output_dir = output_dir or cfg.home / "runs" / f"{driver.name}-{env}-{stamp}"
     output_dir.mkdir(parents=True, exist_ok=True)
-    jar = build_topology_jar(cfg.project, cfg.home / "jars" / "topology.jar")
+    jar = build_topology_jar(cfg, cfg.home / "jars" / "topology.jar")
     name = f"{driver.name}-{stamp}"
     options = driver.options(str(output_dir)) | (extra_options or {})
     driver.topology = name

@@ -6,8 +6,10 @@ Layout, as the Storm daemons expect it::
     <home>/storm-<ver>/lib-worker/   storm-client + deps (what worker JVMs run on)
     <home>/storm-<ver>/log4j2/       cluster.xml (daemons), worker.xml (workers)
 
-Maven resolves and caches the jars (``jvm/pom.xml``); this module only links them
-into place. Idempotent: nothing is rebuilt unless a pom or the runner's source changed.
+Maven resolves and caches the jars (``elastorm/jvm/pom.xml``, package data, so a user's
+own project builds the same); it builds into ``<home>/jvm/`` of the project, never into
+the package, and this module links the jars into place. Idempotent: nothing is rebuilt
+unless a pom or a Java source changed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from elastorm.runtime.config import ElastormConfig, check_storm_versions
+from elastorm.runtime.config import JVM_SOURCES, ElastormConfig, check_storm_versions
 from elastorm.runtime.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -62,14 +64,13 @@ WORKER_XML = _log4j_xml(
 )
 
 
-def _inputs(project: Path) -> list[Path]:
-    jvm = project / "jvm"
+def _inputs() -> list[Path]:
     modules = ("daemon", "worker", "zookeeper", "multilang")
     return [
-        jvm / "pom.xml",
-        *(jvm / m / "pom.xml" for m in modules),
-        *sorted((jvm / "daemon" / "src").rglob("*.java")),
-        *sorted((jvm / "multilang" / "src").rglob("*.java")),
+        JVM_SOURCES / "pom.xml",
+        *(JVM_SOURCES / m / "pom.xml" for m in modules),
+        *sorted((JVM_SOURCES / "daemon" / "src").rglob("*.java")),
+        *sorted((JVM_SOURCES / "multilang" / "src").rglob("*.java")),
     ]
 
 
@@ -80,38 +81,42 @@ def _stale(stamp: Path, inputs: list[Path]) -> bool:
     return any(p.stat().st_mtime > built for p in inputs)
 
 
-def build_jvm(project: Path) -> None:
-    """Run Maven over ``jvm/`` (downloads Storm's jars on first use, then offline)."""
+def build_jvm(out: Path) -> None:
+    """Run Maven over ``JVM_SOURCES`` into ``out`` (downloads Storm's jars on first use,
+    then works from ``~/.m2``)."""
     if shutil.which("mvn") is None:
         raise UserError("Maven (mvn) is not on PATH; install it (e.g. apt-get install maven)")
     if shutil.which("java") is None:
         raise UserError("java is not on PATH; install a JDK 17 (Storm 2.8 targets Java 17)")
     log.info("building the JVM side with Maven (first run downloads Storm from Maven Central)")
-    cmd = ["mvn", "-q", "-B", "-f", str(project / "jvm" / "pom.xml"), "package"]
+    pom = JVM_SOURCES / "pom.xml"
+    cmd = ["mvn", "-q", "-B", "-f", str(pom), f"-Delastorm.build={out}", "package"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-        raise UserError("Maven build of jvm/ failed: " + " | ".join(tail))
+        raise UserError(f"Maven build of {JVM_SOURCES} failed: " + " | ".join(tail))
 
 
 def ensure_storm_home(cfg: ElastormConfig) -> Path:
     """Build (if needed) and lay out the Storm home; return its path."""
     version = check_storm_versions(cfg.project)
-    jvm = cfg.project / "jvm"
+    jvm = cfg.jvm_build
     home = cfg.storm_home
     stamp = home / ".assembled"
     built = all(link.exists() for link in (home / "lib").glob("*.jar")) if stamp.exists() else False
-    if built and not _stale(stamp, _inputs(cfg.project)):
+    if built and not _stale(stamp, _inputs()):
         return home
-    build_jvm(cfg.project)
-    daemon_jar = jvm / "daemon" / "target" / "elastorm-daemon-0.1.0.jar"
+    build_jvm(jvm)
+    daemon = jvm / "elastorm-daemon"
     sources = {
-        "lib": [*sorted((jvm / "daemon" / "target" / "lib").glob("*.jar")), daemon_jar],
-        "lib-worker": sorted((jvm / "worker" / "target" / "lib-worker").glob("*.jar")),
-        "lib-zookeeper": sorted((jvm / "zookeeper" / "target" / "lib-zookeeper").glob("*.jar")),
+        "lib": [*sorted((daemon / "lib").glob("*.jar")), daemon / "elastorm-daemon-0.1.0.jar"],
+        "lib-worker": sorted((jvm / "elastorm-worker" / "lib-worker").glob("*.jar")),
+        "lib-zookeeper": sorted((jvm / "elastorm-zookeeper" / "lib-zookeeper").glob("*.jar")),
     }
     if not any(p.name == f"storm-client-{version}.jar" for p in sources["lib-worker"]):
-        raise UserError(f"Maven did not produce storm-client-{version}.jar; check jvm/pom.xml")
+        raise UserError(
+            f"Maven did not produce storm-client-{version}.jar; check {JVM_SOURCES / 'pom.xml'}"
+        )
     for sub, jars in sources.items():
         target = home / sub
         if target.exists():

@@ -1,0 +1,161 @@
+"""elastorm as a new user meets it: a streamparse project of their own, outside this
+repository, with elastorm pip-installed as a package.
+
+The project is ``tests/integration/user_project/`` (the tutorial's listings), copied
+to a temporary directory: its own ``project.clj``, ``config.json``, a keyed word count
+written with the state API in ``src/bolts/``, a finite word stream in ``src/spouts/``.
+A fresh virtualenv there gets elastorm from a wheel of this repository (non-editable,
+``-c constraints.txt``). With that virtualenv's commands only: ``elastorm jar``,
+``sparse submit -e cluster`` to the session's ``elastorm cluster up`` (the workers run
+the project's virtualenv: ``use_virtualenv`` with ``install_virtualenv: false``),
+``elastorm migrate`` of key groups by every protocol while it runs. Then every word's
+emitted counts must be exactly 1..n, n its count in a single-process fold.
+
+Talks to: the real ZooKeeper, Nimbus and supervisors of the ``storm_cluster`` fixture,
+pip (its cache), Maven (``~/.m2``) for the project's JVM build.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from wheel_build import build_wheel
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_PROJECT = Path(__file__).parent / "user_project"
+TOPOLOGY = "wordcount"
+OPERATOR = "counts"
+
+
+def _user_files(project: Path) -> dict[str, int]:
+    """Lines of every file the user wrote (the venv and build output excluded)."""
+    files = [project / "project.clj", project / "config.json"]
+    files += sorted((project / "topologies").rglob("*.py"))
+    files += sorted((project / "src").rglob("*.py"))
+    return {p.relative_to(project).as_posix(): len(p.read_text().splitlines()) for p in files}
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float = 300, check: bool = True) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("ELASTORM_PROJECT", "VIRTUAL_ENV")}
+    env |= {"LEIN_ROOT": "1", "PYTHONWARNINGS": "ignore"}
+    env["PATH"] = os.pathsep.join([str(Path(cmd[0]).parent), env.get("PATH", "")])
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc.stdout
+
+
+def _new_project(tmp: Path, cfg) -> Path:
+    """The user's files in ``tmp/wordcount``, config.json pointed at the session cluster."""
+    project = tmp / "wordcount"
+    shutil.copytree(USER_PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
+    repo = json.loads((ROOT / "config.json").read_text())
+    raw = json.loads((project / "config.json").read_text())
+    env = raw["envs"]["cluster"]
+    env["nimbus"] = repo["envs"]["cluster"]["nimbus"]
+    env["virtualenv_root"] = str(project)
+    raw["elastorm"] = {"zookeeper_port": cfg.zookeeper_port}
+    (project / "config.json").write_text(json.dumps(raw, indent=2))
+    return project
+
+
+def _stream() -> list[str]:
+    """The spout's whole stream, from the user's own module."""
+    spec = importlib.util.spec_from_file_location(
+        "user_words", USER_PROJECT / "src/spouts/words.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.words()
+
+
+def _lines(path: Path) -> list[tuple[str, int]]:
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return [(word, int(count)) for word, count in rows]
+
+
+def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path) -> None:
+    cfg, _ = storm_cluster
+    assert ROOT not in tmp_path.parents
+    project = _new_project(tmp_path, cfg)
+    lines = _user_files(project)
+    print(f"user files: {lines}; {sum(lines.values())} lines in all")
+
+    venv = project / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    wheel = build_wheel(tmp_path / "wheel")
+    pip = [str(venv / "bin/pip"), "install", "-q", "-c", str(ROOT / "constraints.txt")]
+    _run([*pip, str(wheel)], project, timeout=600)
+    shown = _run([str(venv / "bin/pip"), "show", "-f", "elastorm"], project)
+    assert "Editable project location" not in shown
+
+    jar = Path(_run([str(venv / "bin/elastorm"), "jar"], project).strip().splitlines()[-1])
+    assert jar.is_relative_to(project)
+    output = tmp_path / "counts.txt"
+    _run(
+        [
+            str(venv / "bin/sparse"),
+            "submit",
+            "-e",
+            "cluster",
+            "-n",
+            TOPOLOGY,
+            "-j",
+            str(jar),
+            "-f",
+            "-o",
+            f"wordcount.output={output}",
+        ],
+        project,
+    )
+    elastorm = str(venv / "bin/elastorm")
+    migrate = [elastorm, "migrate", "--topology", TOPOLOGY, "--operator", OPERATOR]
+    stream = _stream()
+    try:
+        deadline = time.monotonic() + 180
+        while _run([*migrate, "--status"], project, check=False) == "":
+            assert time.monotonic() < deadline, "the topology's controller never answered"
+            time.sleep(2)
+        done = []
+        for group, protocol in enumerate(("direct", "cpa", "cpal")):
+            args = ["--group", str(group), "--to", "holder", "--protocol", protocol]
+            out = _run([*migrate, *args, "--timeout", "90"], project)
+            print(out.strip())
+            assert f"protocol {protocol};" in out, out
+            done.append(protocol)
+        assert len(_lines(output)) < len(stream), "the migrations came after the stream ended"
+        deadline = time.monotonic() + 240
+        while len(_lines(output)) < len(stream) and time.monotonic() < deadline:
+            time.sleep(2)
+        time.sleep(5)  # anything extra (a duplicate) would arrive by now
+    finally:
+        _run(
+            [str(venv / "bin/sparse"), "kill", "-e", "cluster", "-n", TOPOLOGY, "--wait", "1"],
+            project,
+            check=False,
+        )
+
+    emitted: dict[str, list[int]] = defaultdict(list)
+    for word, count in _lines(output):
+        emitted[word].append(count)
+    truth = Counter(stream)
+    assert set(emitted) == set(truth)
+    for word, n in truth.items():
+        assert sorted(emitted[word]) == list(range(1, n + 1)), word
+    assert sum(len(c) for c in emitted.values()) == len(stream)
+    assert done == ["direct", "cpa", "cpal"]

@@ -1,0 +1,11 @@
+from elastorm import KeyedBolt, ValueState
+
+
+class CountWords(KeyedBolt):
+    outputs = ["word", "count"]
+    count = ValueState(default=0)
+
+    def process_keyed(self, key, values):
+        n = self.count.value() + 1
+        self.count.update(n)
+        self.emit([key, n])

@@ -1,0 +1,195 @@
+"""Nothing in ``src/`` is reachable only from the tests.
+
+Two checks over the code that runs (``src/``, ``topologies/``, ``bench/``; ``bin/``
+holds shell scripts only), never ``tests/``:
+
+- modules: every module of ``src/elastorm`` is imported, directly or through others,
+  from a root: the ``elastorm`` command (``elastorm.runtime.cli``), a topology, a
+  component of the example project (``src/bolts``, ``src/spouts``) or a benchmark;
+- names: ``vulture`` finds no unused function, class, method, property or variable,
+  except Storm/streamparse callbacks, dataclass fields, a topology's components, and
+  the handlers the migration machines dispatch by name.
+
+``PENDING`` lists what both still find in code that is being restructured elsewhere
+(controller, ZooKeeper, core, Storm adapters): the test fails on anything new, and on
+a ``PENDING`` entry that is gone (delete it from the list then).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import vulture
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_PROJECT = ROOT / "tests" / "integration" / "user_project"  # a user's code: the API's caller
+SCANNED = [ROOT / "src", ROOT / "topologies", ROOT / "bench", ROOT / "bin", USER_PROJECT]
+
+#: Called by Storm/streamparse/pystorm, or read by them from a class.
+CALLBACKS = [
+    "initialize",
+    "process",
+    "process_tick",
+    "process_batch",
+    "next_tuple",
+    "ack",
+    "fail",
+    "activate",
+    "deactivate",
+    "auto_ack",
+    "auto_anchor",
+    "auto_fail",
+    "outputs",
+    "config",
+]
+#: Python calls it: a module's lazy ``__getattr__`` (``elastorm``'s public names).
+PROTOCOL = ["__getattr__"]
+#: The per-key state handles' methods (PyFlink's ValueState / MapState): the user's API.
+STATE_API = ["value", "update", "clear", "get", "put", "remove", "contains"]
+STATE_API += ["keys", "values", "items", "is_empty"]
+#: The migration machines dispatch messages to handlers by name (``getattr``).
+DISPATCHED = ["_on_*", "_ignore*", "_reject_*"]
+
+#: Still found in code others are restructuring (issue 13); "path:name".
+PENDING = {
+    "module elastorm.core.sim",
+    "src/bolts/flights.py:OP2_FIELDS",
+    "src/bolts/flights.py:OP3_FIELDS",
+    "src/bolts/flights.py:OP4_FIELDS",
+    "src/elastorm/controller/adaptation.py:apply_moves",
+    "src/elastorm/controller/allocation.py:checkpoint_loads",
+    "src/elastorm/controller/correlation.py:pair",
+    "src/elastorm/controller/correlation.py:node_sums",
+    "src/elastorm/controller/correlation.py:to_matrix",
+    "src/elastorm/controller/metrics.py:estimated_pause",
+    "src/elastorm/controller/model.py:held_by",
+    "src/elastorm/controller/recovery.py:restore_work",
+    "src/elastorm/core/buffers.py:first_unacked",
+    "src/elastorm/core/buffers.py:output_source",
+    "src/elastorm/core/checkpoint.py:covers",
+    "src/elastorm/core/errors.py:RoutingError",
+    "src/elastorm/core/messages.py:to_list",
+    "src/elastorm/core/messages.py:priority",
+    "src/elastorm/core/messages.py:stateful",
+    "src/elastorm/core/migration/keygroup.py:duplicates",
+    "src/elastorm/core/outputs.py:quiet_keys",
+    "src/elastorm/core/routing.py:to_dict",
+    "src/elastorm/core/routing.py:from_dict",
+    "src/elastorm/core/sim.py:Cluster",
+    "src/elastorm/core/sim.py:run_until_quiet",
+    "src/elastorm/core/sim.py:survives",
+    "src/elastorm/core/sim.py:live_states",
+    "src/elastorm/jobs/tuple_log.py:logged",
+    "src/elastorm/zk/client.py:step_errors",
+    "src/elastorm/zk/client.py:poll_events",
+    "src/elastorm/zk/codec.py:order_from_move",
+    "src/elastorm/zk/codec.py:order_from_checkpoint_move",
+    "src/elastorm/zk/codec.py:decode_term",
+    "src/elastorm/zk/heartbeat.py:published",
+    "src/elastorm/zk/heartbeat.py:failures",
+    "src/elastorm/zk/heartbeat.py:callback_errors",
+    "src/elastorm/zk/store.py:commits",
+    "src/elastorm/zk/store.py:advance_order",
+    "src/elastorm/zk/store.py:remove_order",
+    "src/elastorm/zk/store.py:issue",
+    "src/elastorm/zk/watcher.py:wait_synced",
+    "src/elastorm/zk/watcher.py:forget",
+    "src/elastorm/zk/watcher.py:departed",  # for lost-node recovery (issue 14)
+}
+
+
+def _py_files() -> list[Path]:
+    return sorted(p for d in SCANNED if d.is_dir() for p in d.rglob("*.py"))
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for dec in node.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "dataclass":
+            return True
+    return False
+
+
+def _declared_lines(path: Path) -> set[int]:
+    """Lines vulture may call unused that are used by declaration: dataclass fields,
+    and a topology file's Topology classes and their component attributes."""
+    lines: set[int] = set()
+    topology = path.parent in (ROOT / "topologies", USER_PROJECT / "topologies")
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if topology:
+            lines.add(node.lineno)
+        if topology or _is_dataclass(node):
+            lines.update(s.lineno for s in node.body if isinstance(s, ast.AnnAssign | ast.Assign))
+    return lines
+
+
+def unused_names() -> set[str]:
+    """``path:name`` of everything vulture finds unused, less the declared lines."""
+    scan = vulture.Vulture(ignore_names=CALLBACKS + PROTOCOL + STATE_API + DISPATCHED)
+    scan.scavenge([str(p) for p in _py_files()])
+    found = set()
+    declared = {p: _declared_lines(p) for p in _py_files()}
+    for item in scan.get_unused_code(min_confidence=60):
+        path = Path(item.filename).resolve()
+        if item.first_lineno in declared.get(path, set()):
+            continue
+        found.add(f"{path.relative_to(ROOT).as_posix()}:{item.name}")
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT / "src").with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Modules of ``modules`` that ``path`` imports anywhere in it (also in functions),
+    or names in a string (``importlib.import_module``, as the CLI loads its commands)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Constant) and node.value in modules:
+            names = [node.value]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        for name in names:
+            parts = name.split(".")
+            found.update(m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)))
+    return found & modules
+
+
+def unreached_modules() -> set[str]:
+    """``module X`` for every module of ``src/elastorm`` that no root reaches."""
+    files = {_module_name(p): p for p in (ROOT / "src").rglob("*.py")}
+    modules = set(files)
+    roots = [ROOT / "src/elastorm/runtime/cli.py"]
+    roots += [
+        p
+        for d in (ROOT / "topologies", ROOT / "bench", ROOT / "src/bolts", ROOT / "src/spouts")
+        for p in d.rglob("*.py")
+    ]
+    reached: set[str] = set()
+    todo = [m for p in roots for m in _imports(p, modules)] + ["elastorm.runtime.cli"]
+    while todo:
+        module = todo.pop()
+        if module in reached:
+            continue
+        reached.add(module)
+        todo.extend(_imports(files[module], modules) - reached)
+    return {f"module {m}" for m in modules - reached if m.startswith("elastorm")}
+
+
+def test_nothing_in_src_is_reachable_only_from_tests() -> None:
+    found = unused_names() | unreached_modules()
+    new = sorted(found - PENDING)
+    gone = sorted(PENDING - found)
+    assert not new, "unused outside tests (use it, move it to tests/, or delete it):\n" + "\n".join(
+        new
+    )
+    assert not gone, "no longer found; delete from PENDING:\n" + "\n".join(gone)

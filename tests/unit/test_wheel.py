@@ -1,0 +1,29 @@
+"""The wheel built from this repository (``pip wheel . --no-deps``) installs one
+top-level package, ``elastorm``: nothing named ``bolts``, ``spouts``, ``tests``... that
+would collide with a user's own streamparse project."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from wheel_build import build_wheel
+
+
+def test_wheel_holds_only_the_elastorm_package(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path)
+    names = zipfile.ZipFile(wheel).namelist()
+    top = sorted({name.split("/")[0] for name in names})
+    print("wheel top-level:", top)
+    assert top == ["elastorm", "elastorm-0.1.0.dist-info"]
+    dist_info = [n for n in names if n.startswith("elastorm-0.1.0.dist-info/")]
+    top_level = zipfile.ZipFile(wheel).read("elastorm-0.1.0.dist-info/top_level.txt")
+    assert top_level.decode().split() == ["elastorm"], dist_info
+    # No tests, data or build output inside the package: Python sources, and the
+    # Maven poms and Java sources that `elastorm setup` builds in a user's project.
+    other = [n for n in names if n.startswith("elastorm/") and not n.endswith(".py")]
+    assert other, "the JVM sources must ship as package data"
+    for name in other:
+        assert name.startswith("elastorm/jvm/") and name.endswith((".java", "pom.xml")), name
+    assert "elastorm/jvm/multilang/pom.xml" in names
+    assert "elastorm/jvm/pom.xml" in names
