@@ -236,7 +236,7 @@ def test_spark_submit_runs_the_job_file(tmp_path):
             str(Path(sys.executable).parent / "spark-submit"),
             "--master",
             "local[1]",
-            str(SRC / "jobs" / "correlation.py"),
+            str(SRC / "elastorm" / "jobs" / "correlation.py"),
             "-i",
             f"name=op,path={tmp_path / 'in.csv'},groups=3",
             "--window",

@@ -16,7 +16,7 @@ one BLAS product. ``correlate_on="spark"`` does the correlation with
 ``pyspark.mllib`` ``Statistics.corr`` instead (cells never leave Spark).
 
 Run with ``elastorm correlate --help`` or
-``spark-submit src/jobs/correlation.py --help``.
+``spark-submit src/elastorm/jobs/correlation.py --help``.
 """
 
 from __future__ import annotations
@@ -601,7 +601,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit src/jobs/correlation.py ...`` entry point."""
+    """``spark-submit src/elastorm/jobs/correlation.py ...`` entry point."""
     parser = argparse.ArgumentParser(
         prog="correlation.py", description="Key-group load correlation statistics (offline)."
     )
