@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from elastorm.config import ConfigError
 from elastorm.controller.adaptation import Thresholds
 from elastorm.controller.loop import (
     ControllerLoop,
@@ -79,11 +80,12 @@ def records(share2: float, *, hot: bool) -> list[TaskRecord]:
 
 
 def make_loop(*, prior=None, prior_weight: float = 0.0, **settings) -> ControllerLoop:
-    """A loop over op1 and op2 on node0-2 (see ``controls``), started at time 0."""
+    """A loop over op1 and op2 on node0-2 (see ``controls``), started at time 0;
+    adaptation on unless ``adapt=False``."""
     return ControllerLoop(
         controls=controls(),
         placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(**settings),
+        settings=LoopSettings(**{"adapt": True, **settings}),
         started_at=0.0,
         prior=prior,
         prior_weight=prior_weight,
@@ -223,7 +225,7 @@ def test_settings_from_conf_defaults_to_requests_only_and_validates() -> None:
         {"elastorm.controller.window": "x"},
         {"elastorm.external_load": {"node0": 1.5}},
     ):
-        with pytest.raises(ControllerModelError, match="elastorm"):
+        with pytest.raises(ConfigError, match="elastorm"):
             settings_from_conf(bad)
 
 
