@@ -17,7 +17,7 @@ from __future__ import annotations
 from streamparse import Grouping, Topology
 from streamparse.thrift import GlobalStreamId
 
-from bolts.common import TICK_SECS, env_int
+from bolts.common import env_int, topology_config
 from bolts.synthetic import (
     CONTROLLER,
     RELAY_COMPONENT,
@@ -25,6 +25,8 @@ from bolts.synthetic import (
     SyntheticCounter,
     SyntheticEmitter,
 )
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import SyntheticOptions
 from elastorm.storm.elastic import RELAY, REPORTS, STREAM, RelayBolt
 from spouts.synthetic import SyntheticSpout
 
@@ -36,7 +38,7 @@ def _from(component: str) -> GlobalStreamId:
 
 
 class SyntheticTopology(Topology):
-    config = {"topology.tick.tuple.freq.secs": TICK_SECS}
+    config = topology_config(TopologyConfig(), SyntheticOptions())
 
     generator = SyntheticSpout.spec(par=1)
     emitter = SyntheticEmitter.spec(

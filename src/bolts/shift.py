@@ -21,6 +21,7 @@ from typing import Any
 from bolts.common import CountingBolt
 from elastorm.core.actions import Applied, Rejected
 from elastorm.core.errors import MigrationProtocolError
+from elastorm.examples.options import ShiftOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,
@@ -32,7 +33,7 @@ from elastorm.storm.elastic import (
     KeyedOperator,
     MigrationControllerBolt,
 )
-from spouts.shift import OPERATORS, shift_conf
+from spouts.shift import OPERATORS
 
 EMITTER = "emitter"
 CONTROLLER = "controller"
@@ -84,7 +85,7 @@ class ShiftCounter(KeyedOperator, CountingBolt):
 
     def setup(self, conf: Mapping[str, Any]) -> None:
         self.setup_keyed(conf, self.context, add_one)
-        self.work = shift_conf(conf)["work_us"] / 1e6
+        self.work = ShiftOptions.from_conf(conf).work_us / 1e6
 
     def handle(self, tup):
         self.receive_elastorm(tup)

@@ -15,13 +15,13 @@ declarations come
   ``elastorm.*`` key must belong to elastorm's own options or to a given section;
 * :func:`options_table`: the README's option table.
 
-:class:`ElastormConfig` holds elastorm's own options (a ``controller`` section
+:class:`TopologyConfig` holds elastorm's own options (a ``controller`` section
 inside); example jobs declare their own small sections with the same helper
 (``elastorm.examples.options``). Pure: no Storm, no ZooKeeper.
 
->>> ElastormConfig.from_conf({"elastorm.key_groups": "8"}).key_groups
+>>> TopologyConfig.from_conf({"elastorm.key_groups": "8"}).key_groups
 8
->>> ElastormConfig(key_groups=8).to_conf()["elastorm.key_groups"]
+>>> TopologyConfig(key_groups=8).to_conf()["elastorm.key_groups"]
 8
 """
 
@@ -238,7 +238,7 @@ def _namespace(key: str) -> str:
 class Section:
     """Base of a frozen options section: fields made by :func:`option` or :func:`section`.
 
-    Built directly (``ElastormConfig(key_groups=8)``) or from a conf; either way
+    Built directly (``TopologyConfig(key_groups=8)``) or from a conf; either way
     every value is parsed and checked, so an instance always holds valid options.
     """
 
@@ -271,7 +271,7 @@ class Section:
 
     @classmethod
     def key(cls, name: str) -> str:
-        """The conf key of field ``name`` (for messages: ``ElastormConfig.key("key_groups")``)."""
+        """The conf key of field ``name`` (for messages: ``TopologyConfig.key("key_groups")``)."""
         for f in dataclasses.fields(cls):
             if f.name == name and "option" in f.metadata:
                 return f.metadata["option"].key
@@ -305,15 +305,18 @@ class Section:
                 values[f.name] = conf[f.metadata["option"].key]
         return cls(**values)
 
-    def to_conf(self) -> dict[str, Any]:
-        """The Storm conf of these options (``None`` values left out)."""
+    def to_conf(self, *, changed_only: bool = False) -> dict[str, Any]:
+        """The Storm conf of these options (``None`` values left out); with
+        ``changed_only``, only the options that differ from their defaults."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if "section" in f.metadata:
-                out.update(value.to_conf())
+                out.update(value.to_conf(changed_only=changed_only))
             elif "option" in f.metadata and value is not None:
-                out[f.metadata["option"].key] = f.metadata["option"].render(value)
+                opt = f.metadata["option"]
+                if not (changed_only and value == opt.default):
+                    out[opt.key] = opt.render(value)
         return out
 
 
@@ -428,7 +431,7 @@ class ControllerConfig(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ElastormConfig(Section):
+class TopologyConfig(Section):
     """Every elastorm topology option (``elastorm.*`` in the topology conf).
 
     ``from_conf`` is strict over elastorm's own keys: any ``elastorm.<name>`` without
@@ -489,11 +492,11 @@ class ElastormConfig(Section):
 def check_conf(conf: Mapping[str, Any], *sections: type[Section]) -> dict[str, Any]:
     """Validate a whole topology conf at submit; return it unchanged.
 
-    Every ``elastorm.*`` key must be one of :class:`ElastormConfig`'s or of
+    Every ``elastorm.*`` key must be one of :class:`TopologyConfig`'s or of
     ``sections`` (the example jobs' own), and every value must pass its check.
     Raises ``ConfigError`` (one line) otherwise.
     """
-    everything = (ElastormConfig, *sections)
+    everything = (TopologyConfig, *sections)
     known = {o.key for s in everything for o in s.options()}
     for key in sorted(k for k in conf if isinstance(k, str)):
         if key.startswith(PREFIX) and key not in known:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from elastorm.config import STRATEGIES, ControllerConfig, ElastormConfig
+from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import (
     AdaptationState,
     Move,
@@ -196,7 +196,7 @@ class LoopSettings:
         return self.adapt or self.strategy != "none"
 
     @classmethod
-    def from_config(cls, config: ElastormConfig) -> LoopSettings:
+    def from_config(cls, config: TopologyConfig) -> LoopSettings:
         """The loop's settings from a topology's config: its ``controller`` section,
         plus ``external_load`` as the nodes' background CPU."""
         c = config.controller
@@ -588,7 +588,7 @@ class ControllerLoop:
 
 def settings_from_conf(conf: Mapping[str, object]) -> LoopSettings:
     """``LoopSettings`` from a topology conf; raises ``ConfigError`` naming the bad key."""
-    return LoopSettings.from_config(ElastormConfig.from_conf(conf))
+    return LoopSettings.from_config(TopologyConfig.from_conf(conf))
 
 
 def prior_from_artifact(artifact) -> CorrelationMatrix:

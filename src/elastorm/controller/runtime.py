@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from elastorm.config import ElastormConfig
+from elastorm.config import TopologyConfig
 from elastorm.controller.loop import (
     ControllerLoop,
     LoopSettings,
@@ -119,7 +119,7 @@ class ControllerRuntime:
         operator_tasks: Mapping[str, Sequence[int]],
         settings: LoopSettings,
     ) -> ControllerRuntime:
-        config = ElastormConfig.from_conf(conf)
+        config = TopologyConfig.from_conf(conf)
         options = config.controller
         layout = ZnodeLayout(str(conf["topology.name"]))
         zk = ZkSettings(hosts=hosts_from_storm_conf(conf))

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from elastorm.config import ElastormConfig
+from elastorm.config import TopologyConfig
 
 DEFAULT_ROOT = "/elastorm"
 
@@ -154,7 +154,7 @@ def hosts_from_storm_conf(conf: Mapping[str, object]) -> str:
     ...                        "storm.zookeeper.port": 12181})
     '127.0.0.1:12181'
     """
-    own = ElastormConfig.from_conf(conf).zookeeper_hosts
+    own = TopologyConfig.from_conf(conf).zookeeper_hosts
     if own:
         return own
     servers = conf.get("storm.zookeeper.servers")
