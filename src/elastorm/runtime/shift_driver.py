@@ -18,10 +18,9 @@ import os
 import time
 from typing import Any
 
+from elastorm.config import STRATEGIES
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
-
-STRATEGIES = ("none", "baseline", "even", "correlated")
 
 
 def _read(path: str) -> dict[str, Any]:
