@@ -295,6 +295,7 @@ class FlightsCluster:
             placement=placement,
             settings=LoopSettings(
                 strategy=cfg.strategy,
+                adapt=True,
                 warmup=float(cfg.warmup),
                 window=cfg.window,
                 epsilon=cfg.epsilon,

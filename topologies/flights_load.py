@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from streamparse import Grouping
 
-from bolts.common import TICK_SECS
+from bolts.common import topology_config
 from bolts.shift import ShiftCounter, ShiftEmitter
 from elastorm import ElasticTopology, keyed
+from elastorm.config import ControllerConfig, TopologyConfig
+from elastorm.examples.options import FlightsLoadOptions, ShiftOptions
 from elastorm.storm.elastic import STREAM
 from spouts.flights_load import FlightsLoadSpout
 
@@ -30,24 +32,28 @@ NODES = 4
 
 
 class FlightsLoadTopology(ElasticTopology):
-    config = {
-        "topology.tick.tuple.freq.secs": TICK_SECS,
-        "elastorm.key_groups": 16,
-        "elastorm.checkpoint_interval_secs": 2,
-        "elastorm.initial_nodes": {"op2": [0, 1, 2], "op3": [0, 1, 2], "op4": [3]},
-        "elastorm.external_load": {"node0": 0.8, "node1": 0.8, "node2": 0.8},
-        "elastorm.shift.work_us": 1000,
-        "elastorm.controller.adapt": True,
-        "elastorm.controller.strategy": "correlated",
-        "elastorm.controller.warmup_secs": 60,
-        "elastorm.controller.reallocate_secs": 1e9,
-        "elastorm.controller.cpu_high": 0.8,
-        "elastorm.controller.cpu_low": 0.5,
-        "elastorm.controller.queue_high": 50,
-        "elastorm.controller.queue_low": 20,
-        "elastorm.controller.cooldown_secs": 60,
-        "elastorm.controller.scale_in": False,
-    }
+    config = topology_config(
+        TopologyConfig(
+            key_groups=16,
+            checkpoint_interval_secs=2,
+            initial_nodes={"op2": [0, 1, 2], "op3": [0, 1, 2], "op4": [3]},
+            external_load={"node0": 0.8, "node1": 0.8, "node2": 0.8},
+            controller=ControllerConfig(
+                adapt=True,
+                strategy="correlated",
+                warmup_secs=60,
+                reallocate_secs=1e9,
+                cpu_high=0.8,
+                cpu_low=0.5,
+                queue_high=50,
+                queue_low=20,
+                cooldown_secs=60,
+                scale_in=False,
+            ),
+        ),
+        ShiftOptions(work_us=1000),
+        FlightsLoadOptions(),
+    )
 
     generator = FlightsLoadSpout.spec(par=1)
     emitter = ShiftEmitter.spec(inputs={generator: Grouping.SHUFFLE}, par=1)

@@ -21,9 +21,11 @@ import os
 
 from streamparse import Grouping
 
-from bolts.common import TICK_SECS
+from bolts.common import topology_config
 from bolts.shift import ShiftCounter, ShiftEmitter
 from elastorm import ElasticTopology, keyed
+from elastorm.config import ControllerConfig, TopologyConfig
+from elastorm.examples.options import ShiftOptions
 from elastorm.storm.elastic import STREAM
 from spouts.shift import ShiftSpout
 
@@ -31,23 +33,27 @@ NODES = 3
 
 
 class ShiftTopology(ElasticTopology):
-    config = {
-        "topology.tick.tuple.freq.secs": TICK_SECS,
-        "elastorm.key_groups": 10,
-        "elastorm.checkpoint_interval_secs": 2,
-        "elastorm.initial_nodes": {"op1": [1], "op2": [2]},
-        "elastorm.external_load": {"node0": 0.7, "node2": 0.7},
-        "elastorm.controller.adapt": True,
-        "elastorm.controller.strategy": os.environ.get("ELASTORM_STRATEGY", "correlated"),
-        "elastorm.controller.warmup_secs": 40,
-        "elastorm.controller.reallocate_secs": 1e9,
-        "elastorm.controller.cpu_high": 0.8,
-        "elastorm.controller.cpu_low": 0.5,
-        "elastorm.controller.queue_high": 50,
-        "elastorm.controller.queue_low": 20,
-        "elastorm.controller.cooldown_secs": 30,
-        "elastorm.controller.scale_in": False,
-    }
+    config = topology_config(
+        TopologyConfig(
+            key_groups=10,
+            checkpoint_interval_secs=2,
+            initial_nodes={"op1": [1], "op2": [2]},
+            external_load={"node0": 0.7, "node2": 0.7},
+            controller=ControllerConfig(
+                adapt=True,
+                strategy=os.environ.get("ELASTORM_STRATEGY", "correlated"),
+                warmup_secs=40,
+                reallocate_secs=1e9,
+                cpu_high=0.8,
+                cpu_low=0.5,
+                queue_high=50,
+                queue_low=20,
+                cooldown_secs=30,
+                scale_in=False,
+            ),
+        ),
+        ShiftOptions(),
+    )
 
     generator = ShiftSpout.spec(par=1)
     emitter = ShiftEmitter.spec(inputs={generator: Grouping.SHUFFLE}, par=1)

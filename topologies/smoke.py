@@ -3,9 +3,11 @@
 from streamparse import Grouping, Topology
 
 from bolts.smoke import CounterBolt
+from elastorm.examples.options import SmokeOptions
 from spouts.smoke import NumberSpout
 
 
 class SmokeTopology(Topology):
+    config = SmokeOptions().to_conf()  # checked here, at submit
     numbers = NumberSpout.spec(name="numbers")
     counter = CounterBolt.spec(name="counter", inputs={numbers: Grouping.DIRECT}, par=2)

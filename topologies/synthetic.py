@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from streamparse import Grouping
 
-from bolts.common import TICK_SECS, env_int
+from bolts.common import env_int, topology_config
 from bolts.synthetic import SyntheticCounter, SyntheticEmitter
 from elastorm import ElasticTopology, keyed
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import SyntheticOptions
 from elastorm.storm.elastic import STREAM
 from spouts.synthetic import SyntheticSpout
 
@@ -24,7 +26,7 @@ KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=3)  # owner, holder, a 
 
 
 class SyntheticTopology(ElasticTopology):
-    config = {"topology.tick.tuple.freq.secs": TICK_SECS}
+    config = topology_config(TopologyConfig(), SyntheticOptions())
 
     generator = SyntheticSpout.spec(par=1)
     emitter = SyntheticEmitter.spec(inputs={generator: Grouping.SHUFFLE}, par=1)

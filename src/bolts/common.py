@@ -22,11 +22,11 @@ from typing import Any
 
 from streamparse import Bolt
 
-from elastorm.examples.flights_schema import LIMIT_KEY, FlightsConfigError
-from elastorm.runtime.files import OUTPUT_DIR_KEY, write_json_atomic  # noqa: F401 (re-exported)
+from elastorm.config import ConfigError, Section, TopologyConfig, check_conf
+from elastorm.examples.options import EXAMPLE_SECTIONS, FlightsOptions
+from elastorm.runtime.files import write_json_atomic  # noqa: F401 (re-exported)
 
-COUNTS_INTERVAL_KEY = "elastorm.counts_interval_secs"
-DEFAULT_COUNTS_INTERVAL = 1.0
+OUTPUT_DIR_KEY = TopologyConfig.key("output_dir")
 COUNTS_CHECK_EVERY = 4096  # tuples between clock reads when no tick arrives
 
 ERRORS_STREAM = "errors"
@@ -34,45 +34,20 @@ ERROR_FIELDS = ["id", "role", "reason", "detail"]
 DETAIL_MAX_CHARS = 200
 
 
-def required_output_dir(conf: Mapping[str, Any]) -> str:
-    """Return ``elastorm.output_dir`` from the Storm conf as an absolute path.
+def required_output_dir(conf: Mapping[str, Any] | TopologyConfig) -> str:
+    """Return ``elastorm.output_dir`` of a Storm conf (or its parsed config) as an
+    absolute path.
 
-    Raises ``FlightsConfigError`` naming the key when it is missing or empty.
+    Raises ``ConfigError`` naming the key when it is missing or empty.
     """
-    value = conf.get(OUTPUT_DIR_KEY)
-    if not value:
-        raise FlightsConfigError(
+    config = conf if isinstance(conf, TopologyConfig) else TopologyConfig.from_conf(conf)
+    if not config.output_dir:
+        raise ConfigError(
             f"{OUTPUT_DIR_KEY} is not set in the topology config: set it to an absolute "
             "directory where the components write their counters and results "
             f"(e.g. sparse submit -o {OUTPUT_DIR_KEY}=/tmp/flights-out)"
         )
-    return os.path.abspath(str(value))
-
-
-def conf_number(
-    conf: Mapping[str, Any],
-    key: str,
-    default: float | int | None,
-    *,
-    minimum: float = 0,
-    kind: type = int,
-) -> Any:
-    """Read a number from the Storm conf (strings accepted: ``sparse -o`` passes them).
-
-    Missing, ``None`` or ``""`` gives ``default``. Raises ``FlightsConfigError`` for a
-    value that is not a number of ``kind`` or is below ``minimum``.
-    """
-    raw = conf.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = kind(raw)
-    except (TypeError, ValueError):
-        what = "an integer" if kind is int else "a number"
-        raise FlightsConfigError(f"{key} must be {what}, got {raw!r}") from None
-    if value < minimum:
-        raise FlightsConfigError(f"{key} must be >= {minimum}, got {raw!r}")
-    return value
+    return os.path.abspath(config.output_dir)
 
 
 def component_identity(context: Mapping[str, Any]) -> tuple[str, int]:
@@ -120,7 +95,7 @@ class Counters:
         task: int,
         *,
         streams: tuple[str, ...] = ("default",),
-        interval: float = DEFAULT_COUNTS_INTERVAL,
+        interval: float = TopologyConfig().counts_interval_secs,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         counts_dir = os.path.join(output_dir, "counts")
@@ -149,13 +124,14 @@ class Counters:
     ) -> Counters:
         """The counters of the task ``context`` names, in ``elastorm.output_dir``."""
         component, task = component_identity(context)
+        config = TopologyConfig.from_conf(conf)
         return cls(
-            required_output_dir(conf),
+            required_output_dir(config),
             role,
             component,
             task,
             streams=streams,
-            interval=conf_number(conf, COUNTS_INTERVAL_KEY, DEFAULT_COUNTS_INTERVAL, kind=float),
+            interval=config.counts_interval_secs,
             clock=clock,
         )
 
@@ -254,12 +230,24 @@ def env_int(name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
-def flights_topology_config() -> dict[str, object]:
-    """Topology config of the flights jobs: 1 s ticks, plus output dir and row limit
-    from ``ELASTORM_OUTPUT_DIR`` / ``ELASTORM_FLIGHTS_LIMIT`` when set at submit."""
-    config: dict[str, object] = {"topology.tick.tuple.freq.secs": TICK_SECS}
+def topology_config(*sections: Section) -> dict[str, Any]:
+    """A topology's ``config``: 1 s ticks plus the conf of ``sections``.
+
+    The sections are built (so checked) when the topology module is loaded, by
+    ``sparse submit`` and the drivers: a bad option fails at submit, not in a
+    worker; ``check_conf`` then checks the whole dict once more.
+    """
+    config: dict[str, Any] = {"topology.tick.tuple.freq.secs": TICK_SECS}
+    for s in sections:
+        config.update(s.to_conf())
+    return check_conf(config, *EXAMPLE_SECTIONS)
+
+
+def flights_topology_config(**elastorm: Any) -> dict[str, object]:
+    """Topology config of the flights jobs: 1 s ticks, ``elastorm`` (``TopologyConfig``
+    fields), plus output dir and row limit from ``ELASTORM_OUTPUT_DIR`` /
+    ``ELASTORM_FLIGHTS_LIMIT`` when set at submit."""
     if os.environ.get("ELASTORM_OUTPUT_DIR"):
-        config[OUTPUT_DIR_KEY] = os.path.abspath(os.environ["ELASTORM_OUTPUT_DIR"])
-    if os.environ.get("ELASTORM_FLIGHTS_LIMIT"):
-        config[LIMIT_KEY] = int(os.environ["ELASTORM_FLIGHTS_LIMIT"])
-    return config
+        elastorm["output_dir"] = os.path.abspath(os.environ["ELASTORM_OUTPUT_DIR"])
+    flights = FlightsOptions(limit=os.environ.get("ELASTORM_FLIGHTS_LIMIT") or None)
+    return topology_config(TopologyConfig(**elastorm), flights)

@@ -30,24 +30,15 @@ from bolts.common import (
     ERROR_FIELDS,
     ERRORS_STREAM,
     CountingBolt,
-    conf_number,
     error_detail,
     write_json_atomic,
 )
 from elastorm.examples.flights_schema import TUPLE_FIELDS
+from elastorm.examples.options import FlightsOptions
 
 SAMPLE_STREAM = "sample"
 UPDATE_FIELDS = ["role", "seen", "updates", "ids"]
 
-SAMPLE_INTERVAL_KEY = "elastorm.flights.sample_interval_ms"
-SAMPLE_SEED_KEY = "elastorm.flights.sample_seed"
-FLUSH_EVERY_KEY = "elastorm.flights.flush_every"
-SINK_WRITE_EVERY_KEY = "elastorm.sink.write_every"
-
-DEFAULT_SAMPLE_INTERVAL_MS = 200.0
-DEFAULT_SAMPLE_SEED = 13
-DEFAULT_FLUSH_EVERY = 1000
-DEFAULT_SINK_WRITE_EVERY = 10000
 ERROR_EXAMPLES = 5  # per (role, reason) kept by the sink
 
 _BAD_INPUT = (TypeError, ValueError, IndexError, KeyError, AttributeError)
@@ -95,12 +86,9 @@ class ExtractDelays(OperatorBolt):
     streams = ("default", SAMPLE_STREAM, ERRORS_STREAM)
 
     def setup(self, conf: Mapping[str, Any]) -> None:
-        interval_ms = conf_number(
-            conf, SAMPLE_INTERVAL_KEY, DEFAULT_SAMPLE_INTERVAL_MS, minimum=1, kind=float
-        )
-        self.sample_interval = interval_ms / 1000.0
-        seed = conf_number(conf, SAMPLE_SEED_KEY, DEFAULT_SAMPLE_SEED)
-        self.random = random.Random(f"{seed}:{self.counters.task}").random
+        options = FlightsOptions.from_conf(conf)
+        self.sample_interval = options.sample_interval_ms / 1000.0
+        self.random = random.Random(f"{options.sample_seed}:{self.counters.task}").random
         self.candidate = None
         self.since_sample = 0
         self.next_sample_at = self.clock() + self.sample_interval
@@ -140,12 +128,11 @@ class ExtractDelays(OperatorBolt):
 class TotalsBolt(OperatorBolt):
     """Keeps totals per ``(key, year)`` and sends batched updates to the sink."""
 
-    flush_every = DEFAULT_FLUSH_EVERY
-    flush_every_key: str | None = FLUSH_EVERY_KEY
+    flush_every: int | None = None  # None: ``elastorm.flights.flush_every``
 
     def setup(self, conf: Mapping[str, Any]) -> None:
-        if self.flush_every_key is not None:
-            self.flush_every = conf_number(conf, self.flush_every_key, self.flush_every, minimum=1)
+        if self.flush_every is None:
+            self.flush_every = FlightsOptions.from_conf(conf).flush_every
         self.totals: dict[tuple[str, int], list[int]] = {}
         self.dirty: set[tuple[str, int]] = set()
         self.ids: list[int] = []
@@ -237,7 +224,6 @@ class SampledDelayShare(TotalsBolt):
 
     role = "op4"
     flush_every = 1
-    flush_every_key = None
     zero = (0, 0)
 
     def key(self, values):
@@ -270,9 +256,7 @@ class ResultsSink(CountingBolt):
     streams = ()
 
     def setup(self, conf: Mapping[str, Any]) -> None:
-        self.write_every = conf_number(
-            conf, SINK_WRITE_EVERY_KEY, DEFAULT_SINK_WRITE_EVERY, minimum=1
-        )
+        self.write_every = FlightsOptions.from_conf(conf).sink_write_every
         self.path = os.path.join(self.output_dir, f"sink-{self.counters.task}.json")
         self.totals: dict[str, dict[str, dict[str, list[int]]]] = {}
         self.seen: dict[str, dict[str, int]] = {}

@@ -16,10 +16,8 @@ from typing import Any
 
 from streamparse import Stream
 
-from bolts.common import ERROR_FIELDS, ERRORS_STREAM, conf_number
+from bolts.common import ERROR_FIELDS, ERRORS_STREAM
 from bolts.flights import (
-    DEFAULT_FLUSH_EVERY,
-    FLUSH_EVERY_KEY,
     SAMPLE_STREAM,
     UPDATE_FIELDS,
     ExtractDelays,
@@ -30,6 +28,7 @@ from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.outputs import LatestValues
 from elastorm.core.state import fold
 from elastorm.examples.flights_schema import TUPLE_FIELDS
+from elastorm.examples.options import FlightsOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,
@@ -111,7 +110,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
     streams = ("default", ERRORS_STREAM, RELAY, REPORTS)
 
     def setup(self, conf: Mapping[str, Any]) -> None:
-        self.flush_every = conf_number(conf, FLUSH_EVERY_KEY, DEFAULT_FLUSH_EVERY, minimum=1)
+        self.flush_every = FlightsOptions.from_conf(conf).flush_every
         self.setup_keyed(conf, self.context, fold(add_delay))
         self.latest = LatestValues()  # key -> totals owed to the sink
         self.applied = 0

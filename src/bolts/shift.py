@@ -22,6 +22,7 @@ from bolts.common import CountingBolt
 from elastorm.core.actions import Applied, Rejected
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.state import fold
+from elastorm.examples.options import ShiftOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,
@@ -32,7 +33,6 @@ from elastorm.storm.elastic import (
     KeyedEmitting,
     KeyedOperator,
 )
-from spouts.shift import shift_conf
 
 
 def add_one(current: int | None, value: Any) -> int:
@@ -76,7 +76,7 @@ class ShiftCounter(KeyedOperator, CountingBolt):
 
     def setup(self, conf: Mapping[str, Any]) -> None:
         self.setup_keyed(conf, self.context, fold(add_one))
-        self.work = shift_conf(conf)["work_us"] / 1e6
+        self.work = ShiftOptions.from_conf(conf).work_us / 1e6
 
     def handle(self, tup):
         self.receive_elastorm(tup)

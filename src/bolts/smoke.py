@@ -7,13 +7,16 @@ import os
 
 from streamparse import Bolt
 
+from elastorm.config import TopologyConfig
+
 
 class CounterBolt(Bolt):
     """Count and sum the numbers it gets; record which task got them."""
 
     def initialize(self, storm_conf, context):
         self.task = context["taskid"]
-        self.path = os.path.join(storm_conf["elastorm.output_dir"], f"smoke-{self.task}.json")
+        out = TopologyConfig.from_conf(storm_conf).output_dir or "."
+        self.path = os.path.join(out, f"smoke-{self.task}.json")
         self.received = 0
         self.total = 0
         self.wrong_payload = 0

@@ -33,14 +33,14 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bolts.common import CountingBolt, conf_number
+from bolts.common import CountingBolt
+from elastorm.config import TopologyConfig
 from elastorm.core.actions import Applied
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.messages import Migrate
 from elastorm.core.state import fold
+from elastorm.examples.options import SyntheticOptions
 from elastorm.storm.elastic import (
-    CHECKPOINT_INTERVAL_KEY,
-    DEFAULT_CHECKPOINT_INTERVAL,
     MESSAGE_STREAM,
     RELAY,
     RELAY_STREAM,
@@ -51,7 +51,7 @@ from elastorm.storm.elastic import (
     KeyedOperator,
     from_wire,
 )
-from spouts.synthetic import HOT_GROUP_KEY, conf_value, read_control
+from spouts.synthetic import read_control
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
 
     def setup(self, conf: Mapping[str, Any]) -> None:
         self.setup_emitting(conf, self.context)
-        self.hot = conf_value(conf, HOT_GROUP_KEY)
+        self.hot = SyntheticOptions.from_conf(conf).hot_group
         self.events = EventLog(self.output_dir, self.counters.task)
 
     def handle(self, tup):
@@ -215,12 +215,11 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
     wall = staticmethod(time.time)
 
     def setup(self, conf: Mapping[str, Any]) -> None:
-        interval = conf_number(
-            conf, CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL, kind=float
-        )
+        interval = TopologyConfig.from_conf(conf).checkpoint_interval_secs
         # The coordinator takes no checkpoints on its own: CheckpointPlan decides.
-        self.setup_keyed({**conf, CHECKPOINT_INTERVAL_KEY: 0}, self.context, fold(add_count))
-        self.hot = conf_value(conf, HOT_GROUP_KEY)
+        no_ticks = {TopologyConfig.key("checkpoint_interval_secs"): 0}
+        self.setup_keyed({**conf, **no_ticks}, self.context, fold(add_count))
+        self.hot = SyntheticOptions.from_conf(conf).hot_group
         self.plan = CheckpointPlan(self.hot, interval)
         self.hot_marker = f'"key_group":{self.hot},'
         self.latency = LatencyBuckets()

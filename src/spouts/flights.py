@@ -36,13 +36,10 @@ from bolts.common import (
     Counters,
     ErrorReporting,
     component_identity,
-    conf_number,
     required_output_dir,
     write_json_atomic,
 )
 from elastorm.examples.flights_schema import (
-    LIMIT_KEY,
-    PATH_KEY,
     TUPLE_FIELDS,
     FlightsConfigError,
     column_index,
@@ -50,13 +47,7 @@ from elastorm.examples.flights_schema import (
     open_rows,
     parse_row,
 )
-
-BATCH_KEY = "elastorm.flights.batch"
-IDLE_SLEEP_KEY = "elastorm.flights.idle_sleep_ms"
-MAX_RATE_KEY = "elastorm.flights.max_rate"
-
-DEFAULT_BATCH = 100
-DEFAULT_IDLE_SLEEP_MS = 50
+from elastorm.examples.options import FlightsOptions
 
 
 class FlightsSpout(ErrorReporting, Spout):
@@ -73,14 +64,13 @@ class FlightsSpout(ErrorReporting, Spout):
     def initialize(self, storm_conf, context):
         self.output_dir = required_output_dir(storm_conf)
         _, task = component_identity(context)
-        self.path = storm_conf.get(PATH_KEY) or default_flights_path()
-        self.limit = conf_number(storm_conf, LIMIT_KEY, None)
-        self.batch = conf_number(storm_conf, BATCH_KEY, DEFAULT_BATCH, minimum=1)
-        self.idle_sleep = (
-            conf_number(storm_conf, IDLE_SLEEP_KEY, DEFAULT_IDLE_SLEEP_MS, kind=float) / 1000.0
-        )
+        options = FlightsOptions.from_conf(storm_conf)
+        self.path = options.path or default_flights_path()
+        self.limit = options.limit
+        self.batch = options.batch
+        self.idle_sleep = options.idle_sleep_ms / 1000.0
         # Rows per second; 0 = as fast as Storm takes them (backpressure only).
-        self.max_rate = conf_number(storm_conf, MAX_RATE_KEY, 0.0, minimum=0, kind=float)
+        self.max_rate = options.max_rate
         self.counters = Counters.from_conf(
             storm_conf, context, self.role, streams=("default", ERRORS_STREAM), clock=self.clock
         )

@@ -26,37 +26,18 @@ import time
 
 from streamparse import Spout, Stream
 
-from bolts.common import Counters, conf_number, required_output_dir
+from bolts.common import Counters, required_output_dir
 from elastorm.examples.flights_schema import (
-    PATH_KEY,
     column_index,
     default_flights_path,
     open_rows,
     parse_row,
 )
+from elastorm.examples.options import FlightsLoadOptions, FlightsOptions
 from spouts.synthetic import Pacer
 
-PREFIX = "elastorm.flights_load."
 OPERATORS = ("op2", "op3", "op4")
 FIELDS = ["key", "operator", "stamp"]
-DEFAULTS: dict[str, float] = {
-    "rate_start": 50.0,
-    "rate_end": 600.0,
-    "ramp_secs": 180.0,
-    "duration_secs": 200.0,
-    "sample_ms": 200.0,
-    "seed": 1,
-    "batch": 20,
-}
-
-
-def load_conf(conf) -> dict[str, float]:
-    """``elastorm.flights_load.*`` with defaults (``FlightsConfigError`` names a bad key)."""
-    out = {}
-    for name, default in DEFAULTS.items():
-        kind = float if isinstance(default, float) else int
-        out[name] = conf_number(conf, PREFIX + name, default, kind=kind, minimum=0)
-    return out
 
 
 def ramp_rate(elapsed: float, start: float, end: float, ramp: float) -> float:
@@ -77,9 +58,9 @@ class FlightsLoadSpout(Spout):
     def initialize(self, storm_conf, context):
         self.output_dir = required_output_dir(storm_conf)
         self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
-        self.cfg = load_conf(storm_conf)
-        self.random = random.Random(int(self.cfg["seed"]))
-        self.rows = open_rows(storm_conf.get(PATH_KEY) or default_flights_path())
+        self.cfg = FlightsLoadOptions.from_conf(storm_conf)
+        self.random = random.Random(int(self.cfg.seed))
+        self.rows = open_rows(FlightsOptions.from_conf(storm_conf).path or default_flights_path())
         header = next(self.rows)
         self.index, self.width = column_index(header), len(header)
         self.recent: list[str] = []
@@ -87,7 +68,7 @@ class FlightsLoadSpout(Spout):
         self.skipped = 0
         self.start = self.clock()
         self.rate_set_at = self.start
-        self.pacer = Pacer(self.cfg["rate_start"], self.start)
+        self.pacer = Pacer(self.cfg.rate_start, self.start)
         self.next_sample = self.start
         self.done = False
         self.write_counts()
@@ -101,19 +82,17 @@ class FlightsLoadSpout(Spout):
         if now >= self.counters.next_write:
             self.write_counts()
         elapsed = now - self.start
-        if self.done or elapsed >= self.cfg["duration_secs"]:
+        if self.done or elapsed >= self.cfg.duration_secs:
             self.finish()
             return
         if now - self.rate_set_at >= 1.0:
             cfg = self.cfg
-            self.pacer.reset(
-                ramp_rate(elapsed, cfg["rate_start"], cfg["rate_end"], cfg["ramp_secs"]), now
-            )
+            self.pacer.reset(ramp_rate(elapsed, cfg.rate_start, cfg.rate_end, cfg.ramp_secs), now)
             self.rate_set_at = now
         if now >= self.next_sample and self.recent:
-            self.next_sample = now + self.cfg["sample_ms"] / 1000.0
+            self.next_sample = now + self.cfg.sample_ms / 1000.0
             self.emit_to(self.random.choice(self.recent), "op4", self.wall())
-        n = min(self.pacer.due(now), int(self.cfg["batch"]))
+        n = min(self.pacer.due(now), int(self.cfg.batch))
         if n == 0:
             self.sleep(0.005)
             return

@@ -21,46 +21,21 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from streamparse import Spout, Stream
 
-from bolts.common import (
-    Counters,
-    conf_number,
-    required_output_dir,
-)
+from bolts.common import Counters, required_output_dir
+from elastorm.examples.options import ShiftOptions
 from spouts.synthetic import Pacer
 
-PREFIX = "elastorm.shift."
 OPERATORS = ("op1", "op2")
 FIELDS = ["key", "operator", "stamp"]
-DEFAULTS: dict[str, float] = {
-    "rate": 800.0,
-    "keys": 1000,
-    "hold_secs": 0.0,
-    "ramp_secs": 100.0,
-    "duration_secs": 0.0,
-    "seed": 1,
-    "batch": 20,
-    "work_us": 400.0,
-}
-
-
-def shift_conf(conf: Mapping[str, Any]) -> dict[str, float]:
-    """``elastorm.shift.*`` with defaults, validated (``FlightsConfigError`` names the key)."""
-    out = {}
-    for name, default in DEFAULTS.items():
-        kind = float if isinstance(default, float) else int
-        out[name] = conf_number(conf, PREFIX + name, default, kind=kind, minimum=0)
-    if out["ramp_secs"] <= 0:
-        out["ramp_secs"] = 1e-9  # a step
-    return out
 
 
 def share_to_op2(elapsed: float, hold: float, ramp: float) -> float:
-    """``p(t)``: 0 during the hold, then linear up to 1 over ``ramp`` seconds."""
+    """``p(t)``: 0 during the hold, then linear up to 1 over ``ramp`` seconds (0: a step)."""
+    if ramp <= 0:
+        return 1.0 if elapsed >= hold else 0.0
     return min(1.0, max(0.0, (elapsed - hold) / ramp))
 
 
@@ -76,12 +51,12 @@ class ShiftSpout(Spout):
         self.output_dir = required_output_dir(storm_conf)
         self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
         task = self.counters.task
-        self.cfg = shift_conf(storm_conf)
-        self.random = random.Random(int(self.cfg["seed"]) * 1000 + task)
-        self.keys = [f"k{i}" for i in range(int(self.cfg["keys"]))]
+        self.cfg = ShiftOptions.from_conf(storm_conf)
+        self.random = random.Random(int(self.cfg.seed) * 1000 + task)
+        self.keys = [f"k{i}" for i in range(int(self.cfg.keys))]
         self.sent = dict.fromkeys(OPERATORS, 0)
         self.start = self.clock()
-        self.pacer = Pacer(self.cfg["rate"], self.start)
+        self.pacer = Pacer(self.cfg.rate, self.start)
         self.done = False
         self.write_counts()
 
@@ -90,18 +65,18 @@ class ShiftSpout(Spout):
         if now >= self.counters.next_write:
             self.write_counts()
         elapsed = now - self.start
-        duration = self.cfg["duration_secs"]
+        duration = self.cfg.duration_secs
         if self.done or (duration and elapsed >= duration):
             if not self.done:
                 self.done = True
                 self.write_counts()
             self.sleep(0.05)
             return
-        n = min(self.pacer.due(now), int(self.cfg["batch"]))
+        n = min(self.pacer.due(now), int(self.cfg.batch))
         if n == 0:
             self.sleep(min(0.005, 1.0 / max(self.pacer.rate, 1.0)))
             return
-        p = share_to_op2(elapsed, self.cfg["hold_secs"], self.cfg["ramp_secs"])
+        p = share_to_op2(elapsed, self.cfg.hold_secs, self.cfg.ramp_secs)
         rnd, keys, wall = self.random.random, self.keys, self.wall()
         for _ in range(n):
             op = "op2" if rnd() < p else "op1"
@@ -115,7 +90,7 @@ class ShiftSpout(Spout):
             "sent": dict(self.sent),
             "done": self.done,
             "share_to_op2": share_to_op2(
-                self.clock() - self.start, self.cfg["hold_secs"], self.cfg["ramp_secs"]
+                self.clock() - self.start, self.cfg.hold_secs, self.cfg.ramp_secs
             ),
         }
         self.counters.write()

@@ -11,6 +11,8 @@ import time
 
 from streamparse import Spout, Stream
 
+from elastorm.examples.options import SmokeOptions
+
 
 class NumberSpout(Spout):
     """Emit each number once, directly to task ``n mod len(counter tasks)``."""
@@ -18,7 +20,7 @@ class NumberSpout(Spout):
     outputs = [Stream(fields=["n", "payload"], direct=True)]
 
     def initialize(self, storm_conf, context):
-        self.count = int(storm_conf.get("elastorm.smoke.count", 1000))
+        self.count = SmokeOptions.from_conf(storm_conf).count
         self.next_n = 0
         counter_tasks = sorted(
             int(task) for task, comp in context["task->component"].items() if comp == "counter"

@@ -30,33 +30,10 @@ from typing import Any
 
 from streamparse import Spout, Stream
 
-from bolts.common import (
-    Counters,
-    conf_number,
-    required_output_dir,
-)
+from bolts.common import Counters, required_output_dir
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import SyntheticOptions
 from elastorm.examples.synthetic_control import CONTROL_FILE, read_control
-
-PREFIX = "elastorm.synthetic."
-RATE_KEY = PREFIX + "rate"
-KEYS_KEY = PREFIX + "keys"
-HOT_GROUP_KEY = PREFIX + "hot_group"
-HOT_SHARE_KEY = PREFIX + "hot_share"
-COLD_KEYS_KEY = PREFIX + "cold_keys"
-PRELOAD_RATE_KEY = PREFIX + "preload_rate"
-SEED_KEY = PREFIX + "seed"
-BATCH_KEY = PREFIX + "batch"
-
-DEFAULTS: dict[str, float] = {
-    RATE_KEY: 1000.0,
-    KEYS_KEY: 1000,
-    HOT_GROUP_KEY: 7,
-    HOT_SHARE_KEY: 0.5,
-    COLD_KEYS_KEY: 2000,
-    PRELOAD_RATE_KEY: 3000.0,
-    SEED_KEY: 1,
-    BATCH_KEY: 20,
-}
 
 CONTROL_POLL_SECS = 0.2
 FIELDS = ["key", "stamp"]
@@ -98,11 +75,6 @@ class KeySpace:
         return hot
 
 
-def conf_value(conf: Mapping[str, Any], key: str) -> float:
-    kind = float if isinstance(DEFAULTS[key], float) else int
-    return conf_number(conf, key, DEFAULTS[key], kind=kind)
-
-
 class Pacer:
     """How many tuples are due at time ``now`` to hold ``rate`` since the last change."""
 
@@ -129,21 +101,20 @@ class SyntheticSpout(Spout):
     sleep = staticmethod(time.sleep)
 
     def initialize(self, storm_conf, context):
-        from elastorm.storm.elastic import conf_key_groups
-
         self.output_dir = required_output_dir(storm_conf)
         self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
         task = self.counters.task
-        self.rate = conf_value(storm_conf, RATE_KEY)
-        self.keys = conf_value(storm_conf, KEYS_KEY)
-        self.hot_share = conf_value(storm_conf, HOT_SHARE_KEY)
-        self.preload_rate = conf_value(storm_conf, PRELOAD_RATE_KEY)
-        self.batch = conf_value(storm_conf, BATCH_KEY)
-        self.random = random.Random(conf_value(storm_conf, SEED_KEY) * 1000 + task)
+        options = SyntheticOptions.from_conf(storm_conf)
+        self.rate = options.rate
+        self.keys = options.keys
+        self.hot_share = options.hot_share
+        self.preload_rate = options.preload_rate
+        self.batch = options.batch
+        self.random = random.Random(options.seed * 1000 + task)
         self.space = KeySpace(
-            conf_value(storm_conf, HOT_GROUP_KEY),
-            conf_key_groups(storm_conf),
-            conf_value(storm_conf, COLD_KEYS_KEY),
+            options.hot_group,
+            TopologyConfig.from_conf(storm_conf).key_groups,
+            options.cold_keys,
         )
         self.loaded = 0  # hot keys emitted at least once (preloaded)
         self.control_mtime = 0

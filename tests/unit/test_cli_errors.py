@@ -112,3 +112,10 @@ def test_cluster_up_refuses_a_zookeeper_it_did_not_start(project: Path, capsys) 
     line = _one_error_line(capsys.readouterr().err, "cluster")
     assert f"a ZooKeeper this project did not start answers on 127.0.0.1:{port}" in line
     assert not (project / ".elastorm" / "storm-2.8.3").exists()  # refused before setup
+
+
+def test_cluster_up_with_zero_supervisors_is_refused_too(project: Path, capsys) -> None:
+    assert cli.main(["cluster", "up", "--supervisors", "0"]) == 2
+    line = _one_error_line(capsys.readouterr().err, "cluster")
+    assert line.endswith("--supervisors must be at least 1, got 0")
+    assert not (project / ".elastorm").exists()

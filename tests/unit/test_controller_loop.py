@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.adaptation import Thresholds
 from elastorm.controller.loop import (
     ControllerLoop,
@@ -16,7 +17,6 @@ from elastorm.controller.loop import (
     Placement,
     build_view,
     per_tuple_cpu,
-    settings_from_conf,
 )
 from elastorm.controller.model import (
     ControllerModelError,
@@ -29,7 +29,7 @@ from elastorm.core.actions import CheckpointStored, MigrationDone, Role
 from elastorm.core.control import MigrationController
 from elastorm.core.messages import Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
-from elastorm.storm.load import LoadMeter, external_load, resident_bytes
+from elastorm.storm.load import LoadMeter, resident_bytes
 
 G = 4  # key groups per operator
 OP1 = {"node0": 10, "node1": 11, "node2": 12}
@@ -84,11 +84,12 @@ def records(share2: float, *, hot: bool) -> list[TaskRecord]:
 
 
 def make_loop(*, prior=None, prior_weight: float = 0.0, **settings) -> ControllerLoop:
-    """A loop over op1 and op2 on node0-2 (see ``controls``), started at time 0."""
+    """A loop over op1 and op2 on node0-2 (see ``controls``), started at time 0;
+    adaptation on unless ``adapt=False``."""
     return ControllerLoop(
         controls=controls(),
         placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(**settings),
+        settings=LoopSettings(**{"adapt": True, **settings}),
         started_at=0.0,
         prior=prior,
         prior_weight=prior_weight,
@@ -209,10 +210,14 @@ def test_finished_migrations_become_metrics_records() -> None:
     assert snap is not None and snap.migrations == 1 and snap.assisted_share == 1.0
 
 
+def settings_of(conf) -> LoopSettings:
+    return LoopSettings.from_config(TopologyConfig.from_conf(conf))
+
+
 def test_settings_from_conf_defaults_to_requests_only_and_validates() -> None:
-    s = settings_from_conf({})
+    s = settings_of({})
     assert not s.active and s.strategy == "none"
-    s = settings_from_conf(
+    s = settings_of(
         {
             "elastorm.controller.adapt": True,
             "elastorm.controller.strategy": "even",
@@ -228,8 +233,8 @@ def test_settings_from_conf_defaults_to_requests_only_and_validates() -> None:
         {"elastorm.controller.window": "x"},
         {"elastorm.external_load": {"node0": 1.5}},
     ):
-        with pytest.raises(ControllerModelError, match="elastorm"):
-            settings_from_conf(bad)
+        with pytest.raises(ConfigError, match="elastorm"):
+            settings_of(bad)
 
 
 class FakeClock:
@@ -275,11 +280,14 @@ def test_resident_bytes_of_this_process() -> None:
 
 
 def test_external_load_conf() -> None:
+    def external_load(conf, node):
+        return TopologyConfig.from_conf(conf).external_load.get(node, 0.0)
+
     assert external_load({}, "node0") == 0.0
     assert external_load({"elastorm.external_load": {"node2": 0.7}}, "node2") == 0.7
-    with pytest.raises(ValueError, match="elastorm.external_load"):
+    with pytest.raises(ConfigError, match="elastorm.external_load"):
         external_load({"elastorm.external_load": {"node2": 2}}, "node2")
-    with pytest.raises(ValueError, match="elastorm.external_load"):
+    with pytest.raises(ConfigError, match="elastorm.external_load"):
         external_load({"elastorm.external_load": [1]}, "node2")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Data, Migrate, Protocol
 from elastorm.storm.elastic import (
@@ -70,13 +71,16 @@ def test_an_emitter_per_keyed_operator_and_commands_reach_the_right_one() -> Non
 
 
 def test_initial_routing_on_named_nodes_and_its_errors() -> None:
+    def routing(conf, op, tasks):
+        return initial_routing(TopologyConfig.from_conf(conf), op, tasks)
+
     conf = {"elastorm.key_groups": 4, "elastorm.initial_nodes": {"op2": [1]}}
-    assert {initial_routing(conf, "op2", [21, 20]).owner(g) for g in range(4)} == {21}
-    assert {initial_routing(conf, "op1", [10, 11]).owner(g) for g in range(4)} == {10, 11}
-    with pytest.raises(ValueError, match="elastorm.initial_nodes"):
-        initial_routing({"elastorm.initial_nodes": {"op2": [5]}}, "op2", [20, 21])
-    with pytest.raises(ValueError, match="names no node"):
-        initial_routing({"elastorm.initial_nodes": {"op2": []}}, "op2", [20, 21])
+    assert {routing(conf, "op2", [21, 20]).owner(g) for g in range(4)} == {21}
+    assert {routing(conf, "op1", [10, 11]).owner(g) for g in range(4)} == {10, 11}
+    with pytest.raises(ConfigError, match=r"elastorm.initial_nodes\[op2\] = \[5\]"):
+        routing({"elastorm.initial_nodes": {"op2": [5]}}, "op2", [20, 21])
+    with pytest.raises(ConfigError, match="non-empty"):
+        routing({"elastorm.initial_nodes": {"op2": []}}, "op2", [20, 21])
 
 
 def test_a_carried_row_holds_its_data_message_and_a_cpal_copy_goes_direct() -> None:

@@ -224,6 +224,22 @@ def test_a_keyed_bolt_needs_an_owner_and_a_holder() -> None:
             counts = CountWords.spec(inputs={words: keyed("word")}, par=1)
 
 
+def test_a_bad_elastorm_option_fails_when_the_topology_is_declared() -> None:
+    with pytest.raises(WiringError, match=r"Bad: elastorm.key_groups = 0: expected an integer"):
+
+        class Bad(ElasticTopology):
+            config = {"elastorm.key_groups": 0}
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
+
+    with pytest.raises(WiringError, match="did you mean elastorm.key_groups"):
+
+        class Typo(ElasticTopology):
+            config = {"elastorm.key_group": 8}
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
+
+
 def test_router_sends_each_tuple_to_its_key_groups_owner(monkeypatch) -> None:
     router = KeyRouter(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
     sent = []

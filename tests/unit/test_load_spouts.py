@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from bolts.common import FlightsConfigError
-from spouts.flights_load import load_conf, ramp_rate
-from spouts.shift import share_to_op2, shift_conf
+from elastorm.config import ConfigError
+from elastorm.examples.options import FlightsLoadOptions, ShiftOptions
+from spouts.flights_load import ramp_rate
+from spouts.shift import share_to_op2
 
 
 def test_shift_share_holds_then_ramps_to_one() -> None:
     assert share_to_op2(5, hold=10, ramp=100) == 0.0
     assert share_to_op2(60, hold=10, ramp=100) == pytest.approx(0.5)
     assert share_to_op2(500, hold=10, ramp=100) == 1.0
+    assert share_to_op2(9, hold=10, ramp=0) == 0.0 and share_to_op2(10, hold=10, ramp=0) == 1.0
 
 
 def test_flights_load_rate_ramps_linearly_and_stays() -> None:
@@ -23,9 +25,9 @@ def test_flights_load_rate_ramps_linearly_and_stays() -> None:
 
 
 def test_conf_defaults_and_clear_errors() -> None:
-    assert shift_conf({})["rate"] == 800.0
-    assert load_conf({"elastorm.flights_load.rate_end": "900"})["rate_end"] == 900.0
-    with pytest.raises(FlightsConfigError, match="elastorm.shift.rate"):
-        shift_conf({"elastorm.shift.rate": "fast"})
-    with pytest.raises(FlightsConfigError, match="elastorm.flights_load.ramp_secs"):
-        load_conf({"elastorm.flights_load.ramp_secs": -1})
+    assert ShiftOptions.from_conf({}).rate == 800.0
+    assert FlightsLoadOptions.from_conf({"elastorm.flights_load.rate_end": "900"}).rate_end == 900
+    with pytest.raises(ConfigError, match="elastorm.shift.rate = 'fast'"):
+        ShiftOptions.from_conf({"elastorm.shift.rate": "fast"})
+    with pytest.raises(ConfigError, match="elastorm.flights_load.ramp_secs = -1"):
+        FlightsLoadOptions.from_conf({"elastorm.flights_load.ramp_secs": -1})

@@ -18,7 +18,8 @@ import time
 
 from streamparse import Bolt
 
-from elastorm.controller.loop import ControllerLoop, settings_from_conf
+from elastorm.config import TopologyConfig
+from elastorm.controller.loop import ControllerLoop
 from elastorm.controller.runtime import ControllerRuntime, make_loop
 from elastorm.core.actions import (
     CheckpointStored,
@@ -33,8 +34,6 @@ from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     REPORTS,
     _Sending,
-    conf_key_groups,
-    conf_migration_timeout,
     initial_routing,
     operators_of,
     tasks_of,
@@ -64,25 +63,27 @@ class MigrationControllerBolt(_Sending, Bolt):
 
     def initialize(self, conf, context):
         self._senders(context)
-        operators = operators_of(conf)
+        config = TopologyConfig.from_conf(conf)
+        operators = operators_of(config)
         self.operators = tuple(operators)
         self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
         self.controls = {
             op: MigrationController(
-                num_key_groups=conf_key_groups(conf),
+                num_key_groups=config.key_groups,
                 tasks=tasks,
                 emitters=tasks_of(context, operators[op]),
-                routing=initial_routing(conf, op, tasks),
+                routing=initial_routing(config, op, tasks),
             )
             for op, tasks in self.operator_tasks.items()
         }
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.boards = {op: RequestBoard.from_storm_conf(conf, operator=op) for op in self.operators}
         self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
-        self.migration_timeout = conf_migration_timeout(conf)
-        settings = settings_from_conf(conf)
-        self.loop: ControllerLoop = make_loop(conf, self.controls, self.operator_tasks, settings)
-        self.runtime = ControllerRuntime.start(conf, self.loop) if settings.active else None
+        self.migration_timeout = config.migration_timeout_secs
+        self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
+        self.runtime = (
+            ControllerRuntime.start(conf, self.loop) if self.loop.settings.active else None
+        )
 
     @property
     def control(self) -> MigrationController:

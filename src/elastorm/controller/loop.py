@@ -30,6 +30,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import (
     AdaptationState,
     Move,
@@ -67,7 +68,7 @@ from elastorm.core.actions import MigrationDone, Send
 from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
 from elastorm.core.messages import Protocol
 
-STRATEGIES = ("none", "baseline", "even", "correlated")
+_DEFAULTS = ControllerConfig()
 _TO_WIRE = {
     MoveProtocol.DIRECT: Protocol.DIRECT,
     MoveProtocol.CPA: Protocol.CPA,
@@ -153,22 +154,23 @@ class LoopSettings:
     first checkpoint;
     ``theta``: score drift that triggers re-optimisation;
     ``adapt``: whether to plan migrations (after the warm-up too); ``background``: external CPU
-    share per node (0..1) added to its measured CPU. A topology conf without
-    ``elastorm.controller.*`` gives ``strategy="none"``, ``adapt=False``: the
-    controller then only carries out requests (``elastorm migrate``).
+    share per node (0..1) added to its measured CPU. The defaults are
+    :class:`elastorm.config.ControllerConfig`'s (``strategy="none"``, ``adapt=False``:
+    the controller then only carries out requests, ``elastorm migrate``); a topology's
+    settings come from its config through :meth:`from_config`.
     """
 
-    strategy: str = "correlated"
-    warmup: float = 30.0
-    window: int = 60
-    sample_secs: float = 5.0
-    settle_secs: float = 10.0
-    defer_secs: float = 10.0
-    theta: float = 0.0
+    strategy: str = _DEFAULTS.strategy
+    warmup: float = _DEFAULTS.warmup_secs
+    window: int = _DEFAULTS.window
+    sample_secs: float = _DEFAULTS.sample_secs
+    settle_secs: float = _DEFAULTS.settle_secs
+    defer_secs: float = _DEFAULTS.defer_secs
+    theta: float = _DEFAULTS.theta
     epsilon: float = math.inf
-    adapt: bool = True
-    reallocate_every: float = 30.0
-    seed: int = 0
+    adapt: bool = _DEFAULTS.adapt
+    reallocate_every: float = _DEFAULTS.reallocate_secs
+    seed: int = _DEFAULTS.seed
     thresholds: Thresholds = field(default_factory=Thresholds)
     background: Mapping[NodeId, float] = field(default_factory=dict)
 
@@ -193,6 +195,34 @@ class LoopSettings:
     def active(self) -> bool:
         """Whether there is anything to decide (allocation or adaptation)."""
         return self.adapt or self.strategy != "none"
+
+    @classmethod
+    def from_config(cls, config: TopologyConfig) -> LoopSettings:
+        """The loop's settings from a topology's config: its ``controller`` section,
+        plus ``external_load`` as the nodes' background CPU."""
+        c = config.controller
+        return cls(
+            strategy=c.strategy,
+            warmup=c.warmup_secs,
+            window=c.window,
+            sample_secs=c.sample_secs,
+            settle_secs=c.settle_secs,
+            defer_secs=c.defer_secs,
+            theta=c.theta,
+            adapt=c.adapt,
+            reallocate_every=c.reallocate_secs,
+            seed=c.seed,
+            thresholds=Thresholds(
+                cpu_high=c.cpu_high,
+                cpu_low=c.cpu_low,
+                queue_high=c.queue_high,
+                queue_low=c.queue_low,
+                cooldown=c.cooldown_secs,
+                max_moves=c.max_moves,
+                scale_in=c.scale_in,
+            ),
+            background=dict(config.external_load),
+        )
 
 
 def per_tuple_cpu(record: TaskRecord) -> float:
@@ -651,64 +681,6 @@ class ControllerLoop:
         if not moves:
             return None
         return sum(m.protocol.checkpoint_assisted for m in moves) / len(moves)
-
-
-CONTROLLER_PREFIX = "elastorm.controller."
-
-
-def settings_from_conf(conf: Mapping[str, object]) -> LoopSettings:
-    """``LoopSettings`` from a topology conf (``elastorm.controller.*``, plus
-    ``elastorm.external_load`` as the nodes' background CPU).
-
-    Raises ``ControllerModelError`` naming the bad key.
-    """
-    p = CONTROLLER_PREFIX
-
-    def num(key: str, default: float) -> float:
-        value = conf.get(p + key, default)
-        try:
-            return float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ControllerModelError(f"{p + key} must be a number, got {value!r}") from None
-
-    def flag(key: str, default: bool) -> bool:
-        value = conf.get(p + key, default)
-        if not isinstance(value, bool):
-            raise ControllerModelError(f"{p + key} must be true or false, got {value!r}")
-        return value
-
-    background = conf.get("elastorm.external_load") or {}
-    if not isinstance(background, Mapping):
-        raise ControllerModelError(
-            f"elastorm.external_load must map nodes to shares: {background!r}"
-        )
-    d = Thresholds()
-    try:
-        thresholds = Thresholds(
-            cpu_high=num("cpu_high", d.cpu_high),
-            cpu_low=num("cpu_low", d.cpu_low),
-            queue_high=num("queue_high", d.queue_high),
-            queue_low=num("queue_low", d.queue_low),
-            cooldown=num("cooldown_secs", d.cooldown),
-            max_moves=int(num("max_moves", d.max_moves)),
-            scale_in=flag("scale_in", d.scale_in),
-        )
-        return LoopSettings(
-            strategy=str(conf.get(p + "strategy", "none")),
-            warmup=num("warmup_secs", 30.0),
-            window=int(num("window", 60)),
-            sample_secs=num("sample_secs", 5.0),
-            settle_secs=num("settle_secs", 10.0),
-            defer_secs=num("defer_secs", 10.0),
-            theta=num("theta", 0.0),
-            adapt=flag("adapt", False),
-            reallocate_every=num("reallocate_secs", 30.0),
-            seed=int(num("seed", 0)),
-            thresholds=thresholds,
-            background={str(k): float(v) for k, v in background.items()},
-        )
-    except ControllerModelError as exc:
-        raise ControllerModelError(f"{p}*: {exc}") from None
 
 
 def prior_from_artifact(artifact) -> CorrelationMatrix:

@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from elastorm.config import TopologyConfig
 from elastorm.controller.loop import (
-    CONTROLLER_PREFIX,
     ControllerLoop,
     LoopSettings,
     Placement,
@@ -29,16 +29,13 @@ from elastorm.controller.loop import (
 from elastorm.controller.model import Allocation, KeyGroupId
 from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
-from elastorm.runtime.files import OUTPUT_DIR_KEY, write_json_atomic
+from elastorm.runtime.files import write_json_atomic
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, hosts_from_storm_conf
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
 
 log = logging.getLogger(__name__)
 
-ROUND_KEY = CONTROLLER_PREFIX + "round_secs"
-ARTIFACT_KEY = CONTROLLER_PREFIX + "correlation_artifact"
-PRIOR_WEIGHT_KEY = CONTROLLER_PREFIX + "prior_weight"
 METRICS_FILE = "controller-metrics.json"
 LOAD_TIMEOUT = 5.0  # s to wait for earlier decisions at start
 FLUSH_WAIT = 0.5  # s a tick waits for its decisions to reach ZooKeeper before sending
@@ -75,17 +72,19 @@ def resume(
 
 
 def make_loop(
-    conf: Mapping[str, Any],
+    config: TopologyConfig,
     controls: Mapping[str, MigrationController],
     operator_tasks: Mapping[str, Sequence[int]],
-    settings: LoopSettings,
 ) -> ControllerLoop:
-    """The controller's loop for ``controls``: one node per task index, the offline
-    correlation artifact (``elastorm.controller.correlation_artifact``) as prior."""
+    """The controller's loop for ``controls``, with the settings of ``config``: one
+    node per task index, the offline correlation artifact
+    (``elastorm.controller.correlation_artifact``) as prior."""
+    settings = LoopSettings.from_config(config)
+    options = config.controller
     prior, weight = None, 0.0
-    if conf.get(ARTIFACT_KEY):
-        prior = _load_prior(str(conf[ARTIFACT_KEY]), controls)
-        weight = float(conf.get(PRIOR_WEIGHT_KEY, settings.window))
+    if options.correlation_artifact:
+        prior = _load_prior(options.correlation_artifact, controls)
+        weight = settings.window if options.prior_weight is None else options.prior_weight
     return ControllerLoop(
         controls=controls,
         placement=Placement.by_index(operator_tasks),
@@ -139,6 +138,7 @@ class ControllerRuntime:
     @classmethod
     def start(cls, conf: Mapping[str, Any], loop: ControllerLoop) -> ControllerRuntime:
         """Start the watcher and the store for ``loop`` (the topology in ``conf``)."""
+        config = TopologyConfig.from_conf(conf)
         layout = ZnodeLayout(str(conf["topology.name"]))
         zk = ZkSettings(hosts=hosts_from_storm_conf(conf))
         watcher = ClusterWatcher(layout=layout, settings=zk)
@@ -151,7 +151,7 @@ class ControllerRuntime:
             store.load(timeout=LOAD_TIMEOUT)
         except StoreError as exc:
             log.error("controller: earlier decisions not loaded yet (%s); waiting for them", exc)
-        out = conf.get(OUTPUT_DIR_KEY)
+        out = config.output_dir
         log.info(
             "controller: strategy=%s adapt=%s nodes=%s warmup=%.0fs",
             loop.settings.strategy,
@@ -163,8 +163,8 @@ class ControllerRuntime:
             loop=loop,
             watcher=watcher,
             store=store,
-            round_secs=float(conf.get(ROUND_KEY, 1.0)),
-            metrics_path=os.path.join(str(out), METRICS_FILE) if out else None,
+            round_secs=config.controller.round_secs,
+            metrics_path=os.path.join(out, METRICS_FILE) if out else None,
         )
 
     def tick(self, now: float) -> list[Send]:

@@ -4,8 +4,6 @@ One place defines what a flights row is, so the spout (``spouts.flights``,
 ``spouts.flights_load``), the bolts (their input fields) and the pandas reference
 (``elastorm.examples.flights_reference``) cannot disagree on it:
 
-- the config keys that name the file and how many rows to read
-  (``PATH_KEY``, ``LIMIT_KEY``);
 - the columns a flights CSV must have (``REQUIRED_COLUMNS``) and how to find and
   read them (``default_flights_path``, ``open_rows``, ``column_index``);
 - how a raw CSV row becomes a typed record ``(tailnum, year, arr_delay,
@@ -32,8 +30,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-PATH_KEY = "elastorm.flights.path"
-LIMIT_KEY = "elastorm.flights.limit"
+PATH_KEY = "elastorm.flights.path"  # named in messages; declared in elastorm.examples.options
 
 TUPLE_FIELDS = ["id", "key", "value", "ts"]
 NA_TOKENS = frozenset({"", "NA"})

@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.local_cmd",
     "elastorm.runtime.cluster_cmd",
     "elastorm.runtime.check_cmd",
+    "elastorm.runtime.options_cmd",
     "elastorm.runtime.migrate_cmd",
     "elastorm.jobs.correlation_cmd",
 )

@@ -12,6 +12,8 @@ import os
 import time
 from typing import Any
 
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import FlightsOptions, SmokeOptions
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
 from elastorm.runtime.shift_driver import FlightsLoadDriver, ShiftDriver
@@ -32,9 +34,9 @@ class FlightsDriver:
         self.complete_at: float | None = None
 
     def options(self, output_dir: str) -> dict[str, object]:
-        opts: dict[str, object] = {"elastorm.output_dir": output_dir}
+        opts = TopologyConfig.overrides(output_dir=output_dir)
         if self.limit is not None:
-            opts["elastorm.flights.limit"] = self.limit
+            opts |= FlightsOptions.overrides(limit=self.limit)
         return opts
 
     def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
@@ -85,7 +87,9 @@ class SmokeDriver:
         self.count = count
 
     def options(self, output_dir: str) -> dict[str, object]:
-        return {"elastorm.output_dir": output_dir, "elastorm.smoke.count": self.count}
+        return TopologyConfig.overrides(output_dir=output_dir) | SmokeOptions.overrides(
+            count=self.count
+        )
 
     def _read(self, output_dir: str) -> list[dict]:
         files = sorted(glob.glob(os.path.join(output_dir, "smoke-*.json")))
@@ -162,11 +166,13 @@ class ElasticFlightsDriver(FlightsDriver):
         self._client = None
 
     def options(self, output_dir: str) -> dict[str, object]:
-        return super().options(output_dir) | {
-            "elastorm.key_groups": self.key_groups,
-            "elastorm.checkpoint_interval_secs": self.checkpoint_interval,
-            "elastorm.flights.max_rate": self.max_rate,
-        }
+        return (
+            super().options(output_dir)
+            | TopologyConfig.overrides(
+                key_groups=self.key_groups, checkpoint_interval_secs=self.checkpoint_interval
+            )
+            | FlightsOptions.overrides(max_rate=self.max_rate)
+        )
 
     def _total_rows(self) -> int:
         return self.limit or 336_776

@@ -6,8 +6,6 @@ import json
 import os
 from typing import Any
 
-OUTPUT_DIR_KEY = "elastorm.output_dir"  # where bolts and the controller write their files
-
 
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` so readers see the old or the new file whole."""

@@ -12,15 +12,28 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from elastorm.config import ConfigError, check_conf
+from elastorm.examples.options import EXAMPLE_SECTIONS
 from elastorm.runtime import nimbus
 from elastorm.runtime.config import ElastormConfig, env_nimbus
 from elastorm.runtime.drivers import FlightsDriver, SmokeDriver
+from elastorm.runtime.errors import UserError
 from elastorm.runtime.local import LOCAL_ENV, local_cluster
 from elastorm.runtime.outcome import Outcome
 from elastorm.runtime.storm_home import ensure_storm_home
 from elastorm.runtime.topology_jar import build_topology_jar
 
 log = logging.getLogger(__name__)
+
+
+def checked_options(options: dict[str, object]) -> dict[str, object]:
+    """What a driver passes with ``-o``, checked against the topology options
+    (:func:`elastorm.config.check_conf`) before anything is submitted: a bad value is
+    a one-line ``UserError`` here, not a worker crash."""
+    try:
+        return check_conf(options, *EXAMPLE_SECTIONS)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
 
 
 def run_topology(
@@ -38,7 +51,7 @@ def run_topology(
     output_dir.mkdir(parents=True, exist_ok=True)
     jar = build_topology_jar(cfg, cfg.home / "jars" / "topology.jar")
     name = f"{driver.name}-{stamp}"
-    options = driver.options(str(output_dir)) | (extra_options or {})
+    options = checked_options(driver.options(str(output_dir)) | (extra_options or {}))
     driver.topology = name
     driver.zk_hosts = f"127.0.0.1:{cfg.zookeeper_port}"
     context = local_cluster(cfg, jar) if env == LOCAL_ENV else nullcontext(None)

@@ -18,10 +18,10 @@ import os
 import time
 from typing import Any
 
+from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
+from elastorm.examples.options import FlightsLoadOptions, ShiftOptions
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
-
-STRATEGIES = ("none", "baseline", "even", "correlated")
 
 
 def _read(path: str) -> dict[str, Any]:
@@ -83,21 +83,16 @@ class ShiftDriver:
 
     def options(self, output_dir: str) -> dict[str, object]:
         return (
-            {
-                "elastorm.output_dir": output_dir,
-                "elastorm.controller.strategy": self.strategy,
-                "elastorm.controller.warmup_secs": self.warmup,
-            }
+            TopologyConfig.overrides(output_dir=output_dir)
+            | ControllerConfig.overrides(strategy=self.strategy, warmup_secs=self.warmup)
             | self.job_options()
             | self.extra
         )
 
     def job_options(self) -> dict[str, object]:
-        return {
-            "elastorm.shift.duration_secs": self.duration,
-            "elastorm.shift.ramp_secs": self.ramp,
-            "elastorm.shift.rate": self.rate,
-        }
+        return ShiftOptions.overrides(
+            duration_secs=self.duration, ramp_secs=self.ramp, rate=self.rate
+        )
 
     def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
         deadline = time.monotonic() + timeout
@@ -177,13 +172,9 @@ class FlightsLoadDriver(ShiftDriver):
         self.key_groups = key_groups
 
     def job_options(self) -> dict[str, object]:
-        p = "elastorm.flights_load."
-        return {
-            "elastorm.key_groups": self.key_groups,
-            p + "duration_secs": self.duration,
-            p + "ramp_secs": self.ramp,
-            p + "rate_end": self.rate,
-        }
+        return TopologyConfig.overrides(key_groups=self.key_groups) | FlightsLoadOptions.overrides(
+            duration_secs=self.duration, ramp_secs=self.ramp, rate_end=self.rate
+        )
 
     def outcome(self, output_dir: str) -> Outcome:
         out = super().outcome(output_dir)

@@ -44,6 +44,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import SyntheticOptions
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
 
@@ -217,16 +219,19 @@ class SyntheticDriver:
         self.output_dir = output_dir
         self.control = {"rate": s.rate, "keys": s.keys, "hot_share": s.hot_share, "checkpoint": 0}
         write_control(output_dir, self.control)
-        return {
-            "elastorm.output_dir": output_dir,
-            "elastorm.key_groups": 20,
-            "elastorm.checkpoint_interval_secs": s.checkpoint_interval,
-            "elastorm.synthetic.rate": s.rate,
-            "elastorm.synthetic.keys": s.keys,
-            "elastorm.synthetic.hot_share": s.hot_share,
-            "elastorm.synthetic.hot_group": s.hot_group,
-            "elastorm.synthetic.preload_rate": s.preload_rate,
-        } | s.extra
+        return (
+            TopologyConfig.overrides(
+                output_dir=output_dir, key_groups=20, checkpoint_interval_secs=s.checkpoint_interval
+            )
+            | SyntheticOptions.overrides(
+                rate=s.rate,
+                keys=s.keys,
+                hot_share=s.hot_share,
+                hot_group=s.hot_group,
+                preload_rate=s.preload_rate,
+            )
+            | s.extra
+        )
 
     # -- files ------------------------------------------------------------------
     def _counts(self, component: str) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ from typing import Any
 
 from streamparse import Bolt, Grouping, Stream
 
+from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.actions import (
     Action,
     Applied,
@@ -58,9 +59,7 @@ from elastorm.core.migration.emitter import Emitter
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
 from elastorm.storm.load import (
-    HEARTBEATS_KEY,
     LoadMeter,
-    external_load,
     resident_bytes,
     start_heartbeats,
 )
@@ -73,16 +72,9 @@ MESSAGE_FIELDS = ["message", "sender"]
 RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
 
-KEY_GROUPS_KEY = "elastorm.key_groups"
-CHECKPOINT_INTERVAL_KEY = "elastorm.checkpoint_interval_secs"
-MIGRATION_TIMEOUT_KEY = "elastorm.migration_timeout_secs"
-DEFAULT_KEY_GROUPS = 20
-DEFAULT_CHECKPOINT_INTERVAL = 5.0
-DEFAULT_MIGRATION_TIMEOUT = 60.0
-
 CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
 RELAY_COMPONENT = "relay"
-OPERATORS_KEY = "elastorm.operators"  # {keyed operator: [its emitters]}, set by the wiring
+OPERATORS_KEY = TopologyConfig.key("operators")  # set by the wiring
 
 MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
 CARRIED = ["elastorm", "elastorm_task"]  # appended to a carrier stream's own fields
@@ -118,53 +110,22 @@ def tasks_of(context: Mapping[str, Any], components: str | Iterable[str]) -> lis
     return sorted(int(t) for t, c in context["task->component"].items() if c in names)
 
 
-def operators_of(conf: Mapping[str, Any]) -> dict[str, list[str]]:
+def operators_of(config: TopologyConfig) -> dict[str, tuple[str, ...]]:
     """``elastorm.operators``: each keyed operator and the components that emit to it
-    (``elastorm.storm.topology`` writes it; Storm may hand it over as JSON text).
+    (``elastorm.storm.topology`` writes it).
 
-    Raises ``ValueError`` naming the key when it is missing or malformed (a
-    controller or an emitter without operators would do nothing, silently).
+    Raises ``ConfigError`` when it is missing: a controller or an emitter without
+    operators would do nothing, silently.
 
-    >>> operators_of({"elastorm.operators": {"op2": ["op1"]}})
-    {'op2': ['op1']}
+    >>> operators_of(TopologyConfig(operators={"op2": ["op1"]}))
+    {'op2': ('op1',)}
     """
-    raw = conf.get(OPERATORS_KEY)
-    if isinstance(raw, str):
-        raw = json.loads(raw)
-    if not raw:
-        raise ValueError(
+    if not config.operators:
+        raise ConfigError(
             f"{OPERATORS_KEY} is not set: declare the topology as an elastorm "
             "ElasticTopology (keyed inputs marked with keyed())"
         )
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{OPERATORS_KEY} must map keyed operators to their emitters: {raw!r}")
-    out: dict[str, list[str]] = {}
-    for op, emitters in raw.items():
-        if isinstance(emitters, str) or not all(isinstance(e, str) for e in emitters):
-            raise ValueError(f"{OPERATORS_KEY}[{op!r}] must be a list of component names")
-        out[str(op)] = list(emitters)
-    return out
-
-
-def conf_key_groups(conf: Mapping[str, Any]) -> int:
-    """``elastorm.key_groups``, validated (fixed at submit, like Flink's max parallelism)."""
-    value = int(conf.get(KEY_GROUPS_KEY, DEFAULT_KEY_GROUPS))
-    if value < 1:
-        raise ValueError(f"{KEY_GROUPS_KEY} must be >= 1, got {value}")
-    return value
-
-
-def conf_migration_timeout(conf: Mapping[str, Any]) -> float:
-    """``elastorm.migration_timeout_secs``: after this long an unfinished migration or
-    restore is reported stuck (request state ``stuck``, the tasks it waits for)."""
-    value = conf.get(MIGRATION_TIMEOUT_KEY, DEFAULT_MIGRATION_TIMEOUT)
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{MIGRATION_TIMEOUT_KEY} must be a number, got {value!r}") from None
-    if not seconds > 0:
-        raise ValueError(f"{MIGRATION_TIMEOUT_KEY} must be > 0, got {value!r}")
-    return seconds
+    return dict(config.operators)
 
 
 class _Sending:
@@ -184,10 +145,7 @@ class _Sending:
         self.emit([to_wire(action.message), self._task], stream=STREAM, direct_task=action.to_task)
 
 
-INITIAL_NODES_KEY = "elastorm.initial_nodes"
-
-
-def initial_routing(conf: Mapping[str, Any], operator: str, tasks: Iterable[int]) -> RoutingTable:
+def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int]) -> RoutingTable:
     """``operator``'s routing table at start, computed alike by every task and the controller.
 
     Round robin over its tasks, or, if ``elastorm.initial_nodes`` names the
@@ -197,18 +155,15 @@ def initial_routing(conf: Mapping[str, Any], operator: str, tasks: Iterable[int]
     """
     ordered = sorted(tasks)
     chosen = ordered
-    wanted = (conf.get(INITIAL_NODES_KEY) or {}).get(operator)
+    wanted = config.initial_nodes.get(operator)
     if wanted is not None:
-        try:
-            chosen = [ordered[int(i)] for i in wanted]
-        except (IndexError, TypeError, ValueError):
-            raise ValueError(
-                f"{INITIAL_NODES_KEY}[{operator}] = {wanted!r}: need node indices "
-                f"in [0, {len(ordered)})"
-            ) from None
-        if not chosen:
-            raise ValueError(f"{INITIAL_NODES_KEY}[{operator}] names no node")
-    return RoutingTable.round_robin(conf_key_groups(conf), chosen)
+        if max(wanted) >= len(ordered):
+            raise ConfigError(
+                f"{TopologyConfig.key('initial_nodes')}[{operator}] = {list(wanted)!r}: "
+                f"need node indices in [0, {len(ordered)})"
+            )
+        chosen = [ordered[i] for i in wanted]
+    return RoutingTable.round_robin(config.key_groups, chosen)
 
 
 class KeyedEmitting(_Sending):
@@ -226,7 +181,8 @@ class KeyedEmitting(_Sending):
         self._senders(context)
         task = int(context["taskid"])
         component = context["componentid"]
-        operators = [op for op, ems in operators_of(conf).items() if component in ems]
+        config = TopologyConfig.from_conf(conf)
+        operators = [op for op, ems in operators_of(config).items() if component in ems]
         if not operators:
             raise ValueError(f"{OPERATORS_KEY} names no keyed operator fed by {component}")
         self.emitters: dict[str, Emitter] = {}
@@ -237,7 +193,7 @@ class KeyedEmitting(_Sending):
             # The source name must survive restarts: receivers de-duplicate by it.
             self.emitters[op] = Emitter(
                 task=task,
-                routing=initial_routing(conf, op, tasks),
+                routing=initial_routing(config, op, tasks),
                 source=f"{context['componentid']}:{task}",
             )
         self.emitter = self.emitters[operators[0]]
@@ -315,7 +271,8 @@ class KeyedOperator(_Sending):
         task = int(context["taskid"])
         component = context["componentid"]
         tasks = tasks_of(context, component)
-        routing = initial_routing(conf, component, tasks)
+        config = TopologyConfig.from_conf(conf)
+        routing = initial_routing(config, component, tasks)
         holders = initial_holders(routing, tasks)
         incarnation, epoch = task_start(conf, component, task, component)
         self.incarnation = incarnation
@@ -326,11 +283,11 @@ class KeyedOperator(_Sending):
         if restarted:
             log.warning("task %s restarted (incarnation %d): starting empty", task, incarnation)
         self._started = TaskStarted(task=task, restarted=restarted, stale_through=epoch)
-        interval = float(conf.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL))
+        interval = config.checkpoint_interval_secs
         self.coordinator = TaskCoordinator(
             task=task,
             num_key_groups=routing.num_key_groups,
-            upstreams=tasks_of(context, operators_of(conf).get(component, ())),
+            upstreams=tasks_of(context, config.operators.get(component, ())),
             step=step,
             owned=owned,
             holders={g: holders[g] for g in owned},
@@ -338,10 +295,10 @@ class KeyedOperator(_Sending):
             stale_through=epoch if restarted else -1,
         )
         self.node = node_name(tasks.index(task))
-        self.load_meter = LoadMeter(external=external_load(conf, self.node))
+        self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._epoch = routing.epoch
         self.heartbeats = None
-        if conf.get(HEARTBEATS_KEY, True):
+        if config.heartbeats:
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
         self._last_heartbeat = None
 

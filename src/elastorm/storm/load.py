@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-EXTERNAL_LOAD_KEY = "elastorm.external_load"
 _MIN_SLEEP = 0.005  # pay the idle debt in slices of at least 5 ms
 MAX_LATENCY = 600.0  # s: a larger gap means ts is not an emit stamp
 
@@ -114,20 +113,6 @@ def resident_bytes() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return float(pages * os.sysconf("SC_PAGE_SIZE"))
-
-
-def external_load(conf, node: str) -> float:
-    """The external CPU share of ``node`` from ``elastorm.external_load`` ({node: share})."""
-    table = conf.get(EXTERNAL_LOAD_KEY) or {}
-    if not isinstance(table, dict):
-        raise ValueError(f"{EXTERNAL_LOAD_KEY} must map node names to shares, got {table!r}")
-    share = float(table.get(node, 0.0))
-    if not 0 <= share < 1:
-        raise ValueError(f"{EXTERNAL_LOAD_KEY}[{node}] must be in [0, 1), got {share}")
-    return share
-
-
-HEARTBEATS_KEY = "elastorm.heartbeats"
 
 
 def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat):

@@ -32,6 +32,7 @@ from streamparse.dsl.component import ComponentSpec
 from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
+from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
@@ -198,6 +199,10 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     config = dict(class_dict.get("config") or {})
     config[OPERATORS_KEY] = operators
     config.setdefault(TICK_KEY, DEFAULT_TICK_SECS)
+    try:  # a bad elastorm.* option fails at submit, not in a worker
+        TopologyConfig.from_conf(config)
+    except ConfigError as exc:
+        raise WiringError(f"{classname}: {exc}") from None
     class_dict["config"] = config
 
 

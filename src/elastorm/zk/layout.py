@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from elastorm.config import TopologyConfig
+
 DEFAULT_ROOT = "/elastorm"
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
@@ -142,9 +144,6 @@ class ZkSettings:
             raise ZnodeLayoutError("request_timeout and reconnect_max_delay must be > 0")
 
 
-ELASTORM_HOSTS_KEY = "elastorm.zookeeper.hosts"
-
-
 def hosts_from_storm_conf(conf: Mapping[str, object]) -> str:
     """``host:port,...`` of elastorm's ZooKeeper from a Storm topology conf.
 
@@ -155,10 +154,8 @@ def hosts_from_storm_conf(conf: Mapping[str, object]) -> str:
     ...                        "storm.zookeeper.port": 12181})
     '127.0.0.1:12181'
     """
-    own = conf.get(ELASTORM_HOSTS_KEY)
+    own = TopologyConfig.from_conf(conf).zookeeper_hosts
     if own:
-        if not isinstance(own, str):
-            raise ZnodeLayoutError(f"{ELASTORM_HOSTS_KEY} must be 'host:port,...', got {own!r}")
         return own
     servers = conf.get("storm.zookeeper.servers")
     port = conf.get("storm.zookeeper.port", 2181)

@@ -1,0 +1,562 @@
+"""elastorm's topology options: one typed, frozen object, each option declared once.
+
+Flink's ``ConfigOptions`` and Kafka's ``ConfigDef`` style: every option is a
+dataclass field made by :func:`option`, which carries its Storm conf key, its kind
+(how a conf value is parsed), its default, its check and a one-line doc. From those
+declarations come
+
+* :meth:`Section.from_conf`: parse and validate a Storm conf (values may be strings,
+  as ``sparse submit -o`` passes them); a bad value raises :class:`ConfigError`
+  naming the key, the value and what is allowed; an unknown key under a namespace
+  the section owns is an error with a did-you-mean;
+* :meth:`Section.to_conf`: the conf that goes to Storm (round-trips through
+  ``from_conf``);
+* :func:`check_conf`: the submit-time check of a whole topology conf, where *every*
+  ``elastorm.*`` key must belong to elastorm's own options or to a given section;
+* :func:`options_table`: the README's option table.
+
+:class:`TopologyConfig` holds elastorm's own options (a ``controller`` section
+inside); example jobs declare their own small sections with the same helper
+(``elastorm.examples.options``). Pure: no Storm, no ZooKeeper.
+
+>>> TopologyConfig.from_conf({"elastorm.key_groups": "8"}).key_groups
+8
+>>> TopologyConfig(key_groups=8).to_conf()["elastorm.key_groups"]
+8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+PREFIX = "elastorm."
+STRATEGIES = ("none", "baseline", "even", "correlated")
+
+
+class ConfigError(ValueError):
+    """A topology option is unknown, of the wrong type or out of range (one line)."""
+
+
+# -- kinds: how a conf value is parsed ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How to read one option from a Storm conf value.
+
+    ``parse`` returns the typed value or raises ``ValueError``/``TypeError``;
+    ``name`` is what the README's table and the error messages call it.
+    """
+
+    name: str
+    parse: Callable[[Any], Any]
+
+
+def _int(raw: Any) -> int:
+    if isinstance(raw, bool) or isinstance(raw, float) and not raw.is_integer():
+        raise TypeError
+    return int(raw)
+
+
+def _float(raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise TypeError
+    value = float(raw)
+    if math.isnan(value):
+        raise ValueError
+    return value
+
+
+def _bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise TypeError
+
+
+def _str(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise TypeError
+    return raw
+
+
+def _node_shares(raw: Any) -> dict[str, float]:
+    if not isinstance(raw, Mapping):
+        raise TypeError
+    return {str(node): _float(share) for node, share in raw.items()}
+
+
+def _node_lists(raw: Any) -> dict[str, tuple[int, ...]]:
+    if not isinstance(raw, Mapping):
+        raise TypeError
+    out = {}
+    for operator, nodes in raw.items():
+        if isinstance(nodes, str | bytes) or not isinstance(nodes, Iterable):
+            raise TypeError
+        out[str(operator)] = tuple(_int(n) for n in nodes)
+    return out
+
+
+def _operator_emitters(raw: Any) -> dict[str, tuple[str, ...]]:
+    if isinstance(raw, str):  # Storm may hand a map over as JSON text
+        raw = json.loads(raw)
+    if not isinstance(raw, Mapping):
+        raise TypeError
+    out = {}
+    for operator, emitters in raw.items():
+        if isinstance(emitters, str | bytes) or not isinstance(emitters, Iterable):
+            raise TypeError
+        out[str(operator)] = tuple(_str(e) for e in emitters)
+    return out
+
+
+INT = Kind("integer", _int)
+FLOAT = Kind("number", _float)
+BOOL = Kind("true/false", _bool)
+STR = Kind("string", _str)
+NODE_SHARES = Kind("{node: share}", _node_shares)
+NODE_LISTS = Kind("{operator: [node index, ...]}", _node_lists)
+OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
+
+
+# -- checks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """A condition on a parsed value; ``allowed`` says it in words (README, errors)."""
+
+    allowed: str
+    ok: Callable[[Any], bool]
+    whole: bool = False  # ``allowed`` says the type too (choices, mappings)
+
+
+def at_least(low: float) -> Check:
+    """``value >= low``."""
+    return Check(f">= {low:g}", lambda v: v >= low)
+
+
+def above(low: float) -> Check:
+    """``value > low``."""
+    return Check(f"> {low:g}", lambda v: v > low)
+
+
+def share() -> Check:
+    """``0 <= value <= 1``."""
+    return Check("in [0, 1]", lambda v: 0 <= v <= 1)
+
+
+def one_of(*choices: str) -> Check:
+    """``value`` is one of ``choices``."""
+    return Check("one of " + "|".join(choices), lambda v: v in choices, whole=True)
+
+
+def shares_below_one() -> Check:
+    """Every node's share in ``[0, 1)``."""
+    return Check(
+        "{node: share in [0, 1)}", lambda v: all(0 <= s < 1 for s in v.values()), whole=True
+    )
+
+
+def node_indices() -> Check:
+    """Every operator names at least one node index, each >= 0."""
+    return Check(
+        "{operator: [node index >= 0, ...]} (non-empty lists)",
+        lambda v: all(nodes and min(nodes) >= 0 for nodes in v.values()),
+        whole=True,
+    )
+
+
+# -- options and sections -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One declared option: conf key, kind, default, check, doc."""
+
+    key: str
+    kind: Kind
+    default: Any
+    doc: str
+    check: Check | None = None
+    optional: bool = False  # None allowed (and the default when unset)
+
+    @property
+    def allowed(self) -> str:
+        """What is allowed, in words."""
+        if self.check is not None and self.check.whole:
+            text = self.check.allowed
+        else:
+            name = self.kind.name
+            text = name if not name[0].isalpha() or "/" in name else f"{_article(name)} {name}"
+            if self.check is not None:
+                text += f" {self.check.allowed}"
+        return text + (" (or unset)" if self.optional else "")
+
+    def parse(self, raw: Any) -> Any:
+        """The typed value of ``raw``; raises ``ConfigError`` naming key, value and rule."""
+        if self.optional and (raw is None or raw == ""):
+            return None
+        try:
+            value = self.kind.parse(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.key} = {raw!r}: expected {self.allowed}") from None
+        if self.check is not None and not self.check.ok(value):
+            raise ConfigError(f"{self.key} = {raw!r}: expected {self.allowed}")
+        return value
+
+    def render(self, value: Any) -> Any:
+        """``value`` as a Storm conf (JSON) value."""
+        if isinstance(value, Mapping):
+            return {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+        return value
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def option(
+    key: str,
+    kind: Kind,
+    default: Any,
+    doc: str,
+    *,
+    check: Check | None = None,
+    optional: bool = False,
+) -> Any:
+    """Declare one option as a dataclass field (the only place it is written down)."""
+    opt = Option(key, kind, default, doc, check, optional)
+    if isinstance(default, Mapping):
+        return field(default_factory=lambda: dict(default), metadata={"option": opt})
+    return field(default=default, metadata={"option": opt})
+
+
+def section(cls: type[Section]) -> Any:
+    """Declare a nested section (built with its defaults unless given)."""
+    return field(default_factory=cls, metadata={"section": cls})
+
+
+def _namespace(key: str) -> str:
+    """``elastorm.<first segment>`` of a key."""
+    return ".".join(key.split(".")[:2])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Section:
+    """Base of a frozen options section: fields made by :func:`option` or :func:`section`.
+
+    Built directly (``TopologyConfig(key_groups=8)``) or from a conf; either way
+    every value is parsed and checked, so an instance always holds valid options.
+    """
+
+    registry: ClassVar[list[type[Section]]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Section.registry.append(cls)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            opt = f.metadata.get("option")
+            if opt is not None:
+                object.__setattr__(self, f.name, opt.parse(getattr(self, f.name)))
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks across options (override; raise ``ConfigError``)."""
+
+    @classmethod
+    def options(cls) -> list[Option]:
+        """Every option of this section and its nested sections, in declaration order."""
+        out: list[Option] = []
+        for f in dataclasses.fields(cls):
+            if "option" in f.metadata:
+                out.append(f.metadata["option"])
+            elif "section" in f.metadata:
+                out.extend(f.metadata["section"].options())
+        return out
+
+    @classmethod
+    def key(cls, name: str) -> str:
+        """The conf key of field ``name`` (for messages: ``TopologyConfig.key("key_groups")``)."""
+        for f in dataclasses.fields(cls):
+            if f.name == name and "option" in f.metadata:
+                return f.metadata["option"].key
+        raise KeyError(name)
+
+    @classmethod
+    def owns(cls, key: str) -> bool:
+        """Whether ``key`` falls in a namespace this section declares options in."""
+        return _namespace(key) in {_namespace(o.key) for o in cls.options()}
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> Self:
+        """Parse and validate this section's options from a Storm conf.
+
+        Keys this section does not declare are ignored unless they fall in one of
+        its namespaces: then they are a ``ConfigError`` with a did-you-mean.
+        """
+        known = {o.key for o in cls.options()}
+        for key in sorted(k for k in conf if isinstance(k, str)):
+            if key not in known and key.startswith(PREFIX) and cls.owns(key):
+                raise unknown_key(key, known)
+        return cls._build(conf)
+
+    @classmethod
+    def _build(cls, conf: Mapping[str, Any]) -> Self:
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if "section" in f.metadata:
+                values[f.name] = f.metadata["section"]._build(conf)
+            elif "option" in f.metadata and f.metadata["option"].key in conf:
+                values[f.name] = conf[f.metadata["option"].key]
+        return cls(**values)
+
+    @classmethod
+    def overrides(cls, **values: Any) -> dict[str, Any]:
+        """The conf of just ``values`` (field name -> value), each parsed and checked:
+        what a driver passes with ``sparse submit -o`` over a topology's own config.
+
+        >>> TopologyConfig.overrides(key_groups="8")
+        {'elastorm.key_groups': 8}
+        """
+        declared = {
+            f.name: f.metadata["option"] for f in dataclasses.fields(cls) if "option" in f.metadata
+        }
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            if name not in declared:
+                raise ConfigError(f"{cls.__name__} has no option {name!r}")
+            opt = declared[name]
+            out[opt.key] = opt.render(opt.parse(value))
+        return out
+
+    def to_conf(self, *, changed_only: bool = False) -> dict[str, Any]:
+        """The Storm conf of these options (``None`` values left out); with
+        ``changed_only``, only the options that differ from their defaults."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if "section" in f.metadata:
+                out.update(value.to_conf(changed_only=changed_only))
+            elif "option" in f.metadata and value is not None:
+                opt = f.metadata["option"]
+                if not (changed_only and value == opt.default):
+                    out[opt.key] = opt.render(value)
+        return out
+
+
+def unknown_key(key: str, known: Iterable[str]) -> ConfigError:
+    """The error for an unknown ``elastorm.*`` key, with the closest known key."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return ConfigError(f"unknown option {key}{hint}")
+
+
+# -- elastorm's own options -----------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig(Section):
+    """``elastorm.controller.*``: the controller loop (Madsen & Zhou 2015, sections 4 and 6;
+    Kumbhare et al. 2015's thresholds, section VI).
+
+    Without any of them the controller only carries out requests (``elastorm migrate``).
+    """
+
+    p: ClassVar[str] = "elastorm.controller."
+    strategy: str = option(
+        p + "strategy", STR, "none",
+        "checkpoint allocation; `none` keeps the start-up holders",
+        check=one_of(*STRATEGIES),
+    )  # fmt: skip
+    adapt: bool = option(p + "adapt", BOOL, False, "plan load-balancing migrations")
+    warmup_secs: float = option(
+        p + "warmup_secs", FLOAT, 30.0,
+        "seconds of statistics, from the first input, before the first allocation",
+        check=at_least(0),
+    )  # fmt: skip
+    window: int = option(
+        p + "window", INT, 60, "samples in the sliding correlation", check=at_least(2)
+    )
+    sample_secs: float = option(
+        p + "sample_secs", FLOAT, 5.0, "seconds between correlation samples", check=at_least(0)
+    )
+    settle_secs: float = option(
+        p + "settle_secs", FLOAT, 10.0,
+        "first seconds of input left out of the correlation (start-up transient)",
+        check=at_least(0),
+    )  # fmt: skip
+    defer_secs: float = option(
+        p + "defer_secs", FLOAT, 10.0,
+        "how long a checkpoint-assisted move waits for its target's first checkpoint",
+        check=at_least(0),
+    )  # fmt: skip
+    theta: float = option(
+        p + "theta", FLOAT, 0.0, "score drift that triggers re-optimisation", check=at_least(0)
+    )
+    reallocate_secs: float = option(
+        p + "reallocate_secs", FLOAT, 30.0,
+        "seconds between re-optimisations of the checkpoint allocation",
+        check=above(0),
+    )  # fmt: skip
+    seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
+    round_secs: float = option(
+        p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)
+    )
+    correlation_artifact: str | None = option(
+        p + "correlation_artifact", STR, None,
+        "path of the Spark correlation artifact used as a prior",
+        optional=True,
+    )  # fmt: skip
+    prior_weight: float | None = option(
+        p + "prior_weight", FLOAT, None,
+        "weight of the prior in samples (unset: `window`)",
+        check=at_least(0), optional=True,
+    )  # fmt: skip
+    cpu_high: float = option(
+        p + "cpu_high", FLOAT, 0.8, "CPU share above which a node is overloaded", check=share()
+    )
+    cpu_low: float = option(
+        p + "cpu_low", FLOAT, 0.5, "CPU share below which a node can take load", check=share()
+    )
+    queue_high: float = option(
+        p + "queue_high", FLOAT, 100.0, "queue length above which a node is overloaded",
+        check=at_least(0),
+    )  # fmt: skip
+    queue_low: float = option(
+        p + "queue_low", FLOAT, 10.0, "queue length below which a node can take load",
+        check=at_least(0),
+    )  # fmt: skip
+    cooldown_secs: float = option(
+        p + "cooldown_secs", FLOAT, 30.0,
+        "seconds a moved key group or changed node is left alone",
+        check=at_least(0),
+    )  # fmt: skip
+    max_moves: int = option(
+        p + "max_moves", INT, 16, "migrations planned per round at most", check=at_least(0)
+    )
+    scale_in: bool = option(p + "scale_in", BOOL, True, "empty under-loaded nodes")
+
+    def validate(self) -> None:
+        if not self.cpu_low < self.cpu_high:
+            raise ConfigError(
+                f"{self.p}cpu_low = {self.cpu_low!r}: expected < "
+                f"{self.p}cpu_high ({self.cpu_high!r})"
+            )
+        if not self.queue_low < self.queue_high:
+            raise ConfigError(
+                f"{self.p}queue_low = {self.queue_low!r}: expected < "
+                f"{self.p}queue_high ({self.queue_high!r})"
+            )
+
+    @property
+    def active(self) -> bool:
+        """Whether the loop has anything to decide (allocation or adaptation)."""
+        return self.adapt or self.strategy != "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopologyConfig(Section):
+    """Every elastorm topology option (``elastorm.*`` in the topology conf).
+
+    ``from_conf`` is strict over elastorm's own keys: any ``elastorm.<name>`` without
+    a further dot, and everything under ``elastorm.controller.`` and
+    ``elastorm.zookeeper.``; example jobs' namespaces are checked by their sections.
+    """
+
+    key_groups: int = option(
+        "elastorm.key_groups", INT, 20,
+        "key groups per keyed operator; fixed at submit",
+        check=at_least(1),
+    )  # fmt: skip
+    checkpoint_interval_secs: float = option(
+        "elastorm.checkpoint_interval_secs", FLOAT, 5.0,
+        "seconds between a task's checkpoints; 0 turns periodic checkpoints off",
+        check=at_least(0),
+    )  # fmt: skip
+    migration_timeout_secs: float = option(
+        "elastorm.migration_timeout_secs", FLOAT, 60.0,
+        "after this long an unfinished migration or restore is reported stuck",
+        check=above(0),
+    )  # fmt: skip
+    initial_nodes: Mapping[str, tuple[int, ...]] = option(
+        "elastorm.initial_nodes", NODE_LISTS, {},
+        "nodes an operator's key groups start on (default: all, round robin)",
+        check=node_indices(),
+    )  # fmt: skip
+    external_load: Mapping[str, float] = option(
+        "elastorm.external_load", NODE_SHARES, {},
+        "background CPU share per node, added to its measured CPU",
+        check=shares_below_one(),
+    )  # fmt: skip
+    heartbeats: bool = option(
+        "elastorm.heartbeats", BOOL, True, "keyed tasks publish heartbeats to ZooKeeper"
+    )
+    output_dir: str | None = option(
+        "elastorm.output_dir", STR, None,
+        "absolute directory for counters, results and controller metrics",
+        optional=True,
+    )  # fmt: skip
+    counts_interval_secs: float = option(
+        "elastorm.counts_interval_secs", FLOAT, 1.0,
+        "seconds between writes of a component's counters",
+        check=at_least(0),
+    )  # fmt: skip
+    operators: Mapping[str, tuple[str, ...]] = option(
+        "elastorm.operators", OPERATOR_EMITTERS, {},
+        "each keyed operator and the components that emit to it; set by ElasticTopology",
+    )  # fmt: skip
+    zookeeper_hosts: str | None = option(
+        "elastorm.zookeeper.hosts", STR, None,
+        "`host:port,...` of elastorm's own ZooKeeper (unset: Storm's)",
+        optional=True,
+    )  # fmt: skip
+    controller: ControllerConfig = section(ControllerConfig)
+
+    @classmethod
+    def owns(cls, key: str) -> bool:
+        return key.count(".") == 1 or super().owns(key)
+
+
+def check_conf(conf: Mapping[str, Any], *sections: type[Section]) -> dict[str, Any]:
+    """Validate a whole topology conf at submit; return it unchanged.
+
+    Every ``elastorm.*`` key must be one of :class:`TopologyConfig`'s or of
+    ``sections`` (the example jobs' own), and every value must pass its check.
+    Raises ``ConfigError`` (one line) otherwise.
+    """
+    everything = (TopologyConfig, *sections)
+    known = {o.key for s in everything for o in s.options()}
+    for key in sorted(k for k in conf if isinstance(k, str)):
+        if key.startswith(PREFIX) and key not in known:
+            raise unknown_key(key, known | {o.key for s in Section.registry for o in s.options()})
+    for s in everything:
+        s.from_conf(conf)
+    return dict(conf)
+
+
+def options_table(*sections: type[Section]) -> str:
+    """The markdown table of ``sections``' options (the README's, generated)."""
+
+    def show(value: Any) -> str:
+        if value is None:
+            return "unset"
+        if isinstance(value, bool):
+            return f"`{str(value).lower()}`"
+        return f"`{value}`"
+
+    rows = ["| key | allowed | default | meaning |", "|---|---|---|---|"]
+    for s in sections:
+        for o in s.options():
+            allowed = o.allowed.replace("|", "\\|")
+            rows.append(f"| `{o.key}` | {allowed} | {show(o.default)} | {o.doc} |")
+    return "\n".join(rows) + "\n"
