@@ -72,6 +72,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         from elastorm.controller.requests import MigrationRequest, RequestState
         from elastorm.core.messages import Protocol
         from elastorm.runtime.migrate import connect, wait_until_movable
+        from elastorm.zk.layout import ZnodeLayout
         from elastorm.zk.requests import read_request, submit_request
 
         if self._client is None:
@@ -95,11 +96,11 @@ class ElasticCrashDriver(ElasticFlightsDriver):
             request = MigrationRequest(
                 operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
             )
-            name = submit_request(self._client, self.topology, request)
+            name = submit_request(self._client, ZnodeLayout(self.topology), request)
             deadline = time.monotonic() + self.migration_timeout
-            while (current := read_request(self._client, self.topology, name)).state in (
-                RequestState.PENDING,
-            ):
+            while (
+                current := read_request(self._client, ZnodeLayout(self.topology), name)
+            ).state in (RequestState.PENDING,):
                 if time.monotonic() > deadline:
                     raise UserError(f"request {name} never started")
                 time.sleep(0.02)
@@ -112,7 +113,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         killed_at = time.time()
         # Refused once the restarted task reports and its groups are restored; reported
         # stuck meanwhile if that takes longer than elastorm.migration_timeout_secs.
-        while (current := read_request(self._client, self.topology, name)).state in (
+        while (current := read_request(self._client, ZnodeLayout(self.topology), name)).state in (
             RequestState.STARTED,
             RequestState.STUCK,
         ):

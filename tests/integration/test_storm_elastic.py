@@ -27,6 +27,7 @@ from elastorm.runtime.config import load_config
 from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.migrate import connect, request_migration, wait_until_movable
 from elastorm.runtime.run import run_topology
+from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import read_request, read_status
 
 pytestmark = pytest.mark.integration
@@ -76,13 +77,15 @@ class StalledTargetDriver(ElasticFlightsDriver):
             )
             self.stall["answered_after"] = time.monotonic() - asked
             self.stall["request"] = stuck
-            self.stall["status"] = read_status(self._client, self.topology, "sum_delays")
+            self.stall["status"] = read_status(
+                self._client, ZnodeLayout(self.topology), "sum_delays"
+            )
         finally:
             time.sleep(max(0.0, STOPPED_FOR - (time.monotonic() - asked)))
             os.kill(pid, signal.SIGCONT)
-        name = max(self._client.get_children(f"/elastorm/{self.topology}/requests"))
+        name = max(self._client.get_children(ZnodeLayout(self.topology).requests))
         deadline = time.monotonic() + 120
-        while (done := read_request(self._client, self.topology, name)).state is (
+        while (done := read_request(self._client, ZnodeLayout(self.topology), name)).state is (
             RequestState.STUCK
         ):
             assert time.monotonic() < deadline, "the stalled migration never completed"

@@ -21,19 +21,14 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
 from elastorm.controller.model import Allocation, Heartbeat, KeyGroupId
 from elastorm.core.routing import RoutingTable
 from elastorm.runtime.config import load_config
 from elastorm.runtime.services import ensure_zookeeper, stop
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import (
-    OrderState,
-    OrderTransitionError,
-    decode_order,
     decode_routing,
     decode_task,
-    order_from_move,
 )
 from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
@@ -244,9 +239,7 @@ def test_controller_sees_killed_tasks_leave_within_the_session_timeout(
 
 CONTROLLER_CHILD = """
     import sys, time
-    from elastorm.controller.adaptation import Move, MoveReason, Protocol
     from elastorm.controller.model import Allocation, KeyGroupId
-    from elastorm.zk.codec import order_from_move
     from elastorm.zk.layout import ZkSettings, ZnodeLayout
     from elastorm.zk.store import ControllerStore
     from elastorm.core.routing import RoutingTable
@@ -258,9 +251,6 @@ CONTROLLER_CHILD = """
     store.load(10)
     store.set_routing("op", RoutingTable(epoch=3, owners=(1, 2, 1, 2)))
     store.set_checkpoints(Allocation({KeyGroupId("op", 0): ("n2",)}))
-    move = Move(key_group=KeyGroupId("op", 0), source="n1", target="n2",
-                protocol=Protocol.CPA, reason=MoveReason.LOAD_BALANCE)
-    assert store.issue(order_from_move(move, order_id="o-1", epoch=3, now=1.0))
     assert store.flush(10)
     print("ready", flush=True)
     time.sleep(600)
@@ -283,15 +273,10 @@ def test_restarted_controller_resumes_its_decisions(settings, layout) -> None:
     assert took < SESSION_TIMEOUT  # took over its predecessor's lead, did not wait it out
     assert decisions.routing == {"op": RoutingTable(epoch=3, owners=(1, 2, 1, 2))}
     assert decisions.checkpoints == Allocation({KeyGroupId("op", 0): ("n2",)})
-    assert decisions.orders["o-1"].state is OrderState.ISSUED
     with pytest.raises(StoreError, match="epoch"):
         store.set_routing("op", RoutingTable(epoch=3, owners=(2, 2, 2, 2)))
-    with pytest.raises(OrderTransitionError):
-        store.remove_order("o-1")  # still in flight
-    store.advance_order("o-1", OrderState.DONE)
-    store.remove_order("o-1")
+    store.set_routing("op", RoutingTable(epoch=4, owners=(2, 2, 2, 2)))
     assert store.flush(5)
-    assert store.decisions().orders == {}
     store.stop()
 
 
@@ -322,16 +307,6 @@ def test_two_controllers_cannot_both_write(settings, layout, admin) -> None:
         first.set_routing("op", RoutingTable(epoch=6, owners=(1, 1)))
     _, table = decode_routing(admin.get(layout.routing("op"))[0])
     assert table == RoutingTable(epoch=2, owners=(2, 2))
-    # An order can only be issued by the controller that leads.
-    move = Move(
-        key_group=KeyGroupId("op", 0),
-        source="n1",
-        target="n2",
-        protocol=Protocol.DIRECT,
-        reason=MoveReason.SCALE_IN,
-    )
-    assert second.issue(order_from_move(move, order_id="o-9", epoch=2, now=1.0))
-    assert decode_order(admin.get(layout.plan("o-9"))[0]).state is OrderState.ISSUED
     first.stop()
     second.stop()
 

@@ -53,10 +53,11 @@ class MigrationControllerBolt(_Sending, Bolt):
 
     A keyed task that restarted empty is recovered by the loop
     (:meth:`ControllerLoop.recover`: ``plan_recovery`` decides, the operator's
-    ``MigrationController`` carries it out). With ``elastorm.controller.adapt`` or
-    a ``strategy`` set, a :class:`~elastorm.controller.runtime.ControllerRuntime`
-    also runs the loop's rounds every ``elastorm.controller.round_secs`` on the
-    keyed tasks' heartbeats, and persists its decisions.
+    ``MigrationController`` carries it out). Its
+    :class:`~elastorm.controller.runtime.ControllerRuntime` loads an earlier
+    controller's decisions before any of this, persists every decision before the
+    commands acting on it are sent, and, with ``elastorm.controller.adapt`` or a
+    ``strategy`` set, runs the loop's rounds on the keyed tasks' heartbeats.
     """
 
     outputs = [MESSAGE_STREAM]
@@ -105,9 +106,20 @@ class MigrationControllerBolt(_Sending, Bolt):
             control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
             if report.restarted:
-                self.recover(op, report.task)
+                self.restarted.append((op, report.task))
+                self.recover_restarted()
         else:
             log.warning("controller: task %s reports %s", tup.task, report)
+
+    def recover_restarted(self) -> None:
+        """Recover the restarted tasks reported so far, once decisions are loaded."""
+        if not self.runtime.ready(time.time()):
+            log.warning(
+                "controller: %d restarted tasks wait for earlier decisions", len(self.restarted)
+            )
+            return
+        while self.restarted:
+            self.recover(*self.restarted.pop(0))
 
     def recover(self, op: str, dead: int) -> None:
         """Task ``dead`` came back empty: carry out the loop's recovery plan."""
@@ -126,28 +138,32 @@ class MigrationControllerBolt(_Sending, Bolt):
                 [str(kg) for kg in plan.unrecoverable],
                 dead,
             )
-        for send in crash.sends:
+        downs = [
+            Send(to_task=task, message=PeerDown(key_group=0, task=dead))
+            for task in control.tasks
+            if task != dead
+        ]
+        for send in self.runtime.order([*crash.sends, *downs]):
             self.send(send)
-        for task in control.tasks:
-            if task != dead:
-                self.send(Send(to_task=task, message=PeerDown(key_group=0, task=dead)))
         for g in crash.restored:
             name = self.active.pop((op, g), None)
             if name is not None:
                 self.boards[op].refuse(name, f"task {dead} died; key group {g} restored instead")
-        self.boards[op].publish_routing(control)
 
     def process_tick(self, tup):
         now = time.time()
+        ready = self.runtime.ready(now)
+        if ready and self.restarted:
+            self.recover_restarted()
         for op, board in self.boards.items():
             board.retry_unwritten()
-            self.carry_out_requests(op, board)
+            if ready:
+                self.carry_out_requests(op, board)
             self.report_overdue(op, now)
-        if self.runtime is not None:
-            for send in self.runtime.tick(time.time()):
-                self.send(send)
+        for send in self.runtime.tick(time.time()):
+            self.send(send)
         for op, board in self.boards.items():
-            board.publish_routing(self.controls[op])
+            board.publish_status(self.controls[op])
 
     def carry_out_requests(self, op: str, board: RequestBoard) -> None:
         """Order the board's pending requests of ``op`` (``elastorm migrate``)."""
@@ -160,7 +176,7 @@ class MigrationControllerBolt(_Sending, Bolt):
             except MigrationRefused as exc:
                 board.refuse(name, str(exc))
                 continue
-            for send in sends:
+            for send in self.runtime.order(sends):
                 self.send(send)
             self.active[(op, g)] = name
             board.start(
@@ -170,7 +186,6 @@ class MigrationControllerBolt(_Sending, Bolt):
                 source=control.moving[g].source,
                 target=int(target),
             )
-            board.publish_routing(control)
 
     def report_overdue(self, op: str, now: float) -> None:
         """Migrations and restores past ``elastorm.migration_timeout_secs``: logged, their

@@ -3,11 +3,13 @@
 One root per topology, ``/elastorm/<topology>``::
 
     tasks/<task-id>              ephemeral, one per live task: identity + load
+    incarnations/<comp>-<task>   durable, how many times a keyed task has started
     controller/leader            ephemeral, the controller that leads
     controller/term              durable fencing counter, bumped by each new leader
     controller/routing/<op>      durable routing table of an operator, with epoch
     controller/checkpoints       durable checkpoint allocation
-    controller/plans/<order-id>  durable migration / checkpoint orders and their state
+    controller/status/<op>       the controller's live view: holders, migrations in flight
+    requests/req-<seq>           durable migration requests (``elastorm migrate``)
 
 See docs/znodes.md. Nothing here talks to ZooKeeper.
 """
@@ -93,12 +95,19 @@ class ZnodeLayout:
     def checkpoints(self) -> str:
         return f"{self.controller}/checkpoints"
 
-    @property
-    def plans(self) -> str:
-        return f"{self.controller}/plans"
+    def status(self, operator: str) -> str:
+        return f"{self.controller}/status/{check_name(operator, 'operator')}"
 
-    def plan(self, order_id: str) -> str:
-        return f"{self.plans}/{check_name(order_id, 'order id')}"
+    @property
+    def requests(self) -> str:
+        return f"{self.base}/requests"
+
+    def request(self, name: str) -> str:
+        return f"{self.requests}/{check_name(name, 'request')}"
+
+    def incarnation(self, component: str, task_id: int) -> str:
+        name = check_name(f"{component}-{task_name(task_id)}", "component")
+        return f"{self.base}/incarnations/{name}"
 
 
 def task_name(task_id: int) -> str:
