@@ -520,6 +520,12 @@ class TopologyConfig(Section):
         "`host:port,...` of elastorm's own ZooKeeper (unset: Storm's)",
         optional=True,
     )  # fmt: skip
+    zookeeper_session_secs: float = option(
+        "elastorm.zookeeper.session_secs", FLOAT, 2.0,
+        "ZooKeeper session timeout of elastorm's clients: how long until a silent task "
+        "is declared lost",
+        check=at_least(1),
+    )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
 
     @classmethod

@@ -82,7 +82,6 @@ PENDING = {
     "src/elastorm/core/sim.py:live_states",
     "src/elastorm/jobs/tuple_log.py:logged",
     "src/elastorm/zk/client.py:step_errors",
-    "src/elastorm/zk/client.py:poll_events",
     "src/elastorm/zk/codec.py:decode_term",
     "src/elastorm/zk/heartbeat.py:published",
     "src/elastorm/zk/heartbeat.py:failures",

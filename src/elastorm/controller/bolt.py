@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 
 from streamparse import Bolt
 
 from elastorm.config import TopologyConfig
+from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop
 from elastorm.controller.runtime import ControllerRuntime, make_loop
 from elastorm.core.actions import (
@@ -38,9 +40,13 @@ from elastorm.storm.elastic import (
     operators_of,
     tasks_of,
 )
-from elastorm.zk.requests import RequestBoard
+from elastorm.zk.requests import ZK_ERRORS, RequestBoard, register_incarnation
+from elastorm.zk.view import TaskJoined, TaskLeft
 
 log = logging.getLogger(__name__)
+
+DETECT_EVERY = 0.1  # s between looks at the watcher's events
+GRACE_MARGIN = 1.0  # s beyond a session timeout before leaves count, after (re)connecting
 
 
 class MigrationControllerBolt(_Sending, Bolt):
@@ -78,20 +84,66 @@ class MigrationControllerBolt(_Sending, Bolt):
             for op, tasks in self.operator_tasks.items()
         }
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
-        self.boards = {op: RequestBoard.from_storm_conf(conf, operator=op) for op in self.operators}
         self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
         self.migration_timeout = config.migration_timeout_secs
         self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
-        self.runtime = (
-            ControllerRuntime.start(conf, self.loop) if self.loop.settings.active else None
-        )
+        self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
+        self.boards = {
+            op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
+        }
+        # Restarted tasks reported before the earlier decisions were loaded: recovered
+        # once they are (a plan made on the start-up routing would restore the wrong groups).
+        self.restarted: list[tuple[str, int]] = []
+        self.detector = FailureDetector(grace=config.zookeeper_session_secs + GRACE_MARGIN)
+        # The detector's thread and the bolt's own calls share the controllers.
+        self._lock = threading.RLock()
+        threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
 
     @property
     def control(self) -> MigrationController:
         """The controller of the (first) keyed operator."""
         return self.controls[self.operators[0]]
 
+    def _watch_failures(self) -> None:
+        """Look for lost tasks every ``DETECT_EVERY`` s (Storm's ticks are whole seconds)."""
+        while True:
+            time.sleep(DETECT_EVERY)
+            try:
+                with self._lock:
+                    self.detect_failures(time.time())
+            except Exception:
+                log.exception("controller: failure detection step failed")
+
+    def detect_failures(self, now: float) -> None:
+        """Feed the watcher's joins and leaves to the detector; recover what it declares
+        lost, every operator's lost tasks in one plan (restores run in parallel)."""
+        for event in self.runtime.watcher.poll_events():
+            if isinstance(event, TaskLeft) and event.operator in self.controls:
+                log.warning("controller: task %s of %s is gone", event.task_id, event.operator)
+                self.detector.left(event.task_id, event.operator)
+            elif isinstance(event, TaskJoined):
+                self.detector.joined(event.task_id)
+        if not self.runtime.ready(now):
+            return
+        for op, tasks in self.detector.due(now, connected=self.runtime.client.connected).items():
+            log.error("controller: tasks %s of %s lost; restoring their key groups", tasks, op)
+            for task in tasks:
+                self.fence(op, task)
+            self.recover(op, tasks, rejoined=False)
+
+    def fence(self, op: str, task: int) -> None:
+        """Bump ``task``'s incarnation: if it is only cut off, it finds itself fenced when
+        it reaches ZooKeeper again, and stops (``KeyedOperator.stop_if_fenced``)."""
+        try:
+            register_incarnation(self.runtime.client, self.runtime.layout, op, task)
+        except ZK_ERRORS as exc:
+            log.error("controller: could not fence task %s (%r)", task, exc)
+
     def process(self, tup):
+        with self._lock:
+            self.process_report(tup)
+
+    def process_report(self, tup):
         if tup.stream != REPORTS:
             return
         report = decode_report(json.loads(tup.values[0]))
@@ -119,39 +171,47 @@ class MigrationControllerBolt(_Sending, Bolt):
             )
             return
         while self.restarted:
-            self.recover(*self.restarted.pop(0))
+            op, task = self.restarted.pop(0)
+            self.recover(op, [task], rejoined=True)
 
-    def recover(self, op: str, dead: int) -> None:
-        """Task ``dead`` came back empty: carry out the loop's recovery plan."""
+    def recover(self, op: str, dead: list[int], *, rejoined: bool) -> None:
+        """The ``dead`` tasks lost their state (declared lost, or restarted empty): carry
+        out the loop's recovery plan."""
         control = self.controls[op]
-        recovery = self.loop.recover(op, dead, time.time())
+        recovery = self.loop.recover(op, dead, time.time(), rejoined=rejoined)
         plan, crash = recovery.plan, recovery.crash
         log.warning(
-            "task %s restarted empty: restoring key groups %s (%d checkpoints re-placed)",
+            "tasks %s %s: restoring key groups %s (%d checkpoints re-placed)",
             dead,
+            "restarted empty" if rejoined else "lost",
             crash.restored,
             len(plan.checkpoint_moves),
         )
         if plan.unrecoverable:
             log.error(
-                "controller: no checkpoint of %s survived task %s: their state is lost",
+                "controller: no checkpoint of %s survived tasks %s: their state is lost",
                 [str(kg) for kg in plan.unrecoverable],
                 dead,
             )
         downs = [
-            Send(to_task=task, message=PeerDown(key_group=0, task=dead))
+            Send(to_task=task, message=PeerDown(key_group=0, task=d))
+            for d in dead
             for task in control.tasks
-            if task != dead
+            if task not in dead
         ]
         for send in self.runtime.order([*crash.sends, *downs]):
             self.send(send)
         for g in crash.restored:
             name = self.active.pop((op, g), None)
             if name is not None:
-                self.boards[op].refuse(name, f"task {dead} died; key group {g} restored instead")
+                self.boards[op].refuse(name, f"tasks {dead} died; key group {g} restored instead")
 
     def process_tick(self, tup):
-        now = time.time()
+        with self._lock:
+            self.tick(time.time())
+
+    def tick(self, now: float) -> None:
+        """Requests, overdue migrations, the loop's round, the published status."""
         ready = self.runtime.ready(now)
         if ready and self.restarted:
             self.recover_restarted()

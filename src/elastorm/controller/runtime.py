@@ -33,7 +33,7 @@ from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.runtime.files import write_json_atomic
 from elastorm.zk.client import make_client
-from elastorm.zk.layout import ZkSettings, ZnodeLayout, hosts_from_storm_conf
+from elastorm.zk.layout import ZnodeLayout, zk_settings
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
 
@@ -152,7 +152,7 @@ class ControllerRuntime:
         controller takes over its predecessor's lead at once (fenced by the term)."""
         config = TopologyConfig.from_conf(conf)
         layout = ZnodeLayout(str(conf["topology.name"]))
-        zk = ZkSettings(hosts=hosts_from_storm_conf(conf))
+        zk = zk_settings(conf)
         client = make_client(zk)
         client.start_async()
         watcher = ClusterWatcher(layout=layout, client=client, settings=zk)

@@ -192,7 +192,7 @@ class Cluster:
         fixed rule, enough to check the protocols survive any choice of copy.
         Raises ``RuntimeError`` when no copy survives.
         """
-        copies = self.control.surviving_copies(key_group, dead)
+        copies = self.control.surviving_copies(key_group, (dead,))
         if not copies:
             raise RuntimeError(f"group {key_group}: no checkpoint survives task {dead}")
         return copies[0]
@@ -224,7 +224,7 @@ class Cluster:
             owner = restores.get(g, control.owner(g))
             if control.holders[g] in (dead, owner):
                 holders[g] = next_task(control.tasks, owner)
-        plan = control.recover(dead, restores=restores, holders=holders, now=self.now)
+        plan = control.recover((dead,), restores=restores, holders=holders, now=self.now)
         self._send_all(plan.sends)
         self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
         self.latest[dead] = LatestValues()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -71,6 +72,7 @@ REPORTS = "elastorm_reports"
 MESSAGE_FIELDS = ["message", "sender"]
 RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
+FENCED_EXIT = 75  # exit status of a keyed task that found itself declared lost
 
 CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
 RELAY_COMPONENT = "relay"
@@ -299,7 +301,9 @@ class KeyedOperator(_Sending):
         self._epoch = routing.epoch
         self.heartbeats = None
         if config.heartbeats:
-            self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
+            self.heartbeats = start_heartbeats(
+                conf, task, component, self.node, self._heartbeat, incarnation
+            )
         self._last_heartbeat = None
 
     def receive_elastorm(self, tup) -> None:
@@ -323,6 +327,7 @@ class KeyedOperator(_Sending):
         self.emit([action.to_task, to_wire(action.message), self._task], stream=RELAY)
 
     def tick_keyed(self) -> None:
+        self.stop_if_fenced()
         if self._started is not None:  # tell the controller we are here (once)
             self.emit([json.dumps(encode_report(self._started))], stream=REPORTS)
             self._started = None
@@ -330,6 +335,21 @@ class KeyedOperator(_Sending):
         self._last_heartbeat = self.measure()
         if self.heartbeats is not None:
             self.heartbeats.publish_now()
+
+    def stop_if_fenced(self) -> None:
+        """Fail-stop: a task the controller declared lost (it was cut off for longer
+        than its session) holds stale state, and its key groups have been restored
+        elsewhere. It must not act on them again: exit, so Storm restarts it empty."""
+        from elastorm.zk.heartbeat import PublisherState
+
+        if self.heartbeats is not None and self.heartbeats.state() is PublisherState.FENCED:
+            log.error(
+                "task %s was declared lost by the controller while cut off; exiting so "
+                "Storm restarts it empty (its key groups are restored elsewhere)",
+                self.coordinator.task,
+            )
+            logging.shutdown()
+            os._exit(FENCED_EXIT)
 
     def measure(self):
         """This interval's ``Heartbeat`` (loads, owned groups, held checkpoints)."""

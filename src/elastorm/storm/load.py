@@ -115,22 +115,17 @@ def resident_bytes() -> float | None:
     return float(pages * os.sysconf("SC_PAGE_SIZE"))
 
 
-def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat):
+def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat, incarnation: int):
     """Start a ``HeartbeatPublisher`` for a keyed task in the topology's ZooKeeper.
 
     Returns it, or ``None`` (logged) if the conf names no ZooKeeper: processing
     never depends on heartbeats. ``heartbeat`` is called on the publisher's thread.
     """
     from elastorm.zk.heartbeat import HeartbeatPublisher, default_identity
-    from elastorm.zk.layout import (
-        ZkSettings,
-        ZnodeLayout,
-        ZnodeLayoutError,
-        hosts_from_storm_conf,
-    )
+    from elastorm.zk.layout import ZnodeLayout, ZnodeLayoutError, zk_settings
 
     try:
-        settings = ZkSettings(hosts=hosts_from_storm_conf(conf))
+        settings = zk_settings(conf)
         layout = ZnodeLayout(str(conf["topology.name"]))
     except (KeyError, ZnodeLayoutError) as exc:
         log.error("task %s: no heartbeats (%s)", task, exc)
@@ -140,6 +135,7 @@ def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat):
         identity=default_identity(task_id=task, operator=operator, node_id=node),
         heartbeat=heartbeat,
         settings=settings,
+        incarnation=incarnation,
     )
     publisher.start()
     return publisher

@@ -39,11 +39,15 @@ class PublisherState(enum.Enum):
     * ``DISCONNECTED``: ZooKeeper unreachable; the session (and znode) may still live;
     * ``EXPIRED``: the session ended, so the znode is gone and the controller may have
       declared this task dead and restored its key groups elsewhere; the publisher
-      registers again as soon as it can (then ``REGISTERED``);
+      registers again as soon as it can (then ``REGISTERED``) unless it was fenced;
+    * ``FENCED``: after an expiry, the task's incarnation count had grown past this
+      process's: the controller declared it lost, so its state is stale and someone
+      else owns its key groups. It never registers again; the task must stop;
     * ``STOPPED``: ``stop()`` was called.
     """
 
     STARTING = "starting"
+    FENCED = "fenced"
     REGISTERED = "registered"
     DISCONNECTED = "disconnected"
     EXPIRED = "expired"
@@ -93,6 +97,7 @@ class HeartbeatPublisher(BackgroundLoop):
         client: KazooClient | None = None,
         on_event: Callable[[SessionEvent], None] | None = None,
         clock: Callable[[], float] = time.time,
+        incarnation: int | None = None,
     ) -> None:
         settings = settings or ZkSettings()
         super().__init__(
@@ -108,6 +113,8 @@ class HeartbeatPublisher(BackgroundLoop):
         self._heartbeat_fn = heartbeat
         self._timeout = settings.request_timeout
         self._clock = clock
+        self._incarnation = incarnation  # this process's count in incarnations/
+        self._expired = False  # check the fence before registering again
         self._state = PublisherState.STARTING
         self._session: int | None = None  # session our znode was created in
         self._last = Heartbeat()
@@ -151,8 +158,11 @@ class HeartbeatPublisher(BackgroundLoop):
         self._emit(SessionEvent(state=state, previous=previous, at=self._clock(), detail=detail))
 
     def _step(self) -> None:
+        if self._state is PublisherState.FENCED:
+            return
         if self._take_session_lost() and self._session is not None:
             self._set_state(PublisherState.EXPIRED, "session expired; znode gone")
+            self._expired = True
         if not self._client.connected:
             if self._state is PublisherState.REGISTERED:
                 self._set_state(PublisherState.DISCONNECTED, "ZooKeeper unreachable")
@@ -162,8 +172,11 @@ class HeartbeatPublisher(BackgroundLoop):
             # The listener may not have seen LOST (e.g. it was removed while reconnecting).
             self._set_state(PublisherState.EXPIRED, "new session; znode gone")
             self._session = None
+            self._expired = True
         data = encode_task(self._record())
         try:
+            if self._expired and self._fenced():
+                return
             if self._session == current and self._set(data):
                 self._set_state(PublisherState.REGISTERED)
             elif self._register(data, current):
@@ -185,6 +198,26 @@ class HeartbeatPublisher(BackgroundLoop):
         return TaskRecord(
             identity=self._identity, heartbeat=self._last, seq=self._seq, time=self._clock()
         )
+
+    def _fenced(self) -> bool:
+        """After an expiry: whether the controller has declared this process lost (its
+        incarnation count grew past ours); if so, go ``FENCED`` for good."""
+        if self._incarnation is None:
+            return False
+        path = self._layout.incarnation(self._identity.operator, self._identity.task_id)
+        try:
+            data, _ = self._client.get_async(path).get(timeout=self._timeout)
+        except NoNodeError:
+            data = b""
+        self._expired = False
+        count = int(data.decode() or 0)
+        if count <= self._incarnation:
+            return False
+        self._set_state(
+            PublisherState.FENCED,
+            f"declared lost while away (incarnation {count} > ours, {self._incarnation})",
+        )
+        return True
 
     def _set(self, data: bytes) -> bool:
         """Refresh our znode; False if it is gone (then register again)."""

@@ -130,9 +130,9 @@ class ZkSettings:
 
     ``session_timeout`` (s) bounds failure detection: a killed task's ephemeral
     znode disappears between ``session_timeout`` and ``session_timeout + tickTime``
-    after its last contact. The server clamps it to ``[2, 20] x tickTime`` (4-40 s
-    with the project's ``tickTime=2000``). Requires
-    ``0 < heartbeat_interval <= session_timeout / 2``.
+    after its last contact. The server clamps it to its ``minSessionTimeout`` ..
+    ``maxSessionTimeout`` (1-40 s for the project's server, ``tickTime=500``).
+    Requires ``0 < heartbeat_interval <= session_timeout / 2``.
     """
 
     hosts: str = "127.0.0.1:12181"
@@ -151,6 +151,16 @@ class ZkSettings:
             )
         if self.request_timeout <= 0 or self.reconnect_max_delay <= 0:
             raise ZnodeLayoutError("request_timeout and reconnect_max_delay must be > 0")
+
+
+def zk_settings(conf: Mapping[str, object]) -> ZkSettings:
+    """How elastorm's clients in a topology reach ZooKeeper: its hosts
+    (:func:`hosts_from_storm_conf`) and ``elastorm.zookeeper.session_secs``, with a
+    heartbeat every third of the session."""
+    session = TopologyConfig.from_conf(conf).zookeeper_session_secs
+    return ZkSettings(
+        hosts=hosts_from_storm_conf(conf), session_timeout=session, heartbeat_interval=session / 3
+    )
 
 
 def hosts_from_storm_conf(conf: Mapping[str, object]) -> str:

@@ -29,7 +29,7 @@ from elastorm.controller.requests import (
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import ZnodeSchemaError, decode_routing
-from elastorm.zk.layout import ZkSettings, ZnodeLayout, hosts_from_storm_conf
+from elastorm.zk.layout import ZnodeLayout, zk_settings
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,9 @@ def read_status(client: KazooClient, layout: ZnodeLayout, operator: str) -> dict
 def register_incarnation(
     client: KazooClient, layout: ZnodeLayout, component: str, task: int
 ) -> int:
-    """Count one more start of ``component``'s task ``task``; return the count (1 = first)."""
+    """Count one more incarnation of ``component``'s task ``task``, return the count (1 =
+    first start): at each start, and when the controller declares the running one lost
+    (its publisher then finds itself fenced, ``elastorm.zk.heartbeat``)."""
     path = layout.incarnation(component, task)
     try:
         client.create(path, b"1", makepath=True)
@@ -262,7 +264,7 @@ def task_start(
     totals, two owners) and the controller would never restore them.
     """
     layout = ZnodeLayout(str(conf["topology.name"]))
-    settings = ZkSettings(hosts=hosts_from_storm_conf(conf))
+    settings = zk_settings(conf)
     deadline = START_DEADLINE
     give_up = time.monotonic() + deadline
     attempt = 0
