@@ -521,9 +521,9 @@ class TopologyConfig(Section):
         optional=True,
     )  # fmt: skip
     zookeeper_session_secs: float = option(
-        "elastorm.zookeeper.session_secs", FLOAT, 2.0,
+        "elastorm.zookeeper.session_secs", FLOAT, 4.0,
         "ZooKeeper session timeout of elastorm's clients: how long until a silent task "
-        "is declared lost",
+        "is declared lost (lower detects faster; too low declares a busy task lost)",
         check=at_least(1),
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
