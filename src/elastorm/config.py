@@ -488,6 +488,11 @@ class TopologyConfig(Section):
         "after this long an unfinished migration or restore is reported stuck",
         check=above(0),
     )  # fmt: skip
+    stall_secs: float = option(
+        "elastorm.stall_secs", FLOAT, 30.0,
+        "after this long, tuples parked behind a sequence that never came are reported",
+        check=above(0),
+    )  # fmt: skip
     initial_nodes: Mapping[str, tuple[int, ...]] = option(
         "elastorm.initial_nodes", NODE_LISTS, {},
         "nodes an operator's key groups start on (default: all, round robin)",

@@ -28,6 +28,7 @@ from elastorm.core.actions import (
     MigrationDone,
     Send,
     TaskStarted,
+    TuplesStalled,
     decode_report,
 )
 from elastorm.core.control import MigrationController, MigrationRefused
@@ -160,6 +161,17 @@ class MigrationControllerBolt(_Sending, Bolt):
             if report.restarted:
                 self.restarted.append((op, report.task))
                 self.recover_restarted()
+        elif isinstance(report, TuplesStalled):
+            log.error(
+                "controller: task %s, key group %s: %d tuples of %s stalled %.0f s behind "
+                "sequence %d",
+                tup.task,
+                report.key_group,
+                report.parked,
+                report.source,
+                report.seconds,
+                report.awaited,
+            )
         else:
             log.warning("controller: task %s reports %s", tup.task, report)
 

@@ -50,6 +50,7 @@ from elastorm.core.actions import (
     Rejected,
     Send,
     TaskStarted,
+    TuplesStalled,
     encode_report,
 )
 from elastorm.core.control import initial_holders
@@ -295,6 +296,7 @@ class KeyedOperator(_Sending):
             holders={g: holders[g] for g in owned},
             checkpoint_interval=interval if interval > 0 else None,
             stale_through=epoch if restarted else -1,
+            stall_after=config.stall_secs,
         )
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
@@ -388,6 +390,16 @@ class KeyedOperator(_Sending):
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
             else:  # a report for the controller
+                if isinstance(action, TuplesStalled):
+                    log.error(
+                        "key group %s: %d tuples of %s have waited %.0f s for sequence %d, "
+                        "which never arrived (lost on the way?)",
+                        action.key_group,
+                        action.parked,
+                        action.source,
+                        action.seconds,
+                        action.awaited,
+                    )
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
 

@@ -231,6 +231,18 @@ class KeyGroupMachine:
         """Tuples waiting for an earlier sequence of their source."""
         return sum(len(p) for p in self._parked.values())
 
+    def gaps(self) -> list[tuple[str, int, int]]:
+        """``(source, awaited sequence, tuples parked behind it)`` for every source with
+        parked tuples. O(sources)."""
+        if not self._parked or self.state is None:
+            return []
+        applied = self.state.applied
+        return [
+            (source, applied.get(source, 0) + 1, len(parked))
+            for source, parked in sorted(self._parked.items())
+            if parked
+        ]
+
     def _to_all_upstreams(self, make: Callable[[], Message]) -> list[Action]:
         return [Send(to_task=u, message=make()) for u in sorted(self._upstreams())]
 
