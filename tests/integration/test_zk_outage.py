@@ -183,9 +183,12 @@ def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
         f"{flush_wait * 1000:.2f} ms, decisions flushed {flushed:.2f} s and tasks registered "
         f"{registered:.2f} s after restart, sessions expired {expired}, TaskLeft seen {len(lost)}"
     )
-    # The callers never blocked: they kept iterating (~1 ms sleep each) all along.
+    # The callers never blocked: they kept iterating (~1 ms sleep each) all along. A
+    # call that waited on ZooKeeper would stall them for its request timeout (2 s) or
+    # the whole outage; below that, a gap is the scheduler of a loaded 2-core machine
+    # (up to ~1 s seen while Storm workers ran beside this test).
     assert all(n > 1000 for n in during)
-    assert max(c.max_gap for c in callers) < 0.5
+    assert max(c.max_gap for c in callers) < settings.request_timeout
     # Every held decision reached ZooKeeper.
     assert store.status() is StoreStatus.ONLINE and store.pending() == 0
     _, table = decode_routing(ctl.get(layout.routing("op"))[0])
