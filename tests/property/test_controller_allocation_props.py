@@ -3,7 +3,7 @@
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from elastorm.controller.allocation import (
@@ -62,8 +62,7 @@ def constraint1(spec, alloc):
 @settings(max_examples=200, deadline=None)
 @given(instances())
 def test_algorithm3_never_breaks_constraint1(spec):
-    if not feasible(spec):
-        return
+    assume(feasible(spec))
     for policy in (correlated_allocation, even_allocation, baseline_allocation):
         assert constraint1(spec, policy(spec)) == []
 
@@ -71,12 +70,10 @@ def test_algorithm3_never_breaks_constraint1(spec):
 @settings(max_examples=150, deadline=None)
 @given(instances(max_nodes=5, max_kgs=5))
 def test_algorithm3_versus_exhaustive(spec):
-    if not feasible(spec):
-        return
+    assume(feasible(spec))
     alg = correlated_allocation(spec)
     opt = optimal_allocation(spec)
-    if opt is None:  # constraint 2 cannot be met at all
-        return
+    assume(opt is not None)  # else constraint 2 cannot be met at all
     assert constraint_violations(spec, opt) == ()
     s_alg, s_opt = allocation_score(spec, alg), allocation_score(spec, opt)
     if constraint_violations(spec, alg) == ():
