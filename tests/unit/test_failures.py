@@ -23,35 +23,35 @@ from elastorm.zk.view import TaskJoined, TaskLeft
 
 def test_a_leave_is_declared_once_after_the_grace_and_a_join_clears_it() -> None:
     d = FailureDetector(grace=3.0)
-    d.left(7, "op")
+    d.left(7, "op", 70)
     assert d.due(10.0, connected=True) == {}  # just connected: within the grace
-    assert d.due(13.0, connected=True) == {"op": [7]}
+    assert d.due(13.0, connected=True) == {"op": [(7, 70)]}
     assert d.due(14.0, connected=True) == {} and d.declared == {7}
-    d.left(7, "op")  # the same loss seen again (a resync): not declared twice
+    d.left(7, "op", 70)  # the same loss seen again (a resync): not declared twice
     assert d.due(15.0, connected=True) == {}
     d.joined(7)  # Storm restarted it, empty
     assert d.declared == frozenset()
-    d.left(7, "op")  # and it can be lost again
-    assert d.due(16.0, connected=True) == {"op": [7]}
+    d.left(7, "op", 70)  # and it can be lost again
+    assert d.due(16.0, connected=True) == {"op": [(7, 70)]}
 
 
 def test_tasks_back_within_the_grace_after_an_outage_are_no_failure() -> None:
     d = FailureDetector(grace=3.0)
     assert d.due(0.0, connected=True) == {}
     assert d.due(5.0, connected=False) == {}  # ZooKeeper away: every session may expire
-    d.left(1, "op")  # the resync after reconnecting misses tasks not re-registered yet
-    d.left(2, "op")
+    d.left(1, "op", 10)  # the resync after reconnecting misses tasks not re-registered yet
+    d.left(2, "op", 20)
     assert d.due(20.0, connected=True) == {}  # reconnected now: grace starts
     d.joined(1)  # re-registered
-    assert d.due(23.5, connected=True) == {"op": [2]}  # 2 really is gone
+    assert d.due(23.5, connected=True) == {"op": [(2, 20)]}  # 2 really is gone
 
 
 def test_several_operators_are_declared_together() -> None:
     d = FailureDetector(grace=0.0)
-    d.left(5, "op2")
-    d.left(9, "op3")
-    d.left(4, "op2")
-    assert d.due(1.0, connected=True) == {"op2": [4, 5], "op3": [9]}
+    d.left(5, "op2", 50)
+    d.left(9, "op3", 90)
+    d.left(4, "op2", 40)
+    assert d.due(1.0, connected=True) == {"op2": [(4, 40), (5, 50)], "op3": [(9, 90)]}
 
 
 # -- the controller bolt --------------------------------------------------------------
@@ -80,7 +80,7 @@ class FakeRuntime:
     def __init__(self) -> None:
         self.client = SimpleNamespace(connected=True)
         self.layout = ZnodeLayout("t")
-        self.watcher = SimpleNamespace(events=[], poll_events=self._poll)
+        self.watcher = SimpleNamespace(events=[], poll_events=self._poll, live=dict)
 
     def _poll(self) -> list:
         out, self.watcher.events = self.watcher.events, []
@@ -102,7 +102,7 @@ def controller(monkeypatch):
     fenced = []
     monkeypatch.setattr(bolt_module.ControllerRuntime, "start", lambda *a: runtime)
     monkeypatch.setattr(
-        bolt_module, "register_incarnation", lambda client, layout, op, t: fenced.append(t)
+        bolt_module, "write_fence", lambda client, layout, op, t, inc: fenced.append((t, inc))
     )
     monkeypatch.setattr(bolt_module.threading, "Thread", lambda **kw: SimpleNamespace(start=dict))
     bolt = MigrationControllerBolt(
@@ -123,11 +123,11 @@ def test_a_lost_task_is_fenced_and_its_groups_restored_on_their_holders(controll
             control.holders[g], CheckpointStored(key_group=g, checkpoint=(0, 1))
         )
     holders = {g: control.holders[g] for g in lost}
-    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=1)]
+    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=5)]
     bolt.detect_failures(100.0)  # first look after connecting: within the grace
     assert sent == [] and fenced == []
     bolt.detect_failures(100.0 + bolt.detector.grace)
-    assert fenced == [11]
+    assert fenced == [(11, 5)]
     restores = [s for s in sent if isinstance(s.message, Migrate)]
     assert {(s.message.key_group, s.message.target) for s in restores} == {
         (g, holders[g]) for g in lost

@@ -41,7 +41,7 @@ from elastorm.storm.elastic import (
     operators_of,
     tasks_of,
 )
-from elastorm.zk.requests import ZK_ERRORS, RequestBoard, register_incarnation
+from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence
 from elastorm.zk.view import TaskJoined, TaskLeft
 
 log = logging.getLogger(__name__)
@@ -121,22 +121,30 @@ class MigrationControllerBolt(_Sending, Bolt):
         for event in self.runtime.watcher.poll_events():
             if isinstance(event, TaskLeft) and event.operator in self.controls:
                 log.warning("controller: task %s of %s is gone", event.task_id, event.operator)
-                self.detector.left(event.task_id, event.operator)
+                self.detector.left(event.task_id, event.operator, event.incarnation)
             elif isinstance(event, TaskJoined):
                 self.detector.joined(event.task_id)
         if not self.runtime.ready(now):
             return
-        for op, tasks in self.detector.due(now, connected=self.runtime.client.connected).items():
-            log.error("controller: tasks %s of %s lost; restoring their key groups", tasks, op)
-            for task in tasks:
-                self.fence(op, task)
-            self.recover(op, tasks, rejoined=False)
+        live = self.runtime.watcher.live()
+        for op, lost in self.detector.due(now, connected=self.runtime.client.connected).items():
+            back = [t for t, _ in lost if t in live]  # a new incarnation registered meanwhile
+            lost = [(t, inc) for t, inc in lost if t not in live]
+            if back:
+                log.warning("controller: tasks %s of %s are back already", back, op)
+            if not lost:
+                continue
+            log.error("controller: tasks %s of %s lost; restoring their key groups", lost, op)
+            for task, incarnation in lost:
+                self.fence(op, task, incarnation)
+            self.recover(op, [t for t, _ in lost], rejoined=False)
 
-    def fence(self, op: str, task: int) -> None:
-        """Bump ``task``'s incarnation: if it is only cut off, it finds itself fenced when
-        it reaches ZooKeeper again, and stops (``KeyedOperator.stop_if_fenced``)."""
+    def fence(self, op: str, task: int, incarnation: int) -> None:
+        """Fence ``task``'s lost ``incarnation``: if that process is only cut off, it
+        finds itself fenced when it reaches ZooKeeper again and stops
+        (``KeyedOperator.stop_if_fenced``); a newer process is not touched."""
         try:
-            register_incarnation(self.runtime.client, self.runtime.layout, op, task)
+            write_fence(self.runtime.client, self.runtime.layout, op, task, incarnation)
         except ZK_ERRORS as exc:
             log.error("controller: could not fence task %s (%r)", task, exc)
 

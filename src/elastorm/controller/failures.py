@@ -11,7 +11,9 @@ Not declared: leaves seen within ``grace`` seconds of the controller's own
 (re)connection. After a ZooKeeper outage every session may have expired, and the
 live tasks re-register within a session timeout; a task back within the grace is no
 failure. A task declared lost stays declared until it joins again (a new process,
-which starts empty: Storm restarted it).
+which starts empty: Storm restarted it). Each declaration names the *incarnation* of
+the znode that left (its creation zxid): the fence the controller writes for it
+stops that process, should it be alive and cut off, and never a newer one.
 """
 
 from __future__ import annotations
@@ -25,22 +27,23 @@ class FailureDetector:
     the tasks' ZooKeeper session timeout."""
 
     grace: float
-    _absent: dict[int, str] = field(default_factory=dict)  # task -> operator
+    _absent: dict[int, tuple[str, int]] = field(default_factory=dict)  # task -> (op, incarnation)
     _declared: set[int] = field(default_factory=set)
     _connected_at: float | None = None
 
-    def left(self, task: int, operator: str) -> None:
-        """``task``'s znode is gone."""
+    def left(self, task: int, operator: str, incarnation: int) -> None:
+        """``task``'s znode of ``incarnation`` is gone."""
         if task not in self._declared:
-            self._absent[task] = operator
+            self._absent[task] = (operator, incarnation)
 
     def joined(self, task: int) -> None:
         """``task``'s znode is back: a re-registration, or a restarted (empty) task."""
         self._absent.pop(task, None)
         self._declared.discard(task)
 
-    def due(self, now: float, *, connected: bool) -> dict[str, list[int]]:
-        """The tasks to declare lost now, by operator (each task once). O(absent)."""
+    def due(self, now: float, *, connected: bool) -> dict[str, list[tuple[int, int]]]:
+        """The ``(task, incarnation)`` to declare lost now, by operator (each task
+        once). O(absent)."""
         if not connected:
             self._connected_at = None
             return {}
@@ -48,9 +51,9 @@ class FailureDetector:
             self._connected_at = now
         if now - self._connected_at < self.grace or not self._absent:
             return {}
-        out: dict[str, list[int]] = {}
-        for task, operator in sorted(self._absent.items()):
-            out.setdefault(operator, []).append(task)
+        out: dict[str, list[tuple[int, int]]] = {}
+        for task, (operator, incarnation) in sorted(self._absent.items()):
+            out.setdefault(operator, []).append((task, incarnation))
         self._declared.update(self._absent)
         self._absent.clear()
         return out

@@ -303,9 +303,7 @@ class KeyedOperator(_Sending):
         self._epoch = routing.epoch
         self.heartbeats = None
         if config.heartbeats:
-            self.heartbeats = start_heartbeats(
-                conf, task, component, self.node, self._heartbeat, incarnation
-            )
+            self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
         self._last_heartbeat = None
 
     def receive_elastorm(self, tup) -> None:

@@ -115,7 +115,7 @@ def resident_bytes() -> float | None:
     return float(pages * os.sysconf("SC_PAGE_SIZE"))
 
 
-def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat, incarnation: int):
+def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat):
     """Start a ``HeartbeatPublisher`` for a keyed task in the topology's ZooKeeper.
 
     Returns it, or ``None`` (logged) if the conf names no ZooKeeper: processing
@@ -135,7 +135,6 @@ def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat, incar
         identity=default_identity(task_id=task, operator=operator, node_id=node),
         heartbeat=heartbeat,
         settings=settings,
-        incarnation=incarnation,
     )
     publisher.start()
     return publisher

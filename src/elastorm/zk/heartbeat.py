@@ -40,9 +40,9 @@ class PublisherState(enum.Enum):
     * ``EXPIRED``: the session ended, so the znode is gone and the controller may have
       declared this task dead and restored its key groups elsewhere; the publisher
       registers again as soon as it can (then ``REGISTERED``) unless it was fenced;
-    * ``FENCED``: after an expiry, the task's incarnation count had grown past this
-      process's: the controller declared it lost, so its state is stale and someone
-      else owns its key groups. It never registers again; the task must stop;
+    * ``FENCED``: after an expiry, ``fences/<operator>-<task>`` named the znode this
+      process had registered: the controller declared it lost, so its state is stale
+      and someone else owns its key groups. It never registers again; the task must stop;
     * ``STOPPED``: ``stop()`` was called.
     """
 
@@ -97,7 +97,6 @@ class HeartbeatPublisher(BackgroundLoop):
         client: KazooClient | None = None,
         on_event: Callable[[SessionEvent], None] | None = None,
         clock: Callable[[], float] = time.time,
-        incarnation: int | None = None,
     ) -> None:
         settings = settings or ZkSettings()
         super().__init__(
@@ -113,7 +112,7 @@ class HeartbeatPublisher(BackgroundLoop):
         self._heartbeat_fn = heartbeat
         self._timeout = settings.request_timeout
         self._clock = clock
-        self._incarnation = incarnation  # this process's count in incarnations/
+        self._czxid: int | None = None  # creation zxid of the znode we last registered
         self._expired = False  # check the fence before registering again
         self._state = PublisherState.STARTING
         self._session: int | None = None  # session our znode was created in
@@ -200,22 +199,20 @@ class HeartbeatPublisher(BackgroundLoop):
         )
 
     def _fenced(self) -> bool:
-        """After an expiry: whether the controller has declared this process lost (its
-        incarnation count grew past ours); if so, go ``FENCED`` for good."""
-        if self._incarnation is None:
+        """After an expiry: whether the controller declared our last znode lost (its
+        fence names that znode's creation zxid); if so, go ``FENCED`` for good."""
+        if self._czxid is None:
             return False
-        path = self._layout.incarnation(self._identity.operator, self._identity.task_id)
+        path = self._layout.fence(self._identity.operator, self._identity.task_id)
         try:
             data, _ = self._client.get_async(path).get(timeout=self._timeout)
         except NoNodeError:
             data = b""
         self._expired = False
-        count = int(data.decode() or 0)
-        if count <= self._incarnation:
+        if data.decode() != str(self._czxid):
             return False
         self._set_state(
-            PublisherState.FENCED,
-            f"declared lost while away (incarnation {count} > ours, {self._incarnation})",
+            PublisherState.FENCED, f"declared lost while away (znode zxid {self._czxid})"
         )
         return True
 
@@ -248,5 +245,8 @@ class HeartbeatPublisher(BackgroundLoop):
                 return False
             # Ours: a create that timed out earlier went through after all.
             self._client.set_async(self._path, data).get(timeout=self._timeout)
+        stat = self._client.exists_async(self._path).get(timeout=self._timeout)
+        if stat is not None:
+            self._czxid = stat.czxid
         self.published += 1
         return True

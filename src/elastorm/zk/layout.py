@@ -4,6 +4,7 @@ One root per topology, ``/elastorm/<topology>``::
 
     tasks/<task-id>              ephemeral, one per live task: identity + load
     incarnations/<comp>-<task>   durable, how many times a keyed task has started
+    fences/<comp>-<task>         durable, the incarnation (zxid) of it declared lost
     controller/leader            ephemeral, the controller that leads
     controller/term              durable fencing counter, bumped by each new leader
     controller/routing/<op>      durable routing table of an operator, with epoch
@@ -108,6 +109,10 @@ class ZnodeLayout:
     def incarnation(self, component: str, task_id: int) -> str:
         name = check_name(f"{component}-{task_name(task_id)}", "component")
         return f"{self.base}/incarnations/{name}"
+
+    def fence(self, component: str, task_id: int) -> str:
+        name = check_name(f"{component}-{task_name(task_id)}", "component")
+        return f"{self.base}/fences/{name}"
 
 
 def task_name(task_id: int) -> str:

@@ -229,9 +229,7 @@ def read_status(client: KazooClient, layout: ZnodeLayout, operator: str) -> dict
 def register_incarnation(
     client: KazooClient, layout: ZnodeLayout, component: str, task: int
 ) -> int:
-    """Count one more incarnation of ``component``'s task ``task``, return the count (1 =
-    first start): at each start, and when the controller declares the running one lost
-    (its publisher then finds itself fenced, ``elastorm.zk.heartbeat``)."""
+    """Count one more start of ``component``'s task ``task``; return the count (1 = first)."""
     path = layout.incarnation(component, task)
     try:
         client.create(path, b"1", makepath=True)
@@ -241,6 +239,19 @@ def register_incarnation(
         count = int(data.decode() or "1") + 1
         client.set(path, str(count).encode(), version=stat.version)
         return count
+
+
+def write_fence(
+    client: KazooClient, layout: ZnodeLayout, component: str, task: int, incarnation: int
+) -> None:
+    """Record that ``task``'s znode of ``incarnation`` (its creation zxid) was declared
+    lost: that process, if alive, must stop (``elastorm.zk.heartbeat``: ``FENCED``)."""
+    path = layout.fence(component, task)
+    data = str(incarnation).encode()
+    try:
+        client.set(path, data)
+    except NoNodeError:
+        client.create(path, data, makepath=True)
 
 
 START_DEADLINE = 20.0
