@@ -47,7 +47,13 @@ class StalledTargetDriver(ElasticFlightsDriver):
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir
-        return super().options(output_dir) | {"elastorm.migration_timeout_secs": STUCK_AFTER}
+        # Stopped for STOPPED_FOR s, the target is slow, not lost: its ZooKeeper session
+        # outlives the stop (a shorter one would rightly declare it lost and fence it,
+        # docs/failures.md).
+        return super().options(output_dir) | {
+            "elastorm.migration_timeout_secs": STUCK_AFTER,
+            "elastorm.zookeeper.session_secs": 3 * STOPPED_FOR,
+        }
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
         if protocol != "stall":

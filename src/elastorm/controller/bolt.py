@@ -243,7 +243,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         for send in self.runtime.tick(time.time()):
             self.send(send)
         for op, board in self.boards.items():
-            board.publish_status(self.controls[op])
+            board.publish_status(self.controls[op], lost=self.detector.declared)
 
     def carry_out_requests(self, op: str, board: RequestBoard) -> None:
         """Order the board's pending requests of ``op`` (``elastorm migrate``)."""
@@ -251,6 +251,9 @@ class MigrationControllerBolt(_Sending, Bolt):
         for name, request in board.pending():
             g = request.key_group
             target = control.holders.get(g, -1) if request.target == "holder" else request.target
+            if int(target) in self.detector.declared:
+                board.refuse(name, f"task {target} is lost (declared by the controller)")
+                continue
             try:
                 used, sends = control.migrate(g, int(target), request.protocol, now=time.time())
             except MigrationRefused as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -129,15 +129,16 @@ class RequestBoard:
     def stuck(self, name: str, detail: str) -> None:
         self._update(name, RequestState.STUCK, detail=detail)
 
-    def publish_status(self, control) -> None:
-        """Write holders, moving groups and which groups a CPA/CPAL could move right now
-        (``assisted``: the holder reported the newest checkpoint) to
-        ``controller/status/<operator>`` whenever any of it changes. The routing table
-        itself is the store's (``controller/routing/<operator>``)."""
+    def publish_status(self, control, lost: Collection[int] = ()) -> None:
+        """Write holders, moving groups, which groups a CPA/CPAL could move right now
+        (``assisted``: the holder reported the newest checkpoint) and the tasks declared
+        lost (``lost``) to ``controller/status/<operator>`` whenever any of it changes.
+        The routing table itself is the store's (``controller/routing/<operator>``)."""
         if not self.client.connected:
             return
         groups = range(control.num_key_groups)
         data = {
+            "lost": sorted(set(lost) & set(control.tasks)),
             "holders": [control.holders[g] for g in groups],
             "assisted": [control.has_newest(control.holders[g], g) for g in groups],
             "tasks": control.tasks,
