@@ -62,6 +62,8 @@ def mc_trees(graph: TaskGraph, limit: int | None = None) -> tuple[MCTree, ...]:
             if limit is not None and len(grown) > limit:
                 raise ReplicationModelError(f"more than {limit} MC-trees (at task {task!r})")
         partial[task] = grown
+    if limit is not None and sum(len(partial[t]) for t in graph.sink_tasks) > limit:
+        raise ReplicationModelError(f"more than {limit} MC-trees")
     total_rate = sum(graph.sink_rate(t) for t in graph.sink_tasks)
     return tuple(
         MCTree(tasks=tasks, weight=w * graph.sink_rate(t) / total_rate)
