@@ -71,10 +71,10 @@ def run(planner: str, g: TaskGraph, budget: int, seed: int) -> dict | None:
     return {"planner": planner, "budget": budget, "of": of, "size": len(plan), "seconds": seconds}
 
 
-def fidelity_vs_budget(panel, configs, planners, topologies, shape, records) -> None:
+def fidelity_vs_budget(panel, configs, planners, seeds, shape, records) -> None:
     """Output Fidelity of each planner at each budget ratio, over seeded topologies."""
     for config in configs:
-        for seed in range(topologies):
+        for seed in seeds:
             g = random_topology(seed, **shape, **CONFIGS[config])
             for ratio in RATIOS:
                 budget = round(ratio * len(g.tasks))
@@ -86,6 +86,21 @@ def fidelity_vs_budget(panel, configs, planners, topologies, shape, records) -> 
                             | {"tasks": len(g.tasks)}
                             | r
                         )
+
+
+def dp_seeds(count: int, shape: dict, config: str) -> tuple[list[int], int]:
+    """The first ``count`` seeds whose topology has at most DP_TREE_LIMIT MC-trees,
+    so every planner of panel (a) runs on the same topologies; and how many were passed."""
+    seeds, seed = [], 0
+    while len(seeds) < count:
+        g = random_topology(seed, **shape, **CONFIGS[config])
+        try:
+            mc_trees(g, limit=DP_TREE_LIMIT)
+            seeds.append(seed)
+        except ReplicationModelError:
+            pass
+        seed += 1
+    return seeds, seed - count
 
 
 def timing(parallelisms, topologies, records) -> None:
@@ -135,6 +150,28 @@ def tiny(count: int) -> dict:
     return {"checked": checked, "dp_equal": equal, "optimal": optimal, "rows": rows}
 
 
+def fidelities(records, panel, config, planner, ratio) -> list[float]:
+    """The Output Fidelities measured for one point of panel (a) or (b)."""
+    return [
+        r["of"]
+        for r in records
+        if (r["panel"], r["config"], r["planner"], r["ratio"]) == (panel, config, planner, ratio)
+    ]
+
+
+def matches_dp(records) -> str:
+    """How often each heuristic's plan is as good as DP's, per (topology, budget) of (a)."""
+    points: dict[tuple, dict[str, float]] = {}
+    for r in records:
+        if r["panel"] == "small":
+            points.setdefault((r["seed"], r["ratio"]), {})[r["planner"]] = r["of"]
+    counts = {
+        name: sum(abs(v[name] - v["DP"]) <= 1e-9 for v in points.values())
+        for name in ("Structure-Aware", "Greedy", "Random")
+    }
+    return ", ".join(f"{name} {n}/{len(points)}" for name, n in counts.items())
+
+
 def mean_table(records, panel, configs, planners) -> list[str]:
     """Markdown: mean Output Fidelity per config, planner and budget ratio."""
     lines = ["| topologies | planner | " + " | ".join(f"{r:.0%}" for r in RATIOS) + " |"]
@@ -143,14 +180,7 @@ def mean_table(records, panel, configs, planners) -> list[str]:
         for planner in planners:
             cells = []
             for ratio in RATIOS:
-                ofs = [
-                    r["of"]
-                    for r in records
-                    if r["panel"] == panel
-                    and r["config"] == config
-                    and r["planner"] == planner
-                    and r["ratio"] == ratio
-                ]
+                ofs = fidelities(records, panel, config, planner, ratio)
                 cells.append(f"{statistics.fmean(ofs):.3f} (n={len(ofs)})" if ofs else "-")
             lines.append(f"| {config} | {planner} | " + " | ".join(cells) + " |")
     return lines
@@ -192,17 +222,7 @@ def plot(records, parallelisms, path: Path) -> None:
     colors = {"DP": "k", "Structure-Aware": "C0", "Greedy": "C3", "Random": "C7"}
 
     def curve(ax, panel, config, planner, label):
-        pts = [
-            statistics.fmean(
-                r["of"]
-                for r in records
-                if r["panel"] == panel
-                and r["config"] == config
-                and r["planner"] == planner
-                and r["ratio"] == ratio
-            )
-            for ratio in RATIOS
-        ]
+        pts = [statistics.fmean(fidelities(records, panel, config, planner, x)) for x in RATIOS]
         ax.plot(RATIOS, pts, styles[config], color=colors[planner], marker="o", label=label)
 
     for planner in PLANNERS:
@@ -259,21 +279,24 @@ def main(argv: list[str] | None = None) -> int:
 
     records: list[dict] = []
     small = {"operators": 4, "parallelism": 2}
-    fidelity_vs_budget("small", ["structured+joins"], PLANNERS, topologies, small, records)
+    small_seeds, passed = dp_seeds(topologies, small, "structured+joins")
+    fidelity_vs_budget("small", ["structured+joins"], PLANNERS, small_seeds, small, records)
     large = {"operators": 5, "parallelism": 4}
     others = [p for p in PLANNERS if p != "DP"]
-    fidelity_vs_budget("large", CONFIGS, others, topologies, large, records)
+    fidelity_vs_budget("large", CONFIGS, others, range(topologies), large, records)
     timing(parallelisms, max(3, topologies // 3), records)
     check = tiny(tiny_count)
     trees = [
         len(mc_trees(random_topology(s, **small, **CONFIGS["structured+joins"])))
-        for s in range(topologies)
+        for s in small_seeds
     ]
 
     print("## Output Fidelity against the replication budget (all tasks failed)\n")
-    print("Small topologies (4 operators, parallelism 2, joins 50%), DP where the MC-trees")
-    print(f"number at most {DP_TREE_LIMIT} (MC-trees per topology: {min(trees)}-{max(trees)}):\n")
+    print("Small topologies (4 operators, parallelism 2, joins 50%), the first")
+    print(f"{topologies} seeds with at most {DP_TREE_LIMIT} MC-trees ({passed} seeds passed over;")
+    print(f"MC-trees per topology: {min(trees)}-{max(trees)}):\n")
     print("\n".join(mean_table(records, "small", ["structured+joins"], PLANNERS)))
+    print("\nPlans as good as DP's, per (topology, budget): " + matches_dp(records))
     print("\nLarger topologies (5 operators, parallelism 4):\n")
     print("\n".join(mean_table(records, "large", CONFIGS, others)))
     print("\n## Planning time (ms, median), 5 operators, budget 30% of the tasks\n")
@@ -287,11 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "dp_tree_limit": DP_TREE_LIMIT,
+        "small_seeds": small_seeds,
+        "small_mc_trees": trees,
         "records": records,
         "tiny": check,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
     plot(records, parallelisms, args.out.with_suffix(".png"))
     print(f"\nwrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}")
     return 0
