@@ -176,6 +176,8 @@ def test_partitioning_kinds() -> None:
         ({"A": (("a",), IND), "B": (("a",), IND)}, {}, "two operators"),
         ({"A": (("a", "b"), IND)}, {"a->b": 1}, "inside an operator"),
         ({"A": (("a",), IND), "B": (("b",), IND)}, {"a->x": 1}, "unknown task"),
+        ({"A": (("a",), IND)}, {}, "no stream at all"),
+        ({}, {}, "at least one operator"),
         ({"A": (("a",), IND), "B": (("b",), IND)}, {"a->b": 0}, "rate must be"),
         ({"A": (("a",), IND), "B": (("b",), IND)}, {"a->b": 1, "b->a": 1}, "cycle"),
         (

@@ -78,7 +78,8 @@ class TaskGraph:
 
     Every operator is either a source (none of its tasks has an input stream) or
     every task of it has one, and either a sink (none of its tasks emits) or every
-    task of it emits; streams never stay inside one operator; the graph is acyclic.
+    task of it emits; no task is without streams; streams never stay inside one
+    operator; the graph is acyclic.
     """
 
     operators: tuple[Operator, ...]
@@ -86,6 +87,8 @@ class TaskGraph:
     _operator_of: dict[str, Operator] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not self.operators:
+            raise ReplicationModelError("a task graph needs at least one operator")
         owner: dict[str, Operator] = {}
         for op in self.operators:
             for task in op.tasks:
@@ -112,8 +115,9 @@ class TaskGraph:
                 raise ReplicationModelError(
                     f"operator {op.name!r}: some tasks have inputs (or outputs) and some not"
                 )
-        if not self.sink_tasks:
-            raise ReplicationModelError("the task graph has no sink task")
+        isolated = sorted(t for t in self.dag if self.dag.degree(t) == 0)
+        if isolated:  # a sink task's weight in eq. 4 is its input rate
+            raise ReplicationModelError(f"tasks {isolated} have no stream at all")
 
     @cached_property
     def dag(self) -> nx.DiGraph:
