@@ -12,7 +12,9 @@ survive) on seeded random topologies from ``random_topology``:
 2. larger topologies (structured / full, with and without joins, as in Fig. 14):
    the same without DP;
 3. planning time against topology size;
-4. tiny topologies: how often DP equals the brute-force optimum.
+4. tiny topologies: how often DP equals the brute-force optimum;
+5. a fault zone fails instead of everything: plans made for that scenario against
+   plans made for the worst case, scored under the zone's failure.
 
 Prints Markdown tables, and writes every measurement as JSON plus a plot.
 """
@@ -30,7 +32,12 @@ from pathlib import Path
 
 from elastorm.replication.generator import random_topology
 from elastorm.replication.mctrees import mc_trees
-from elastorm.replication.model import ReplicationModelError, TaskGraph, output_fidelity
+from elastorm.replication.model import (
+    ReplicationModelError,
+    TaskGraph,
+    output_fidelity,
+    tasks_on,
+)
 from elastorm.replication.planners import (
     brute_force,
     dynamic_programming,
@@ -118,6 +125,46 @@ def timing(parallelisms, topologies, records) -> None:
                             | {"tasks": len(g.tasks), "ratio": 0.3}
                             | r
                         )
+
+
+ZONE_RATIOS = [0.05, 0.1, 0.15, 0.2, 0.25]
+
+
+def fault_zone(topologies: int, records: list[dict]) -> None:
+    """Zone 0 of 4 (2 of 8 nodes; tasks placed round-robin) fails: OF per budget."""
+    for seed in range(topologies):
+        g = random_topology(seed, operators=5, parallelism=4, **CONFIGS["structured+joins"])
+        placement = {t: f"node{i % 8}" for i, t in enumerate(g.tasks)}
+        down = tasks_on(placement, ["node0", "node1"])
+        for ratio in ZONE_RATIOS:
+            budget = round(ratio * len(g.tasks))
+            plans = {
+                "Structure-Aware (zone)": structure_aware(g, budget, down),
+                "Structure-Aware (worst case)": structure_aware(g, budget),
+                "Greedy (zone)": greedy(g, budget, down),
+                "Random (zone)": random_plan(g, budget, down, seed=seed),
+            }
+            for planner, plan in plans.items():
+                records.append(
+                    {"panel": "zone", "config": "structured+joins", "seed": seed}
+                    | {"ratio": ratio, "tasks": len(g.tasks), "failed": len(down)}
+                    | {"planner": planner, "budget": budget, "size": len(plan)}
+                    | {"of": output_fidelity(g, down - plan)}
+                )
+
+
+def zone_table(records) -> list[str]:
+    """Markdown: mean Output Fidelity under the zone failure per planner and budget."""
+    planners = sorted({r["planner"] for r in records if r["panel"] == "zone"})
+    lines = ["| planner | " + " | ".join(f"{r:.0%}" for r in ZONE_RATIOS) + " |"]
+    lines.append("|---|" + "---|" * len(ZONE_RATIOS))
+    for planner in planners:
+        cells = []
+        for ratio in ZONE_RATIOS:
+            ofs = fidelities(records, "zone", "structured+joins", planner, ratio)
+            cells.append(f"{statistics.fmean(ofs):.3f} (n={len(ofs)})")
+        lines.append(f"| {planner} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def tiny(count: int) -> dict:
@@ -286,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     fidelity_vs_budget("large", CONFIGS, others, range(topologies), large, records)
     timing(parallelisms, max(3, topologies // 3), records)
     check = tiny(tiny_count)
+    fault_zone(topologies, records)
     trees = [
         len(mc_trees(random_topology(s, **small, **CONFIGS["structured+joins"])))
         for s in small_seeds
@@ -301,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(mean_table(records, "large", CONFIGS, others)))
     print("\n## Planning time (ms, median), 5 operators, budget 30% of the tasks\n")
     print("\n".join(time_table(records, parallelisms)))
+    zone = [r for r in records if r["panel"] == "zone"]
+    share = statistics.fmean(r["failed"] / r["tasks"] for r in zone)
+    print("\n## A fault zone fails (2 of 8 nodes, tasks round-robin; 5 operators,")
+    print(f"parallelism 4, joins 50%): {share:.0%} of the tasks on average; budget as a")
+    print("share of all tasks; mean Output Fidelity under that failure\n")
+    print("\n".join(zone_table(records)))
     print("\n## DP against brute force on tiny topologies\n")
     print(f"DP equal to the brute-force optimum on {check['dp_equal']}/{check['checked']} tiny")
     print("topologies (<= 10 tasks); optimal plans found by each planner: " + str(check["optimal"]))

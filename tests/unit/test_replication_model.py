@@ -17,6 +17,7 @@ from elastorm.replication.model import (
     output_fidelity,
     output_losses,
     partitioning,
+    tasks_on,
 )
 
 IND, COR = InputKind.INDEPENDENT, InputKind.CORRELATED
@@ -205,6 +206,15 @@ def test_failure_scenario_defaults_to_every_task_and_checks_names() -> None:
     assert failure_scenario(g, ["a1"]) == frozenset({"a1"})
     with pytest.raises(ReplicationModelError, match="unknown tasks"):
         failure_scenario(g, ["zz"])
+
+
+def test_a_zone_failure_takes_the_tasks_on_its_nodes() -> None:
+    placement = {"a1": "n1", "a2": "n2", "b1": "n1", "c1": "n3"}
+    assert tasks_on(placement, ["n1"]) == {"a1", "b1"}
+    assert tasks_on(placement, ["n1", "n3", "n9"]) == {"a1", "b1", "c1"}
+    assert tasks_on(placement, []) == frozenset()
+    # the zone's scenario feeds the model: a1 and b1 down, the union c1 keeps a2's 3/10
+    assert output_fidelity(fan_in(IND), tasks_on(placement, ["n1"])) == pytest.approx(0.3)
 
 
 def test_generator_is_seeded_and_conserves_rates() -> None:

@@ -172,6 +172,15 @@ def failure_scenario(graph: TaskGraph, failed: Collection[str] | None = None) ->
     return frozenset(failed)
 
 
+def tasks_on(placement: Mapping[str, str], nodes: Collection[str]) -> frozenset[str]:
+    """The tasks a correlated failure of ``nodes`` takes down, from a task -> node placement.
+
+    The failure scenario of a rack, switch or fault zone (Su & Zhou 2016, section I).
+    """
+    lost = set(nodes)
+    return frozenset(task for task, node in placement.items() if node in lost)
+
+
 def output_losses(graph: TaskGraph, failed: Collection[str]) -> dict[str, float]:
     """Each task's output information loss, in [0, 1], when ``failed`` are down.
 
