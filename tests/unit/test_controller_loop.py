@@ -8,6 +8,7 @@ node0 and node2 under 70% external load, op2's load rising while op1's falls.
 from __future__ import annotations
 
 import pytest
+from controller_oracle import pair
 
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.adaptation import Thresholds
@@ -349,7 +350,7 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
     path.write_bytes(encode_artifact(artifact))
     cs = controls()
     prior = _load_prior(str(path), cs)
-    assert prior.pair(KeyGroupId("op1", 0), KeyGroupId("op2", 1)) < -0.99
+    assert pair(prior, KeyGroupId("op1", 0), KeyGroupId("op2", 1)) < -0.99
     loop = ControllerLoop(
         controls=cs,
         placement=Placement({"op1": OP1, "op2": OP2}),

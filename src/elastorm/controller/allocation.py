@@ -544,16 +544,6 @@ def optimal_allocation(spec: AllocationSpec, *, max_states: int = 2_000_000) -> 
     return _to_allocation(prob, holders)
 
 
-def checkpoint_loads(spec: AllocationSpec, allocation: Allocation) -> dict[NodeId, float]:
-    """Checkpoint load per node: sum of loads of the key groups whose checkpoints it holds."""
-    out = {n: 0.0 for n in spec.view.node_ids()}
-    for kg, nodes in allocation.entries:
-        load = spec.view.key_group(kg).load
-        for n in nodes:
-            out[n] += load
-    return out
-
-
 def moves_between(
     current: Allocation, target: Allocation, *, lazy: bool = False
 ) -> tuple[CheckpointMove, ...]:
