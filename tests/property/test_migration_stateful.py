@@ -19,11 +19,11 @@ from collections import defaultdict
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from sim import Cluster
 
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Protocol
 from elastorm.core.migration.table import LIVE, Phase
-from elastorm.core.sim import Cluster
 from elastorm.core.state import fold
 
 GROUPS = 4

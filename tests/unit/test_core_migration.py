@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sim import CONTROLLER, Cluster
 
 from elastorm.core.actions import MigrationDone, Rejected, Role, Send, TuplesStalled
 from elastorm.core.errors import Hint, MigrationProtocolError
@@ -23,7 +24,6 @@ from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter, Route
 from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.routing import RoutingTable
-from elastorm.core.sim import CONTROLLER, Cluster
 
 G = 2
 KEY0 = next(f"k{i}" for i in range(100) if key_group(f"k{i}", G) == 0)

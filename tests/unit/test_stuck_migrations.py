@@ -10,6 +10,7 @@ import json
 
 import pytest
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError
+from sim import Cluster
 
 from elastorm.controller.requests import (
     MigrationRequest,
@@ -20,7 +21,6 @@ from elastorm.controller.requests import (
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
-from elastorm.core.sim import Cluster
 from elastorm.zk.codec import encode_routing
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import RequestBoard

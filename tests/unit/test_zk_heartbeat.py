@@ -151,8 +151,10 @@ def test_registers_refreshes_and_republishes_the_last_heartbeat_when_the_callbac
     pub._step()
     assert published(fake).key_groups == (2,)
     pub._step()
-    assert published(fake).key_groups == (2,) and pub.callback_errors == 1
+    assert published(fake).key_groups == (2,)
     assert decode_task(fake.nodes[LAYOUT.task(4)][0]).seq == 3
+    health = {"published": 3, "failures": 0, "callback_errors": 1, "step_errors": 0}
+    assert pub.health() == health
     assert states(pub) == [(PublisherState.STARTING, PublisherState.REGISTERED)]
 
 

@@ -4,7 +4,7 @@ sections 4-5: the controller; state migration).
 ``MigrationController`` keeps the routing table, checkpoint holders and what each
 task reported, and turns an order ("move key group g to task t by CPA") or a
 planned recovery into the commands to send, as ``Send`` actions from the controller. The
-simulator (``elastorm.core.sim``) and the Storm controller bolt both drive it, so the
+simulator of the tests (``tests/sim.py``) and the Storm controller bolt both drive it, so the
 rules below are written once:
 
 * at most one migration of a key group at a time (wait for both ``MigrationDone``);

@@ -336,6 +336,11 @@ class KeyedOperator(_Sending):
         if self.heartbeats is not None:
             self.heartbeats.publish_now()
 
+    def heartbeat_health(self) -> dict[str, int] | None:
+        """The heartbeat publisher's counts (``HeartbeatPublisher.health``) for the
+        task's counters file; ``None`` without heartbeats."""
+        return None if self.heartbeats is None else self.heartbeats.health()
+
     def stop_if_fenced(self) -> None:
         """Fail-stop: a task the controller declared lost (it was cut off for longer
         than its session) holds stale state, and its key groups have been restored

@@ -302,7 +302,3 @@ def encode_term(controller: str) -> bytes:
     """Data of ``controller/term``: the last controller that took the lead. The fencing
     token is the znode's *version*, not this data."""
     return _dump(_head(TERM, controller=controller))
-
-
-def decode_term(data: bytes | None) -> str:
-    return _str(_load(data, TERM).get("controller"), "controller")

@@ -130,6 +130,17 @@ class HeartbeatPublisher(BackgroundLoop):
         """The registration state (never blocks)."""
         return self._state
 
+    def health(self) -> dict[str, int]:
+        """Counts since start, for the task's counters file: heartbeats ``published``,
+        ZooKeeper ``failures``, ``callback_errors`` (a heartbeat republished) and
+        ``step_errors`` (a step that raised)."""
+        return {
+            "published": self.published,
+            "failures": self.failures,
+            "callback_errors": self.callback_errors,
+            "step_errors": self.step_errors,
+        }
+
     def publish_now(self) -> None:
         """Publish at once, e.g. after a migration changed what the task owns."""
         self.wake()

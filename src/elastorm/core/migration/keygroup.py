@@ -92,7 +92,6 @@ class KeyGroupMachine:
         self._parked: dict[str, dict[int, tuple[DataTuple, bool]]] = {}
         self._direct: tuple[int, int] | None = None  # (epoch, checkpoint number) awaited
         self._direct_target: int | None = None
-        self.duplicates = 0
         self.rejected = 0
 
     # -- entry points ------------------------------------------------------
@@ -203,7 +202,6 @@ class KeyGroupMachine:
         source, seq = item.source, item.seq
         last = state.applied.get(source, 0)
         if seq <= last:  # Admission.DUPLICATE
-            self.duplicates += 1
             return []
         if seq != last + 1:  # Admission.EARLY: an earlier tuple of this source is in flight
             self._parked.setdefault(source, {})[seq] = (item, emit)
