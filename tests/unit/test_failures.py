@@ -145,3 +145,23 @@ def test_a_lost_task_is_fenced_and_its_groups_restored_on_their_holders(controll
     bolt.detect_failures(200.0)
     bolt.recover("op", [11], rejoined=True)
     assert not [s for s in sent if isinstance(s.message, Migrate)]
+
+
+def test_a_request_to_migrate_onto_a_lost_task_is_refused(controller) -> None:
+    from elastorm.controller.requests import MigrationRequest
+
+    bolt, runtime, sent, _ = controller
+    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=5)]
+    bolt.detect_failures(100.0)
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert bolt.detector.declared == {11}
+    group = next(g for g in range(6) if bolt.controls["op"].owner(g) == 10)
+    request = MigrationRequest(operator="op", key_group=group, target=11, protocol=Protocol.DIRECT)
+    refused = []
+    board = SimpleNamespace(
+        pending=lambda: [("req-1", request)], refuse=lambda name, why: refused.append(why)
+    )
+    sent.clear()
+    bolt.carry_out_requests("op", board)
+    assert refused == ["task 11 is lost (declared by the controller)"] and sent == []
+    assert bolt.controls["op"].owner(group) == 10
