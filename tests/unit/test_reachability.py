@@ -95,7 +95,6 @@ PENDING = {
     "src/elastorm/zk/store.py:issue",
     "src/elastorm/zk/watcher.py:wait_synced",
     "src/elastorm/zk/watcher.py:forget",
-    "src/elastorm/zk/watcher.py:departed",  # for lost-node recovery (issue 14)
 }
 
 
