@@ -213,7 +213,7 @@ def test_metrics_follow_prometheus_conventions():
     assert _sample(families, "elastorm_operator_input_tuples_per_second", operator="op2") == 60
     assert _sample(families, "elastorm_key_group_input_tuples_per_second", key_group="2") == 30
     assert _sample(families, "elastorm_storm_supervisors") == 1
-    assert _sample(families, "elastorm_key_group_moves_total", protocol="unknown") == 1
+    assert _sample(families, "elastorm_key_group_moves_total", protocol="cpal") == 1
     for family in families.values():
         assert family.name.startswith("elastorm_"), family.name
         for sample in family.samples:
@@ -294,3 +294,17 @@ def test_an_operator_without_status_shows_the_stores_routing_table():
     )
     (op,) = build_view(s, Tracker())["operators"]
     assert (op["name"], op["epoch"], op["owners"]) == ("op1", 3, ["node0", "node0"])
+
+
+def test_a_first_start_is_no_recovery_and_a_fast_move_takes_its_requests_protocol():
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS[:1], st=ST))
+    assert tracker.observe(snap(T0 + 1, TASKS, st=ST)) == []  # task 5 starts late
+    done = request(RequestState.DONE, times={"started": T0 + 1.5, "done": T0 + 1.52})
+    moved = status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1)  # never seen in flight
+    events = tracker.observe(snap(T0 + 2, TASKS, st=moved, requests=[("req-1", done)]))
+    assert [(e["kind"], e["protocol"]) for e in events] == [
+        ("migration", "cpal"),
+        ("migration", "cpal"),
+        ("move", "cpal"),
+    ]

@@ -81,6 +81,7 @@ class Tracker:
         self.moves: collections.Counter[tuple[str, str]] = collections.Counter()
         self.seq = 0
         self._live: dict[int, TaskRecord] | None = None
+        self._seen: set[int] = set()
         self._request_states: dict[str, set[str]] = {}
         self._owners: dict[str, list[int]] = {}
         self._in_flight: dict[tuple[str, int], str] = {}
@@ -102,6 +103,7 @@ class Tracker:
     def _tasks(self, snap: Snapshot) -> list[dict[str, Any]]:
         before, self._live = self._live, dict(snap.live)
         if before is None:
+            self._seen.update(snap.live)
             return []
         out = []
         for tid in sorted(set(before) - set(snap.live)):
@@ -109,8 +111,9 @@ class Tracker:
             self.task_failures[rec.identity.operator] += 1
             out.append(_task_event("failure", "task lost", rec, snap.at))
         for tid in sorted(set(snap.live) - set(before)):
-            if tid in snap.departed or _known(tid, before, snap):
+            if tid in self._seen:  # a first start is no recovery
                 out.append(_task_event("recovery", "task back", snap.live[tid], snap.at))
+        self._seen.update(snap.live)
         nodes_before = {r.node_id for r in before.values()}
         nodes_now = {r.node_id for r in snap.live.values()}
         for node in sorted(nodes_before - nodes_now, key=node_index):
@@ -131,12 +134,19 @@ class Tracker:
 
     def _routing(self, snap: Snapshot) -> list[dict[str, Any]]:
         out = []
+        requested = {
+            (r.operator, r.key_group): (r.protocol_used or r.protocol).value
+            for _, r in snap.requests
+            if r.state.value != "pending"
+        }
         for op, status in operator_statuses(snap).items():
             owners = [int(t) for t in status.get("owners", [])]
             before = self._owners.get(op)
             for g, task in enumerate(owners):
                 if before is not None and g < len(before) and before[g] != task:
-                    protocol = self._in_flight.get((op, g), "unknown")
+                    # Seen in flight, else the request that asked for it (a CPAL can
+                    # start and end between two reads), else unknown.
+                    protocol = self._in_flight.get((op, g)) or requested.get((op, g), "unknown")
                     self.moves[(op, protocol)] += 1
                     out.append(
                         {
@@ -152,15 +162,10 @@ class Tracker:
                         }
                     )
             self._owners[op] = owners
+            self._in_flight = {k: v for k, v in self._in_flight.items() if k[0] != op}
             for m in status.get("migrations", []):
                 self._in_flight[(op, int(m["key_group"]))] = str(m["protocol"])
         return out
-
-
-def _known(tid: int, before: Mapping[int, TaskRecord], snap: Snapshot) -> bool:
-    """A task that joins after the first snapshot is back if its operator was seen."""
-    ops = {r.identity.operator for r in before.values()}
-    return snap.live[tid].identity.operator in ops
 
 
 def _task_event(kind: str, what: str, rec: TaskRecord, at: float) -> dict[str, Any]:

@@ -110,7 +110,7 @@ function drawOperators(v) {
 function drawGroups(canvas, op) {
   const n = op.key_groups;
   const width = Math.max(300, canvas.parentElement.clientWidth - 4);
-  const size = Math.max(8, Math.min(28, Math.floor(Math.sqrt((width * 220) / Math.max(1, n)))));
+  const size = Math.max(8, Math.min(36, Math.floor(Math.sqrt((width * 220) / Math.max(1, n)))));
   const cols = Math.max(1, Math.floor(width / size));
   const rows = Math.ceil(n / cols);
   const dpr = window.devicePixelRatio || 1;
