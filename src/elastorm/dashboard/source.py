@@ -64,7 +64,10 @@ class DashboardSource:
         self._cache = RequestCache()
         self._watcher: ClusterWatcher | None = None
         self._view: dict[str, Any] | None = None
-        self._storm: tuple[dict | None, str | None] = (None, "not asked yet")
+        self._storm: tuple[dict | None, str | None] = (
+            None,
+            "not asked yet" if nimbus else "no Nimbus to ask (-e none)",
+        )
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -92,7 +92,14 @@ def _run(args: argparse.Namespace) -> int:
     app = create_app(source, token=token, key_group_limit=args.key_group_limit)
     print(f"dashboard on http://{args.host}:{args.port}/ (ZooKeeper {hosts})", flush=True)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        # Open event streams never end by themselves: on Ctrl-C/SIGTERM give them 2 s.
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            timeout_graceful_shutdown=2,
+        )
     finally:
         source.stop()
     return 0
