@@ -7,7 +7,8 @@ system packages (``/usr/bin/chromium``, driven by Playwright; no browser is
 downloaded) and the Debian package's Prometheus. A key group is migrated with
 ``elastorm migrate`` and a keyed task's process is killed with SIGKILL (Storm then
 ends and restarts its worker); both must appear in the page's DOM within 2 s of
-ZooKeeper showing them, and a PromQL query must return the migration.
+ZooKeeper showing them (the request ``done``, the task's znode gone), and a PromQL
+query must return the migration.
 """
 
 from __future__ import annotations
@@ -176,7 +177,9 @@ def test_dashboard_shows_a_migration_and_a_kill_and_prometheus_stores_them(storm
     print(outcome.summary)
     migration, kill = facts["migration"], facts["kill"]
     assert "cpal" in migration["page_text"] and "done" in migration["page_text"]
-    assert migration["page_after_done_s"] <= PAGE_WITHIN_MS / 1000, migration
+    # From when ZooKeeper showed it done (``elastorm migrate`` polls it every 50 ms and
+    # returned): the controller's own done time is earlier by its write to ZooKeeper.
+    assert migration["page_after_cli_s"] <= PAGE_WITHIN_MS / 1000, migration
     assert f"task {kill['task']}" in kill["page_text"], kill
     assert kill["page_after_znode_gone_s"] <= PAGE_WITHIN_MS / 1000, kill
     ((sample),) = facts["prometheus_migrations"]
