@@ -308,3 +308,14 @@ def test_a_first_start_is_no_recovery_and_a_fast_move_takes_its_requests_protoco
         ("migration", "cpal"),
         ("move", "cpal"),
     ]
+
+
+def test_before_the_first_read_the_event_stream_waits_instead_of_spinning():
+    import time
+
+    from elastorm.dashboard.source import DashboardSource
+
+    source = DashboardSource(hosts="127.0.0.1:1", topology="flights")  # never started
+    began = time.monotonic()
+    assert source.wait_newer(-1, 0.3) is None
+    assert time.monotonic() - began >= 0.29

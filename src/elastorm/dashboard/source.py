@@ -107,7 +107,8 @@ class DashboardSource:
         """The latest view once its ``seq`` exceeds ``seq`` (or after ``timeout``)."""
         with self._cond:
             self._cond.wait_for(
-                lambda: self._stop.is_set() or (self._view or {}).get("seq", 0) > seq, timeout
+                lambda: self._stop.is_set() or (self._view is not None and self._view["seq"] > seq),
+                timeout,
             )
             return self._view
 
