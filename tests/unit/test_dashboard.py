@@ -319,3 +319,25 @@ def test_before_the_first_read_the_event_stream_waits_instead_of_spinning():
     began = time.monotonic()
     assert source.wait_newer(-1, 0.3) is None
     assert time.monotonic() - began >= 0.29
+
+
+def test_the_controllers_allocation_summary_reaches_the_view_and_metrics_finite():
+    summary = {
+        "theta": 0.5,
+        "correlation": {"key_groups": ["op2/0", "op2/1"], "matrix": [[1.0, -0.4], [-0.4, 1.0]]},
+        "allocation_score": 3.0,
+        "reference_score": float("-inf"),
+        "score_drift": 1.25,
+    }
+    metrics = {"strategy": "correlated", "allocation": summary, "assisted_share": float("nan")}
+    tracker = Tracker()
+    s = snap(T0, TASKS, st=ST, controller_metrics=metrics)
+    tracker.observe(s)
+    view = build_view(s, tracker)
+    json.dumps(view, allow_nan=False)
+    assert view["allocation"]["reference_score"] is None
+    assert view["allocation"]["correlation"]["matrix"][0][1] == -0.4
+    families = _families(render(view))
+    assert _sample(families, "elastorm_allocation_score_drift") == 1.25
+    assert _sample(families, "elastorm_allocation_theta") == 0.5
+    assert build_view(snap(T0, TASKS, st=ST), Tracker())["allocation"] is None

@@ -141,6 +141,19 @@ def metric_families(
             [],
         ).add_metric([topo], paper["assisted_share"])
 
+    alloc = view.get("allocation") or {}
+    if alloc.get("score_drift") is not None:
+        gauge(
+            "elastorm_allocation_score_drift",
+            "checkpoint allocation's score minus Algorithm 3's for the same view (lower is "
+            "better; re-optimised when above theta)",
+            [],
+        ).add_metric([topo], alloc["score_drift"])
+    if alloc.get("theta") is not None:
+        gauge("elastorm_allocation_theta", "re-optimisation threshold theta", []).add_metric(
+            [topo], alloc["theta"]
+        )
+
     storm = view["storm"]
     storm_up = gauge("elastorm_storm_nimbus_up", "1 while Nimbus answers", [])
     storm_up.add_metric([topo], 0.0 if storm is None else 1.0)

@@ -12,6 +12,7 @@ the time of a snapshot is a field of it.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,6 +303,29 @@ def paper_metrics(snap: Snapshot) -> dict[str, Any]:
     return out
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (the page's JSON.parse
+    refuses them; the controller's file may hold them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def allocation_view(snap: Snapshot) -> dict[str, Any] | None:
+    """The correlations the checkpoint allocation works from and its score against
+    theta, as the controller published them in ``controller-metrics.json`` (see
+    ``elastorm.controller.runtime.allocation_summary``); None without that file."""
+    cm = snap.controller_metrics or {}
+    summary = cm.get("allocation")
+    if not isinstance(summary, dict):
+        return None
+    return finite(summary) | {"strategy": cm.get("strategy")}
+
+
 def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> dict[str, Any]:
     """The JSON the page draws (and ``/metrics`` reads), from the latest snapshot."""
     operators = [_operator(op, s, snap) for op, s in operator_statuses(snap).items()]
@@ -340,7 +364,8 @@ def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> di
         "throughput": {
             op: [[round(t, 3), r] for t, r in series] for op, series in tracker.throughput.items()
         },
-        "paper": paper_metrics(snap),
+        "paper": finite(paper_metrics(snap)),
+        "allocation": allocation_view(snap),
         "counters": {
             "task_failures": dict(tracker.task_failures),
             "node_failures": tracker.node_failures,

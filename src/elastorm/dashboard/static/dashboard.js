@@ -201,6 +201,36 @@ function drawPaper(v) {
   $("#paper").innerHTML = rows.map(([k, val]) => `<dt>${esc(k)}</dt><dd>${esc(val ?? "–")}</dd>`).join("");
 }
 
+function corrColor(r) { // -1 blue .. 0 dark .. +1 red
+  const a = Math.min(1, Math.abs(r));
+  return r >= 0 ? `rgb(${Math.round(30 + 220 * a)},${Math.round(30 + 20 * a)},${Math.round(40 + 10 * a)})`
+    : `rgb(${Math.round(30 + 10 * a)},${Math.round(40 + 80 * a)},${Math.round(50 + 200 * a)})`;
+}
+
+function drawAllocation(v) {
+  const a = v.allocation;
+  const p = $("#allocation-score");
+  const canvas = $("#heatmap");
+  if (!a) { canvas.hidden = true; return; }
+  const drift = a.score_drift;
+  p.dataset.drift = drift ?? "";
+  p.textContent = a.allocation_score == null
+    ? `strategy ${a.strategy}: no allocation yet (θ = ${a.theta})` + (a.score_note ? ` — ${a.score_note}` : "")
+    : `strategy ${a.strategy}: score now ${fmt(a.allocation_score, 2)}, Algorithm 3 ${fmt(a.reference_score, 2)}; ` +
+      `drift ${fmt(drift, 2)} against θ = ${a.theta} (${drift > a.theta ? "ABOVE: re-optimisation due" : "within"})`;
+  const c = a.correlation;
+  canvas.hidden = !c;
+  if (!c) return;
+  const n = c.key_groups.length, cell = Math.max(3, Math.min(14, Math.floor(520 / Math.max(1, n))));
+  canvas.width = n * cell; canvas.height = n * cell;
+  const ctx = canvas.getContext("2d");
+  for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) {
+    ctx.fillStyle = corrColor(c.matrix[i][j] ?? 0);
+    ctx.fillRect(j * cell, i * cell, cell, cell);
+  }
+  canvas.title = `${n} key groups: ${c.key_groups[0]} … ${c.key_groups[n - 1]}`;
+}
+
 function drawStorm(v) {
   const s = v.storm;
   if (!s) { $("#storm").textContent = v.storm_error || "Nimbus not asked"; return; }
@@ -219,6 +249,7 @@ function draw(v) {
   drawOperators(v);
   drawTimeline(v);
   drawPaper(v);
+  drawAllocation(v);
   drawStorm(v);
   $("#actions-section").hidden = !v.actions;
   // What the last draw cost, for bench/dashboard_cost.py (1,000 key groups, 50 nodes).
