@@ -341,3 +341,12 @@ def test_the_controllers_allocation_summary_reaches_the_view_and_metrics_finite(
     assert _sample(families, "elastorm_allocation_score_drift") == 1.25
     assert _sample(families, "elastorm_allocation_theta") == 0.5
     assert build_view(snap(T0, TASKS, st=ST), Tracker())["allocation"] is None
+
+
+def test_the_controllers_own_moves_take_the_protocol_it_ordered():
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS, st=ST))
+    orders = {"orders": [{"t": T0, "key_group": "op2/1", "protocol": "cpa", "target": "node0"}]}
+    moved = status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1)
+    events = tracker.observe(snap(T0 + 1, TASKS, st=moved, controller_metrics=orders))
+    assert [(e["kind"], e["group"], e["protocol"]) for e in events] == [("move", 1, "cpa")]

@@ -135,7 +135,8 @@ class Tracker:
 
     def _routing(self, snap: Snapshot) -> list[dict[str, Any]]:
         out = []
-        requested = {
+        requested = _ordered_protocols(snap.controller_metrics)
+        requested |= {
             (r.operator, r.key_group): (r.protocol_used or r.protocol).value
             for _, r in snap.requests
             if r.state.value != "pending"
@@ -167,6 +168,17 @@ class Tracker:
             for m in status.get("migrations", []):
                 self._in_flight[(op, int(m["key_group"]))] = str(m["protocol"])
         return out
+
+
+def _ordered_protocols(metrics: Mapping[str, Any] | None) -> dict[tuple[str, int], str]:
+    """(operator, group) -> protocol of the controller's latest order for it, from
+    ``controller-metrics.json`` (its own moves are not requests)."""
+    out: dict[tuple[str, int], str] = {}
+    for order in (metrics or {}).get("orders", []):
+        op, _, index = str(order.get("key_group", "")).rpartition("/")
+        if op and index.isdigit() and order.get("protocol"):
+            out[(op, int(index))] = str(order["protocol"])
+    return out
 
 
 def _task_event(kind: str, what: str, rec: TaskRecord, at: float) -> dict[str, Any]:
