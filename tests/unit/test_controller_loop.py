@@ -506,3 +506,22 @@ def test_a_planned_move_is_applied_even_where_the_view_lists_its_target_already(
         s.to_task == OP2["node2"] and s.message == SetHolder(key_group=0, holder=OP2["node1"])
         for s in sends
     )
+
+
+def test_the_metrics_file_carries_the_correlations_and_the_score_against_theta() -> None:
+    """What the dashboard draws as the heatmap and the allocation score against theta."""
+    import json
+    import math
+
+    from elastorm.controller.runtime import allocation_summary
+
+    loop, rounds = run("correlated")
+    out = allocation_summary(loop, rounds[-1].view)
+    json.dumps(out, allow_nan=False)  # the page parses it: no NaN or Infinity
+    corr = out["correlation"]
+    assert len(corr["key_groups"]) == 2 * G == len(corr["matrix"])
+    assert all(row[i] == 1.0 for i, row in enumerate(corr["matrix"]))
+    assert out["theta"] == loop.settings.theta
+    assert math.isclose(out["score_drift"], out["allocation_score"] - out["reference_score"])
+    fresh = allocation_summary(make_loop(strategy="correlated"), rounds[-1].view)
+    assert "allocation_score" not in fresh  # nothing allocated yet: no score

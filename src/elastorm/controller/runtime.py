@@ -13,6 +13,7 @@ the decisions until it is back.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from elastorm.config import TopologyConfig
+from elastorm.controller.allocation import AllocationSpec, allocation_score, correlated_allocation
 from elastorm.controller.loop import (
     ControllerLoop,
     LoopSettings,
@@ -28,7 +30,7 @@ from elastorm.controller.loop import (
     Round,
     prior_from_artifact,
 )
-from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.controller.model import Allocation, ClusterView, ControllerModelError, KeyGroupId
 from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.runtime.files import write_json_atomic
@@ -347,8 +349,46 @@ class ControllerRuntime:
                 },
                 "history": self.history[-600:],
                 "store": self.store.status().value,
+                "allocation": allocation_summary(self.loop, view),
             },
         )
+
+
+HEATMAP_MAX_GROUPS = 100
+"""Key groups up to which ``controller-metrics.json`` carries the correlation matrix
+(100 groups = 10,000 numbers, written once a round; more would bloat the file)."""
+
+
+def allocation_summary(loop: ControllerLoop, view: ClusterView) -> dict[str, Any]:
+    """What the allocation works from, for the dashboard: the correlation matrix (up to
+    ``HEATMAP_MAX_GROUPS`` key groups) and, once checkpoints were allocated, the score
+    of the holders now against Algorithm 3's allocation for the same view and
+    correlations (Madsen & Zhou 2015, section 6: re-optimisation moves checkpoints when
+    that drift exceeds ``theta``). Non-finite scores are written as None."""
+    out: dict[str, Any] = {"theta": loop.settings.theta}
+    try:
+        corr = loop.correlation.correlation()
+    except ControllerModelError as exc:  # a factor-model correlation: no dense matrix
+        return out | {"correlation_note": str(exc)}
+    if len(corr.key_groups) <= HEATMAP_MAX_GROUPS:
+        out["correlation"] = {
+            "key_groups": [str(kg) for kg in corr.key_groups],
+            "matrix": [[round(float(x), 3) for x in row] for row in corr.matrix],
+        }
+    if loop.allocation is not None:
+        try:
+            spec = AllocationSpec(view=view, correlation=corr, epsilon=loop.settings.epsilon)
+            now = allocation_score(spec, holders_allocation(loop.controls, loop.placement))
+            best = allocation_score(spec, correlated_allocation(spec))
+        except ControllerModelError as exc:  # e.g. InfeasibleAllocationError
+            return out | {"score_note": str(exc)}
+        finite = math.isfinite(now) and math.isfinite(best)
+        out |= {
+            "allocation_score": now if math.isfinite(now) else None,
+            "reference_score": best if math.isfinite(best) else None,
+            "score_drift": now - best if finite else None,
+        }
+    return out
 
 
 def _load_prior(path: str, controls: Mapping[str, MigrationController]):
