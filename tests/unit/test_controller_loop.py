@@ -12,12 +12,6 @@ from controller_oracle import pair
 
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.adaptation import Thresholds
-from elastorm.controller.allocation import (
-    AllocationSpec,
-    correlated_allocation,
-    moves_between,
-    reoptimize,
-)
 from elastorm.controller.loop import (
     ControllerLoop,
     LoopSettings,
@@ -428,84 +422,6 @@ def test_an_assisted_move_waits_for_the_new_holders_first_checkpoint() -> None:
     moved = [m for r in rounds for m in r.moves]
     assert [bool(r.moves) for r in rounds] == [False, False, False, True, False]
     assert moved and not any(m.protocol.checkpoint_assisted for m in moved)
-
-
-def planned_moves(loop: ControllerLoop, view, fresh: bool):
-    """What the allocation planner moves for ``view``, as the loop's settings ask."""
-    s = loop.settings
-    spec = AllocationSpec(view=view, correlation=loop.correlation.correlation(), epsilon=s.epsilon)
-    if fresh:
-        return moves_between(view.checkpoints, correlated_allocation(spec))
-    return reoptimize(spec, view.checkpoints, theta=s.theta)[1]
-
-
-def test_the_loop_applies_exactly_the_planners_checkpoint_moves() -> None:
-    """Each allocating round of section 7.2's ramp changes exactly the holders the
-    planner moves (fresh: Algorithm 3 against the current holders; later:
-    ``reoptimize``), except groups that are migrating at that moment."""
-    loop = make_loop(
-        strategy="correlated",
-        warmup=10,
-        window=20,
-        settle_secs=0,
-        thresholds=THRESHOLDS,
-        background=BACKGROUND,
-        reallocate_every=4,
-    )
-    allocations = 0
-    for t in range(40):
-        recs = records(min(t, 30) / 30, hot=t >= 25)
-        before = loop.view(recs, float(t))
-        fresh = loop.allocation is None
-        moving = {KeyGroupId(op, g) for op, c in loop.controls.items() for g in c.moving}
-        rnd = loop.round(recs, float(t))
-        if not rnd.allocated:
-            continue
-        allocations += 1
-        planned = planned_moves(loop, before, fresh)
-        assert [(str(k), a, b) for k, a, b in rnd.holders_moved] == [
-            (str(m.key_group), m.source or "", m.target)
-            for m in planned
-            if m.key_group not in moving
-        ]
-        report_checkpoints(loop)
-    assert allocations == 8  # t = 10, 14, ..., 38
-
-
-def test_a_planned_move_is_applied_even_where_the_view_lists_its_target_already() -> None:
-    """The difference between applying the planner's moves and comparing the planned
-    allocation's first holder with the view's holders. Here the view lists two
-    holders for op2/0 (node0, the controller's, and node1, a stale extra); the
-    re-optimisation keeps one (node0) and moves it to node1. Comparing allocations
-    saw node1 among the view's holders and skipped the move, so the controller's
-    holder stayed on node0 while its allocation said node1; applying the moves sends
-    the SetHolder."""
-    loop = make_loop(
-        strategy="correlated",
-        warmup=60,
-        window=20,
-        sample_secs=1,
-        settle_secs=0,
-        thresholds=THRESHOLDS,
-    )
-    for t in range(20):  # correlation samples, no allocation yet
-        assert not loop.round(records(t / 30, hot=False), float(t)).allocated
-    op2 = loop.controls["op2"]
-    assert op2.holders[0] == OP2["node0"]  # the start-up holder
-    view = loop.view(records(0.6, hot=False), 20.0)
-    loop.resume_warm(view.checkpoints, 20.0)  # allocated before: re-optimise
-    kg = KeyGroupId("op2", 0)
-    stale = view.replace(checkpoints={**view.checkpoints.as_dict(), kg: ("node0", "node1")})
-    assert (kg, "node0", "node1") in [
-        (m.key_group, m.source, m.target) for m in planned_moves(loop, stale, fresh=False)
-    ]
-    moved, sends = loop._allocate(stale)
-    assert (kg, "node0", "node1") in moved
-    assert op2.holders[0] == OP2["node1"]
-    assert any(
-        s.to_task == OP2["node2"] and s.message == SetHolder(key_group=0, holder=OP2["node1"])
-        for s in sends
-    )
 
 
 def test_the_metrics_file_carries_the_correlations_and_the_score_against_theta() -> None:

@@ -12,7 +12,7 @@ allocation), put together. Each round (one per heartbeat interval) the runtime h
    from the Spark artifact when one is given);
 3. once the warm-up is over, allocates checkpoints with the configured strategy
    (baseline, even, or Algorithm 3), afterwards re-optimises when the score drifts
-   by more than ``theta`` (correlated only), and turns the planned checkpoint moves into
+   by more than ``theta`` (correlated only), and turns holder changes into
    ``SetHolder`` commands;
 4. plans adaptation (``plan_adaptation``) and orders each move through the
    operator's ``MigrationController`` (which falls back to direct unless the
@@ -44,7 +44,6 @@ from elastorm.controller.allocation import (
     baseline_allocation,
     correlated_allocation,
     even_allocation,
-    moves_between,
     reoptimize,
 )
 from elastorm.controller.correlation import CorrelationMatrix, push_loads, sliding_correlation
@@ -570,35 +569,30 @@ class ControllerLoop:
         return s.strategy == "correlated" and now - self.allocated_at >= s.reallocate_every
 
     def _allocate(self, view: ClusterView) -> tuple[list, list[Send]]:
-        """Run the configured allocation policy and apply exactly the checkpoint moves
-        it plans (Kafka Streams' assignor style: the planner's list of movements is
-        what runs). ``reoptimize`` returns its moves; a fresh allocation's are
-        :func:`~elastorm.controller.allocation.moves_between` the current holders and
-        it. A move of a group that is migrating right now is not applied
-        (``MigrationController.set_holder``); the next allocation plans it again."""
+        """Compute the allocation and order the holder changes (skips moving groups)."""
         s = self.settings
         spec = AllocationSpec(
             view=view, correlation=self.correlation.correlation(), epsilon=s.epsilon
         )
-        if s.strategy == "correlated" and self.allocation is not None:
-            alloc, moves = reoptimize(spec, view.checkpoints, theta=s.theta)
+        if s.strategy == "baseline":
+            alloc = baseline_allocation(spec)
+        elif s.strategy == "even":
+            alloc = even_allocation(spec, seed=s.seed)
+        elif self.allocation is None:
+            alloc = correlated_allocation(spec)
         else:
-            if s.strategy == "baseline":
-                alloc = baseline_allocation(spec)
-            elif s.strategy == "even":
-                alloc = even_allocation(spec, seed=s.seed)
-            else:
-                alloc = correlated_allocation(spec)
-            moves = moves_between(view.checkpoints, alloc)
+            alloc, _ = reoptimize(spec, view.checkpoints, theta=s.theta)
         self.allocation = alloc
         self.allocated_at = view.now
         moved, sends = [], []
-        for move in moves:
-            kg = move.key_group
-            task = self.placement.task_on(kg.operator, move.target)
+        for kg, nodes in alloc.entries:
+            old = view.checkpoints.holders(kg)
+            if not nodes or nodes[0] in old:
+                continue
+            task = self.placement.task_on(kg.operator, nodes[0])
             out = self.controls[kg.operator].set_holder(kg.index, task)
             if out:
-                moved.append((kg, move.source or "", move.target))
+                moved.append((kg, old[0] if old else "", nodes[0]))
                 sends += out
         return moved, sends
 

@@ -63,6 +63,8 @@ class DashboardSource:
         self.tracker = Tracker()
         self._cache = RequestCache()
         self._watcher: ClusterWatcher | None = None
+        self._last_live: dict[int, Any] = {}
+        self._departed: dict[int, Any] = {}
         self._view: dict[str, Any] | None = None
         self._storm: tuple[dict | None, str | None] = (
             None,
@@ -156,11 +158,12 @@ class DashboardSource:
             allocation = read_checkpoint_allocation(self.reads, layout)
             routing = read_routing_tables(self.reads, layout)
         storm, storm_error = self._storm
+        live = self._watcher.live()
         snap = Snapshot(
             topology=topology,
             at=time.time(),
-            live=self._watcher.live(),
-            departed=self._watcher.departed(),
+            live=live,
+            departed=self._departed_since(live),
             statuses=statuses,
             controllers=controllers,
             requests=requests,
@@ -178,6 +181,17 @@ class DashboardSource:
         with self._cond:
             self._view = view
             self._cond.notify_all()
+
+    def _departed_since(self, live: dict[int, Any]) -> dict[int, Any]:
+        """Tasks seen live before and gone now, with their last record (what a lost
+        task owned), until they are back; at most one entry per task id."""
+        for task, record in self._last_live.items():
+            if task not in live:
+                self._departed[task] = record
+        for task in live:
+            self._departed.pop(task, None)
+        self._last_live = dict(live)
+        return dict(self._departed)
 
     def _controller_metrics(self) -> dict | None:
         if not self.metrics_file:
