@@ -36,15 +36,18 @@ from pathlib import Path
 from elastorm.controller.model import Heartbeat
 from elastorm.controller.requests import MigrationRequest, RequestState, encode_request
 from elastorm.core.messages import Protocol
+from elastorm.core.routing import RoutingTable
 from elastorm.runtime.config import load_config
 from elastorm.runtime.services import port_open
 from elastorm.runtime.synthetic_driver import private_zookeeper
 from elastorm.zk.client import make_client
+from elastorm.zk.codec import encode_routing
 from elastorm.zk.heartbeat import HeartbeatPublisher, default_identity
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
-from elastorm.zk.requests import alive_path, status_path, submit_request
+from elastorm.zk.requests import submit_request
 
 TOPOLOGY = "bench"
+LAYOUT = ZnodeLayout(TOPOLOGY)
 OP = "op"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -120,13 +123,14 @@ class FakeCluster:
         self.client.start(timeout=10)
         for p in self.publishers:
             p.start()
-        self.client.create(alive_path(TOPOLOGY, OP), b"", ephemeral=True, makepath=True)
+        self.client.create(LAYOUT.leader, b"", ephemeral=True, makepath=True)
         self.publish()
 
     def publish(self) -> None:
+        table = RoutingTable(epoch=self.moves, owners=tuple(self.owners))
+        self._put(LAYOUT.routing(OP), encode_routing(OP, table, controller="bench"))
         data = {
-            "epoch": self.moves,
-            "owners": self.owners,
+            "lost": [],
             "holders": self.holders,
             "assisted": [True] * self.groups,
             "tasks": self.tasks,
@@ -134,24 +138,26 @@ class FakeCluster:
             "moving": [],
             "migrations": [],
         }
-        path = status_path(TOPOLOGY, OP)
+        self._put(LAYOUT.status(OP), json.dumps(data).encode())
+
+    def _put(self, path: str, data: bytes) -> None:
         if self.client.exists(path):
-            self.client.set(path, json.dumps(data).encode())
+            self.client.set(path, data)
         else:
-            self.client.create(path, json.dumps(data).encode(), makepath=True)
+            self.client.create(path, data, makepath=True)
 
     def migrate(self) -> None:
         """One migration request, answered at once (what the controller bolt writes)."""
         g = (self.moves * 37) % self.groups
         req = MigrationRequest(operator=OP, key_group=g, target="holder", protocol=Protocol.CPAL)
-        name = submit_request(self.client, TOPOLOGY, req)
+        name = submit_request(self.client, LAYOUT, req)
         now = time.time()
         source, target = self.owners[g], self.holders[g]
         req = req.with_state(
             RequestState.STARTED, now, source=source, protocol_used=Protocol.CPAL, epoch=1
         )
         req = req.with_state(RequestState.DONE, now + 0.02)
-        self.client.set(f"/elastorm/{TOPOLOGY}/requests/{name}", encode_request(req))
+        self.client.set(LAYOUT.request(name), encode_request(req))
         self.owners[g], self.holders[g] = target, source
         self.moves += 1
         self.publish()

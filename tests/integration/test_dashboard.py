@@ -115,9 +115,9 @@ class DashboardScenario(ElasticFlightsDriver):
 
     def _kill(self, page, zk, work: Path) -> None:
         from elastorm.zk.layout import ZnodeLayout
+        from elastorm.zk.requests import read_status
 
-        status = json.loads(zk.get(f"/elastorm/{self.topology}/status/{OPERATOR}")[0])
-        owners = status["owners"]
+        owners = read_status(zk, ZnodeLayout(self.topology), OPERATOR)["owners"]
         victim = max(set(owners), key=owners.count)
         with open(work / "counts" / f"{OPERATOR}-{victim}.json", encoding="utf-8") as fh:
             pid = int(json.load(fh)["pid"])
