@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.model import Allocation, Heartbeat, KeyGroupId
 from elastorm.core.routing import RoutingTable
@@ -310,6 +311,91 @@ def test_two_controllers_cannot_both_write(settings, layout, admin) -> None:
     assert table == RoutingTable(epoch=2, owners=(2, 2))
     first.stop()
     second.stop()
+
+
+class _LostReply:
+    """What a call returns when it reached ZooKeeper but its reply never arrived."""
+
+    def get(self, timeout=None):
+        raise KazooTimeoutError("reply lost")
+
+
+def _lands_without_reply(call):
+    """``call`` made to do its work in ZooKeeper and then lose the reply."""
+
+    def lossy(*args, **kwargs):
+        call(*args, **kwargs).get(timeout=5)  # it did land
+        return _LostReply()
+
+    return lossy
+
+
+class _ReplyLost:
+    """A transaction whose commit lands but whose reply is lost."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def commit_async(self):
+        return _lands_without_reply(self._real.commit_async)()
+
+
+def test_a_superseded_write_whose_reply_was_lost_is_adopted_not_a_conflict(
+    settings, layout, admin, monkeypatch
+) -> None:
+    store = ControllerStore(layout=layout, controller_id="ctl", client=admin, settings=settings)
+    store.start()
+    store.load(10)
+    store.set_routing("op", RoutingTable(epoch=1, owners=(1, 2)))
+    assert store.flush(5)
+    real = admin.transaction
+    monkeypatch.setattr(admin, "transaction", lambda: _ReplyLost(real()))
+    store.set_routing("op", RoutingTable(epoch=2, owners=(2, 2)))
+    landed = lambda: decode_routing(admin.get(layout.routing("op"))[0])[1].epoch == 2  # noqa: E731
+    wait_for(landed, 5, "epoch 2 landed")
+    assert store.pending() == 1  # the store never heard that it landed
+    monkeypatch.setattr(admin, "transaction", real)
+    # Epoch 3 is written against the version the store last saw, so the transaction
+    # fails; the znode holds epoch 2, which the store sent: its own, not someone else's.
+    store.set_routing("op", RoutingTable(epoch=3, owners=(1, 1)))
+    assert store.flush(5), store.status()
+    assert store.status() is StoreStatus.ONLINE
+    assert decode_routing(admin.get(layout.routing("op"))[0])[1].epoch == 3
+    store.stop()
+
+
+def test_a_term_bump_whose_reply_was_lost_is_not_taken_for_a_rival(settings, layout) -> None:
+    client = make_client(settings)
+    client.start(timeout=10)
+    store = ControllerStore(layout=layout, controller_id="ctl", client=client, settings=settings)
+    store.start()
+    store.load(10)
+    real = client.set_async
+    lost: list[str] = []
+
+    def set_async(path, *args, **kwargs):
+        if path == layout.term and not lost:
+            lost.append(path)
+            return _lands_without_reply(real)(path, *args, **kwargs)
+        return real(path, *args, **kwargs)
+
+    client.set_async = set_async
+    # The session expires (as after a long ZooKeeper outage): the store re-takes the
+    # lead in a new session and bumps the term, but never hears that the bump landed.
+    twin = KazooClient(hosts=settings.hosts, client_id=client.client_id, timeout=SESSION_TIMEOUT)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+    wait_for(lambda: lost, 15, "the term bump's reply lost")
+    store.set_routing("op", RoutingTable(epoch=1, owners=(1,)))
+    assert store.flush(15), (store.status(), store.pending())
+    assert store.status() is StoreStatus.ONLINE
+    store.stop()
+    client.stop()
+    client.close()
 
 
 def test_malformed_task_znode_is_reported_not_fatal(settings, layout, admin) -> None:

@@ -159,7 +159,7 @@ def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
     # ---- back
     start_zookeeper(cfg, daemon)
     back_at = time.monotonic()
-    assert store.flush(30)
+    assert store.flush(30), (store.status(), store.pending())
     flushed = time.monotonic() - back_at
     wait_for(lambda: all(p.state() is PublisherState.REGISTERED for p in pubs), 30, "re-registered")
     registered = time.monotonic() - back_at

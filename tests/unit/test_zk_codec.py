@@ -206,6 +206,7 @@ def test_leader_round_trips_and_term_names_its_controller() -> None:
     info = LeaderInfo(controller="c1", host="h", pid=9)
     assert decode_leader(encode_leader(info)) == info
     with pytest.raises(ZnodeSchemaError):
-        decode_leader(encode_term("c1"))
-    term = json.loads(encode_term("c1"))  # read by people only: the token is its version
+        decode_leader(encode_term("c1", incarnation="a"))
+    term = json.loads(encode_term("c1", incarnation="a"))  # the token is its version
     assert term["schema"] == "elastorm.term" and term["controller"] == "c1"
+    assert encode_term("c1", incarnation="a") != encode_term("c1", incarnation="b")

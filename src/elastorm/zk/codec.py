@@ -298,7 +298,8 @@ def decode_leader(data: bytes | None) -> LeaderInfo:
     )
 
 
-def encode_term(controller: str) -> bytes:
-    """Data of ``controller/term``: the last controller that took the lead. The fencing
-    token is the znode's *version*, not this data."""
-    return _dump(_head(TERM, controller=controller))
+def encode_term(controller: str, *, incarnation: str) -> bytes:
+    """Data of ``controller/term``: the last controller (and which start of it) that
+    took the lead. The fencing token is the znode's *version*; the data lets a store
+    recognise its own bump whose reply was lost."""
+    return _dump(_head(TERM, controller=controller, incarnation=incarnation))

@@ -23,6 +23,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -56,6 +57,7 @@ from elastorm.zk.layout import ZkSettings, ZnodeLayout, check_name
 log = logging.getLogger(__name__)
 
 _ZK_ERRORS = (KazooException, KazooTimeoutError)
+_UNANSWERED_KEPT = 16  # values remembered per znode from commits with no reply
 
 
 class StoreStatus(enum.Enum):
@@ -138,11 +140,14 @@ class ControllerStore(BackgroundLoop):
         self._detail = ""
         self._leader_session: int | None = None
         self._term_version: int | None = None
+        self._term_data = encode_term(self._id, incarnation=uuid.uuid4().hex)
         self._loaded = False
         self._routing: dict[str, RoutingTable] = {}
         self._checkpoints: Allocation | None = None
         self._versions: dict[str, int] = {}  # path -> version in ZooKeeper (absent: no znode)
         self._pending: dict[str, tuple[bytes | None, int]] = {}  # path -> (data or delete, seq)
+        # path -> data of commits whose reply never came (they may have landed)
+        self._unanswered: dict[str, list[bytes | None]] = {}
         self._seq = 0
 
     # -- state
@@ -328,22 +333,26 @@ class ControllerStore(BackgroundLoop):
     def _bump_term(self, sid: int | None) -> bool:
         path = self._layout.term
         try:
-            _, stat = self._call(self._client.get_async(path))
+            data, stat = self._call(self._client.get_async(path))
             version = stat.version
         except NoNodeError:
             try:
-                self._call(self._client.create_async(path, encode_term(self._id)))
+                self._call(self._client.create_async(path, self._term_data))
             except NodeExistsError:
                 return False  # raced with someone: retry next step
-            version = 0
-        if self._term_version is not None and version != self._term_version:
+            data, version = self._term_data, 0
+        if (
+            self._term_version is not None
+            and version != self._term_version
+            and data != self._term_data  # not our own bump whose reply was lost
+        ):
             self._set_status(
                 StoreStatus.CONFLICT,
                 f"deposed: term moved from {self._term_version} to {version} while away",
             )
             return False
         try:
-            stat = self._call(self._client.set_async(path, encode_term(self._id), version=version))
+            stat = self._call(self._client.set_async(path, self._term_data, version=version))
         except BadVersionError:
             return False  # someone else bumped it: the next step sees the conflict
         self._term_version = stat.version
@@ -392,12 +401,16 @@ class ControllerStore(BackgroundLoop):
             else:
                 tx.set_data(path, data, version=version)
             ops.append((path, data))
+            sent = self._unanswered.setdefault(path, [])
+            sent.append(data)
+            del sent[:-_UNANSWERED_KEPT]
         results = self._call(tx.commit_async())
         failed = [
             r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
         ]
         if not failed:
             for (path, data), result in zip(ops, results[1:], strict=True):
+                self._unanswered.pop(path, None)
                 if data is None:
                     self._versions.pop(path, None)
                 else:
@@ -415,7 +428,8 @@ class ControllerStore(BackgroundLoop):
 
     def _reconcile(self, batch: Mapping[str, tuple[bytes | None, int]]) -> None:
         """After a failed transaction: adopt versions of writes that did land (an earlier
-        commit whose reply was lost); anything else written there is a conflict."""
+        commit whose reply was lost, even one whose value a later decision superseded);
+        anything else written there is a conflict."""
         for path, (data, _) in sorted(batch.items()):
             try:
                 current, stat = self._call(self._client.get_async(path))
@@ -425,7 +439,11 @@ class ControllerStore(BackgroundLoop):
                 if data is None or path not in self._versions:
                     self._versions.pop(path, None)
                     continue
-            elif current == data or stat.version == self._versions.get(path):
+            elif (
+                current == data
+                or current in self._unanswered.get(path, ())
+                or stat.version == self._versions.get(path)
+            ):
                 self._versions[path] = stat.version
                 continue
             self._set_status(StoreStatus.CONFLICT, f"{path} was changed by someone else")
