@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "docs" / "raw" / f"property_long_{_commit()}.txt"
     env = {**os.environ, "ELASTORM_PROPERTY_SCALE": str(args.scale)}
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
         "--hypothesis-show-statistics", *args.paths,
     ]  # fmt: skip
     print(f"running {' '.join(command[3:])} with ELASTORM_PROPERTY_SCALE={args.scale}", flush=True)
@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + run.stdout + run.stderr)
     lines = run.stdout.splitlines()
-    for line in lines:
-        if "passing examples" in line or line.startswith("tests/") and "::" in line:
-            print(line)
+    for line in lines:  # Hypothesis's statistics: each test, then its counts
+        if line.startswith("tests/") and line.endswith(":") or " passing, " in line:
+            print(line.strip())
     print(lines[-1] if lines else "(no output)")
     print(f"{took:.0f} s; full output in {out}")
     return run.returncode
