@@ -23,6 +23,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+ALL = "*"
+"""The rewind token a restarted source sends first: it replays from the oldest restart
+point of every emitter it feeds, so it serves every emitter waiting."""
+
 Counters = Mapping[str, Mapping[int, int]]
 """Per keyed operator, per key group: the last sequence number sent."""
 
@@ -97,7 +101,8 @@ class ReplayTracker:
     def rewound(self, tokens: Iterable[str]) -> bool:
         """The source's rewind marker, naming the restarts it serves; True if it
         ends this emitter's wait."""
-        if self.awaiting is not None and self.awaiting in set(tokens):
+        tokens = set(tokens)
+        if self.awaiting is not None and (self.awaiting in tokens or ALL in tokens):
             self.awaiting = None
             return True
         return False

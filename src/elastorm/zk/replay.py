@@ -165,17 +165,31 @@ class RewindBoard(BackgroundLoop):
 
 def spout_start(
     conf: Mapping[str, Any], component: str, task: int, emitters: Mapping[str, Iterable[int]]
-) -> tuple[int, list[RestartPoint | None]]:
+) -> tuple[int, list[RestartPoint | None], set[str]]:
     """Register this start of a replayable spout; on a restart, read the restart
-    points of the emitters it feeds (``{component: tasks}``) to know where to resume."""
+    points of the emitters it feeds (``{component: tasks}``) to know where to resume,
+    and the rewind tokens already asked for (that resumption serves them all)."""
 
     def read(client: KazooClient, layout: ZnodeLayout, incarnation: int):
         if incarnation == 1:
-            return []
-        return [
+            return [], set()
+        points = [
             read_restart_point(client, layout, name, t)
             for name, tasks in emitters.items()
             for t in tasks
         ]
+        path = layout.rewinds(component)
+        try:
+            names = client.get_children(path)
+        except NoNodeError:
+            names = []
+        tokens = set()
+        for name in names:
+            try:
+                tokens.add(decode_rewind(client.get(f"{path}/{name}")[0]).token)
+            except (NoNodeError, ZnodeSchemaError):
+                continue
+        return points, tokens
 
-    return at_start(conf, component, task, read)
+    incarnation, (points, tokens) = at_start(conf, component, task, read)
+    return incarnation, points, tokens
