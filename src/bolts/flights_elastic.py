@@ -82,7 +82,15 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
                 if isinstance(action, Rejected):
                     self.emit_error(None, "rejected_control", action.reason)
             return
+        if not self.replay_admit(tup):
+            return
         super().process(tup)
+        self.replay_done()
+
+    def on_tick(self) -> None:
+        super().on_tick()
+        self.replay_tick()
+        self.counters.extra["replay"] = self.replay_health()
 
     def forward(self, values) -> None:
         """One emit for op2 and op3: the row carries op2's data message."""

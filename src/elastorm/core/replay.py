@@ -58,6 +58,32 @@ def replay_start(points: Iterable[RestartPoint | None], upstream: str) -> int:
     return min(starts, default=0)
 
 
+class Positions:
+    """The last position admitted from each upstream: drops what a replay repeats.
+
+    Any operator downstream of a replayable source (directly, or through emitters
+    that pass positions on in order) can de-duplicate this way; keyed operators
+    need not, they de-duplicate by sequence number. O(1) per input.
+    """
+
+    __slots__ = ("_last", "dropped")
+
+    def __init__(self, last: Mapping[str, int] | None = None) -> None:
+        self._last: dict[str, int] = dict(last or {})
+        self.dropped = 0
+
+    def admit(self, upstream: str, position: int) -> bool:
+        """True if ``position`` is past the last one admitted from ``upstream``."""
+        if position <= self._last.get(upstream, -1):
+            self.dropped += 1
+            return False
+        self._last[upstream] = position
+        return True
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self._last)
+
+
 class ReplayTracker:
     """The emitter's side: which inputs to admit, and its newest durable restart point.
 
@@ -79,7 +105,7 @@ class ReplayTracker:
         every: int = 1_000,
     ) -> None:
         start = start or RestartPoint()
-        self._last: dict[str, int] = dict(start.positions)
+        self._positions = Positions(start.positions)
         self._trimmed: dict[str, dict[int, int]] = {
             op: dict(groups) for op, groups in start.counters.items()
         }
@@ -88,15 +114,19 @@ class ReplayTracker:
         self._every = max(1, every)
         self._since = 0
         self.awaiting = awaiting
-        self.dropped = 0  # inputs dropped as already processed (or before the rewind)
+        self._waited = 0
+
+    @property
+    def dropped(self) -> int:
+        """Inputs dropped as already processed, or sent before the awaited rewind."""
+        return self._waited + self._positions.dropped
 
     def admit(self, upstream: str, position: int) -> bool:
         """True if this input is new to this emitter (and records it as processed)."""
-        if self.awaiting is not None or position <= self._last.get(upstream, -1):
-            self.dropped += 1
+        if self.awaiting is not None:
+            self._waited += 1
             return False
-        self._last[upstream] = position
-        return True
+        return self._positions.admit(upstream, position)
 
     def rewound(self, tokens: Iterable[str]) -> bool:
         """The source's rewind marker, naming the restarts it serves; True if it
@@ -116,7 +146,7 @@ class ReplayTracker:
         self._since = 0
         snapshot = {op: MappingProxyType(dict(groups)) for op, groups in counters().items()}
         self._candidates.append(
-            RestartPoint(positions=MappingProxyType(dict(self._last)), counters=snapshot)
+            RestartPoint(positions=MappingProxyType(self._positions.snapshot()), counters=snapshot)
         )
 
     def trimmed(self, operator: str, key_group: int, upto: int) -> None:

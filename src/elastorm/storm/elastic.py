@@ -256,6 +256,16 @@ class KeyedEmitting(_Sending):
         if self.replay is not None:
             self._restart_points.offer(self.replay.durable())
 
+    def replay_health(self) -> dict[str, Any] | None:
+        """Inputs dropped as replays, restart points written, whether it waits."""
+        if self.replay is None:
+            return None
+        return {
+            "dropped": self.replay.dropped,
+            "restart_points_written": self._restart_points.writes,
+            "awaiting_rewind": self.replay.awaiting is not None,
+        }
+
     def _replay_counters(self) -> dict[str, dict[int, int]]:
         return {op: e.counters.of_source(e.source) for op, e in self.emitters.items()}
 

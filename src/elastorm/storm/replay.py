@@ -40,8 +40,7 @@ class ReplayableSpout:
     position, seek back to it before emitting anything else.
     """
 
-    replayable = True
-    rewind_poll_secs = 0.1
+    _rewinds = None  # the RewindBoard once set up (None: nothing to replay for)
 
     def setup_replay(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> int:
         from elastorm.zk.replay import RewindBoard, spout_start
@@ -54,6 +53,8 @@ class ReplayableSpout:
             for name, sources in config.replay_sources.items()
             if component in sources
         }
+        if not emitters:  # feeds no emitter that recovers by replay: nothing to track
+            return 0
         incarnation, points, served = spout_start(conf, component, task, emitters)
         self._rewinds = RewindBoard(conf, component)
         self._rewinds.start()
@@ -68,6 +69,8 @@ class ReplayableSpout:
     def poll_rewind(self, position: int) -> int | None:
         """The position to seek back to, if a restarted emitter asked for a replay
         (``position`` is where the spout is now); emits the rewind marker first."""
+        if self._rewinds is None:
+            return None
         if self._greet:
             self._greet = False
             self.emit([[ALL]], stream=REWIND_STREAM)
