@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 ALL = "*"
 """The rewind token a restarted source sends first: it replays from the oldest restart
@@ -38,6 +39,9 @@ class RestartPoint:
 
     positions: Mapping[str, int] = field(default_factory=dict)
     counters: Counters = field(default_factory=dict)
+    state: Mapping[str, Any] = field(default_factory=dict)
+    """Whatever else of the emitter's is a function of its inputs (JSON-able): its
+    counts, say, which it resumes from too."""
 
     def start(self, upstream: str) -> int:
         """The first position ``upstream`` must replay for this emitter."""
@@ -137,16 +141,24 @@ class ReplayTracker:
             return True
         return False
 
-    def processed(self, counters: Callable[[], Counters]) -> None:
+    def processed(
+        self,
+        counters: Callable[[], Counters],
+        state: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
         """After an admitted input was emitted: every ``every`` inputs, remember a
-        candidate (``counters()`` is called then only)."""
+        candidate (``counters()`` and ``state()`` are called then only)."""
         self._since += 1
         if self._since < self._every:
             return
         self._since = 0
         snapshot = {op: MappingProxyType(dict(groups)) for op, groups in counters().items()}
         self._candidates.append(
-            RestartPoint(positions=MappingProxyType(self._positions.snapshot()), counters=snapshot)
+            RestartPoint(
+                positions=MappingProxyType(self._positions.snapshot()),
+                counters=snapshot,
+                state=state() if state is not None else {},
+            )
         )
 
     def trimmed(self, operator: str, key_group: int, upto: int) -> None:

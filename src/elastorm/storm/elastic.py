@@ -215,6 +215,7 @@ class KeyedEmitting(_Sending):
             emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
         self.emitter = self.emitters[operators[0]]
         self.replay: ReplayTracker | None = None
+        self.resumed_state = point.state  # the bolt's own part of its restart point
         if start is not None:
             restarted = start.incarnation > 1
             self.replay = ReplayTracker(
@@ -249,7 +250,12 @@ class KeyedEmitting(_Sending):
     def replay_done(self) -> None:
         """After an admitted input was fully handled (its emits sent)."""
         if self.replay is not None:
-            self.replay.processed(self._replay_counters)
+            self.replay.processed(self._replay_counters, self.replay_state)
+
+    def replay_state(self) -> Mapping[str, Any]:
+        """What else of this bolt's is a function of its inputs, to resume from
+        (``resumed_state`` after a restart); override it. JSON-able."""
+        return {}
 
     def replay_tick(self) -> None:
         """Publish the newest durable restart point (never blocks)."""

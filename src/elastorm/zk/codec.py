@@ -318,6 +318,7 @@ def encode_restart_point(point: RestartPoint) -> bytes:
             RESTART,
             positions=dict(point.positions),
             counters={op: {str(g): s for g, s in gs.items()} for op, gs in point.counters.items()},
+            state=dict(point.state),
         )
     )
 
@@ -333,7 +334,8 @@ def decode_restart_point(data: bytes | None) -> RestartPoint:
         counters[_str(op, "operator")] = {
             int(g): _int(s, f"counters[{op}][{g}]") for g, s in _index_map_raw(groups, op).items()
         }
-    return RestartPoint(positions=positions, counters=counters)
+    state = _obj(o.get("state", {}), "state")
+    return RestartPoint(positions=positions, counters=counters, state=state)
 
 
 def _index_map_raw(x: object, what: str) -> dict[str, object]:
