@@ -100,8 +100,8 @@ def _fields(spec: ComponentSpec, stream: str) -> list[str]:
 
 def _replayable_inputs(specs: dict[str, ComponentSpec], emitter: ComponentSpec) -> list[str]:
     """The replayable spouts feeding ``emitter``, each now also sending it its rewind
-    stream. Their data must reach it deterministically (fields on the position, the
-    first field): a replay must give each emitter task the same tuples, in order."""
+    stream. Their data must reach it deterministically (a fields or global grouping,
+    not shuffle): a replay must give each emitter task the same tuples, in order."""
     sources = []
     for stream_id, grouping in list(emitter.inputs.items()):
         upstream = _component(stream_id)
@@ -109,12 +109,17 @@ def _replayable_inputs(specs: dict[str, ComponentSpec], emitter: ComponentSpec) 
             upstream = specs.get(upstream)
         if not _is(upstream, ReplayableSpout) or stream_id.streamId == REWIND_STREAM:
             continue
-        position = _fields(upstream, stream_id.streamId)[0]
-        if getattr(grouping, "fields", None) != [position] and grouping != Grouping.GLOBAL:
+        if REWIND_STREAM not in upstream.common.streams:
             raise WiringError(
-                f"{emitter.name}: {upstream.name} is a replayable spout; subscribe with "
-                f"Grouping.fields({position!r}) (its position) so a replay reaches the same "
-                f"tasks, not {grouping!r}"
+                f"{upstream.name}: a ReplayableSpout declares "
+                "elastorm.storm.replay.REWIND among its outputs"
+            )
+        if not getattr(grouping, "fields", None) and grouping != Grouping.GLOBAL:
+            position = _fields(upstream, stream_id.streamId)[0]
+            raise WiringError(
+                f"{emitter.name}: {upstream.name} is a replayable spout; subscribe with a "
+                f"fields grouping, e.g. Grouping.fields({position!r}), so a replay reaches "
+                f"the same tasks, not {grouping!r}"
             )
         if upstream.name not in sources:
             sources.append(upstream.name)
