@@ -124,6 +124,7 @@ STR = Kind("string", _str)
 NODE_SHARES = Kind("{node: share}", _node_shares)
 NODE_LISTS = Kind("{operator: [node index, ...]}", _node_lists)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
+EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -519,6 +520,11 @@ class TopologyConfig(Section):
     operators: Mapping[str, tuple[str, ...]] = option(
         "elastorm.operators", OPERATOR_EMITTERS, {},
         "each keyed operator and the components that emit to it; set by ElasticTopology",
+    )  # fmt: skip
+    replay_sources: Mapping[str, tuple[str, ...]] = option(
+        "elastorm.replay_sources", EMITTER_SOURCES, {},
+        "each emitter fed by replayable spouts, and those spouts (an emitter then "
+        "recovers by replay); set by ElasticTopology",
     )  # fmt: skip
     zookeeper_hosts: str | None = option(
         "elastorm.zookeeper.hosts", STR, None,

@@ -231,6 +231,57 @@ class NodeLossDriver(ElasticCrashDriver):
         )
 
 
+class UpstreamKillDriver(ElasticCrashDriver):
+    """The elastic flights job with the spout's or op1's worker killed (kill -9 of its
+    Python process and its worker JVM) at 30% of the input.
+
+    Storm restarts the worker. A restarted spout resumes at the oldest restart point
+    of op1's tasks; a restarted op1 resumes from its own restart point and asks the
+    spout to replay. Tuples in flight to or from the dead task are lost on the way
+    and come again in the replay; what had arrived is dropped downstream as a
+    repeat. Passes if every plane's totals still equal pandas'.
+    """
+
+    replayed = True
+    components = {"spout": "flights_spout", "op1": "extract_delays"}
+
+    def __init__(self, limit: int | None = None, victim: str = "op1", **kwargs: Any) -> None:
+        ElasticFlightsDriver.__init__(self, limit, script=((0.3, "kill"),), **kwargs)
+        if victim not in self.components:
+            raise ValueError(f"victim must be one of {sorted(self.components)}")
+        self.victim = victim
+        self.kills = []
+
+    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        component = self.components[self.victim]
+        task = min(
+            int(name.rsplit("-", 1)[1].split(".")[0])
+            for name in os.listdir(os.path.join(self.output_dir, "counts"))
+            if name.startswith(component + "-")
+        )
+        pid = self._pid_of(component, task)
+        pids = [_parent(pid), pid]
+        for each in pids:
+            os.kill(each, 9)
+        self.kills.append({"component": component, "task": task, "pids": pids})
+        return {
+            "group": None,
+            "asked": f"kill -9 of {component} task {task} with its worker",
+            "used": "kill",
+            "state": "killed",
+            "source": None,
+            "target": None,
+            "ms": None,
+            "detail": f"pids {pids}",
+            "epoch": None,
+        }
+
+    def _migrations_ok(self) -> bool:
+        return len(self.migrations) == self.scripted and all(
+            m["state"] == "killed" for m in self.migrations
+        )
+
+
 def _parent(pid: int) -> int:
     """The parent process of ``pid`` (a ShellBolt's subprocess: its worker JVM)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
