@@ -409,6 +409,11 @@ class ControllerConfig(Section):
         "seconds between re-optimisations of the checkpoint allocation",
         check=above(0),
     )  # fmt: skip
+    recover_lost: bool = option(
+        p + "recover_lost", BOOL, True,
+        "restore a lost task's key groups from their checkpoints as soon as it is declared "
+        "lost; false: only once Storm restarts the task (Storm's way, slower)",
+    )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
     round_secs: float = option(
         p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)
