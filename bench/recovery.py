@@ -60,9 +60,7 @@ def _driver(way: str, lose: int, rounds: int, session: float, rate: float):
             return super().options(output_dir) | extra
 
     # Rounds spread over 30%..80% of the input, so each has time to come back.
-    driver = Driver(
-        None, lose=lose, rounds=rounds, every=0.5 / max(1, rounds - 1), max_rate=rate
-    )
+    driver = Driver(None, lose=lose, rounds=rounds, every=0.5 / max(1, rounds - 1), max_rate=rate)
     driver.migration_timeout = 240.0
     return driver
 
@@ -122,13 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                     rounds.append(record)
                     with out.open("a") as fh:
                         fh.write(json.dumps(record) + "\n")
-                    print(
-                        "  round {round}: tasks {tasks} detected {d} restored {r} progress {p}".format(
-                            d=loss.get("detected"), r=loss.get("restored"), p=loss.get("progress"),
-                            **record,
-                        ),
-                        flush=True,
-                    )  # fmt: skip
+                    timings = " ".join(f"{m} {loss.get(m)}" for m in MEASURES)
+                    print(f"  round {i}: tasks {loss['tasks']} {timings}", flush=True)
     finally:
         down(cfg, wipe=True)
 
