@@ -4,14 +4,15 @@ dashboard open and closed, in the same run, interleaved.
     .venv/bin/python bench/dashboard_throughput.py [--runs 2] [--window 6] [--settle 3]
 
 On the single-machine cluster (brought up if needed, with this checkout's
-config.json ports), the elastic flights job runs at full speed (no rate limit, no
-migrations), ``--runs`` times (each run reads the 336,776 rows once). After a 10 s
-warm-up, windows of ``--window`` seconds follow in blocks of four, ABBA: closed (no
-dashboard process), open (``elastorm dashboard`` running and its page open in
-headless Chromium on this same machine, so the browser's CPU counts against the job
-too), open, closed; so a steady drift of the job's speed weighs on both states
-alike. Each state change is followed by ``--settle`` seconds outside any window
-(starting the dashboard and the browser is not what is measured). Throughput of a
+config.json ports), the elastic flights job runs at full speed or capped at
+``--max-rate`` rows/s (no migrations), ``--runs`` times (each run reads the 336,776 rows
+once). Once the spout reads, ``elastorm dashboard`` and a headless Chromium are
+started on this same machine; after 5 s, windows of ``--window`` seconds follow in
+blocks of four, ABBA: closed (the dashboard process stopped with SIGSTOP, so it uses
+no CPU and reads nothing, and the browser on a blank page), open (the dashboard
+resumed and its page open in the browser, whose CPU counts against the job too),
+open, closed; so a steady drift of the job's speed weighs on both states alike. Each
+state change is followed by ``--settle`` seconds outside any window. Throughput of a
 window = rows the spout read in it / its length (the spout's counts file, written
 every second). Per block: open mean / closed mean. Results: every window as a JSON
 line, and one JSON line per invocation appended to ``--out``; docs/benchmarks.md.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,14 +51,14 @@ ABBA = ("closed", "open", "open", "closed")
 
 class OpenClosed(ElasticFlightsDriver):
     def __init__(self, run: int, args: argparse.Namespace) -> None:
-        super().__init__(None, script=(), max_rate=0.0)
+        super().__init__(None, script=(), max_rate=args.max_rate)
         self.run, self.args = run, args
         self.rows: list[dict] = []
 
     def _rows(self, output_dir: str) -> int:
         return read_results(output_dir).spout_total("rows_read")
 
-    def _open(self, pw):
+    def _start(self, pw):
         cmd = [
             sys.executable, "-m", "elastorm.runtime.cli", "dashboard",
             "--topology", self.topology, "--zookeeper", self.zk_hosts,
@@ -67,15 +69,19 @@ class OpenClosed(ElasticFlightsDriver):
             time.sleep(0.1)
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"http://127.0.0.1:{self.args.port}")
-        page.wait_for_selector(".op", timeout=120_000)
-        return dash, browser
+        return dash, browser, page
 
-    @staticmethod
-    def _close(dash, browser) -> None:
-        browser.close()
-        dash.terminate()
-        dash.wait(10)
+    def _switch(self, state: str, dash, page) -> None:
+        """open: the dashboard runs and its page is shown; closed: the dashboard process
+        is stopped (SIGSTOP: no CPU, no ZooKeeper read) and the browser shows a blank
+        page. Starting both anew for every window took longer than the job lasts."""
+        if state == "open":
+            dash.send_signal(signal.SIGCONT)
+            page.goto(f"http://127.0.0.1:{self.args.port}")
+            page.wait_for_selector(".op", timeout=120_000)
+        else:
+            page.goto("about:blank")
+            dash.send_signal(signal.SIGSTOP)
 
     def wait(self, output_dir: str, timeout: float, progress) -> None:
         from playwright.sync_api import sync_playwright
@@ -85,18 +91,17 @@ class OpenClosed(ElasticFlightsDriver):
             if time.monotonic() > deadline:
                 raise TimeoutError("the spout never read a row")
             time.sleep(0.5)
-        time.sleep(10)
-        opened = None
         with sync_playwright() as pw:
+            dash, browser, page = self._start(pw)
             try:
+                self._switch("closed", dash, page)
+                time.sleep(5)
+                current = "closed"
                 for i in range(self.args.windows):
                     state = ABBA[i % 4]
-                    if state == "open" and opened is None:
-                        opened = self._open(pw)
-                        time.sleep(self.args.settle)
-                    elif state == "closed" and opened is not None:
-                        self._close(*opened)
-                        opened = None
+                    if state != current:
+                        self._switch(state, dash, page)
+                        current = state
                         time.sleep(self.args.settle)
                     r0, t0 = self._rows(output_dir), time.monotonic()
                     time.sleep(self.args.window)
@@ -115,22 +120,24 @@ class OpenClosed(ElasticFlightsDriver):
                         break
                     self.rows.append(row)
             finally:
-                if opened is not None:
-                    self._close(*opened)
+                dash.send_signal(signal.SIGCONT)
+                browser.close()
+                dash.terminate()
+                dash.wait(10)
 
     def outcome(self, output_dir: str) -> Outcome:
         return Outcome(summary="", ok=True, facts={"windows": self.rows})
 
 
-def spread(values: list[float]) -> dict:
+def spread(values: list[float], digits: int = 1) -> dict:
     """n, median, mean, sample standard deviation, min and max of ``values``."""
     if not values:
         return {"n": 0}
     return {
         "n": len(values),
-        "median": round(statistics.median(values), 1),
-        "mean": round(statistics.fmean(values), 1),
-        "stdev": round(statistics.stdev(values), 1) if len(values) > 1 else None,
+        "median": round(statistics.median(values), digits),
+        "mean": round(statistics.fmean(values), digits),
+        "stdev": round(statistics.stdev(values), digits) if len(values) > 1 else None,
         "min": min(values),
         "max": max(values),
     }
@@ -155,6 +162,13 @@ def block_ratios(windows: list[dict]) -> list[float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument(
+        "--max-rate",
+        type=float,
+        default=0.0,
+        help="the spout's rows/s cap (elastorm.flights.max_rate; 0: full speed, and the "
+        "job reads its 336,776 rows in about a minute)",
+    )
     ap.add_argument("--window", type=float, default=6.0)
     ap.add_argument("--settle", type=float, default=3.0)
     ap.add_argument("--windows", type=int, default=40, help="at most, per run")
@@ -175,7 +189,7 @@ def main() -> int:
         "closed": spread(by["closed"]),
         "open": spread(by["open"]),
         "block_open_over_closed": ratios,
-        "block_ratio": spread(ratios),
+        "block_ratio": spread(ratios, 3),
     }
     print(json.dumps(result))
     if args.out:
