@@ -194,6 +194,12 @@ class NodeLossDriver(ElasticCrashDriver):
         if self._client is None:
             self._client = connect(self.zk_hosts)
         status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+        calm = time.monotonic() + self.migration_timeout
+        while status["moving"]:  # a restore in flight still needs its source's checkpoint
+            if time.monotonic() > calm:
+                raise UserError(f"groups {status['moving']} still moving; no kill")
+            time.sleep(0.1)
+            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
         victims = self._victims(status)
         owned = [g for g, o in enumerate(status["owners"]) if o in victims]
         pids = []
@@ -209,7 +215,8 @@ class NodeLossDriver(ElasticCrashDriver):
             now = time.monotonic() - killed_at
             if "detected" not in seen and set(victims) <= set(status.get("lost", ())):
                 seen["detected"] = now
-            if "restored" not in seen and not set(status["owners"]) & set(victims):
+            moving = set(status["moving"]) & set(owned)
+            if "restored" not in seen and not set(status["owners"]) & set(victims) and not moving:
                 seen["restored"] = now
                 seen.setdefault("detected", now)  # restored implies declared lost
             if "restored" in seen and self._applying(status, owned):
