@@ -107,7 +107,7 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
     def on_tick(self) -> None:
         super().on_tick()
         self.replay_tick()
-        self.counters.extra["replay"] = self.replay_health()
+        self.counters.extra["emitter"] = self.emitter_health()
 
     def forward(self, values) -> None:
         """One emit for op2 and op3: the row carries op2's data message."""
