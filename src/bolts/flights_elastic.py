@@ -184,3 +184,5 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.counters.extra["owned"] = list(self.coordinator.owned())
         self.counters.extra["held"] = sorted(self.coordinator.held)
         self.counters.extra["heartbeats"] = self.heartbeat_health()
+        # [took over at, first tuple applied at] (wall clock) per key group taken over
+        self.counters.extra["takeovers"] = {str(g): list(t) for g, t in self.takeovers.items()}

@@ -47,7 +47,9 @@ from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.actions import (
     Action,
     Applied,
+    MigrationDone,
     Rejected,
+    Role,
     Send,
     TaskStarted,
     TuplesStalled,
@@ -414,6 +416,10 @@ class KeyedOperator(_Sending):
         if config.heartbeats:
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
         self._last_heartbeat = None
+        # Key groups this task took over: when (wall clock), and when it first applied a
+        # tuple of each afterwards (how long the group's output stopped, seen from here).
+        self._taking: dict[int, float] = {}
+        self.takeovers: dict[int, tuple[float, float]] = {}
 
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
@@ -498,6 +504,9 @@ class KeyedOperator(_Sending):
                 self.send(action)
             elif isinstance(action, Applied):
                 self.load_meter.applied(action.key_group, action.item.ts)
+                if self._taking and action.key_group in self._taking:
+                    taken = self._taking.pop(action.key_group)
+                    self.takeovers[action.key_group] = (taken, time.time())
                 self.on_applied(action)
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
@@ -512,6 +521,8 @@ class KeyedOperator(_Sending):
                         action.seconds,
                         action.awaited,
                     )
+                if isinstance(action, MigrationDone) and action.role is Role.TARGET:
+                    self._taking[action.key_group] = time.time()
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
 
