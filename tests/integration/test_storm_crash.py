@@ -161,8 +161,8 @@ def test_lost_nodes_are_restored_from_checkpoints_before_storm_restarts_them(
     assert outcome.ok, outcome.summary
     [loss] = outcome.facts["losses"]
     print(
-        f"lost tasks {loss['tasks']}: declared {loss['detected']} s, restored {loss['restored']} s, "
-        f"applying again {loss['progress']} s after the kill"
+        f"lost tasks {loss['tasks']}: declared {loss['detected']} s, restored "
+        f"{loss['restored']} s, applying again {loss['progress']} s after the kill"
     )
     assert len(loss["tasks"]) == lose
     assert loss["detected"] <= loss["restored"]
