@@ -64,6 +64,12 @@ from elastorm.controller.model import (
     TaskRecord,
 )
 from elastorm.controller.recovery import RecoveryPlan, plan_recovery
+from elastorm.controller.scaling import (
+    RescaleStep,
+    RescaleView,
+    concurrent_moves,
+    plan_rescale,
+)
 from elastorm.core.actions import MigrationDone, Send
 from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
 from elastorm.core.messages import Protocol
@@ -373,6 +379,25 @@ def recovery_view(
     return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
 
 
+@dataclass(frozen=True, kw_only=True)
+class NodeState:
+    """Which logical nodes the scheduler runs on live nodes (``active``) and which of
+    those are being emptied (``draining``); the rest are idle."""
+
+    active: frozenset[NodeId]
+    draining: frozenset[NodeId] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RescaleRound:
+    """What one rescale round decided: the planner's ``step``, the moves started now
+    (bounded and disjoint, see ``concurrent_moves``) and the commands."""
+
+    step: RescaleStep
+    started: tuple[Move, ...] = ()
+    sends: tuple[Send, ...] = ()
+
+
 @dataclass
 class _Started:
     move: Move
@@ -421,6 +446,8 @@ class ControllerLoop:
         self._waiting_since: dict[KeyGroupId, float] = {}
         self._sample_start = 0.0
         self._quiet_until = -math.inf  # no decisions before (see resume_warm)
+        self._rescale_active: frozenset[NodeId] = frozenset()  # see rescale
+        self._joining: set[NodeId] = set()
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -637,6 +664,88 @@ class ControllerLoop:
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
         return Recovery(operator=operator, plan=plan, crash=crash)
+
+    # -- scale-out and scale-in ------------------------------------------------------------
+    def rescale(
+        self, records: Iterable[TaskRecord], nodes: NodeState, now: float, *, limit: int
+    ) -> RescaleRound:
+        """One round of a rescale: apply exactly :func:`~controller.scaling.plan_rescale`'s
+        step (holder changes, then the CPAL moves of it that ``concurrent_moves`` lets
+        start, at most ``limit`` migrations in flight).
+
+        Active nodes owning nothing are the joining ones; idle nodes still owning or
+        holding something are emptied like draining ones (they are not released: they
+        were never bound)."""
+        view = self.view(records, now)
+        parked = {
+            n
+            for n in view.node_ids()
+            if n not in nodes.active
+            and (view.owned_by(n) or any(n in h for _, h in view.checkpoints.entries))
+        }
+        moving, assisted, in_flight = {}, set(), {}
+        for op, control in self.controls.items():
+            for g in range(control.num_key_groups):
+                kg = KeyGroupId(op, g)
+                m = control.moving.get(g)
+                if m is not None:
+                    moving[kg] = self.placement.node_of(m.target)
+                    if m.source is not None:
+                        in_flight[kg] = (
+                            self.placement.node_of(m.source),
+                            self.placement.node_of(m.target),
+                        )
+                elif control.has_newest(control.holders[g], g):
+                    assisted.add(kg)
+        # A node joins when it becomes active (or, at the first round, owns nothing),
+        # and stays joining until a step reports it filled.
+        new = nodes.active - self._rescale_active
+        if not self._rescale_active:
+            new = frozenset(n for n in new if not view.owned_by(n))
+        self._joining = (self._joining | new) & nodes.active
+        self._rescale_active = nodes.active
+        step = plan_rescale(
+            RescaleView(
+                view=view,
+                active=nodes.active,
+                draining=frozenset(nodes.draining | parked),
+                joining=frozenset(self._joining),
+                moving=moving,
+                assisted=frozenset(assisted),
+            )
+        )
+        self._joining -= set(step.filled)
+        sends: list[Send] = []
+        for kg, node in step.holders:
+            task = self.placement.task_on(kg.operator, node)
+            sends += self.controls[kg.operator].set_holder(kg.index, task)
+        started = []
+        for move in concurrent_moves(step.moves, in_flight, limit):
+            try:
+                used, move_sends = self._order(move, now)
+            except MigrationRefused:
+                continue
+            sends += move_sends
+            ordered = Move(
+                key_group=move.key_group,
+                source=move.source,
+                target=move.target,
+                protocol=_FROM_WIRE[used],
+                reason=move.reason,
+            )
+            started.append(ordered)
+            self.orders.append(ordered)
+            self._running[move.key_group] = _Started(ordered, now)
+        released = tuple(n for n in step.released if n in nodes.draining)
+        step = RescaleStep(
+            holders=step.holders,
+            moves=step.moves,
+            released=released,
+            filled=step.filled,
+            pending=step.pending,
+        )
+        self.last_view = view
+        return RescaleRound(step=step, started=tuple(started), sends=tuple(sends))
 
     # -- migrations ----------------------------------------------------------------------
     def _wait_for_checkpoint(self, move: Move, now: float) -> bool:
