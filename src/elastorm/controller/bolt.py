@@ -274,6 +274,7 @@ class MigrationControllerBolt(_Sending, Bolt):
             )
         for send in self.runtime.order(list(rnd.sends)):
             self.send(send)
+        self.nodes.publish(self.loop.joining, rnd.step.pending)
         for node in rnd.step.released:
             try:
                 self.nodes.release(node)

@@ -747,6 +747,11 @@ class ControllerLoop:
         self.last_view = view
         return RescaleRound(step=step, started=tuple(started), sends=tuple(sends))
 
+    @property
+    def joining(self) -> frozenset[NodeId]:
+        """Nodes that joined and still wait for their share of key groups."""
+        return frozenset(self._joining)
+
     # -- migrations ----------------------------------------------------------------------
     def _wait_for_checkpoint(self, move: Move, now: float) -> bool:
         """Whether to put off a checkpoint-assisted move whose target was made the

@@ -28,7 +28,7 @@ from elastorm.runtime.errors import UserError
 from elastorm.runtime.provision import NodeProvisioner
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import controller_alive, read_status
-from elastorm.zk.scaling import read_binding, read_node_set, update_node_set
+from elastorm.zk.scaling import read_binding, read_node_set, read_rescale, update_node_set
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +40,8 @@ class Progress:
     owned: dict[str, dict[str, int]]  # node name -> operator -> key groups owned
     draining: tuple[str, ...]
     moving: int
+    joining: tuple[str, ...] = ()  # nodes the controller still gives key groups to
+    pending: int = 0  # key groups the controller still has to move
 
 
 def _checked(client: KazooClient, layout: ZnodeLayout):
@@ -77,13 +79,23 @@ def progress(client: KazooClient, layout: ZnodeLayout) -> Progress:
             key = name or f"{logical_node(index)} (idle)"
             owned.setdefault(key, {}).setdefault(op, 0)
             owned[key][op] += 1
-    return Progress(binding=binding.nodes, owned=owned, draining=nodes.draining, moving=moving)
+    rescale = read_rescale(client, layout)
+    return Progress(
+        binding=binding.nodes,
+        owned=owned,
+        draining=nodes.draining,
+        moving=moving,
+        joining=tuple(rescale.get("joining", ())),
+        pending=int(rescale.get("pending", 0)),
+    )
 
 
 def settled(p: Progress, active: set[str]) -> bool:
-    """Every active node owns key groups, no other node does, none drains, none moves."""
+    """Every active node owns key groups, no other node does, none drains or joins,
+    nothing moves and the controller has nothing left to move."""
     owners = set(p.owned)
-    return not p.draining and p.moving == 0 and owners == active
+    quiet = not p.draining and not p.joining and p.moving == 0 and p.pending == 0
+    return quiet and owners == active
 
 
 def plan_scale(
@@ -136,6 +148,7 @@ def wait_settled(
         if time.monotonic() > deadline:
             raise UserError(
                 f"not settled after {timeout:.0f} s: key groups per node {p.owned}, "
-                f"draining {list(p.draining)}, {p.moving} migrations in flight"
+                f"draining {list(p.draining)}, joining {list(p.joining)}, {p.moving} "
+                f"migrations in flight, {p.pending} key groups still to move"
             )
         time.sleep(0.5)

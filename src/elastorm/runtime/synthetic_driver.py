@@ -39,7 +39,7 @@ import shutil
 import socket
 import statistics
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,17 +55,20 @@ BUCKET_SECS = 0.1  # bolts.synthetic.BUCKET_SECS (not imported: no streamparse h
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One step of a plan: ``kind`` is ``keys``, ``migrate`` or ``idle``."""
+    """One step of a plan: ``kind`` is ``keys``, ``migrate``, ``idle`` or ``scale``
+    (to ``nodes`` nodes, through ``elastorm.runtime.scale``: needs the driver's
+    ``provisioner``)."""
 
     kind: str
     protocol: str = ""
     replay: int = 0  # migrate: hot tuples to let pile up in the buffer
     keys: int = 0  # keys: the hot group's state size to reach
     seconds: float = 2.0  # idle: the window watched
+    nodes: int = 0  # scale: nodes wanted
     tag: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("keys", "migrate", "idle"):
+        if self.kind not in ("keys", "migrate", "idle", "scale"):
             raise ValueError(f"unknown step kind {self.kind!r}")
         if self.kind == "migrate" and self.protocol not in ("direct", "cpa", "cpal"):
             raise ValueError(f"unknown protocol {self.protocol!r}")
@@ -211,6 +214,11 @@ class SyntheticDriver:
         self.final: dict[str, Any] = {}
         self.output_dir = ""
         self._client = None
+        self._tasks = 3  # keyed tasks whose totals the final check needs (see wait)
+        # For ``scale`` steps: who starts and stops nodes, and (optionally) a reader of
+        # Nimbus's executor assignments recorded after each step.
+        self.provisioner = None
+        self.assignments: Callable[[], dict[str, Any]] | None = None
 
     def options(self, output_dir: str) -> dict[str, object]:
         from elastorm.examples.synthetic_control import write_control
@@ -292,7 +300,7 @@ class SyntheticDriver:
 
         s = self.settings
         self._client = connect(self.zk_hosts)
-        self._status(timeout=min(timeout, 120))
+        self._tasks = len(self._status(timeout=min(timeout, 120))["tasks"])
         self._until("the initial preload", lambda: self._loaded(s.keys), timeout)
         time.sleep(s.warmup)
         for i, step in enumerate(self.plan):
@@ -317,6 +325,9 @@ class SyntheticDriver:
                     }
                 )
                 time.sleep(s.after + 0.2)
+            elif step.kind == "scale":
+                self.records.append(self._scale(step, timeout))
+                time.sleep(s.settle)
             else:
                 self.records.append(self._migrate(step))
                 time.sleep(s.settle)
@@ -335,7 +346,7 @@ class SyntheticDriver:
         counters = [c for c in self._counts(OPERATOR) if c["written_at"] > asked + 1.0]
         spouts = self._counts("generator")
         if (
-            len(counters) < 3
+            len(counters) < self._tasks
             or not spouts
             or any("state_total" not in c["extra"] for c in counters)
         ):
@@ -345,6 +356,46 @@ class SyntheticDriver:
             "state_total": sum(c["extra"]["state_total"] for c in counters),
             "hot_keys": [c["extra"]["hot_keys"] for c in counters if c["extra"]["hot_keys"]],
             "emitter": self._counts("emitter")[0]["extra"].get("stats", {}),
+        }
+
+    def _scale(self, step: Step, timeout: float) -> dict[str, Any]:
+        """Scale to ``step.nodes`` and wait until exactly the wanted nodes own key groups;
+        records the owners per node and Nimbus's executor assignments before and after."""
+        from elastorm.runtime.scale import apply_scale, plan_scale, wait_settled
+        from elastorm.zk.layout import ZnodeLayout
+
+        if self.provisioner is None:
+            raise UserError("a scale step needs the driver's provisioner")
+        layout = ZnodeLayout(self.topology)
+        before = self.assignments() if self.assignments else None
+        submitted = time.time()
+        change = plan_scale(self._client, layout, step.nodes, self.provisioner)
+        apply_scale(self._client, layout, change, self.provisioner, timeout)
+        started = time.time()
+        active = set(change.nodes.wanted or ()) - set(change.nodes.draining)
+        settled = wait_settled(self._client, layout, active, timeout)
+        done = time.time()
+        owners = self._status(timeout=10)["owners"]
+        for name in change.drain:
+            self.provisioner.stop(name)
+        if self.assignments:  # the scheduler re-places within nimbus.monitor.freq.secs
+            time.sleep(12.0)
+        return {
+            "kind": "scale",
+            "tag": step.tag,
+            "nodes": step.nodes,
+            "keys": self.control["keys"],
+            "started_nodes": list(change.start),
+            "drained": list(change.drain),
+            "owned": settled.owned,
+            "owners": owners,  # key group -> task, when settled
+            "binding": list(settled.binding),
+            "submitted": submitted,
+            "started": started,
+            "done": done,
+            "assignment_before": before,
+            "assignment_after": self.assignments() if self.assignments else None,
+            "load": os.getloadavg()[0],
         }
 
     def _migrate(self, step: Step) -> dict[str, Any]:
@@ -402,10 +453,17 @@ class SyntheticDriver:
         as_asked = all(r["state"] == "done" and r["used"] == r["protocol"] for r in migrations)
         exact = bool(self.final) and self.final["emitted"] == self.final["state_total"]
         lines = [
+            f"scale   to {r['nodes']} nodes in {r['done'] - r['submitted']:.1f} s: "
+            f"key groups {r['owned']}"
+            for r in self.records
+            if r["kind"] == "scale"
+        ]
+        lines += [
             f"{r['kind']:7} {r.get('protocol', ''):6} keys {r['keys']:>6} "
             f"replayed {r.get('replayed')!s:>6}  pause {_ms(r['pause_ms'])}  "
             f"completion {_ms(r.get('completion_ms'))}  pickup {_ms(r.get('pickup_ms'))}"
             for r in self.records
+            if r["kind"] != "scale"
         ]
         lines.append(
             f"exactly once: {self.final.get('emitted')} tuples emitted, state totals "

@@ -10,6 +10,7 @@ One root per topology, ``/elastorm/<topology>``::
     controller/routing/<op>      durable routing table of an operator, with epoch
     controller/checkpoints       durable checkpoint allocation
     controller/status/<op>       the controller's live view: holders, migrations in flight
+    controller/rescale           the rescale in progress: joining nodes, key groups to move
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
     scheduler/nodes              durable node set: wanted and draining nodes (``elastorm
                                  scale`` / ``drain``, the controller's releases)
@@ -108,6 +109,10 @@ class ZnodeLayout:
 
     def request(self, name: str) -> str:
         return f"{self.requests}/{check_name(name, 'request')}"
+
+    @property
+    def rescale(self) -> str:
+        return f"{self.controller}/rescale"
 
     @property
     def scheduler_nodes(self) -> str:

@@ -10,13 +10,15 @@ set on the znode's version, so neither loses the other's change);
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from elastorm.controller.loop import NodeState
+from elastorm.controller.model import NodeId
 from elastorm.controller.scaling import (
     Binding,
     NodeSet,
@@ -28,6 +30,7 @@ from elastorm.controller.scaling import (
     release,
 )
 from elastorm.zk.layout import ZnodeLayout
+from elastorm.zk.requests import ZK_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,15 @@ def read_node_set(client: KazooClient, layout: ZnodeLayout) -> NodeSet:
         return decode_node_set(client.get(layout.scheduler_nodes)[0])
     except NoNodeError:
         return NodeSet()
+
+
+def read_rescale(client: KazooClient, layout: ZnodeLayout) -> dict:
+    """The controller's rescale progress (``{"joining": [...], "pending": n}``); empty
+    before its first rescale round."""
+    try:
+        return json.loads(client.get(layout.rescale)[0].decode() or "{}")
+    except NoNodeError:
+        return {}
 
 
 def read_binding(client: KazooClient, layout: ZnodeLayout) -> Binding:
@@ -83,6 +95,7 @@ class NodeWatch:
         self.binding = Binding()
         self.bound_at: dict[str, float] = {}  # logical node -> when its name was first seen
         self._clock: Callable[[], float] | None = None
+        self._published: bytes | None = None
 
     def start(self, clock: Callable[[], float]) -> None:
         self._clock = clock
@@ -129,6 +142,23 @@ class NodeWatch:
         if not active:
             return None
         return NodeState(active=frozenset(active), draining=frozenset(draining))
+
+    def publish(self, joining: Iterable[NodeId], pending: int) -> None:
+        """Write the rescale's progress to ``controller/rescale`` when it changes:
+        the joining nodes (by name) and the key groups still to move (``elastorm scale``
+        waits for both to be empty). Never blocks a tick for long: errors are logged."""
+        names = sorted(self.binding.name_of(n) or n for n in joining)
+        data = json.dumps({"joining": names, "pending": pending}).encode()
+        if data == self._published:
+            return
+        try:
+            try:
+                self.client.set(self.layout.rescale, data)
+            except NoNodeError:
+                self.client.create(self.layout.rescale, data, makepath=True)
+            self._published = data
+        except ZK_ERRORS as exc:
+            log.warning("controller/rescale not written (%s); retrying next tick", exc)
 
     def release(self, node: str) -> None:
         """The drained logical ``node`` is empty: take its name out of the node set."""
