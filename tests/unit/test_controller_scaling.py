@@ -336,3 +336,32 @@ def test_provisioner_spec_is_checked(tmp_path) -> None:
         command.stop("a")
     with pytest.raises(UserError, match="expected 'local'"):
         provisioner("aws", cfg)
+
+
+def test_a_heavy_group_held_by_the_joining_node_does_not_stop_it_taking_its_share() -> None:
+    # Seen on the cluster: the hot group (30% of the load) had its checkpoint on the new
+    # node; the planner stopped when that group did not fit, leaving the node 3 of 20.
+    kgs = [KeyGroupId("op", g) for g in range(20)]
+    owners = {kg: ("node0", "node1")[kg.index % 2] for kg in kgs}
+    holders = {kg: ("node1", "node0")[kg.index % 2] for kg in kgs}
+    holders[kgs[7]] = "node2"
+    loads = {kg: 0.4 if kg.index == 7 else 0.6 / 19 for kg in kgs}
+    _, moved, owners, _, _ = _simulate(
+        owners, holders, loads, ["node0", "node1", "node2"], active=["node0", "node1", "node2"]
+    )
+    got = sum(loads[kg] for kg, o in owners.items() if o == "node2")
+    # node1 (the hot group and 9 cold ones) is the only node above the share: node2 takes
+    # its 9 cold groups; the hot one would overshoot, and node0 is below the share.
+    assert got == pytest.approx(9 * 0.6 / 19)
+    assert kgs[7] not in {m.key_group for m in moved}
+    assert [kg for kg, o in owners.items() if o == "node1"] == [kgs[7]]
+
+
+def test_loop_rescale_goes_ahead_without_a_checkpoint_after_defer_secs() -> None:
+    loop = _loop()
+    loop.settings = LoopSettings(defer_secs=5.0)
+    state = NodeState(active=frozenset({"node0", "node1", "node2"}))
+    loop.rescale(_records(), state, 1.0, limit=4)  # holders placed on node2, none reports
+    assert not loop.rescale(_records(), state, 3.0, limit=4).started
+    late = loop.rescale(_records(), state, 7.0, limit=4)
+    assert late.started and all(m.protocol is Protocol.DIRECT for m in late.started)

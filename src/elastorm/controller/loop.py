@@ -448,6 +448,7 @@ class ControllerLoop:
         self._quiet_until = -math.inf  # no decisions before (see resume_warm)
         self._rescale_active: frozenset[NodeId] = frozenset()  # see rescale
         self._joining: set[NodeId] = set()
+        self._holder_set: dict[KeyGroupId, float] = {}  # rescale's SetHolder times
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -673,9 +674,11 @@ class ControllerLoop:
         step (holder changes, then the CPAL moves of it that ``concurrent_moves`` lets
         start, at most ``limit`` migrations in flight).
 
-        Active nodes owning nothing are the joining ones; idle nodes still owning or
-        holding something are emptied like draining ones (they are not released: they
-        were never bound)."""
+        A node joins when it becomes active and stays joining until the planner reports
+        it filled; idle nodes still owning or holding something are emptied like
+        draining ones (they are not released: they were never bound). A holder placed by
+        a rescale that has not reported the newest checkpoint after ``defer_secs``
+        counts as ready: the move then falls back to direct (and says so)."""
         view = self.view(records, now)
         parked = {
             n
@@ -696,6 +699,10 @@ class ControllerLoop:
                             self.placement.node_of(m.target),
                         )
                 elif control.has_newest(control.holders[g], g):
+                    assisted.add(kg)
+                elif now - self._holder_set.get(kg, now) >= self.settings.defer_secs:
+                    # The holder never reported (a group that checkpoints rarely): go
+                    # ahead after ``defer_secs``; the move falls back to direct.
                     assisted.add(kg)
         # A node joins when it becomes active (or, at the first round, owns nothing),
         # and stays joining until a step reports it filled.
@@ -718,7 +725,10 @@ class ControllerLoop:
         sends: list[Send] = []
         for kg, node in step.holders:
             task = self.placement.task_on(kg.operator, node)
-            sends += self.controls[kg.operator].set_holder(kg.index, task)
+            out = self.controls[kg.operator].set_holder(kg.index, task)
+            if out:
+                self._holder_set[kg] = now
+            sends += out
         started = []
         for move in concurrent_moves(step.moves, in_flight, limit):
             try:

@@ -281,10 +281,12 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
     holder; every checkpoint they hold for a group owned elsewhere is re-placed on the
     least-loaded active node other than the owner. Joining nodes: each takes key
     groups from the most loaded nodes until it carries ``total / active`` (in load, or
-    in groups while no load is measured), groups whose checkpoint it already holds
-    first, then the heaviest that fits; the chosen groups' checkpoints are placed on
-    it first. A move is returned only once its target holds the newest checkpoint
-    (``assisted``), so every planned move is a CPAL. Key groups in flight are left
+    in groups while no load is measured): among the groups that fit in what is left of
+    its share, those whose checkpoint it already holds first, then the heaviest; the
+    chosen groups' checkpoints are placed on it first. A move is returned only once its
+    target holds the newest checkpoint (``assisted``), so every planned move is a CPAL
+    (the caller may count a holder that has not reported for long as assisted: the
+    move then falls back to direct). Key groups in flight are left
     alone. Complexity ``O(K log K + K x N)``.
 
     >>> from elastorm.controller.model import KeyGroupInfo, NodeInfo
@@ -361,18 +363,18 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
             room = share - loads.load[node]
             if not candidates:
                 break
-            # Checkpoint already here first, then groups that fit, heaviest first.
-            kg = min(
-                candidates,
-                key=lambda k, n=node, r=room: (
-                    0 if holder(k) == n else 1,
-                    0 if loads.weight[k] <= r + 1e-9 else 1,
-                    -loads.weight[k],
-                    k,
-                ),
-            )
-            if loads.weight[kg] > room + 1e-9 and loads.load[node] > 0:
-                break  # the best candidate would overshoot the share: stop here
+            # Among the groups that fit, those whose checkpoint is already here first,
+            # then the heaviest; if none fits, an empty node still takes the lightest.
+            fitting = [k for k in candidates if loads.weight[k] <= room + 1e-9]
+            if fitting:
+                kg = min(
+                    fitting,
+                    key=lambda k, n=node: (0 if holder(k) == n else 1, -loads.weight[k], k),
+                )
+            elif loads.load[node] <= 0:
+                kg = min(candidates, key=lambda k: (loads.weight[k], k))
+            else:
+                break  # every candidate would overshoot the share: stop here
             planned.add(kg)
             plan(kg, view.key_group(kg).owner, node, MoveReason.SCALE_OUT)
         if len(planned) == before and node not in state.moving.values():
