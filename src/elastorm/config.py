@@ -514,6 +514,11 @@ class TopologyConfig(Section):
         "background CPU share per node, added to its measured CPU",
         check=shares_below_one(),
     )  # fmt: skip
+    elastic_scheduling: bool = option(
+        "elastorm.elastic_scheduling", BOOL, True,
+        "place the keyed operators with elastorm's scheduler (one task per node); false: "
+        "Storm's default scheduler",
+    )  # fmt: skip
     heartbeats: bool = option(
         "elastorm.heartbeats", BOOL, True, "keyed tasks publish heartbeats to ZooKeeper"
     )

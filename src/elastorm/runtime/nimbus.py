@@ -133,3 +133,15 @@ def executor_nodes(
         tasks = range(ex.executor_info.task_start, ex.executor_info.task_end + 1)
         out.setdefault(ex.component_id, {}).setdefault(node, []).extend(tasks)
     return {c: {n: sorted(t) for n, t in sorted(by.items())} for c, by in sorted(out.items())}
+
+
+def rebalance(host: str, port: int, topology: str, wait_secs: int, workers: int) -> None:
+    """Storm's own rescale: ``rebalance`` over Thrift (what ``storm rebalance -w W -n N``
+    does): Nimbus deactivates the topology for ``wait_secs``, then re-schedules it on
+    ``workers`` workers (the workers whose executors change restart)."""
+    from streamparse.thrift import storm_thrift
+
+    client = nimbus_client(host, port)
+    client.rebalance(
+        topology, storm_thrift.RebalanceOptions(wait_secs=wait_secs, num_workers=workers)
+    )

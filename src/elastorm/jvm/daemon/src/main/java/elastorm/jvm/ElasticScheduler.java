@@ -36,7 +36,8 @@ import org.slf4j.LoggerFactory;
  * <p>An <em>elastic</em> topology is one whose conf has {@code elastorm.operators}
  * (ElasticTopology sets it): its keyed operators' tasks are placed by
  * {@link ElasticPlacement} (one task of each per live node, surplus tasks idle, draining
- * nodes get no new work). Everything else is scheduled by Storm's {@link DefaultScheduler}.
+ * nodes get no new work), unless it sets {@code elastorm.elastic_scheduling: false}.
+ * Everything else is scheduled by Storm's {@link DefaultScheduler}.
  *
  * <p>It reads {@code <root>/<topology>/scheduler/nodes} from ZooKeeper
  * ({@code {"wanted": [names] | null, "draining": [names]}}, written by
@@ -48,6 +49,7 @@ public final class ElasticScheduler implements IScheduler {
     private static final Logger LOG = LoggerFactory.getLogger(ElasticScheduler.class);
     static final String OPERATORS = "elastorm.operators";
     static final String NODE_META = "elastorm.node";
+    static final String OPT_OUT = "elastorm.elastic_scheduling";
     private static final ObjectMapper JSON = new ObjectMapper();
 
     private CuratorFramework zk;
@@ -91,7 +93,13 @@ public final class ElasticScheduler implements IScheduler {
     }
 
     static boolean isElastic(TopologyDetails td) {
-        return td.getConf().get(OPERATORS) instanceof Map<?, ?> ops && !ops.isEmpty();
+        return isElastic(td.getConf());
+    }
+
+    /** Elastic: {@code elastorm.operators} set and {@code elastorm.elastic_scheduling} not false. */
+    static boolean isElastic(Map<String, Object> conf) {
+        return conf.get(OPERATORS) instanceof Map<?, ?> ops && !ops.isEmpty()
+                && !Boolean.FALSE.equals(conf.get(OPT_OUT));
     }
 
     static String nodeName(SupervisorDetails s) {

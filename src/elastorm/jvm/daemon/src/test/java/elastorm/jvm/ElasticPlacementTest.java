@@ -13,6 +13,7 @@ import elastorm.jvm.ElasticPlacement.Plan;
 import elastorm.jvm.ElasticPlacement.Slot;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -175,5 +176,14 @@ class ElasticPlacementTest {
         assertEquals(Set.of("b"), set.draining());
         ElasticScheduler.NodeSet all = ElasticScheduler.parseNodes("{}".getBytes(StandardCharsets.UTF_8));
         assertNull(all.wanted());
+    }
+
+    @Test
+    void aTopologyIsElasticWhenItHasKeyedOperatorsAndDoesNotOptOut() {
+        Map<String, Object> conf = new HashMap<>(Map.of("elastorm.operators", Map.of("c", List.of("e"))));
+        assertTrue(ElasticScheduler.isElastic(conf));
+        conf.put("elastorm.elastic_scheduling", false);
+        assertFalse(ElasticScheduler.isElastic(conf));
+        assertFalse(ElasticScheduler.isElastic(Map.of("topology.workers", 2)));
     }
 }
