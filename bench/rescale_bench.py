@@ -71,9 +71,13 @@ def settings(elastic: bool) -> Settings:
     return Settings(rate=800.0, keys=100_000, preload_rate=20_000.0, hot_share=0.3, extra=extra)
 
 
-def new_node_share_at(output_dir: str, assignment: dict, node: str, start: float) -> float | None:
-    """First second (from ``start``) in which the counter tasks Nimbus placed on ``node``
-    emitted at least half of an even share (1 / nodes) of all outputs."""
+def new_node_share_at(
+    output_dir: str, assignment: dict, node: str, start: float, after: float
+) -> float | None:
+    """Seconds from ``start`` to the first second, from ``after`` on (the end of the
+    rebalance's deactivation: before it, the tasks that will move still run where they
+    were), in which the counter tasks Nimbus placed on ``node`` emitted at least half of
+    an even share (1 / nodes) of all outputs; None if that never happened."""
     tasks_on = {n: set(ts) for n, ts in assignment["counter"].items()}
     nodes = len(tasks_on)
     per_sec: dict[int, dict[bool, int]] = {}
@@ -82,7 +86,7 @@ def new_node_share_at(output_dir: str, assignment: dict, node: str, start: float
         mine = task in tasks_on.get(node, set())
         for row in read_jsonl(str(path)):
             for sec, _, n in row["lat"]:
-                if sec >= start:
+                if sec >= after:
                     per_sec.setdefault(sec, {True: 0, False: 0})[mine] += n
     for sec in sorted(per_sec):
         got = per_sec[sec]
@@ -105,7 +109,9 @@ def measure(outcome, kind: str) -> dict[str, Any]:
         start = change["started"]
         end = start + change["wait"] + 60.0
         new = change["started_nodes"][0]
-        share_secs = new_node_share_at(out_dir, change["assignment_after"], new, start)
+        share_secs = new_node_share_at(
+            out_dir, change["assignment_after"], new, start, start + change["wait"]
+        )
     final = outcome.facts["final"]
     return {
         "kind": kind,
@@ -120,6 +126,7 @@ def measure(outcome, kind: str) -> dict[str, Any]:
         },
         "new_node_share_secs": None if share_secs is None else round(share_secs, 1),
         "exact": bool(final) and final.get("emitted") == final.get("state_total"),
+        "load_avg_1min": [r["load"] for r in records if "load" in r],
         "emitted": final.get("emitted") if final else None,
         "state_total": final.get("state_total") if final else None,
         "assignment_after": change["assignment_after"],
@@ -159,13 +166,25 @@ def run_one(cfg, elastic: bool, wait: int) -> dict[str, Any]:
     return measure(outcome, "scale" if elastic else "rebalance")
 
 
+def timeline(output_dir: str) -> tuple[list[int], list[int], list[float]]:
+    """Per second of output time: outputs of the whole job and their highest latency (ms)."""
+    count: dict[int, int] = {}
+    top: dict[int, int] = {}
+    for row in read_jsonl(os.path.join(output_dir, "outputs-*.jsonl")):
+        for sec, ms, n in row["lat"]:
+            count[sec] = count.get(sec, 0) + n
+            top[sec] = max(top.get(sec, 0), ms)
+    secs = sorted(count)
+    return secs, [count[t] for t in secs], [float(top[t]) for t in secs]
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2 + len(results), figsize=(5 * (2 + len(results)), 3.6))
     names = [r["kind"].replace("scale", "elastorm live rescale") for r in results]
     gaps = [r["during"]["max_group_gap_ms"] / 1000 for r in results]
     steady_gaps = [r["steady"]["max_group_gap_ms"] / 1000 for r in results]
@@ -192,6 +211,20 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     axes[1].set_ylabel("end-to-end latency (ms)")
     axes[1].set_yscale("log")
     axes[1].legend(fontsize=7)
+    for ax, r, name in zip(axes[2:], results, names, strict=True):
+        secs, outputs, top = timeline(r["output_dir"])
+        start, end = r["window_s"]
+        t0 = start - 40
+        keep = [i for i, t in enumerate(secs) if t0 <= t <= end + 30]
+        ax.plot([secs[i] - start for i in keep], [outputs[i] for i in keep], label="outputs/s")
+        ax.set_xlabel(f"s from the {name} request")
+        ax.set_ylabel("outputs per second")
+        ax.axvspan(0, end - start, color="orange", alpha=0.2, label="change window")
+        twin = ax.twinx()
+        twin.plot([secs[i] - start for i in keep], [top[i] for i in keep], "r.", ms=3)
+        twin.set_ylabel("highest latency in the second (ms)", color="r")
+        twin.set_yscale("log")
+        ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -204,7 +237,14 @@ def main() -> int:
     parser.add_argument(
         "--only", choices=["elastorm", "rebalance"], default=None, help="run one of the two"
     )
+    parser.add_argument(
+        "--replot", type=Path, default=None, help="only redraw the plot from a raw results file"
+    )
     args = parser.parse_args()
+    if args.replot:
+        plot(json.loads(args.replot.read_text())["results"], args.plot)
+        print(f"plot: {args.plot}")
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     cfg = load_config()
     commit = subprocess.run(

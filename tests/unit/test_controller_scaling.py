@@ -365,3 +365,17 @@ def test_loop_rescale_goes_ahead_without_a_checkpoint_after_defer_secs() -> None
     assert not loop.rescale(_records(), state, 3.0, limit=4).started
     late = loop.rescale(_records(), state, 7.0, limit=4)
     assert late.started and all(m.protocol is Protocol.DIRECT for m in late.started)
+
+
+def test_adaptation_sees_only_the_bound_nodes_and_waits_for_a_rescale() -> None:
+    from elastorm.controller.loop import bound_view
+
+    loop = _loop()
+    view = loop.view(_records(), 1.0)
+    assert bound_view(view, None) is view
+    two = bound_view(view, NodeState(active=frozenset({"node0", "node1"})))
+    assert two.node_ids() == ("node0", "node1")
+    assert all(set(h) <= {"node0", "node1"} for _, h in two.checkpoints.entries)
+    assert not loop.rescaling
+    loop.rescale(_records(), NodeState(active=frozenset({"node0", "node1", "node2"})), 1.0, limit=1)
+    assert loop.rescaling  # node2 joins: adaptation waits

@@ -304,6 +304,22 @@ def build_view(
     return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
 
 
+def bound_view(view: ClusterView, nodes: NodeState | None) -> ClusterView:
+    """``view`` over the nodes the scheduler has bound (active and draining, and any that
+    still owns a key group), so adaptation never moves a key group to an idle logical
+    node, whose tasks wait on some other node; checkpoints on other nodes are left out.
+    ``view`` itself when the topology is not elastically scheduled (``nodes`` None)."""
+    if nodes is None:
+        return view
+    keep = set(nodes.active) | set(nodes.draining) | {k.owner for k in view.key_groups}
+    return view.replace(
+        nodes=[n for n in view.nodes if n.node_id in keep],
+        checkpoints={
+            kg: tuple(h for h in holders if h in keep) for kg, holders in view.checkpoints.entries
+        },
+    )
+
+
 def _placed(placement: Placement) -> set[int]:
     return {t for by_node in placement.tasks.values() for t in by_node.values()}
 
@@ -449,6 +465,9 @@ class ControllerLoop:
         self._rescale_active: frozenset[NodeId] = frozenset()  # see rescale
         self._joining: set[NodeId] = set()
         self._holder_set: dict[KeyGroupId, float] = {}  # rescale's SetHolder times
+        self._rescale_pending = 0
+        # The scheduler's bound nodes (set by ``rescale``); None: not elastically scheduled.
+        self.node_state: NodeState | None = None
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -485,8 +504,10 @@ class ControllerLoop:
         if usable is not None:
             self.usable_samples.append((now, usable))
         moves, refused = [], []
-        if self.settings.adapt and self.warm(now):
-            planned, state = plan_adaptation(view, self.settings.thresholds, self.adaptation)
+        if self.settings.adapt and self.warm(now) and not self.rescaling:
+            planned, state = plan_adaptation(
+                bound_view(view, self.node_state), self.settings.thresholds, self.adaptation
+            )
             waiting = []
             for move in planned:
                 if self._wait_for_checkpoint(move, now):
@@ -722,6 +743,8 @@ class ControllerLoop:
             )
         )
         self._joining -= set(step.filled)
+        self._rescale_pending = step.pending
+        self.node_state = nodes
         sends: list[Send] = []
         for kg, node in step.holders:
             task = self.placement.task_on(kg.operator, node)
@@ -756,6 +779,16 @@ class ControllerLoop:
         )
         self.last_view = view
         return RescaleRound(step=step, started=tuple(started), sends=tuple(sends))
+
+    @property
+    def rescaling(self) -> bool:
+        """Whether a rescale is under way (nodes joining or draining, groups to move):
+        adaptation waits for it."""
+        return bool(
+            self._joining
+            or self._rescale_pending
+            or (self.node_state is not None and self.node_state.draining)
+        )
 
     @property
     def joining(self) -> frozenset[NodeId]:
