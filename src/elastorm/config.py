@@ -124,6 +124,7 @@ STR = Kind("string", _str)
 NODE_SHARES = Kind("{node: share}", _node_shares)
 NODE_LISTS = Kind("{operator: [node index, ...]}", _node_lists)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
+EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -408,6 +409,11 @@ class ControllerConfig(Section):
         "seconds between re-optimisations of the checkpoint allocation",
         check=above(0),
     )  # fmt: skip
+    recover_lost: bool = option(
+        p + "recover_lost", BOOL, True,
+        "restore a lost task's key groups from their checkpoints as soon as it is declared "
+        "lost; false: only once Storm restarts the task (Storm's way, slower)",
+    )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
     round_secs: float = option(
         p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)
@@ -535,6 +541,11 @@ class TopologyConfig(Section):
     operators: Mapping[str, tuple[str, ...]] = option(
         "elastorm.operators", OPERATOR_EMITTERS, {},
         "each keyed operator and the components that emit to it; set by ElasticTopology",
+    )  # fmt: skip
+    replay_sources: Mapping[str, tuple[str, ...]] = option(
+        "elastorm.replay_sources", EMITTER_SOURCES, {},
+        "each emitter fed by replayable spouts, and those spouts (an emitter then "
+        "recovers by replay); set by ElasticTopology",
     )  # fmt: skip
     zookeeper_hosts: str | None = option(
         "elastorm.zookeeper.hosts", STR, None,

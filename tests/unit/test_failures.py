@@ -147,6 +147,16 @@ def test_a_lost_task_is_fenced_and_its_groups_restored_on_their_holders(controll
     assert not [s for s in sent if isinstance(s.message, Migrate)]
 
 
+def test_with_recover_lost_off_a_lost_task_waits_for_its_restart(controller) -> None:
+    bolt, runtime, sent, fenced = controller
+    bolt.recover_lost = False  # elastorm.controller.recover_lost = false
+    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=5)]
+    bolt.detect_failures(100.0)
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert sent == [] and fenced == []
+    assert 11 in bolt.detector.declared  # still declared, so the status shows it lost
+
+
 def test_a_request_to_migrate_onto_a_lost_task_is_refused(controller) -> None:
     from elastorm.controller.requests import MigrationRequest
 

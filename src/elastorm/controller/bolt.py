@@ -102,6 +102,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         # once they are (a plan made on the start-up routing would restore the wrong groups).
         self.restarted: list[tuple[str, int]] = []
         self.detector = FailureDetector(grace=config.zookeeper_session_secs + GRACE_MARGIN)
+        self.recover_lost = config.controller.recover_lost
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
         threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
@@ -139,6 +140,11 @@ class MigrationControllerBolt(_Sending, Bolt):
             if back:
                 log.warning("controller: tasks %s of %s are back already", back, op)
             if not lost:
+                continue
+            if not self.recover_lost:
+                log.error(
+                    "controller: tasks %s of %s lost; waiting for Storm to restart them", lost, op
+                )
                 continue
             log.error("controller: tasks %s of %s lost; restoring their key groups", lost, op)
             for task, incarnation in lost:

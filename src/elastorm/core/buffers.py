@@ -39,6 +39,10 @@ class SequenceCounters:
     def snapshot(self) -> dict[tuple[str, int], int]:
         return dict(self._last)
 
+    def of_source(self, source: str) -> dict[int, int]:
+        """``source``'s last sequence number per key group. O(counters)."""
+        return {g: seq for (src, g), seq in self._last.items() if src == source}
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SequenceCounters) and self._last == other._last
 

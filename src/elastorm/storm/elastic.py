@@ -53,11 +53,13 @@ from elastorm.core.actions import (
     TuplesStalled,
     encode_report,
 )
+from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.messages import Message, from_json, to_json
+from elastorm.core.messages import Message, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
+from elastorm.core.replay import ReplayTracker, RestartPoint
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
 from elastorm.storm.load import (
@@ -65,6 +67,7 @@ from elastorm.storm.load import (
     resident_bytes,
     start_heartbeats,
 )
+from elastorm.storm.replay import REWIND_STREAM
 
 log = logging.getLogger(__name__)
 
@@ -188,18 +191,89 @@ class KeyedEmitting(_Sending):
         operators = [op for op, ems in operators_of(config).items() if component in ems]
         if not operators:
             raise ValueError(f"{OPERATORS_KEY} names no keyed operator fed by {component}")
+        sources = config.replay_sources.get(component, ())
+        start = None
+        if sources:
+            from elastorm.zk.replay import emitter_start
+
+            start = emitter_start(conf, component, task, operators, sources)
+        point = start.point if start and start.point else RestartPoint()
         self.emitters: dict[str, Emitter] = {}
         self._operator_of: dict[int, str] = {}
         for op in operators:
             tasks = tasks_of(context, op)
             self._operator_of.update(dict.fromkeys(tasks, op))
+            routing = start.routing.get(op) if start else None
             # The source name must survive restarts: receivers de-duplicate by it.
-            self.emitters[op] = Emitter(
+            emitter = self.emitters[op] = Emitter(
                 task=task,
-                routing=initial_routing(config, op, tasks),
-                source=f"{context['componentid']}:{task}",
+                routing=routing or initial_routing(config, op, tasks),
+                source=f"{component}:{task}",
             )
+            resumed = point.counters.get(op, {})
+            source = emitter.source
+            emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
         self.emitter = self.emitters[operators[0]]
+        self.replay: ReplayTracker | None = None
+        self.resumed_state = point.state  # the bolt's own part of its restart point
+        if start is not None:
+            restarted = start.incarnation > 1
+            self.replay = ReplayTracker(
+                start=point, awaiting=f"{task}#{start.incarnation}" if restarted else None
+            )
+            self._replay_sources = frozenset(sources)
+            from elastorm.zk.replay import RestartPointWriter
+
+            self._restart_points = RestartPointWriter(conf, component, task)
+            self._restart_points.start()
+            if restarted:
+                log.warning(
+                    "emitter task %s restarted (incarnation %d): resuming after %s, "
+                    "waiting for the replay", task, start.incarnation, dict(point.positions),
+                )  # fmt: skip
+
+    def replay_admit(self, tup) -> bool:
+        """Whether to process ``tup``. False for a rewind marker (handled here) and,
+        behind a replayable spout, for a tuple this emitter already processed or one
+        sent before the replay it waits for."""
+        replay = self.replay
+        if replay is None:
+            return True
+        if tup.stream == REWIND_STREAM:
+            if replay.rewound(tup.values[0]):
+                log.warning("emitter task %s: replay begins", self._task)
+            return False
+        if tup.component not in self._replay_sources:
+            return True
+        return replay.admit(f"{tup.component}:{tup.task}", tup.values[0])
+
+    def replay_done(self) -> None:
+        """After an admitted input was fully handled (its emits sent)."""
+        if self.replay is not None:
+            self.replay.processed(self._replay_counters, self.replay_state)
+
+    def replay_state(self) -> Mapping[str, Any]:
+        """What else of this bolt's is a function of its inputs, to resume from
+        (``resumed_state`` after a restart); override it. JSON-able."""
+        return {}
+
+    def replay_tick(self) -> None:
+        """Publish the newest durable restart point (never blocks)."""
+        if self.replay is not None:
+            self._restart_points.offer(self.replay.durable())
+
+    def replay_health(self) -> dict[str, Any] | None:
+        """Inputs dropped as replays, restart points written, whether it waits."""
+        if self.replay is None:
+            return None
+        return {
+            "dropped": self.replay.dropped,
+            "restart_points_written": self._restart_points.writes,
+            "awaiting_rewind": self.replay.awaiting is not None,
+        }
+
+    def _replay_counters(self) -> dict[str, dict[int, int]]:
+        return {op: e.counters.of_source(e.source) for op, e in self.emitters.items()}
 
     def emit_keyed(
         self,
@@ -244,7 +318,11 @@ class KeyedEmitting(_Sending):
     def receive_elastorm(self, tup) -> list[Action]:
         """Handle one ``elastorm`` tuple; returns the non-``Send`` actions (rejections)."""
         sender, message = self.sender_of(tup), from_wire(tup.values[0])
-        actions = self._emitter_for(sender, message).receive(sender, message)
+        emitter = self._emitter_for(sender, message)
+        actions = emitter.receive(sender, message)
+        if self.replay is not None and isinstance(message, Trim):
+            op = next(op for op, e in self.emitters.items() if e is emitter)
+            self.replay.trimmed(op, message.key_group, message.watermarks.get(emitter.source, 0))
         rest = []
         for action in actions:
             if isinstance(action, Send):

@@ -126,6 +126,14 @@ class ZnodeLayout:
         name = check_name(f"{component}-{task_name(task_id)}", "component")
         return f"{self.base}/incarnations/{name}"
 
+    def restart_point(self, component: str, task_id: int) -> str:
+        """An emitter's durable restart point (``elastorm.core.replay``)."""
+        return f"{self.base}/restart/{check_name(component, 'component')}-{task_name(task_id)}"
+
+    def rewinds(self, source: str) -> str:
+        """Restarted emitters' rewind requests to the replayable ``source`` component."""
+        return f"{self.base}/rewinds/{check_name(source, 'component')}"
+
     def fence(self, component: str, task_id: int) -> str:
         name = check_name(f"{component}-{task_name(task_id)}", "component")
         return f"{self.base}/fences/{name}"
