@@ -379,3 +379,51 @@ def test_adaptation_sees_only_the_bound_nodes_and_waits_for_a_rescale() -> None:
     assert not loop.rescaling
     loop.rescale(_records(), NodeState(active=frozenset({"node0", "node1", "node2"})), 1.0, limit=1)
     assert loop.rescaling  # node2 joins: adaptation waits
+
+
+def _hint_view(cpu: dict[str, float], queue: float, owners: dict[int, str]) -> ClusterView:
+    return ClusterView(
+        nodes=[NodeInfo(node_id=n, cpu=c, queue_length=queue) for n, c in cpu.items()],
+        key_groups=[
+            KeyGroupInfo(key_group=KeyGroupId("op", g), owner=o, load=0.1)
+            for g, o in owners.items()
+        ],
+    )
+
+
+def test_scale_hint_wants_a_node_only_when_overload_cannot_be_shed_and_fewer_when_emptied() -> None:
+    from elastorm.controller.adaptation import Thresholds
+    from elastorm.controller.scaling import scale_hint
+
+    th = Thresholds()
+    active = frozenset({"node0", "node1"})
+    hot = _hint_view({"node0": 0.95, "node1": 0.9}, 500, {0: "node0", 1: "node1"})
+    assert scale_hint(hot, (), th, active) == 3
+    shed = (_move(0, "node0", "node1"), _move(1, "node1", "node0"))
+    assert scale_hint(hot, shed, th, active) is None  # the adaptation relieves them itself
+    cool = _hint_view({"node0": 0.2, "node1": 0.1, "node2": 0.0}, 0, {0: "node0", 1: "node1"})
+    three = frozenset({"node0", "node1", "node2"})
+    assert scale_hint(cool, (), th, three) == 2  # node2 was emptied by the scale-in
+    assert scale_hint(cool, (), th, three, joining=frozenset({"node2"})) is None
+    assert scale_hint(cool, (), th, active) is None
+
+
+def test_autoscaler_acts_on_a_hint_that_holds_and_not_more_often_than_the_cooldown() -> None:
+    from elastorm.runtime.errors import UserError
+    from elastorm.runtime.scale import Autoscaler, Progress
+
+    def p(want, binding=("s0", "s1", None), **busy) -> Progress:
+        return Progress(binding=binding, owned={}, draining=(), moving=0, want=want, **busy)
+
+    scaler = Autoscaler(low=2, high=3, hold=10, cooldown=60)
+    assert scaler.decide(p(3), 0) is None  # not held yet
+    assert scaler.decide(p(None), 5) is None  # the wish went away: the hold restarts
+    assert scaler.decide(p(3), 6) is None
+    assert scaler.decide(p(3, pending=2), 20) is None  # a rescale is under way
+    assert scaler.decide(p(3), 20) == 3
+    three = ("s0", "s1", "s2")
+    assert scaler.decide(p(5, three), 40) is None  # cooldown, and clamped to --max anyway
+    assert scaler.decide(p(1, three), 90) is None  # held from 90
+    assert scaler.decide(p(1, three), 101) == 2  # clamped to --min
+    with pytest.raises(UserError):
+        Autoscaler(low=3, high=2)

@@ -280,7 +280,7 @@ class MigrationControllerBolt(_Sending, Bolt):
             )
         for send in self.runtime.order(list(rnd.sends)):
             self.send(send)
-        self.nodes.publish(self.loop.joining, rnd.step.pending)
+        self.nodes.publish(self.loop.joining, rnd.step.pending, self.loop.scale_hint)
         for node in rnd.step.released:
             try:
                 self.nodes.release(node)

@@ -69,6 +69,7 @@ from elastorm.controller.scaling import (
     RescaleView,
     concurrent_moves,
     plan_rescale,
+    scale_hint,
 )
 from elastorm.core.actions import MigrationDone, Send
 from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
@@ -468,6 +469,8 @@ class ControllerLoop:
         self._rescale_pending = 0
         # The scheduler's bound nodes (set by ``rescale``); None: not elastically scheduled.
         self.node_state: NodeState | None = None
+        # Nodes the adaptation manager wants (``scaling.scale_hint``), for the autoscaler.
+        self.scale_hint: int | None = None
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -505,9 +508,16 @@ class ControllerLoop:
             self.usable_samples.append((now, usable))
         moves, refused = [], []
         if self.settings.adapt and self.warm(now) and not self.rescaling:
-            planned, state = plan_adaptation(
-                bound_view(view, self.node_state), self.settings.thresholds, self.adaptation
-            )
+            bound = bound_view(view, self.node_state)
+            planned, state = plan_adaptation(bound, self.settings.thresholds, self.adaptation)
+            if self.node_state is not None:
+                self.scale_hint = scale_hint(
+                    bound,
+                    planned,
+                    self.settings.thresholds,
+                    self.node_state.active,
+                    frozenset(self._joining),
+                )
             waiting = []
             for move in planned:
                 if self._wait_for_checkpoint(move, now):

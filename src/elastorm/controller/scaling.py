@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.adaptation import Move, MoveReason, Protocol, Thresholds, is_overloaded
 from elastorm.controller.model import ClusterView, ControllerModelError, KeyGroupId, NodeId
 
 
@@ -423,3 +423,40 @@ def concurrent_moves(
         taken |= ends
         chosen.append(move)
     return tuple(chosen)
+
+
+def scale_hint(
+    view: ClusterView,
+    planned: Sequence[Move],
+    thresholds: Thresholds,
+    active: frozenset[NodeId],
+    joining: frozenset[NodeId] = frozenset(),
+) -> int | None:
+    """How many nodes the adaptation manager wants, when that is not how many it has
+    (Kumbhare et al. 2015, section VI, through provisioning): one more when an active
+    node is overloaded and this round's ``planned`` moves relieve it of nothing (no
+    active node can take load and no bound node is idle); fewer when, with no node
+    overloaded, active nodes other than ``node0`` own nothing (the adaptation's
+    scale-in emptied them; a joining node is not counted). None otherwise. The
+    adaptation's own cooldowns and relief target are the first hysteresis; the
+    autoscaler adds a hold time before acting on a hint (``elastorm autoscale``).
+
+    >>> from elastorm.controller.model import KeyGroupInfo, NodeInfo
+    >>> view = ClusterView(
+    ...     nodes=[NodeInfo(node_id="node0", queue_length=500, cpu=0.95),
+    ...            NodeInfo(node_id="node1", queue_length=500, cpu=0.9)],
+    ...     key_groups=[KeyGroupInfo(key_group=KeyGroupId("op", 0), owner="node0"),
+    ...                 KeyGroupInfo(key_group=KeyGroupId("op", 1), owner="node1")])
+    >>> scale_hint(view, (), Thresholds(), frozenset({"node0", "node1"}))
+    3
+    """
+    relieved = {m.source for m in planned}
+    hot = [n for n in sorted(active) if is_overloaded(view, n, thresholds)]
+    if any(n not in relieved for n in hot):
+        return len(active) + 1
+    if hot:
+        return None
+    idle = [n for n in sorted(active) if n != "node0" and n not in joining and not view.owned_by(n)]
+    if idle and not planned:
+        return len(active) - len(idle)
+    return None

@@ -42,6 +42,12 @@ class Progress:
     moving: int
     joining: tuple[str, ...] = ()  # nodes the controller still gives key groups to
     pending: int = 0  # key groups the controller still has to move
+    want: int | None = None  # nodes the adaptation manager wants (scaling.scale_hint)
+
+    @property
+    def active(self) -> int:
+        """Bound nodes that are not draining."""
+        return sum(1 for n in self.binding if n is not None and n not in self.draining)
 
 
 def _checked(client: KazooClient, layout: ZnodeLayout):
@@ -87,6 +93,7 @@ def progress(client: KazooClient, layout: ZnodeLayout) -> Progress:
         moving=moving,
         joining=tuple(rescale.get("joining", ())),
         pending=int(rescale.get("pending", 0)),
+        want=rescale.get("want"),
     )
 
 
@@ -127,6 +134,36 @@ def apply_scale(
     update_node_set(client, layout, lambda _old: change.nodes)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Carried:
+    """A scale change carried out: when the node set was written, when the topology
+    settled (wall clock, s) and how it stood then."""
+
+    applied_at: float
+    settled_at: float
+    settled: Progress
+
+
+def carry_out(
+    client: KazooClient,
+    layout: ZnodeLayout,
+    change: ScaleChange,
+    provisioner: NodeProvisioner,
+    timeout: float,
+) -> Carried:
+    """Apply ``change``, wait until the wanted nodes own the key groups and nothing drains
+    or moves, then stop the drained nodes (``elastorm scale``, ``autoscale``, the
+    synthetic driver's scale steps)."""
+    apply_scale(client, layout, change, provisioner, timeout)
+    applied = time.time()
+    active = set(change.nodes.wanted or ()) - set(change.nodes.draining)
+    settled = wait_settled(client, layout, active, timeout)
+    at = time.time()
+    for name in change.drain:
+        provisioner.stop(name)
+    return Carried(applied_at=applied, settled_at=at, settled=settled)
+
+
 def request_drain(client: KazooClient, layout: ZnodeLayout, name: str) -> NodeSet:
     """Mark ``name`` draining (``UserError`` naming why it cannot be)."""
     binding = _checked(client, layout)
@@ -152,3 +189,38 @@ def wait_settled(
                 f"migrations in flight, {p.pending} key groups still to move"
             )
         time.sleep(0.5)
+
+
+@dataclass
+class Autoscaler:
+    """Acts on the controller's node-count hint with hysteresis: a hint must stay the
+    same for ``hold`` s, and ``cooldown`` s must have passed since the last change,
+    before the topology is scaled to it (clamped to ``low``..``high``); nothing while a
+    rescale is under way. Pure: :meth:`decide` takes the progress and the time."""
+
+    low: int
+    high: int
+    hold: float = 30.0
+    cooldown: float = 60.0
+    _hint: int | None = None
+    _since: float = 0.0
+    _last_change: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.low <= self.high:
+            raise UserError(f"need 1 <= --min ({self.low}) <= --max ({self.high})")
+
+    def decide(self, p: Progress, now: float) -> int | None:
+        """The node count to scale to now, or None."""
+        busy = p.draining or p.joining or p.moving or p.pending
+        if p.want != self._hint:
+            self._hint, self._since = p.want, now
+        if busy or p.want is None or now - self._since < self.hold:
+            return None
+        if now - self._last_change < self.cooldown:
+            return None
+        target = min(self.high, max(self.low, p.want))
+        if target == p.active:
+            return None
+        self._last_change = now
+        return target

@@ -10,9 +10,12 @@ from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import connect
 from elastorm.runtime.provision import provisioner
 from elastorm.runtime.scale import (
+    Autoscaler,
     Progress,
     apply_scale,
+    carry_out,
     plan_scale,
+    progress,
     request_drain,
     wait_settled,
 )
@@ -61,6 +64,48 @@ def register(subparsers) -> None:
     _common(drain)
     drain.set_defaults(func=_drain)
 
+    auto = subparsers.add_parser(
+        "autoscale",
+        help="scale a running elastic topology on its controller's thresholds",
+        description="Follow the node count the controller's adaptation manager wants "
+        "(elastorm.controller.adapt: a node overloaded with nowhere to shed load wants one "
+        "more node; nodes its scale-in emptied want fewer), with hysteresis: a wish must "
+        "hold --hold seconds and --cooldown seconds must pass between changes. Runs until "
+        "interrupted or --duration.",
+    )
+    auto.add_argument("--min", type=int, default=1, help="fewest nodes (default 1)")
+    auto.add_argument("--max", type=int, required=True, help="most nodes")
+    auto.add_argument("--hold", type=float, default=30.0, help="seconds a wish must hold")
+    auto.add_argument("--cooldown", type=float, default=60.0, help="seconds between changes")
+    auto.add_argument("--duration", type=float, default=None, help="stop after this long")
+    _common(auto)
+    auto.set_defaults(func=_autoscale)
+
+
+def _autoscale(args: argparse.Namespace) -> int:
+    cfg = load_config()
+    client = connect(args.zookeeper or f"127.0.0.1:{cfg.zookeeper_port}")
+    layout = ZnodeLayout(args.topology)
+    nodes = provisioner(args.provisioner, cfg)
+    scaler = Autoscaler(low=args.min, high=args.max, hold=args.hold, cooldown=args.cooldown)
+    began = time.monotonic()
+    try:
+        while args.duration is None or time.monotonic() - began < args.duration:
+            target = scaler.decide(progress(client, layout), time.monotonic())
+            if target is not None:
+                change = plan_scale(client, layout, target, nodes)
+                print(
+                    f"[{time.monotonic() - began:6.0f} s] scale to {target}: start "
+                    f"{list(change.start)}, drain {list(change.drain)}",
+                    flush=True,
+                )
+                carry_out(client, layout, change, nodes, args.timeout)
+            time.sleep(1.0)
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
 
 def _show(p: Progress, took: float) -> None:
     for name, ops in sorted(p.owned.items()):
@@ -81,15 +126,13 @@ def _scale(args: argparse.Namespace) -> int:
             f"scale {args.topology} to {args.nodes} nodes: start {list(change.start)}, "
             f"drain {list(change.drain)}"
         )
-        apply_scale(client, layout, change, nodes, args.timeout)
         if args.no_wait:
+            apply_scale(client, layout, change, nodes, args.timeout)
             return 0
-        active = set(change.nodes.wanted or ()) - set(change.nodes.draining)
-        p = wait_settled(client, layout, active, args.timeout)
+        done = carry_out(client, layout, change, nodes, args.timeout)
         for name in change.drain:
-            nodes.stop(name)
             print(f"stopped {name}")
-        _show(p, time.monotonic() - began)
+        _show(done.settled, time.monotonic() - began)
     finally:
         client.stop()
         client.close()

@@ -366,7 +366,7 @@ class SyntheticDriver:
     def _scale(self, step: Step, timeout: float) -> dict[str, Any]:
         """Scale to ``step.nodes`` and wait until exactly the wanted nodes own key groups;
         records the owners per node and Nimbus's executor assignments before and after."""
-        from elastorm.runtime.scale import apply_scale, plan_scale, wait_settled
+        from elastorm.runtime.scale import carry_out, plan_scale
         from elastorm.zk.layout import ZnodeLayout
 
         if self.provisioner is None:
@@ -375,14 +375,9 @@ class SyntheticDriver:
         before = self.assignments() if self.assignments else None
         submitted = time.time()
         change = plan_scale(self._client, layout, step.nodes, self.provisioner)
-        apply_scale(self._client, layout, change, self.provisioner, timeout)
-        started = time.time()
-        active = set(change.nodes.wanted or ()) - set(change.nodes.draining)
-        settled = wait_settled(self._client, layout, active, timeout)
-        done = time.time()
+        done = carry_out(self._client, layout, change, self.provisioner, timeout)
+        settled = done.settled
         owners = self._status(timeout=10)["owners"]
-        for name in change.drain:
-            self.provisioner.stop(name)
         if self.assignments:  # the scheduler re-places within nimbus.monitor.freq.secs
             time.sleep(12.0)
         return {
@@ -396,8 +391,8 @@ class SyntheticDriver:
             "owners": owners,  # key group -> task, when settled
             "binding": list(settled.binding),
             "submitted": submitted,
-            "started": started,
-            "done": done,
+            "started": done.applied_at,
+            "done": done.settled_at,
             "assignment_before": before,
             "assignment_after": self.assignments() if self.assignments else None,
             "load": os.getloadavg()[0],

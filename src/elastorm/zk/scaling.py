@@ -143,12 +143,13 @@ class NodeWatch:
             return None
         return NodeState(active=frozenset(active), draining=frozenset(draining))
 
-    def publish(self, joining: Iterable[NodeId], pending: int) -> None:
+    def publish(self, joining: Iterable[NodeId], pending: int, want: int | None) -> None:
         """Write the rescale's progress to ``controller/rescale`` when it changes:
         the joining nodes (by name) and the key groups still to move (``elastorm scale``
-        waits for both to be empty). Never blocks a tick for long: errors are logged."""
+        waits for both to be empty), and the node count the adaptation manager wants
+        (``elastorm autoscale`` acts on it). Errors are logged, never raised."""
         names = sorted(self.binding.name_of(n) or n for n in joining)
-        data = json.dumps({"joining": names, "pending": pending}).encode()
+        data = json.dumps({"joining": names, "pending": pending, "want": want}).encode()
         if data == self._published:
             return
         try:
