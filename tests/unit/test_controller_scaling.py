@@ -3,6 +3,7 @@ rescale round: node sets, the planner's convergence (seeded), bounded disjoint m
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -427,3 +428,57 @@ def test_autoscaler_acts_on_a_hint_that_holds_and_not_more_often_than_the_cooldo
     assert scaler.decide(p(1, three), 101) == 2  # clamped to --min
     with pytest.raises(UserError):
         Autoscaler(low=3, high=2)
+
+
+class _FakeZk:
+    """The few kazoo calls ``runtime.scale`` makes, over a dict of znodes."""
+
+    def __init__(self, data: dict[str, bytes]) -> None:
+        self.data = data
+
+    def exists(self, path: str):
+        return path in self.data or None
+
+    def get(self, path: str):
+        from kazoo.exceptions import NoNodeError
+
+        if path not in self.data:
+            raise NoNodeError(path)
+        return self.data[path], None
+
+
+def test_plan_scale_checks_the_node_count_before_asking_the_provisioner() -> None:
+    from elastorm.runtime.errors import UserError
+    from elastorm.runtime.scale import plan_scale
+    from elastorm.zk.layout import ZnodeLayout
+
+    layout = ZnodeLayout("t")
+    zk = _FakeZk(
+        {
+            layout.leader: b"c",
+            layout.scheduler_placement: json.dumps(
+                {"binding": ["supervisor-0", "supervisor-1", None, None]}
+            ).encode(),
+        }
+    )
+
+    class Provisioner:
+        asked: list[int] = []
+
+        def live(self):
+            return ("supervisor-0", "supervisor-1")
+
+        def spare(self, count: int):
+            self.asked.append(count)
+            return tuple(f"supervisor-{2 + i}" for i in range(count))
+
+    prov = Provisioner()
+    with pytest.raises(UserError, match=r"1\.\.4 nodes"):
+        plan_scale(zk, layout, 9, prov)  # type: ignore[arg-type]
+    assert prov.asked == []
+    change = plan_scale(zk, layout, 3, prov)  # type: ignore[arg-type]
+    assert change.start == ("supervisor-2",) and prov.asked == [1]
+    with pytest.raises(UserError, match="has not placed"):
+        plan_scale(_FakeZk({layout.leader: b"c"}), layout, 3, prov)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="controller of t is not running"):
+        plan_scale(_FakeZk({}), layout, 3, prov)  # type: ignore[arg-type]

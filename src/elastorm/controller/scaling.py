@@ -119,6 +119,17 @@ def active_names(nodes: NodeSet, binding: Binding) -> tuple[str, ...]:
     return tuple(n for n in binding.bound if n not in nodes.draining)
 
 
+def check_target(target: int, binding: Binding) -> None:
+    """``ScalingError`` unless ``1 <= target <=`` the number of logical nodes (the keyed
+    operators' task count, fixed at submit)."""
+    limit = len(binding.nodes)
+    if not 1 <= target <= limit:
+        raise ScalingError(
+            f"--nodes {target}: the topology has {limit} tasks per keyed operator, so 1..{limit} "
+            "nodes (the task count is fixed at submit)"
+        )
+
+
 def scale_to(
     target: int, *, nodes: NodeSet, binding: Binding, live: Iterable[str], spare: Sequence[str]
 ) -> ScaleChange:
@@ -136,12 +147,7 @@ def scale_to(
     >>> scale_to(1, nodes=NodeSet(), binding=b, live=["s0", "s1"], spare=[]).drain
     ('s1',)
     """
-    limit = len(binding.nodes)
-    if not 1 <= target <= limit:
-        raise ScalingError(
-            f"--nodes {target}: the topology has {limit} tasks per keyed operator, so 1..{limit} "
-            "nodes (the task count is fixed at submit)"
-        )
+    check_target(target, binding)
     active = list(active_names(nodes, binding))
     draining = set(nodes.draining)
     start: list[str] = []

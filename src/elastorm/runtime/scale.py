@@ -20,6 +20,7 @@ from elastorm.controller.scaling import (
     ScaleChange,
     ScalingError,
     active_names,
+    check_target,
     drain,
     logical_node,
     scale_to,
@@ -111,9 +112,10 @@ def plan_scale(
     """The change ``--nodes`` asks for (nothing started or written yet)."""
     binding = _checked(client, layout)
     current = read_node_set(client, layout)
-    live = provisioner.live()
-    need = max(0, nodes - len(active_names(current, binding)))
     try:
+        check_target(nodes, binding)  # before asking the provisioner for spare nodes
+        live = provisioner.live()
+        need = max(0, nodes - len(active_names(current, binding)))
         return scale_to(
             nodes, nodes=current, binding=binding, live=live, spare=provisioner.spare(need)
         )
