@@ -505,6 +505,12 @@ class TopologyConfig(Section):
         "after this long an unfinished migration or restore is reported stuck",
         check=above(0),
     )  # fmt: skip
+    max_buffered: int = option(
+        "elastorm.max_buffered", INT, 200_000,
+        "tuples an emitter keeps for replay before it slows down (Storm's backpressure "
+        "then holds its input) until a checkpoint trims them; 0: no bound",
+        check=at_least(0),
+    )  # fmt: skip
     stall_secs: float = option(
         "elastorm.stall_secs", FLOAT, 30.0,
         "after this long, tuples parked behind a sequence that never came are reported",

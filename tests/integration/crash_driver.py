@@ -167,10 +167,10 @@ class NodeLossDriver(ElasticCrashDriver):
     per group: losing an owner and its holder together loses that group's state, which
     the fault zones of the placement are there to prevent). Each round records, from
     the kill: ``detected`` (the controller's status lists them lost), ``restored`` (no
-    group owned by a dead task), ``progress`` (every restored group's new owner reports
-    a tuple rate for it: it applies new tuples) and, between rounds, ``back`` (Storm
-    restarted them and they joined again). Passes if every plane's totals still equal
-    pandas'.
+    group owned by a dead task, none still moving), ``progress`` (every restored group
+    has applied a tuple at its new owner, by the owner's own clock) and, between
+    rounds, ``back`` (Storm restarted them and they joined again). Passes if every
+    plane's totals still equal pandas'.
     """
 
     def __init__(
@@ -206,7 +206,7 @@ class NodeLossDriver(ElasticCrashDriver):
         for task in victims:
             pid = self._pid_of("sum_delays", task)
             pids += [_parent(pid), pid]
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         for pid in pids:
             os.kill(pid, 9)
         seen: dict[str, float] = {}
@@ -219,8 +219,10 @@ class NodeLossDriver(ElasticCrashDriver):
             if "restored" not in seen and not set(status["owners"]) & set(victims) and not moving:
                 seen["restored"] = now
                 seen.setdefault("detected", now)  # restored implies declared lost
-            if "restored" in seen and self._applying(status, owned):
-                seen["progress"] = now
+            if "restored" in seen:
+                progress = self._progress(status, owned, killed_wall)
+                if progress is not None:
+                    seen["progress"] = progress
             if now > self.migration_timeout:
                 raise UserError(f"tasks {victims}: not restored and applying after the kill")
             time.sleep(0.05)
@@ -246,26 +248,22 @@ class NodeLossDriver(ElasticCrashDriver):
             "epoch": status["epoch"],
         }
 
-    def _applying(self, status: dict[str, Any], groups: list[int]) -> bool:
-        """Every group in ``groups`` has a tuple rate in its owner's last heartbeat."""
-        from kazoo.exceptions import NoNodeError
-
-        from elastorm.zk.codec import decode_task
-        from elastorm.zk.layout import ZnodeLayout
-
-        layout = ZnodeLayout(self.topology)
-        rates: dict[int, dict[int, float]] = {}
+    def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
+        """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied
+        a tuple at its new owner after taking over (the owners' counts files say when);
+        None while one has not yet."""
+        latest = since
         for g in groups:
-            owner = status["owners"][g]
-            if owner not in rates:
-                try:
-                    record = decode_task(self._client.get(layout.task(owner))[0])
-                except NoNodeError:
-                    return False
-                rates[owner] = dict(record.heartbeat.input_rates)
-            if rates[owner].get(g, 0.0) <= 0.0:
-                return False
-        return True
+            path = os.path.join(self.output_dir, "counts", f"sum_delays-{status['owners'][g]}.json")
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    taken, first = json.load(fh)["extra"]["takeovers"][str(g)]
+            except (OSError, KeyError, ValueError):
+                return None
+            if taken < since:
+                return None  # an earlier takeover of the group
+            latest = max(latest, first)
+        return latest - since
 
     def _victims(self, status: dict[str, Any]) -> list[int]:
         """``lose`` tasks none of which holds the checkpoint of a group another owns."""
