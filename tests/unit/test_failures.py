@@ -78,7 +78,7 @@ class FakeRuntime:
     """What the bolt uses of ``ControllerRuntime``: decisions loaded, commands durable."""
 
     def __init__(self) -> None:
-        self.client = SimpleNamespace(connected=True)
+        self.client = SimpleNamespace(connected=True, DataWatch=lambda path, func: None)
         self.layout = ZnodeLayout("t")
         self.watcher = SimpleNamespace(events=[], poll_events=self._poll, live=dict)
 
