@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                     record = {
                         "commit": _commit(), "way": way, "lose": lose, "round": i,
                         "session_secs": args.session, "rate": args.rate, "ok": outcome.ok,
+                        "loadavg_1m_at_end": round(os.getloadavg()[0], 1),
                         **loss,
                     }  # fmt: skip
                     rounds.append(record)

@@ -107,7 +107,7 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
     def on_tick(self) -> None:
         super().on_tick()
         self.replay_tick()
-        self.counters.extra["replay"] = self.replay_health()
+        self.counters.extra["emitter"] = self.emitter_health()
 
     def forward(self, values) -> None:
         """One emit for op2 and op3: the row carries op2's data message."""
@@ -184,3 +184,5 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.counters.extra["owned"] = list(self.coordinator.owned())
         self.counters.extra["held"] = sorted(self.coordinator.held)
         self.counters.extra["heartbeats"] = self.heartbeat_health()
+        # [took over at, first tuple applied at] (wall clock) per key group taken over
+        self.counters.extra["takeovers"] = {str(g): list(t) for g, t in self.takeovers.items()}

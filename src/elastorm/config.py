@@ -451,6 +451,17 @@ class ControllerConfig(Section):
         p + "max_moves", INT, 16, "migrations planned per round at most", check=at_least(0)
     )
     scale_in: bool = option(p + "scale_in", BOOL, True, "empty under-loaded nodes")
+    max_concurrent_migrations: int = option(
+        p + "max_concurrent_migrations", INT, 4,
+        "migrations a rescale runs at once (never two sharing a source or target task)",
+        check=at_least(1),
+    )  # fmt: skip
+    join_settle_secs: float = option(
+        p + "join_settle_secs", FLOAT, 15.0,
+        "seconds after the scheduler binds a node before key groups move onto it "
+        "(its tasks restart in their new worker)",
+        check=at_least(0),
+    )  # fmt: skip
 
     def validate(self) -> None:
         if not self.cpu_low < self.cpu_high:
@@ -494,6 +505,12 @@ class TopologyConfig(Section):
         "after this long an unfinished migration or restore is reported stuck",
         check=above(0),
     )  # fmt: skip
+    max_buffered: int = option(
+        "elastorm.max_buffered", INT, 200_000,
+        "tuples an emitter keeps for replay before it slows down (Storm's backpressure "
+        "then holds its input) until a checkpoint trims them; 0: no bound",
+        check=at_least(0),
+    )  # fmt: skip
     stall_secs: float = option(
         "elastorm.stall_secs", FLOAT, 30.0,
         "after this long, tuples parked behind a sequence that never came are reported",
@@ -508,6 +525,11 @@ class TopologyConfig(Section):
         "elastorm.external_load", NODE_SHARES, {},
         "background CPU share per node, added to its measured CPU",
         check=shares_below_one(),
+    )  # fmt: skip
+    elastic_scheduling: bool = option(
+        "elastorm.elastic_scheduling", BOOL, True,
+        "place the keyed operators with elastorm's scheduler (one task per node); false: "
+        "Storm's default scheduler",
     )  # fmt: skip
     heartbeats: bool = option(
         "elastorm.heartbeats", BOOL, True, "keyed tasks publish heartbeats to ZooKeeper"

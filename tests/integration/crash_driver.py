@@ -167,10 +167,10 @@ class NodeLossDriver(ElasticCrashDriver):
     per group: losing an owner and its holder together loses that group's state, which
     the fault zones of the placement are there to prevent). Each round records, from
     the kill: ``detected`` (the controller's status lists them lost), ``restored`` (no
-    group owned by a dead task), ``progress`` (every restored group's new owner reports
-    a tuple rate for it: it applies new tuples) and, between rounds, ``back`` (Storm
-    restarted them and they joined again). Passes if every plane's totals still equal
-    pandas'.
+    group owned by a dead task, none still moving), ``progress`` (every restored group
+    has applied a tuple at its new owner, by the owner's own clock) and, between
+    rounds, ``back`` (Storm restarted them and they joined again). Passes if every
+    plane's totals still equal pandas'.
     """
 
     def __init__(
@@ -194,13 +194,23 @@ class NodeLossDriver(ElasticCrashDriver):
         if self._client is None:
             self._client = connect(self.zk_hosts)
         status = wait_for_status(self._client, self.topology, "sum_delays", 60)
-        victims = self._victims(status)
+        calm = time.monotonic() + self.migration_timeout
+        # No kill while a restore is in flight (it still needs its source's checkpoint)
+        # or before the victims' groups have their newest checkpoint on a survivor.
+        while status["moving"] or not (victims := self._victims(status)):
+            if time.monotonic() > calm:
+                raise UserError(
+                    f"no {self.lose} tasks to kill: groups {status['moving']} moving, or "
+                    "no tasks whose groups' newest checkpoints are all elsewhere"
+                )
+            time.sleep(0.1)
+            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
         owned = [g for g, o in enumerate(status["owners"]) if o in victims]
         pids = []
         for task in victims:
             pid = self._pid_of("sum_delays", task)
             pids += [_parent(pid), pid]
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         for pid in pids:
             os.kill(pid, 9)
         seen: dict[str, float] = {}
@@ -209,11 +219,14 @@ class NodeLossDriver(ElasticCrashDriver):
             now = time.monotonic() - killed_at
             if "detected" not in seen and set(victims) <= set(status.get("lost", ())):
                 seen["detected"] = now
-            if "restored" not in seen and not set(status["owners"]) & set(victims):
+            moving = set(status["moving"]) & set(owned)
+            if "restored" not in seen and not set(status["owners"]) & set(victims) and not moving:
                 seen["restored"] = now
                 seen.setdefault("detected", now)  # restored implies declared lost
-            if "restored" in seen and self._applying(status, owned):
-                seen["progress"] = now
+            if "restored" in seen:
+                progress = self._progress(status, owned, killed_wall)
+                if progress is not None:
+                    seen["progress"] = progress
             if now > self.migration_timeout:
                 raise UserError(f"tasks {victims}: not restored and applying after the kill")
             time.sleep(0.05)
@@ -239,36 +252,35 @@ class NodeLossDriver(ElasticCrashDriver):
             "epoch": status["epoch"],
         }
 
-    def _applying(self, status: dict[str, Any], groups: list[int]) -> bool:
-        """Every group in ``groups`` has a tuple rate in its owner's last heartbeat."""
-        from kazoo.exceptions import NoNodeError
-
-        from elastorm.zk.codec import decode_task
-        from elastorm.zk.layout import ZnodeLayout
-
-        layout = ZnodeLayout(self.topology)
-        rates: dict[int, dict[int, float]] = {}
+    def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
+        """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied
+        a tuple at its new owner after taking over (the owners' counts files say when);
+        None while one has not yet."""
+        latest = since
         for g in groups:
-            owner = status["owners"][g]
-            if owner not in rates:
-                try:
-                    record = decode_task(self._client.get(layout.task(owner))[0])
-                except NoNodeError:
-                    return False
-                rates[owner] = dict(record.heartbeat.input_rates)
-            if rates[owner].get(g, 0.0) <= 0.0:
-                return False
-        return True
+            path = os.path.join(self.output_dir, "counts", f"sum_delays-{status['owners'][g]}.json")
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    taken, first = json.load(fh)["extra"]["takeovers"][str(g)]
+            except (OSError, KeyError, ValueError):
+                return None
+            if taken < since:
+                return None  # an earlier takeover of the group
+            latest = max(latest, first)
+        return latest - since
 
     def _victims(self, status: dict[str, Any]) -> list[int]:
-        """``lose`` tasks none of which holds the checkpoint of a group another owns."""
+        """``lose`` tasks whose groups all have their newest checkpoint on a task outside
+        them (empty if there are none yet: just after a recovery, the re-placed holders
+        still wait for their first checkpoint)."""
         import itertools
 
-        owners, holders = status["owners"], status["holders"]
+        owners, holders, newest = status["owners"], status["holders"], status["assisted"]
         for combo in itertools.combinations(sorted(set(owners)), self.lose):
-            if all(holders[g] not in combo for g, o in enumerate(owners) if o in combo):
+            mine = [g for g, o in enumerate(owners) if o in combo]
+            if all(holders[g] not in combo and newest[g] for g in mine):
                 return list(combo)
-        raise UserError(f"no {self.lose} tasks whose groups' checkpoints are all elsewhere")
+        return []
 
     def outcome(self, output_dir: str) -> Outcome:
         out = super().outcome(output_dir)

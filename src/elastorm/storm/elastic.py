@@ -47,7 +47,9 @@ from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.actions import (
     Action,
     Applied,
+    MigrationDone,
     Rejected,
+    Role,
     Send,
     TaskStarted,
     TuplesStalled,
@@ -77,6 +79,7 @@ MESSAGE_FIELDS = ["message", "sender"]
 RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
 FENCED_EXIT = 75  # exit status of a keyed task that found itself declared lost
+HOLD_BACK_SECS = 0.001  # an emitter's pause per tuple while its output buffer is full
 
 CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
 RELAY_COMPONENT = "relay"
@@ -214,6 +217,9 @@ class KeyedEmitting(_Sending):
             source = emitter.source
             emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
         self.emitter = self.emitters[operators[0]]
+        self._max_buffered = config.max_buffered
+        self._holding = False
+        self.held_back = 0  # tuples after which this emitter slowed down (buffer full)
         self.replay: ReplayTracker | None = None
         self.resumed_state = point.state  # the bolt's own part of its restart point
         if start is not None:
@@ -262,15 +268,37 @@ class KeyedEmitting(_Sending):
         if self.replay is not None:
             self._restart_points.offer(self.replay.durable())
 
-    def replay_health(self) -> dict[str, Any] | None:
-        """Inputs dropped as replays, restart points written, whether it waits."""
-        if self.replay is None:
-            return None
-        return {
-            "dropped": self.replay.dropped,
-            "restart_points_written": self._restart_points.writes,
-            "awaiting_rewind": self.replay.awaiting is not None,
+    def _hold_back(self, emitter: Emitter) -> None:
+        """Backpressure: the output buffer is full (no checkpoint has trimmed it), so
+        slow down; Storm's backpressure then holds this bolt's input. Trims still
+        arrive between the tuples and free the buffer."""
+        if not self._holding:
+            self._holding = True
+            log.error(
+                "emitter task %s: %d tuples wait for a checkpoint to trim them (bound %d, "
+                "elastorm.max_buffered): slowing down until one does",
+                self._task, len(emitter.buffer), self._max_buffered,
+            )  # fmt: skip
+        self.held_back += 1
+        self.hold_back_sleep(HOLD_BACK_SECS)
+
+    hold_back_sleep = staticmethod(time.sleep)
+
+    def emitter_health(self) -> dict[str, Any]:
+        """Tuples buffered for replay, how often it slowed down for a full buffer and,
+        behind a replayable spout, inputs dropped as replays, restart points written
+        and whether it waits for a rewind."""
+        health: dict[str, Any] = {
+            "buffered": sum(len(e.buffer) for e in self.emitters.values()),
+            "held_back": self.held_back,
         }
+        if self.replay is not None:
+            health |= {
+                "replay_dropped": self.replay.dropped,
+                "restart_points_written": self._restart_points.writes,
+                "awaiting_rewind": self.replay.awaiting is not None,
+            }
+        return health
 
     def _replay_counters(self) -> dict[str, dict[int, int]]:
         return {op: e.counters.of_source(e.source) for op, e in self.emitters.items()}
@@ -293,6 +321,11 @@ class KeyedEmitting(_Sending):
         target's) goes on ``elastorm`` as usual.
         """
         emitter = self.emitter if operator is None else self.emitters[operator]
+        if self._max_buffered and len(emitter.buffer) >= self._max_buffered:
+            self._hold_back(emitter)
+        elif self._holding:
+            self._holding = False
+            log.warning("emitter task %s: output buffer below its bound again", self._task)
         actions = emitter.emit(key, value, ts)
         if carry is not None:
             first = actions[0]
@@ -383,6 +416,10 @@ class KeyedOperator(_Sending):
         if config.heartbeats:
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
         self._last_heartbeat = None
+        # Key groups this task took over: when (wall clock), and when it first applied a
+        # tuple of each afterwards (how long the group's output stopped, seen from here).
+        self._taking: dict[int, float] = {}
+        self.takeovers: dict[int, tuple[float, float]] = {}
 
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
@@ -469,6 +506,9 @@ class KeyedOperator(_Sending):
                 self.send(action)
             elif isinstance(action, Applied):
                 self.load_meter.applied(action.key_group, action.item.ts)
+                if self._taking and action.key_group in self._taking:
+                    taken = self._taking.pop(action.key_group)
+                    self.takeovers[action.key_group] = (taken, time.time())
                 self.on_applied(action)
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
@@ -483,6 +523,8 @@ class KeyedOperator(_Sending):
                         action.seconds,
                         action.awaited,
                     )
+                if isinstance(action, MigrationDone) and action.role is Role.TARGET:
+                    self._taking[action.key_group] = time.time()
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
 
