@@ -93,6 +93,14 @@ def _node_shares(raw: Any) -> dict[str, float]:
     return {str(node): _float(share) for node, share in raw.items()}
 
 
+def _node_zones(raw: Any) -> dict[str, str]:
+    if isinstance(raw, str):  # Storm may hand a map over as JSON text
+        raw = json.loads(raw)
+    if not isinstance(raw, Mapping):
+        raise TypeError
+    return {_str(node): _str(zone) for node, zone in raw.items()}
+
+
 def _node_lists(raw: Any) -> dict[str, tuple[int, ...]]:
     if not isinstance(raw, Mapping):
         raise TypeError
@@ -123,6 +131,7 @@ BOOL = Kind("true/false", _bool)
 STR = Kind("string", _str)
 NODE_SHARES = Kind("{node: share}", _node_shares)
 NODE_LISTS = Kind("{operator: [node index, ...]}", _node_lists)
+NODE_ZONES = Kind("{node: zone}", _node_zones)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
 EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
 
@@ -525,6 +534,11 @@ class TopologyConfig(Section):
         "elastorm.external_load", NODE_SHARES, {},
         "background CPU share per node, added to its measured CPU",
         check=shares_below_one(),
+    )  # fmt: skip
+    fault_zones: Mapping[str, str] = option(
+        "elastorm.fault_zones", NODE_ZONES, {},
+        "fault zone per logical node (`node0`, ...): no key group's checkpoint is held "
+        "in its owner's zone; a node not named is a zone of its own (one per supervisor)",
     )  # fmt: skip
     elastic_scheduling: bool = option(
         "elastorm.elastic_scheduling", BOOL, True,

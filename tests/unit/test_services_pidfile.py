@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,10 @@ def cfg(tmp_path: Path):
 def nimbus_like():
     """A live process whose command line carries ``-Ddaemon.name=nimbus``, as the JVM's does."""
     proc = subprocess.Popen([sys.executable, "-c", SLEEP, "-Ddaemon.name=nimbus"])
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{proc.pid}/cmdline").read_bytes():  # until its exec is done
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     yield proc.pid
     proc.kill()
     proc.wait()

@@ -39,6 +39,7 @@ from elastorm.storm.elastic import (
     _Sending,
     initial_routing,
     operators_of,
+    task_zones,
     tasks_of,
 )
 from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence
@@ -82,6 +83,7 @@ class MigrationControllerBolt(_Sending, Bolt):
                 tasks=tasks,
                 emitters=tasks_of(context, operators[op]),
                 routing=initial_routing(config, op, tasks),
+                zones=task_zones(config, tasks),
             )
             for op, tasks in self.operator_tasks.items()
         }

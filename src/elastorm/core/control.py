@@ -27,7 +27,7 @@ rules below are written once:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
@@ -42,14 +42,30 @@ def next_task(tasks: Iterable[int], task: int, skip: Iterable[int] = ()) -> int:
     return min(others, key=lambda t: (t < task, t))
 
 
-def initial_holders(routing: RoutingTable, tasks: Iterable[int]) -> dict[int, int]:
-    """Where each key group checkpoints at start: the next task after its owner.
+def initial_holders(
+    routing: RoutingTable, tasks: Iterable[int], zones: Sequence[str] | None = None
+) -> dict[int, int]:
+    """Where each key group checkpoints at start: the next task after its owner that is
+    outside the owner's fault zone.
 
-    Every task of a keyed operator computes this on its own at start, as does
-    the controller, so no message is needed before the first checkpoint.
+    ``zones[i]`` is the zone of the ``i``-th task by id (``None``: each task is a zone of
+    its own); if every other task shares the owner's zone, the next task is taken. Every
+    task of a keyed operator computes this on its own at start, as does the controller,
+    so no message is needed before the first checkpoint. O(K x tasks).
+
+    >>> initial_holders(RoutingTable.round_robin(3, [7, 8, 9]), [7, 8, 9], ["a", "a", "b"])
+    {0: 9, 1: 9, 2: 7}
     """
     ordered = sorted(set(tasks))
-    return {g: next_task(ordered, routing.owner(g)) for g in range(routing.num_key_groups)}
+    zone = dict(zip(ordered, zones, strict=True)) if zones is not None else {}
+    holders = {}
+    for g in range(routing.num_key_groups):
+        owner = routing.owner(g)
+        same = [t for t in ordered if t != owner and zone.get(t, t) == zone.get(owner, owner)]
+        if len(same) == len(ordered) - 1:
+            same = []  # one zone only: the zone rule cannot hold, keep a copy anyway
+        holders[g] = next_task(ordered, owner, skip=same)
+    return holders
 
 
 class MigrationRefused(ValueError):
@@ -118,7 +134,7 @@ class MigrationController:
     """Controller of one keyed operator on ``tasks`` fed by ``emitters``.
 
     ``routing`` defaults to round robin; each group's holder starts as the next
-    task after its owner.
+    task after its owner outside its fault zone (``zones``, see :func:`initial_holders`).
     """
 
     def __init__(
@@ -128,6 +144,7 @@ class MigrationController:
         tasks: Iterable[int],
         emitters: Iterable[int],
         routing: RoutingTable | None = None,
+        zones: Sequence[str] | None = None,
     ) -> None:
         self.tasks = sorted(set(tasks))
         if len(self.tasks) < 2:
@@ -136,7 +153,7 @@ class MigrationController:
         self.num_key_groups = num_key_groups
         self.routing = routing or RoutingTable.round_robin(num_key_groups, self.tasks)
         self.epoch = self.routing.epoch
-        self.holders = initial_holders(self.routing, self.tasks)
+        self.holders = initial_holders(self.routing, self.tasks, zones)
         self.moving: dict[int, Moving] = {}
         self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
         self.stats: Counter[str] = Counter()

@@ -175,6 +175,15 @@ def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int])
     return RoutingTable.round_robin(config.key_groups, chosen)
 
 
+def task_zones(config: TopologyConfig, tasks: Iterable[int]) -> list[str]:
+    """The fault zone of each task of a keyed operator, by id: node ``i``'s zone from
+    ``elastorm.fault_zones``, else the node itself (one zone per node)."""
+    from elastorm.controller.loop import node_name
+
+    names = [node_name(i) for i in range(len(set(tasks)))]
+    return [config.fault_zones.get(n, n) for n in names]
+
+
 class KeyedEmitting(_Sending):
     """Mixin for a spout or bolt that feeds keyed operators (those that name its
     component in ``elastorm.operators``).
@@ -387,7 +396,7 @@ class KeyedOperator(_Sending):
         tasks = tasks_of(context, component)
         config = TopologyConfig.from_conf(conf)
         routing = initial_routing(config, component, tasks)
-        holders = initial_holders(routing, tasks)
+        holders = initial_holders(routing, tasks, task_zones(config, tasks))
         incarnation, epoch = task_start(conf, component, task, component)
         self.incarnation = incarnation
         restarted = incarnation > 1
