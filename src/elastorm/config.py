@@ -423,6 +423,11 @@ class ControllerConfig(Section):
         "restore a lost task's key groups from their checkpoints as soon as it is declared "
         "lost; false: only once Storm restarts the task (Storm's way, slower)",
     )  # fmt: skip
+    liveness_connections: bool = option(
+        p + "liveness_connections", BOOL, True,
+        "keyed tasks hold a TCP connection to the controller, so a dead process is "
+        "declared lost in milliseconds; false: only by its ZooKeeper session timeout",
+    )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
     round_secs: float = option(
         p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)

@@ -68,6 +68,7 @@ from elastorm.storm.load import (
     LoadMeter,
     resident_bytes,
     start_heartbeats,
+    start_liveness,
 )
 from elastorm.storm.replay import REWIND_STREAM
 
@@ -424,6 +425,8 @@ class KeyedOperator(_Sending):
         self.heartbeats = None
         if config.heartbeats:
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
+        if self.heartbeats is not None and config.controller.liveness_connections:
+            start_liveness(self.heartbeats, task)
         self._last_heartbeat = None
         # Key groups this task took over: when (wall clock), and when it first applied a
         # tuple of each afterwards (how long the group's output stopped, seen from here).
