@@ -580,7 +580,8 @@ class TopologyConfig(Section):
     zookeeper_session_secs: float = option(
         "elastorm.zookeeper.session_secs", FLOAT, 4.0,
         "ZooKeeper session timeout of elastorm's clients: how long until a silent task "
-        "is declared lost (lower detects faster; too low declares a busy task lost)",
+        "(dead host, cut network; a dead process is found at once by its liveness "
+        "connection) is declared lost (too low declares a busy task lost)",
         check=at_least(1),
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
