@@ -11,7 +11,8 @@ rules below are written once:
 * CPA / CPAL only to the group's holder, and only if it reported
   (``CheckpointStored``) the group's newest checkpoint since the group last
   changed owner, else DIRECT (Madsen & Zhou 2015: the target must hold the newest
-  checkpoint);
+  checkpoint); the newest stays the newest when its holder dies, so an older copy
+  that survives never passes for it (buffers may be trimmed past that copy);
 * after a migration the old owner becomes the holder; after a restore, the next
   live task after the new owner does;
 * a crashed task restarts empty, with ``stale_through`` = the epoch at the crash;
@@ -156,6 +157,9 @@ class MigrationController:
         self.holders = initial_holders(self.routing, self.tasks, zones)
         self.moving: dict[int, Moving] = {}
         self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
+        # group -> newest checkpoint reported since it last changed owner, wherever it
+        # is now (its holder may have died since: the copy is then lost, not replaced)
+        self.newest: dict[int, CheckpointId] = {}
         self.stats: Counter[str] = Counter()
 
     def owner(self, key_group: int) -> int:
@@ -164,7 +168,10 @@ class MigrationController:
     # -- reports from the tasks ------------------------------------------------------
     def on_checkpoint_stored(self, task: int, report: CheckpointStored) -> None:
         """Task ``task`` now holds checkpoint ``report.checkpoint`` of its group."""
-        self.reports[report.key_group][task] = report.checkpoint
+        g = report.key_group
+        self.reports[g][task] = report.checkpoint
+        if g not in self.newest or report.checkpoint > self.newest[g]:
+            self.newest[g] = report.checkpoint
 
     def on_migration_done(self, done: MigrationDone) -> bool:
         """One end finished; True when the whole migration is complete."""
@@ -178,13 +185,25 @@ class MigrationController:
         return True
 
     def has_newest(self, task: int, key_group: int) -> bool:
-        """Whether ``task`` reported the newest checkpoint of ``key_group`` (and has
-        not since turned it into state or crashed)."""
-        reports = self.reports[key_group]
-        return task in reports and reports[task] == max(reports.values())
+        """Whether ``task`` reported the newest checkpoint of ``key_group`` since the
+        group last changed owner (and has not since turned it into state or crashed).
+
+        The newest of all reports, not of the surviving ones: when the task holding
+        the newest copy dies, no older copy becomes the newest, since the owner may
+        have trimmed the upstream buffers to the lost one.
+        """
+        newest = self.newest.get(key_group)
+        return newest is not None and self.reports[key_group].get(task) == newest
 
     def can_migrate(self, key_group: int) -> bool:
         return key_group not in self.moving
+
+    def _change_owner(self, key_group: int, owner: int) -> None:
+        """Route ``key_group`` to ``owner`` at the current epoch. A new lineage of
+        checkpoints starts: the old one's copies stop being bases for CPA."""
+        self.routing = self.routing.with_moves({key_group: owner}, epoch=self.epoch)
+        self.reports[key_group].clear()
+        self.newest.pop(key_group, None)
 
     # -- orders ----------------------------------------------------------------------
     def migrate(
@@ -216,9 +235,7 @@ class MigrationController:
         )
         recipients = [source] if protocol is Protocol.DIRECT else self.emitters
         sends = [Send(to_task=r, message=cmd) for r in recipients]
-        self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
-        # Ownership changes: copies of the old lineage stop being bases for CPA.
-        self.reports[g].clear()
+        self._change_owner(g, target)
         self.holders[g] = source
         sends.append(Send(to_task=target, message=SetHolder(key_group=g, holder=source)))
         self.moving[g] = Moving(
@@ -299,8 +316,7 @@ class MigrationController:
                 key_group=g, epoch=self.epoch, protocol=Protocol.RESTORE, source=None, target=target
             )
             sends += [Send(to_task=u, message=cmd) for u in self.emitters]
-            self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
-            self.reports[g].clear()
+            self._change_owner(g, target)
             self.moving[g] = Moving(
                 Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
             )
