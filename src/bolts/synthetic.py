@@ -27,7 +27,9 @@ For the rescale benchmark (``bench/rescale_bench.py``) it also records, for *eve
 key group, the 20 ms buckets in which it emitted an output and each output's latency
 (1 ms histogram per second of output time), appended to ``outputs-<task>.jsonl`` on
 ticks (:class:`OutputLog`): the longest gap in any key group's output and the
-latency percentiles are computed from them, across tasks, after the run.
+latency percentiles are computed from them, across tasks, after the run. When the
+control file names a ``savepoint`` directory, each counter task writes the key groups
+it owns there once (``elastorm.storm.savepoint``: the stop-and-resubmit way).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from elastorm.config import TopologyConfig
 from elastorm.core.actions import Applied
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.messages import Migrate
-from elastorm.core.state import fold
+from elastorm.core.state import Step, fold
 from elastorm.examples.options import SyntheticOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
@@ -57,6 +59,7 @@ from elastorm.storm.elastic import (
     KeyedOperator,
     from_wire,
 )
+from elastorm.storm.savepoint import write_savepoint
 from spouts.synthetic import read_control
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,25 @@ DATA_PREFIX = '{"type":"Data",'
 def add_count(current: int | None, value: list) -> int:
     """The counter's fold: ``value = [increment, spout stamp, emitter stamp]``."""
     return (current or 0) + value[0]
+
+
+def counting_step(work_us: float) -> Step:
+    """The counter's step: :func:`add_count`, after spinning ``work_us`` microseconds of
+    CPU (``elastorm.synthetic.work_us``: an operator whose cost grows with its input,
+    for the autoscaler's load ramp). Spent on every tuple folded in, replays and a
+    CPAL target's shadow processing included, as a real operator's work would be."""
+    if work_us <= 0:
+        return fold(add_count)
+    spin = work_us / 1e6
+    clock = time.thread_time  # CPU, not wall time: the cost holds on a crowded machine
+
+    def combine(current: int | None, value: list) -> int:
+        end = clock() + spin
+        while clock() < end:
+            pass
+        return add_count(current, value)
+
+    return fold(combine)
 
 
 def message_type(text: str) -> str:
@@ -115,16 +137,29 @@ OUTPUT_BUCKET_SECS = 0.02
 
 
 class OutputLog:
-    """Per key group, the ``OUTPUT_BUCKET_SECS`` buckets with an output; per second of
-    output time, a histogram of latencies in whole ms (module docstring)."""
+    """Per key group, the ``OUTPUT_BUCKET_SECS`` buckets with an output, each with the
+    earliest stamp bucket of the tuples output in it, and the stamp buckets of all of
+    them (the group's input, as it reached the sink); per second of output time, a
+    histogram of latencies in whole ms (module docstring).
+
+    Rows: ``{"out": [[group, bucket, earliest stamp bucket]], "in": [[group, stamp
+    bucket]], "lat": [[second, ms, count]]}``. The stamps say whether a silent group had
+    input waiting (``synthetic_driver.output_gaps``: its stall) or none to output.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.buckets: set[tuple[int, int]] = set()
+        self.buckets: dict[tuple[int, int], int] = {}
+        self.stamps: set[tuple[int, int]] = set()
         self.latency: dict[tuple[int, int], int] = {}
 
     def add(self, now: float, key_group: int, latency: float) -> None:
-        self.buckets.add((key_group, int(now / OUTPUT_BUCKET_SECS)))
+        slot = (key_group, int(now / OUTPUT_BUCKET_SECS))
+        stamp = int((now - latency) / OUTPUT_BUCKET_SECS)
+        earliest = self.buckets.get(slot)
+        if earliest is None or stamp < earliest:
+            self.buckets[slot] = stamp
+        self.stamps.add((key_group, stamp))
         slot = (int(now), int(latency * 1000))
         self.latency[slot] = self.latency.get(slot, 0) + 1
 
@@ -132,12 +167,13 @@ class OutputLog:
         if not self.buckets and not self.latency:
             return
         row = {
-            "out": sorted(self.buckets),
+            "out": [[g, b, sb] for (g, b), sb in sorted(self.buckets.items())],
+            "in": sorted(self.stamps),
             "lat": [[sec, ms, n] for (sec, ms), n in sorted(self.latency.items())],
         }
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
-        self.buckets, self.latency = set(), {}
+        self.buckets, self.stamps, self.latency = {}, set(), {}
 
 
 class CheckpointPlan:
@@ -253,8 +289,9 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         interval = TopologyConfig.from_conf(conf).checkpoint_interval_secs
         # The coordinator takes no checkpoints on its own: CheckpointPlan decides.
         no_ticks = {TopologyConfig.key("checkpoint_interval_secs"): 0}
-        self.setup_keyed({**conf, **no_ticks}, self.context, fold(add_count))
-        self.hot = SyntheticOptions.from_conf(conf).hot_group
+        options = SyntheticOptions.from_conf(conf)
+        self.setup_keyed({**conf, **no_ticks}, self.context, counting_step(options.work_us))
+        self.hot = options.hot_group
         self.plan = CheckpointPlan(self.hot, interval)
         self.hot_marker = f'"key_group":{self.hot},'
         self.latency = LatencyBuckets()
@@ -313,6 +350,10 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         extra["outputs_hot"] = self.outputs_hot
         extra["checkpoint_request_seen"] = self.plan.seen_request
         extra["heartbeats"] = self.heartbeat_health()
+        saving = control.get("savepoint")
+        if saving and extra.get("savepoint", {}).get("dir") != saving:  # once per request
+            groups = write_savepoint(saving, self.context["componentid"], coordinator)
+            extra["savepoint"] = {"dir": saving, "groups": groups}
         if control.get("final"):
             extra["state_total"] = sum(
                 sum(coordinator.state(g).items().values()) for g in coordinator.live()

@@ -164,6 +164,11 @@ class SyntheticOptions(Section):
     batch: int = option(
         "elastorm.synthetic.batch", INT, 20, "tuples the spout emits per call", check=at_least(0)
     )
+    work_us: float = option(
+        "elastorm.synthetic.work_us", FLOAT, 0.0,
+        "CPU microseconds the counter spends on each tuple (the operator's cost)",
+        check=at_least(0),
+    )  # fmt: skip
 
 
 #: Every example job's section: what ``check_conf`` accepts besides elastorm's own.
