@@ -109,6 +109,23 @@ def new_node_share_at(
     return None
 
 
+def moves(output_dir: str, start: float, end: float) -> list[dict[str, Any]]:
+    """The migrations the emitter saw in ``[start, end]``: key group, protocol, seconds
+    from ``start`` to its ``Migrate`` and to its ``ProcessedAllReplay`` (CPAL's target
+    caught up), from the emitter's ``events-*.jsonl``."""
+    by_epoch: dict[int, dict[str, Any]] = {}
+    for e in read_jsonl(os.path.join(output_dir, "events-*.jsonl")):
+        if "key_group" not in e or not start <= e["at"] <= end:
+            continue
+        m = by_epoch.setdefault(e["epoch"], {"key_group": e["key_group"], "epoch": e["epoch"]})
+        if e["type"] == "Migrate":
+            m |= {"protocol": e["protocol"], "migrate_s": round(e["at"] - start, 2)}
+            m["buffered"] = e["buffered"]
+        elif e["type"] == "ProcessedAllReplay":
+            m["caught_up_s"] = round(e["at"] - start, 2)
+    return sorted(by_epoch.values(), key=lambda m: m.get("migrate_s", 0.0))
+
+
 def measure(outcome, kind: str) -> dict[str, Any]:
     records = outcome.facts["records"]
     steady = next(r for r in records if r["kind"] == "idle")
@@ -132,6 +149,7 @@ def measure(outcome, kind: str) -> dict[str, Any]:
             out_dir, change["assignment_after"], new, start, start + change["wait"]
         )
     final = outcome.facts["final"]
+    secs, outputs, top = timeline(out_dir)
     return {
         "kind": kind,
         "window_s": [round(start, 3), round(end, 3)],
@@ -154,6 +172,12 @@ def measure(outcome, kind: str) -> dict[str, Any]:
         "load_avg_1min": [r["load"] for r in records if "load" in r],
         "emitted": final.get("emitted") if final else None,
         "state_total": final.get("state_total") if final else None,
+        "moves": moves(out_dir, start, end),
+        "timeline": [  # s from the request, outputs, highest latency (ms)
+            [t - int(start), n, ms]
+            for t, n, ms in zip(secs, outputs, top, strict=True)
+            if start - 60 <= t <= end + 30
+        ],
         "assignment_after": change["assignment_after"],
         "owned": change.get("owned"),
         "summary": outcome.summary,

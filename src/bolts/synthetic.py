@@ -20,8 +20,9 @@ group once when a task first owns it and then only when the driver asks (the
 ``checkpoint`` counter of the control file), so the driver decides how many of
 its tuples wait in the emitter's buffer (the replay size) when it migrates.
 
-Every non-data message of the hot group and every ``Migrate`` at the emitter is
-timed (``events-<task>.jsonl``): where a migration's time goes.
+Every non-data message of the hot group at the counter, and every ``Migrate``,
+``ProcessedAllReplay`` and ``ToStateAck`` at the emitter (of any key group), is timed
+(``events-<task>.jsonl``): where a migration's time goes.
 
 For the rescale benchmark (``bench/rescale_bench.py``) it also records, for *every*
 key group, the 20 ms buckets in which it emitted an output and each output's latency
@@ -245,8 +246,10 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
             return
         text = tup.values[0]
         kind = message_type(text)
+        # ToStateAck: the next chunk of a toState
+        timed = from_wire(text) if kind in ("Migrate", "ProcessedAllReplay", "ToStateAck") else None
         replayed = self.emitter.stats["replayed"]
-        buffered = self.emitter.buffer.size(self.hot)
+        buffered = self.emitter.buffer.size(timed.key_group) if timed else 0
         started = time.perf_counter()
         try:
             rest = self.receive_elastorm(tup)
@@ -257,19 +260,18 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
         ms = (time.perf_counter() - started) * 1000
         if rest:
             self.counters.error("rejected", len(rest))
-        if kind in ("Migrate", "ProcessedAllReplay", "ToStateAck"):  # ToStateAck: next chunk
-            message = from_wire(text)
-            if message.key_group == self.hot:
-                self.events.add(
-                    at=time.time(),
-                    type=kind,
-                    epoch=message.epoch,
-                    protocol=message.protocol.value if isinstance(message, Migrate) else None,
-                    buffered=buffered,
-                    replayed=self.emitter.stats["replayed"] - replayed,
-                    ms=round(ms, 3),
-                )
-                self.events.flush()
+        if timed is not None:
+            self.events.add(
+                at=time.time(),
+                type=kind,
+                key_group=timed.key_group,
+                epoch=timed.epoch,
+                protocol=timed.protocol.value if isinstance(timed, Migrate) else None,
+                buffered=buffered,
+                replayed=self.emitter.stats["replayed"] - replayed,
+                ms=round(ms, 3),
+            )
+            self.events.flush()
 
     def on_tick(self) -> None:
         self.counters.extra["buffer_hot"] = self.emitter.buffer.size(self.hot)
