@@ -76,7 +76,10 @@ KIND = {"elastorm": "scale", "rebalance": "rebalance", "resubmit": "resubmit"}
 
 
 def settings(way: str) -> Settings:
-    extra: dict[str, Any] = {"elastorm.initial_nodes": {"counter": [0, 1]}}
+    extra: dict[str, Any] = {
+        "elastorm.initial_nodes": {"counter": [0, 1]},
+        "elastorm.synthetic.hot_on_request": False,  # every group on the 5 s interval
+    }
     if way == "elastorm":
         extra["elastorm.controller.join_settle_secs"] = 8.0
     elif way == "rebalance":

@@ -182,26 +182,38 @@ class CheckpointPlan:
 
     Cold groups: when first owned, then every ``interval`` seconds (none if 0).
     The hot group: when first owned here, and whenever the driver's request
-    counter passes the last one this task saw while owning it.
+    counter passes the last one this task saw while owning it; or, with
+    ``hot_on_request`` False, like a cold group. Any group also when its holder
+    changed since its last checkpoint here: the new holder has no copy, and a
+    controller waits for one before a checkpoint-assisted move to it.
     """
 
-    def __init__(self, hot: int, interval: float) -> None:
-        self.hot = hot
+    def __init__(self, hot: int, interval: float, hot_on_request: bool = True) -> None:
+        self.hot = hot if hot_on_request else -1
         self.interval = interval
         self.last: dict[int, float] = {}
+        self.holder: dict[int, int | None] = {}
         self.seen_request = 0
 
-    def due(self, now: float, owned: Iterable[int], requested: int) -> list[int]:
+    def due(
+        self,
+        now: float,
+        owned: Iterable[int],
+        requested: int,
+        holders: Mapping[int, int | None] | None = None,
+    ) -> list[int]:
         groups = []
         for g in owned:
             last = self.last.get(g)
+            holder = holders.get(g) if holders is not None else None
             if g == self.hot:
                 take = last is None or requested > self.seen_request
             else:
                 take = last is None or (self.interval > 0 and now - last >= self.interval)
-            if take:
+            if take or (holders is not None and holder != self.holder.get(g, holder)):
                 groups.append(g)
                 self.last[g] = now
+            self.holder[g] = holder
         self.seen_request = max(self.seen_request, requested)
         return groups
 
@@ -294,7 +306,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         options = SyntheticOptions.from_conf(conf)
         self.setup_keyed({**conf, **no_ticks}, self.context, counting_step(options.work_us))
         self.hot = options.hot_group
-        self.plan = CheckpointPlan(self.hot, interval)
+        self.plan = CheckpointPlan(self.hot, interval, options.hot_on_request)
         self.hot_marker = f'"key_group":{self.hot},'
         self.latency = LatencyBuckets()
         task = self.counters.task
@@ -331,9 +343,9 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         self.tick_keyed()  # the start-up report (the coordinator's own checkpoints are off)
         control = read_control(self.output_dir)
         coordinator = self.coordinator
-        for g in self.plan.due(
-            self.clock(), coordinator.owned(), int(control.get("checkpoint", 0))
-        ):
+        owned = coordinator.owned()
+        holders = {g: coordinator.machine(g).holder for g in owned}
+        for g in self.plan.due(self.clock(), owned, int(control.get("checkpoint", 0)), holders):
             self.perform(coordinator.checkpoint(g))
             if g == self.hot:
                 self.events.add(

@@ -232,3 +232,14 @@ def test_counting_step_counts_and_spends_the_work_asked():
     for _ in range(50):
         new, _result = step("k", new, [1, 0.0])
     assert new == 50 and time.thread_time() - began >= 0.099  # 50 x 2 ms of CPU
+
+
+def test_checkpoint_plan_checkpoints_a_group_whose_holder_changed_and_the_hot_one_on_interval():
+    plan = CheckpointPlan(hot=7, interval=5.0)
+    assert plan.due(0.0, [1, 7], 0, {1: 4, 7: 4}) == [1, 7]
+    assert plan.due(1.0, [1, 7], 0, {1: 4, 7: 4}) == []
+    assert plan.due(2.0, [1, 7], 0, {1: 4, 7: 5}) == [7]  # the hot group's new holder
+    assert plan.due(3.0, [1, 7], 0, {1: 4, 7: 5}) == []
+    periodic = CheckpointPlan(hot=7, interval=5.0, hot_on_request=False)
+    assert periodic.due(0.0, [7], 0) == [7]
+    assert periodic.due(5.0, [7], 0) == [7]  # like a cold group
