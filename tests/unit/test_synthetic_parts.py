@@ -243,3 +243,16 @@ def test_checkpoint_plan_checkpoints_a_group_whose_holder_changed_and_the_hot_on
     periodic = CheckpointPlan(hot=7, interval=5.0, hot_on_request=False)
     assert periodic.due(0.0, [7], 0) == [7]
     assert periodic.due(5.0, [7], 0) == [7]  # like a cold group
+
+
+def test_first_output_reads_only_what_was_appended(tmp_path):
+    from elastorm.runtime.synthetic_driver import first_output
+
+    path = tmp_path / "outputs-3.jsonl"
+    path.write_text('{"out": [], "lat": [[100, 5, 1]]}\n')
+    pattern = str(tmp_path / "outputs-*.jsonl")
+    seen = {str(path): path.stat().st_size}
+    assert first_output(pattern, seen) is None
+    with path.open("a") as f:
+        f.write('{"out": [], "lat": [[130, 9, 2], [129, 9, 1]]}\n{"out": [], "lat": [[1')
+    assert first_output(pattern, seen) == 129.0  # the half-written line is left for later

@@ -173,6 +173,19 @@ def pause_of(
     return out
 
 
+def first_output(pattern: str, seen: dict[str, int]) -> float | None:
+    """The earliest second of output in what the counters appended to their output logs
+    (``pattern``) after the sizes in ``seen`` (flushed on their 1 s tick), or None."""
+    seconds = []
+    for path in glob.glob(pattern):
+        with open(path, encoding="utf-8") as f:
+            f.seek(seen.get(path, 0))
+            for line in f:
+                if line.endswith("\n"):
+                    seconds += [sec for sec, _, _ in json.loads(line)["lat"]]
+    return float(min(seconds)) if seconds else None
+
+
 def read_jsonl(pattern: str) -> list[Any]:
     rows = []
     for path in sorted(glob.glob(pattern)):
@@ -499,11 +512,13 @@ class SyntheticDriver:
         options = self.submitted | TopologyConfig.overrides(
             restore_from=savepoint, initial_nodes={OPERATOR: list(range(step.nodes))}
         )
+        pattern = os.path.join(self.output_dir, "outputs-*.jsonl")
+        seen = {path: os.path.getsize(path) for path in glob.glob(pattern)}
         self.resubmitter(self.topology, options)
         submitted = time.time()
         first = self._until(
             "the resubmitted job's first output",
-            lambda: self._first_output_after(submitted),
+            lambda: first_output(pattern, seen),
             timeout,
             step=0.5,
         )
@@ -562,17 +577,6 @@ class SyntheticDriver:
             "samples": samples,
             "load": os.getloadavg()[0],
         }
-
-    def _first_output_after(self, since: float) -> float | None:
-        """Wall-clock second of the first output after ``since`` (the counters' output
-        logs are flushed on their 1 s tick), or None."""
-        seconds = [
-            sec
-            for row in read_jsonl(os.path.join(self.output_dir, "outputs-*.jsonl"))
-            for sec, _, _ in row["lat"]
-            if sec >= since
-        ]
-        return float(min(seconds)) if seconds else None
 
     def _migrate(self, step: Step) -> dict[str, Any]:
         from elastorm.core.messages import Protocol
