@@ -75,8 +75,9 @@ WAYS = ("elastorm", "rebalance", "resubmit")
 KIND = {"elastorm": "scale", "rebalance": "rebalance", "resubmit": "resubmit"}
 
 
-def settings(way: str) -> Settings:
+def settings(way: str, session_secs: float) -> Settings:
     extra: dict[str, Any] = {
+        "elastorm.zookeeper.session_secs": session_secs,
         "elastorm.initial_nodes": {"counter": [0, 1]},
         "elastorm.synthetic.hot_on_request": False,  # every group on the 5 s interval
     }
@@ -188,7 +189,7 @@ def measure(outcome, kind: str) -> dict[str, Any]:
     }
 
 
-def run_one(cfg, way: str, wait: int) -> dict[str, Any]:
+def run_one(cfg, way: str, wait: int, session_secs: float) -> dict[str, Any]:
     down(cfg, wipe=True)
     up(cfg, supervisors=2, slots=2)
     host, port = env_nimbus(cfg.project, CLUSTER_ENV)
@@ -206,7 +207,7 @@ def run_one(cfg, way: str, wait: int) -> dict[str, Any]:
         ]
     else:
         plan = [steady, Step(kind="resubmit", nodes=3, seconds=60.0, tag="resubmit")]
-    driver = SyntheticDriver(plan, settings(way))
+    driver = SyntheticDriver(plan, settings(way, session_secs))
     provisioner = LocalSupervisors(cfg, slots=2)
     driver.provisioner = provisioner
     driver.assignments = lambda: nimbus.executor_nodes(
@@ -304,6 +305,9 @@ def main() -> int:
     parser.add_argument("--rebalance-wait", type=int, default=30, help="rebalance wait_secs")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "raw")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "rescale_bench.png")
+    parser.add_argument(
+        "--session-secs", type=float, default=4.0, help="elastorm.zookeeper.session_secs"
+    )
     parser.add_argument("--only", choices=WAYS, action="append", help="run only these ways")
     parser.add_argument(
         "--replot", type=Path, default=None, help="only redraw the plot from a raw results file"
@@ -319,7 +323,7 @@ def main() -> int:
     results = []
     for way in args.only or WAYS:
         began = time.time()
-        results.append(run_one(cfg, way, args.rebalance_wait))
+        results.append(run_one(cfg, way, args.rebalance_wait, args.session_secs))
         results[-1]["run_secs"] = round(time.time() - began)
         print(json.dumps({k: v for k, v in results[-1].items() if k != "summary"}, indent=1))
     args.out.mkdir(parents=True, exist_ok=True)
