@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from elastorm.runtime import nimbus  # noqa: E402
 from elastorm.runtime.cluster import CLUSTER_ENV, down, node_of_port, up  # noqa: E402
 from elastorm.runtime.config import env_nimbus, load_config  # noqa: E402
+from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.provision import LocalSupervisors  # noqa: E402
 from elastorm.runtime.run import checked_options, run_topology  # noqa: E402
 from elastorm.runtime.synthetic_driver import (  # noqa: E402
@@ -67,6 +68,7 @@ from elastorm.runtime.synthetic_driver import (  # noqa: E402
 )
 
 log = logging.getLogger("rescale_bench")
+SETTLE_SECS = 30.0
 STEADY_SECS = 20.0
 AFTER_SECS = 20.0
 
@@ -132,7 +134,7 @@ def moves(output_dir: str, start: float, end: float) -> list[dict[str, Any]]:
 
 def measure(outcome, kind: str) -> dict[str, Any]:
     records = outcome.facts["records"]
-    steady = next(r for r in records if r["kind"] == "idle")
+    steady = next(r for r in records if r["kind"] == "idle" and r["tag"] == "steady")
     change = next(r for r in records if r["kind"] == kind)
     out_dir = outcome.facts["output_dir"]
     rows = read_jsonl(os.path.join(out_dir, "outputs-*.jsonl"))
@@ -154,6 +156,14 @@ def measure(outcome, kind: str) -> dict[str, Any]:
         )
     final = outcome.facts["final"]
     secs, outputs, top = timeline(out_dir)
+    # After the change, once settled: elastorm's "after" window; 30 s after the
+    # resubmitted job's first output to the end of its watch. None for rebalance.
+    after_idle = [r for r in records if r["kind"] == "idle" and r["tag"] == "after"]
+    settled = None
+    if after_idle:
+        settled = (after_idle[0]["started"], after_idle[0]["done"])
+    elif kind == "resubmit":
+        settled = (change["first_output"] + 30.0, change["done"])
     return {
         "kind": kind,
         "window_s": [round(start, 3), round(end, 3)],
@@ -164,6 +174,13 @@ def measure(outcome, kind: str) -> dict[str, Any]:
         "during": {
             **output_gaps(rows, start, end),
             **latency_percentiles(rows, int(start), int(end) + 1),
+        },
+        "settled": None
+        if settled is None
+        else {
+            "window_s": [round(settled[0], 3), round(settled[1], 3)],
+            **output_gaps(rows, *settled),
+            **latency_percentiles(rows, int(settled[0]) + 1, int(settled[1])),
         },
         "new_node_share_secs": None if share_secs is None else round(share_secs, 1),
         "share_by_outputs_secs": None if by_outputs is None else round(by_outputs, 1),
@@ -193,20 +210,25 @@ def run_one(cfg, way: str, wait: int, session_secs: float) -> dict[str, Any]:
     down(cfg, wipe=True)
     up(cfg, supervisors=2, slots=2)
     host, port = env_nimbus(cfg.project, CLUSTER_ENV)
+    # The 100,000 keys' preload leaves a backlog of seconds on a crowded machine: let it
+    # drain before the steady window.
+    settle = Step(kind="idle", seconds=SETTLE_SECS, tag="settle")
     steady = Step(kind="idle", seconds=STEADY_SECS, tag="steady")
     if way == "elastorm":
         plan = [
+            settle,
             steady,
             Step(kind="scale", nodes=3, tag="elastorm 2->3"),
             Step(kind="idle", seconds=AFTER_SECS, tag="after"),
         ]
     elif way == "rebalance":
         plan = [
+            settle,
             steady,
             Step(kind="rebalance", nodes=3, wait=wait, seconds=wait + 60.0, tag="rebalance"),
         ]
     else:
-        plan = [steady, Step(kind="resubmit", nodes=3, seconds=60.0, tag="resubmit")]
+        plan = [settle, steady, Step(kind="resubmit", nodes=3, seconds=60.0, tag="resubmit")]
     driver = SyntheticDriver(plan, settings(way, session_secs))
     provisioner = LocalSupervisors(cfg, slots=2)
     driver.provisioner = provisioner
@@ -296,6 +318,22 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def remeasure(raw: Path) -> int:
+    """:func:`measure` again on the run directories a raw results file names."""
+    old = json.loads(raw.read_text())
+    results = []
+    for r in old["results"]:
+        facts = json.loads((Path(r["output_dir"]) / "records.json").read_text())
+        facts["output_dir"] = r["output_dir"]
+        outcome = Outcome(summary=r.get("summary", ""), ok=r["exact"], facts=facts)
+        again = measure(outcome, r["kind"])
+        results.append(again | {"run_secs": r.get("run_secs")})
+    out = raw.with_name(raw.stem + "-remeasured.json")
+    out.write_text(json.dumps({"commit": old["commit"], "results": results}, indent=1))
+    print(f"remeasured: {out}")
+    return 0
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}"
 
@@ -312,7 +350,16 @@ def main() -> int:
     parser.add_argument(
         "--replot", type=Path, default=None, help="only redraw the plot from a raw results file"
     )
+    parser.add_argument(
+        "--remeasure",
+        type=Path,
+        default=None,
+        help="measure a raw results file's runs again from their run directories "
+        "(records.json, outputs); writes <raw>-remeasured.json",
+    )
     args = parser.parse_args()
+    if args.remeasure:
+        return remeasure(args.remeasure)
     if args.replot:
         plot(json.loads(args.replot.read_text())["results"], args.plot)
         print(f"plot: {args.plot}")
