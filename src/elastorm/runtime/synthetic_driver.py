@@ -330,7 +330,8 @@ class SyntheticDriver:
 
         s = self.settings
         self._client = connect(self.zk_hosts)
-        self._tasks = len(self._status(timeout=min(timeout, 120))["tasks"])
+        # Workers start in minutes, not seconds, on a crowded machine.
+        self._tasks = len(self._status(timeout=min(timeout, 300))["tasks"])
         self._until("the initial preload", lambda: self._loaded(s.keys), timeout)
         time.sleep(s.warmup)
         for i, step in enumerate(self.plan):
