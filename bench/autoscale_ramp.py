@@ -82,7 +82,7 @@ def run_autoscaler(driver: sd.SyntheticDriver, args: argparse.Namespace, path: P
     the plan's time is up (its output to ``path``)."""
     while not driver.topology:
         time.sleep(0.5)
-    duration = sum(s.seconds for s in driver.plan) + 120
+    duration = sum(s.seconds for s in driver.plan) + 400  # workers start in minutes
     cmd = [sys.executable, "-m", "elastorm.runtime.cli", "autoscale"]
     cmd += ["--topology", driver.topology, "--min", "1", "--max", "4"]
     cmd += ["--hold", str(args.hold), "--cooldown", str(args.cooldown)]
@@ -130,7 +130,7 @@ def analyse(outcome, auto_log: Path) -> dict[str, Any]:
     phases = {}
     for r in records:
         p = sd.latency_percentiles(rows, int(r["started"]) + 1, int(r["done"]))
-        active = [s[2] for s in r["samples"]]
+        active = [s[2] for s in r["samples"] if s[2] is not None]
         phases[r["tag"]] = {
             "from": r["from"],
             "to": r["to"],
@@ -164,7 +164,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     top.plot(t, [s[1] for s in result["samples"]], color="tab:blue", label="input rate")
     top.set_ylabel("input (tuples/s)", color="tab:blue")
     nodes = top.twinx()
-    nodes.step(t, [s[2] for s in result["samples"]], where="post", color="tab:red")
+    known = [s for s in result["samples"] if s[2] is not None]  # ZooKeeper answered
+    nodes.step([s[0] for s in known], [s[2] for s in known], where="post", color="tab:red")
     for d in result["decisions"]:
         nodes.axvline(d["t"], color="tab:red", ls=":", lw=0.8)
     nodes.set_ylabel("active nodes (red; dotted: decisions)", color="tab:red")

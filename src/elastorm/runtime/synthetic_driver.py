@@ -551,6 +551,7 @@ class SyntheticDriver:
         controller's wish (``want``) and whether a rescale is under way."""
         from elastorm.runtime.scale import progress
         from elastorm.zk.layout import ZnodeLayout
+        from elastorm.zk.requests import ZK_ERRORS
 
         layout = ZnodeLayout(self.topology)
         start_rate = float(self.control["rate"])
@@ -563,7 +564,11 @@ class SyntheticDriver:
             self._set(rate=rate)
             if now >= next_sample:
                 next_sample = now + step.sample
-                p = progress(self._client, layout)
+                try:
+                    p = progress(self._client, layout)
+                except ZK_ERRORS:  # ZooKeeper away for a moment: a sample without it
+                    samples.append([round(now, 2), rate, None, None, None, []])
+                    continue
                 busy = bool(p.draining or p.joining or p.moving or p.pending)
                 samples.append([round(now, 2), rate, p.active, p.want, busy, sorted(p.owned)])
             time.sleep(min(1.0, max(0.0, next_sample - time.time())))
