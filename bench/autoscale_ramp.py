@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from elastorm.runtime import synthetic_driver as sd  # noqa: E402
 from elastorm.runtime.cluster import CLUSTER_ENV, down, up  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
+from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 
 log = logging.getLogger("autoscale_ramp")
@@ -197,11 +198,24 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "raw")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "autoscale_ramp.png")
     parser.add_argument("--replot", type=Path, default=None, help="redraw from a raw file")
+    parser.add_argument(
+        "--reanalyse",
+        nargs=2,
+        type=Path,
+        metavar=("RUN_DIR", "AUTOSCALER_OUTPUT"),
+        help="analyse a finished run again from its directory (records.json, outputs)",
+    )
     args = parser.parse_args()
     if args.replot:
         plot(json.loads(args.replot.read_text())["result"], args.plot)
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.reanalyse:
+        run_dir, auto_log = args.reanalyse
+        facts = json.loads((run_dir / "records.json").read_text()) | {"output_dir": str(run_dir)}
+        commit = auto_log.stem.split("_")[2]  # autoscale_ramp_<commit>_autoscaler
+        report(Outcome(summary="", ok=True, facts=facts), auto_log, commit, args)
+        return 0
     cfg = load_config()
     commit = bench_common.commit()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -217,11 +231,17 @@ def main() -> int:
     finally:
         down(cfg, wipe=True)
     scaler.join(timeout=5)
+    report(outcome, auto_log, commit, args)
+    return 0
+
+
+def report(outcome: Outcome, auto_log: Path, commit: str, args: argparse.Namespace) -> None:
+    """Analyse a run, write its raw results and plot, print the summary."""
     result = analyse(outcome, auto_log)
     raw = args.out / f"autoscale_ramp_{commit}.json"
     settings_used = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     record = {"commit": commit, "args": settings_used, "result": result}
-    raw.write_text(json.dumps(record, indent=1))
+    raw.write_text(json.dumps(record, indent=1, default=str))
     plot(result, args.plot)
     print(f"raw results: {raw}\nplot: {args.plot}\nautoscaler output: {auto_log}")
     for tag, p in result["phases"].items():
@@ -234,7 +254,6 @@ def main() -> int:
         f"changes {result['direction_changes']}; exact totals {result['exact']} "
         f"({result['emitted']} emitted, {result['state_total']} in state)"
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -649,7 +649,7 @@ class SyntheticDriver:
             f"replayed {r.get('replayed')!s:>6}  pause {_ms(r['pause_ms'])}  "
             f"completion {_ms(r.get('completion_ms'))}  pickup {_ms(r.get('pickup_ms'))}"
             for r in self.records
-            if r["kind"] not in ("scale", "rebalance")
+            if r["kind"] in ("migrate", "idle", "keys")
         ]
         lines.append(
             f"exactly once: {self.final.get('emitted')} tuples emitted, state totals "
