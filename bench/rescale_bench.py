@@ -3,7 +3,9 @@ Storm's ``rebalance`` vs stopping the job and resubmitting it from a savepoint.
 
 Usage::
 
-    .venv/bin/python bench/rescale_bench.py [--rebalance-wait 30] [--out docs/raw] [--plot PATH]
+    .venv/bin/python bench/rescale_bench.py [--rebalance-wait 30] [--session-secs 4]
+        [--only elastorm|rebalance|resubmit ...] [--out docs/raw] [--plot PATH]
+    .venv/bin/python bench/rescale_bench.py --remeasure docs/raw/rescale_bench_<commit>.json
 
 The synthetic job (``topologies/synthetic.py``: a rate-limited spout, a pass-through
 emitter, a counter with 20 key groups on 4 tasks = at most 4 nodes, 100,000 keys
@@ -33,7 +35,10 @@ tasks Nimbus placed on the new node emit at least half of an even share in a
 second, counted from the end of the deactivation or the resubmit; this is also given
 for elastorm as ``share_by_outputs_secs``). Beside the gaps, ``output_gaps`` gives the
 group's *stall* (how long its output stopped while it had input waiting) and its
-input's own gap. Exactly-once totals are checked for all three.
+input's own gap. Every run first waits 30 s (the preload's backlog drains), then
+takes its 20 s steady window; ``settled`` is a window after the change (elastorm's
+20 s "after" step; from 30 s after the resubmitted job's first output to its end).
+Exactly-once totals are checked for all three.
 """
 
 from __future__ import annotations
