@@ -137,6 +137,14 @@ def moves(output_dir: str, start: float, end: float) -> list[dict[str, Any]]:
     return sorted(by_epoch.values(), key=lambda m: m.get("migrate_s", 0.0))
 
 
+def move_stall(rows: list[dict[str, Any]], key_group: int, at: float) -> int:
+    """The longest stall of ``key_group``'s output from 1 s before to 3 s after its
+    ``Migrate`` reached the emitter at ``at``: the move's own pause, told apart from
+    stalls elsewhere in the window."""
+    mine = [{"out": [o for o in row["out"] if o[0] == key_group], "in": []} for row in rows]
+    return output_gaps(mine, at - 1.0, at + 3.0)["max_group_stall_ms"]
+
+
 def measure(outcome, kind: str) -> dict[str, Any]:
     records = outcome.facts["records"]
     steady = next(r for r in records if r["kind"] == "idle" and r["tag"] == "steady")
@@ -198,7 +206,11 @@ def measure(outcome, kind: str) -> dict[str, Any]:
         "load_avg_1min": [r["load"] for r in records if "load" in r],
         "emitted": final.get("emitted") if final else None,
         "state_total": final.get("state_total") if final else None,
-        "moves": moves(out_dir, start, end),
+        "moves": [
+            m | {"stall_ms": move_stall(rows, m["key_group"], start + m["migrate_s"])}
+            for m in moves(out_dir, start, end)
+            if "migrate_s" in m
+        ],
         "timeline": [  # s from the request, outputs, highest latency (ms)
             [t - int(start), n, ms]
             for t, n, ms in zip(secs, outputs, top, strict=True)

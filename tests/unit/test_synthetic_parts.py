@@ -174,6 +174,12 @@ def test_a_silent_group_stalls_only_while_it_has_input_waiting() -> None:
     assert got["max_input_gap_ms"] == 200  # group 1's input stopped for as long
     assert got["max_group_stall_ms"] == 180 and got["stall_group"] == 2
     assert got["job_gap_ms"] == 20 and got["job_stall_ms"] == 20
+    # Outside the window: the output before it bounds a stall that ends inside it, and a
+    # group that never outputs again stalls to the window's end.
+    rows = [{"out": [[3, 40, 40], [3, 60, 41]]}, {"out": [[4, 30, 30]]}]
+    got = output_gaps(rows, 1.0, 2.0)  # buckets 50..100
+    assert got["max_group_stall_ms"] == 1000 and got["stall_group"] == 4
+    assert output_gaps(rows[:1], 1.0, 2.0)["max_group_stall_ms"] == 800  # 3: 52..60, 60..100
 
 
 def test_latency_percentiles_from_histograms() -> None:

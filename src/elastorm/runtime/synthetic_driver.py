@@ -687,9 +687,11 @@ def output_gaps(rows: Iterable[dict[str, Any]], start: float, end: float) -> dic
       a few hundred ms with nothing to output;
     * ``max_group_stall_ms``: the longest a group's output stopped *while it had input
       waiting*: for each bucket with an output, the time since the later of the group's
-      previous output and the earliest stamp output in this bucket. A pause of the
-      group (a migration, a restart) shows here whatever the input rate; in steady
-      state it is about the group's highest latency;
+      previous output and the earliest stamp output in this bucket, the part of it
+      inside the window (outputs outside the window count as neighbours); after a
+      group's last output of all, the rest of the window. A pause of the group (a
+      migration, a restart) shows here whatever the input rate; in steady state it is
+      about the group's highest latency;
     * ``job_gap_ms`` and ``job_stall_ms``: the same over all groups together.
 
     Rows without stamps (``out`` pairs) give the gaps only.
@@ -697,13 +699,15 @@ def output_gaps(rows: Iterable[dict[str, Any]], start: float, end: float) -> dic
     step = OUTPUT_BUCKET_SECS
     lo, hi = int(start / step), int(end / step)
     outs: dict[int, dict[int, int]] = {}  # group -> output bucket -> earliest stamp bucket
+    every: dict[int, dict[int, int]] = {}  # the same, outside the window too (stalls)
     stamps: dict[int, set[int]] = {}
     for row in rows:
         for g, b, *sb in row["out"]:
+            first = sb[0] if sb else b
+            got = every.setdefault(int(g), {})
+            got[b] = min(first, got.get(b, first))
             if lo <= b <= hi:
-                got = outs.setdefault(int(g), {})
-                first = sb[0] if sb else b
-                got[b] = min(first, got.get(b, first))
+                outs.setdefault(int(g), {})[b] = got[b]
         for g, sb in row.get("in", ()):
             if lo <= sb <= hi:
                 stamps.setdefault(int(g), set()).add(int(sb))
@@ -713,23 +717,28 @@ def output_gaps(rows: Iterable[dict[str, Any]], start: float, end: float) -> dic
         return max(b - a for a, b in zip(seq, seq[1:], strict=False))
 
     def stall(firsts: dict[int, int]) -> int:
-        worst, prev = 0, lo
+        worst, prev = 0, None
         for b in sorted(firsts):
-            worst = max(worst, b - max(prev, firsts[b]))
+            if b > lo:
+                since = firsts[b] if prev is None else max(prev, firsts[b])
+                worst = max(worst, min(b, hi) - max(since, lo))
+            if b > hi:
+                return worst
             prev = b
-        return max(worst, hi - prev)
+        return max(worst, hi - max(prev if prev is not None else lo, lo))
 
     worst = worst_stall = worst_input = 0
     worst_group = stall_group = None
     for g, buckets in sorted(outs.items()):
         if (got := gap(buckets)) > worst:
             worst, worst_group = got, g
-        if (got := stall(buckets)) > worst_stall:
-            worst_stall, stall_group = got, g
         if g in stamps:
             worst_input = max(worst_input, gap(stamps[g]))
+    for g, buckets in sorted(every.items()):  # a group silent all through the window too
+        if (got := stall(buckets)) > worst_stall:
+            worst_stall, stall_group = got, g
     job: dict[int, int] = {}
-    for buckets in outs.values():
+    for buckets in every.values():
         for b, sb in buckets.items():
             job[b] = min(sb, job.get(b, sb))
 
@@ -742,7 +751,7 @@ def output_gaps(rows: Iterable[dict[str, Any]], start: float, end: float) -> dic
         "max_input_gap_ms": ms(worst_input) if stamps else None,
         "max_group_stall_ms": ms(worst_stall),
         "stall_group": stall_group,
-        "job_gap_ms": ms(gap(job)),
+        "job_gap_ms": ms(gap(b for b in job if lo <= b <= hi)),
         "job_stall_ms": ms(stall(job)),
         "groups": len(outs),
     }
