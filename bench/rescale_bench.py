@@ -176,7 +176,11 @@ def measure(outcome, kind: str) -> dict[str, Any]:
     if after_idle:
         settled = (after_idle[0]["started"], after_idle[0]["done"])
     elif kind == "resubmit":
-        settled = (change["first_output"] + 30.0, change["done"])
+        # From the outputs (the driver's "first_output" of run ffade17 was the stopped
+        # job's last flush): the first second with output after the resubmit.
+        first = min(sec for row in rows for sec, _, _ in row["lat"] if sec >= change["resubmitted"])
+        change = change | {"first_output": float(first)}
+        settled = (first + 30.0, change["done"])
     return {
         "kind": kind,
         "window_s": [round(start, 3), round(end, 3)],

@@ -262,3 +262,4 @@ def test_first_output_reads_only_what_was_appended(tmp_path):
     with path.open("a") as f:
         f.write('{"out": [], "lat": [[130, 9, 2], [129, 9, 1]]}\n{"out": [], "lat": [[1')
     assert first_output(pattern, seen) == 129.0  # the half-written line is left for later
+    assert first_output(pattern, seen, since=130) == 130.0

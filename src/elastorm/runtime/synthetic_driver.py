@@ -173,16 +173,18 @@ def pause_of(
     return out
 
 
-def first_output(pattern: str, seen: dict[str, int]) -> float | None:
-    """The earliest second of output in what the counters appended to their output logs
-    (``pattern``) after the sizes in ``seen`` (flushed on their 1 s tick), or None."""
+def first_output(pattern: str, seen: dict[str, int], since: float = 0.0) -> float | None:
+    """The earliest second of output from ``since`` on in what the counters appended to
+    their output logs (``pattern``) after the sizes in ``seen`` (flushed on their 1 s
+    tick: a stopped job's last outputs may be appended after ``seen`` was taken), or
+    None."""
     seconds = []
     for path in glob.glob(pattern):
         with open(path, encoding="utf-8") as f:
             f.seek(seen.get(path, 0))
             for line in f:
                 if line.endswith("\n"):
-                    seconds += [sec for sec, _, _ in json.loads(line)["lat"]]
+                    seconds += [sec for sec, _, _ in json.loads(line)["lat"] if sec >= since]
     return float(min(seconds)) if seconds else None
 
 
@@ -519,7 +521,7 @@ class SyntheticDriver:
         submitted = time.time()
         first = self._until(
             "the resubmitted job's first output",
-            lambda: first_output(pattern, seen),
+            lambda: first_output(pattern, seen, submitted),
             timeout,
             step=0.5,
         )
