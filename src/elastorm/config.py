@@ -558,6 +558,12 @@ class TopologyConfig(Section):
         "absolute directory for counters, results and controller metrics",
         optional=True,
     )  # fmt: skip
+    restore_from: str | None = option(
+        "elastorm.restore_from", STR, None,
+        "absolute directory of a savepoint (keyed state written by a stopped topology) "
+        "that keyed tasks start their key groups from",
+        optional=True,
+    )  # fmt: skip
     counts_interval_secs: float = option(
         "elastorm.counts_interval_secs", FLOAT, 1.0,
         "seconds between writes of a component's counters",

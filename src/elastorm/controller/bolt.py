@@ -216,6 +216,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         elif isinstance(report, CheckpointStored):
             control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
+            self.nodes.task_started(report.task, time.time())
             if report.restarted:
                 self.restarted.append((op, report.task))
                 self.recover_restarted()
@@ -300,7 +301,10 @@ class MigrationControllerBolt(_Sending, Bolt):
     def rescale(self, now: float) -> None:
         """A round of scale-out / scale-in when the scheduler binds the topology's logical
         nodes (``ControllerLoop.rescale`` decides); drained nodes are released."""
-        state = self.nodes.state(now, self.join_settle)
+        tasks = self.loop.placement.tasks
+        state = self.nodes.state(
+            now, self.join_settle, lambda node: [t[node] for t in tasks.values() if node in t]
+        )
         records = list(self.runtime.watcher.live().values())
         if state is None or not records:
             return

@@ -419,6 +419,11 @@ class KeyedOperator(_Sending):
             stale_through=epoch if restarted else -1,
             stall_after=config.stall_secs,
         )
+        if config.restore_from and not restarted:
+            from elastorm.storm.savepoint import restore_savepoint
+
+            restored = restore_savepoint(config.restore_from, component, self.coordinator)
+            log.info("task %s: key groups %s restored from %s", task, restored, config.restore_from)
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._epoch = routing.epoch
