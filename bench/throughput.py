@@ -1,0 +1,315 @@
+"""Per-task throughput and latency of a keyed count bolt on a real local Storm.
+
+Usage::
+
+    .venv/bin/python bench/throughput.py [--repeats R] [--variants plain,elastic,...]
+        [--warmup S] [--window S] [--json FILE]
+
+Variants (each a whole topology on a fresh LocalCluster, run in turn within each
+repeat so machine noise hits them alike):
+
+* ``plain``: plain streamparse, as a streamparse user has it today: spout ->
+  fields grouping -> one ``PlainCounter`` task, Storm's own multilang
+  ``JsonSerializer``, pystorm JSON, one ``ack`` per tuple;
+* ``elastorm_plain``: the same topology on elastorm's multilang wire (the
+  serializer of ``config.json``, elastorm's options);
+* ``elastic``: ``topologies/throughput_elastic.py``: one ``KeyedCounter`` task on
+  20 key groups fed through a ``KeyRouter``, checkpoints every 5 s, the relay and
+  the controller beside it.
+
+Each run has three phases. **Saturation**: the spout emits as fast as Storm lets
+it (backpressure bounds the queues); after ``--warmup`` s the counter task's
+tuples are counted over ``--window`` s: that is the per-task throughput, and
+the CPU each process used in that window (``/proc``: the LocalRunner JVM and
+each Python component) per 1,000 tuples. Then the spout pauses (1 tuple/s) for
+``--settle`` s to drain the backlog, and is throttled to **50%** and **90%** of
+that rate (``throughput-control.json``), and after ``--settle`` s the end-to-end
+latency (counter's clock minus the spout's stamp, same machine) is read over
+``--window`` s: p50 / p99 from 0.1 ms buckets.
+All figures are printed as ratios to ``plain`` measured in the same repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from elastorm.config import TopologyConfig  # noqa: E402
+from elastorm.examples.options import ThroughputOptions  # noqa: E402
+from elastorm.runtime.config import load_config  # noqa: E402
+from elastorm.runtime.files import write_json_atomic  # noqa: E402
+from elastorm.runtime.outcome import Outcome  # noqa: E402
+from elastorm.runtime.run import run_topology  # noqa: E402
+
+CONTROL_FILE = "throughput-control.json"  # spouts.throughput.CONTROL_FILE
+STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
+
+VARIANTS = {
+    # name: (topology, extra topology options)
+    "plain": ("throughput_plain", {"topology.multilang.serializer": STOCK_STORM_JSON}),
+    "elastorm_plain": ("throughput_plain", {}),
+    "elastic": ("throughput_elastic", {}),
+}
+
+
+class CpuSnapshot:
+    """CPU seconds of the LocalRunner JVM of this project and its descendants, by kind."""
+
+    def __init__(self, project: str) -> None:
+        self.project = project.encode()
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def take(self) -> dict[int, tuple[str, float]]:
+        procs = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            procs[int(entry)] = (
+                int(fields[1]),
+                (int(fields[11]) + int(fields[12])) / self.tick,
+                cmd,
+            )
+        mine = {
+            pid
+            for pid, (_, _, cmd) in procs.items()
+            if b"LocalRunner" in cmd and self.project in cmd
+        }
+        grew = True
+        while grew:
+            more = {pid for pid, (ppid, _, _) in procs.items() if ppid in mine} - mine
+            mine |= more
+            grew = bool(more)
+        return {pid: (kind(procs[pid][2]), procs[pid][1]) for pid in mine}
+
+
+def kind(cmdline: bytes) -> str:
+    """``jvm``, or the component class a ``streamparse_run`` process runs."""
+    args = cmdline.rstrip(b"\0").split(b"\0")
+    if b"java" in args[0]:
+        return "jvm"
+    return args[-1].decode(errors="replace").rsplit(".", 1)[-1]
+
+
+def cpu_by_kind(before: dict, after: dict) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid, (k, seconds) in after.items():
+        out[k] = out.get(k, 0.0) + seconds - before.get(pid, (k, 0.0))[1]
+    return out
+
+
+def percentile(histogram: dict[int, int], bucket_ms: float, q: float) -> float | None:
+    total = sum(histogram.values())
+    if total == 0:
+        return None
+    want, seen = q * total, 0
+    for b in sorted(histogram):
+        seen += histogram[b]
+        if seen >= want:
+            return (b + 1) * bucket_ms  # upper edge of the bucket
+    return None
+
+
+class ThroughputDriver:
+    """Runs the three phases against one submitted topology (``run_topology``'s driver)."""
+
+    def __init__(self, name: str, args, cpu: CpuSnapshot) -> None:
+        self.name = name
+        self.args = args
+        self.cpu = cpu
+        self.tasks = 2 if name == "throughput_elastic" else 1
+        self.result: dict = {}
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        return TopologyConfig.overrides(output_dir=output_dir) | ThroughputOptions.overrides(
+            rate=0.0, batch=self.args.batch
+        )
+
+    def _read(self, output_dir: str) -> dict | None:
+        """The counter tasks' files summed (an elastic run has an idle holder task)."""
+        files = glob.glob(os.path.join(output_dir, "throughput-[0-9]*.json"))
+        if len(files) < self.tasks:
+            return None
+        total: dict = {"at": 0.0, "tuples": 0, "histogram": {}}
+        try:
+            parts = [json.loads(Path(f).read_text()) for f in files]
+        except ValueError:
+            return None
+        for part in parts:
+            total["at"] = max(total["at"], part["at"]) if part["tuples"] else total["at"]
+            total["tuples"] += part["tuples"]
+            total["bucket_ms"] = part["bucket_ms"]
+            for b, n in part["histogram"].items():
+                total["histogram"][b] = total["histogram"].get(b, 0) + n
+        if total["at"] == 0.0:
+            total["at"] = max(p["at"] for p in parts)
+        return total
+
+    def _fresh(self, output_dir: str, after: float) -> dict:
+        """The counter's next file written after ``after`` (wall clock)."""
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            got = self._read(output_dir)
+            if got is not None and got["at"] > after:
+                return got
+            time.sleep(0.1)
+        raise RuntimeError("the counter wrote no file for 30 s")
+
+    def _window(self, output_dir: str, seconds: float) -> tuple[dict, dict, dict, dict]:
+        start = self._fresh(output_dir, time.time())
+        cpu0 = self.cpu.take()
+        time.sleep(seconds)
+        end = self._fresh(output_dir, time.time())
+        cpu1 = self.cpu.take()
+        return start, end, cpu0, cpu1
+
+    @staticmethod
+    def _stats(start: dict, end: dict) -> dict:
+        tuples = end["tuples"] - start["tuples"]
+        hist = {int(b): n - start["histogram"].get(b, 0) for b, n in end["histogram"].items()}
+        bucket = end["bucket_ms"]
+        return {
+            "tuples": tuples,
+            "seconds": round(end["at"] - start["at"], 3),
+            "rate": tuples / (end["at"] - start["at"]),
+            "p50_ms": percentile(hist, bucket, 0.50),
+            "p99_ms": percentile(hist, bucket, 0.99),
+        }
+
+    def wait(self, output_dir: str, timeout: float, progress) -> None:
+        a = self.args
+        write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 0.0})
+        self._fresh(output_dir, 0)  # the counter is up
+        time.sleep(a.warmup)
+        start, end, cpu0, cpu1 = self._window(output_dir, a.window)
+        sat = self._stats(start, end)
+        cpu = cpu_by_kind(cpu0, cpu1)
+        sat["cpu_ms_per_ktuple"] = {
+            k: round(1e6 * s / max(sat["tuples"], 1), 2) for k, s in sorted(cpu.items())
+        }
+        sat["cpu_ms_per_ktuple_all"] = round(1e6 * sum(cpu.values()) / max(sat["tuples"], 1), 2)
+        self.result = {"saturation": sat}
+        progress(f"saturation {sat['rate']:,.0f}/s")
+        # Drain the saturation backlog (queues full) before measuring latency.
+        write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 1.0})
+        time.sleep(a.settle)
+        for share in (0.5, 0.9):
+            rate = round(share * sat["rate"], 1)
+            write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": rate})
+            time.sleep(a.settle)
+            start, end, _, _ = self._window(output_dir, a.window)
+            phase = self._stats(start, end)
+            phase["target_rate"] = rate
+            self.result[f"at_{int(share * 100)}"] = phase
+
+    def outcome(self, output_dir: str) -> Outcome:
+        return Outcome(summary=json.dumps(self.result), ok=bool(self.result), facts={})
+
+
+def fmt(x, spec=",.0f"):
+    return "-" if x is None else format(x, spec)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="runs per variant (2)")
+    parser.add_argument(
+        "--variants", default="plain,elastorm_plain,elastic",
+        help=f"comma-separated, first is the baseline (from {','.join(VARIANTS)})",
+    )  # fmt: skip
+    parser.add_argument("--warmup", type=float, default=10.0, help="s before measuring (10)")
+    parser.add_argument("--window", type=float, default=15.0, help="s per measured window (15)")
+    parser.add_argument("--settle", type=float, default=6.0, help="s after a rate change (6)")
+    parser.add_argument("--batch", type=int, default=100, help="tuples per spout call (100)")
+    parser.add_argument(
+        "--storm-option", action="append", default=[], metavar="VARIANT:KEY=VALUE",
+        help="extra topology option for one variant (repeatable; VALUE as JSON if it parses)",
+    )  # fmt: skip
+    parser.add_argument("--json", default=None, help="append every result to this JSONL file")
+    args = parser.parse_args()
+    variants = args.variants.split(",")
+    extra: dict[str, dict] = {v: {} for v in variants}
+    for text in args.storm_option:
+        variant, _, kv = text.partition(":")
+        key, _, raw = kv.partition("=")
+        try:
+            extra[variant][key] = json.loads(raw)
+        except ValueError:
+            extra[variant][key] = raw
+    cfg = load_config()
+    cpu = CpuSnapshot(str(cfg.project))
+    results: dict[str, list[dict]] = {v: [] for v in variants}
+    for i in range(args.repeats):
+        for v in variants:
+            topology, options = VARIANTS[v]
+            driver = ThroughputDriver(topology, args, cpu)
+            load = os.getloadavg()[0]
+            outcome = run_topology(
+                cfg, "local", driver, timeout=600, extra_options=options | extra[v]
+            )
+            r = driver.result | {"variant": v, "repeat": i + 1, "load_before": load}
+            results[v].append(r)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+            s = r["saturation"]
+            print(
+                f"[{v} #{i + 1}] saturation {fmt(s['rate'])} tuples/s/task, "
+                f"CPU {s['cpu_ms_per_ktuple_all']} ms per 1k tuples {s['cpu_ms_per_ktuple']}; "
+                f"latency p50/p99 ms: sat {fmt(s['p50_ms'], '.1f')}/{fmt(s['p99_ms'], '.1f')}, "
+                + ", ".join(
+                    f"{p} ({fmt(r[p]['rate'])}/s) {fmt(r[p]['p50_ms'], '.1f')}/"
+                    f"{fmt(r[p]['p99_ms'], '.1f')}"
+                    for p in ("at_50", "at_90")
+                )
+                + f"; load {load:.1f}",
+                flush=True,
+            )
+            del outcome
+    base = variants[0]
+    print(f"\nmedians over {args.repeats} repeats; ratios to {base} of the same repeat")
+    for v in variants:
+        rates = [r["saturation"]["rate"] for r in results[v]]
+        ratios = [
+            r["saturation"]["rate"] / b["saturation"]["rate"]
+            for r, b in zip(results[v], results[base], strict=True)
+        ]
+        cpus = [r["saturation"]["cpu_ms_per_ktuple_all"] for r in results[v]]
+        cpu_ratios = [
+            r["saturation"]["cpu_ms_per_ktuple_all"] / b["saturation"]["cpu_ms_per_ktuple_all"]
+            for r, b in zip(results[v], results[base], strict=True)
+        ]
+        lat = {
+            p: (
+                statistics.median(r[p]["p50_ms"] for r in results[v]),
+                statistics.median(r[p]["p99_ms"] for r in results[v]),
+            )
+            for p in ("at_50", "at_90")
+        }
+        print(
+            f"{v:15s} {statistics.median(rates):>9,.0f} tuples/s/task "
+            f"(x{statistics.median(ratios):.2f}; runs {', '.join(f'{x:,.0f}' for x in rates)}), "
+            f"CPU {statistics.median(cpus):.0f} ms/1k tuples "
+            f"(x{statistics.median(cpu_ratios):.2f}), "
+            f"p50/p99 at 50%: {lat['at_50'][0]:.1f}/{lat['at_50'][1]:.1f} ms, "
+            f"at 90%: {lat['at_90'][0]:.1f}/{lat['at_90'][1]:.1f} ms"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
