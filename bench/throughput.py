@@ -12,7 +12,9 @@ repeat so machine noise hits them alike):
   fields grouping -> one ``PlainCounter`` task, Storm's own multilang
   ``JsonSerializer``, pystorm JSON, one ``ack`` per tuple;
 * ``elastorm_plain``: the same topology on elastorm's multilang wire (the
-  serializer of ``config.json``, elastorm's options);
+  serializer of ``config.json``; the spout and the counter call
+  ``use_elastorm_wire``: batched emits, and with ``topology.acker.executors`` = 0,
+  as ``ElasticTopology`` sets it, no acks);
 * ``elastic``: ``topologies/throughput_elastic.py``: one ``KeyedCounter`` task on
   20 key groups fed through a ``KeyRouter``, checkpoints every 5 s, the relay and
   the controller beside it.
@@ -55,7 +57,7 @@ STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
 VARIANTS = {
     # name: (topology, extra topology options)
     "plain": ("throughput_plain", {"topology.multilang.serializer": STOCK_STORM_JSON}),
-    "elastorm_plain": ("throughput_plain", {}),
+    "elastorm_plain": ("throughput_plain", {"topology.acker.executors": 0}),
     "elastic": ("throughput_elastic", {}),
 }
 

@@ -20,6 +20,7 @@ from streamparse import Bolt
 from bolts.common import required_output_dir, write_json_atomic
 from elastorm.core.keyed_state import ValueState
 from elastorm.storm.keyed_bolt import KeyedBolt
+from elastorm.storm.wire import use_elastorm_wire
 
 BUCKET_MS = 0.1
 TOP_BUCKET = 20000  # 2 s and above share the last bucket
@@ -56,6 +57,7 @@ class PlainCounter(Bolt):
     outputs: list = []
 
     def initialize(self, conf, context):
+        use_elastorm_wire(self, conf)  # no acks if released on delivery
         self.counts: dict[str, int] = {}
         self.latency = LatencyCounts(conf, context)
 

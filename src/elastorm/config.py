@@ -520,6 +520,17 @@ class TopologyConfig(Section):
         "`host:port,...` of elastorm's own ZooKeeper (unset: Storm's)",
         optional=True,
     )  # fmt: skip
+    multilang_batch_size: int = option(
+        "elastorm.multilang.batch_size", INT, 100,
+        "emits an elastorm component sends to the JVM in one multilang message at most "
+        "(1: one message per emit)",
+        check=at_least(1),
+    )  # fmt: skip
+    multilang_linger_ms: float = option(
+        "elastorm.multilang.linger_ms", FLOAT, 5.0,
+        "milliseconds an emit may wait for its batch to fill",
+        check=at_least(0),
+    )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
 
     @classmethod

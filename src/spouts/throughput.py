@@ -19,6 +19,7 @@ from streamparse import Spout
 
 from bolts.common import required_output_dir
 from elastorm.examples.options import ThroughputOptions
+from elastorm.storm.wire import use_elastorm_wire
 
 CONTROL_FILE = "throughput-control.json"
 CONTROL_POLL_SECS = 0.5
@@ -28,6 +29,7 @@ class ThroughputSpout(Spout):
     outputs = ["key", "stamp"]
 
     def initialize(self, conf, context):
+        use_elastorm_wire(self, conf)  # batched emits (a no-op with Storm's serializer)
         options = ThroughputOptions.from_conf(conf)
         self.keys = [f"k{i}" for i in range(options.keys)]
         self.batch = options.batch

@@ -48,6 +48,7 @@ from elastorm.storm.elastic import (
     by_task,
 )
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
+from elastorm.storm.wire import ACKERS_KEY
 
 TICK_KEY = "topology.tick.tuple.freq.secs"
 DEFAULT_TICK_SECS = 1  # checkpoints, heartbeats and the controller's rounds run on ticks
@@ -199,6 +200,10 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     config = dict(class_dict.get("config") or {})
     config[OPERATORS_KEY] = operators
     config.setdefault(TICK_KEY, DEFAULT_TICK_SECS)
+    # elastorm's own sequence numbers, buffers and checkpoints give exactly-once;
+    # Storm's acking would track nothing (spouts emit without ids) at a message per
+    # tuple. Without ackers the JVM releases inputs itself (elastorm.storm.wire).
+    config.setdefault(ACKERS_KEY, 0)
     try:  # a bad elastorm.* option fails at submit, not in a worker
         TopologyConfig.from_conf(config)
     except ConfigError as exc:

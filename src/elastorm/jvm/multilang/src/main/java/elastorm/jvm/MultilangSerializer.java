@@ -3,13 +3,17 @@ package elastorm.jvm;
 import java.io.IOException;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.apache.storm.multilang.BoltMsg;
 import org.apache.storm.multilang.JsonSerializer;
 import org.apache.storm.multilang.NoOutputException;
 import org.apache.storm.multilang.ShellMsg;
+import org.apache.storm.task.TopologyContext;
 
 /**
  * Storm's multilang JSON serializer with direct emits that work.
@@ -24,8 +28,21 @@ import org.apache.storm.multilang.ShellMsg;
  * <p>It also turns the json-smart {@code JSONArray}/{@code JSONObject} values of an
  * emitted tuple into plain {@link ArrayList}/{@link HashMap}: json-smart's classes
  * are not registered with Kryo, so a tuple holding a list dies ("Class is not
- * registered") as soon as it crosses from one worker to another. Everything else
- * is inherited unchanged.
+ * registered") as soon as it crosses from one worker to another.
+ *
+ * <p>Two things make the pipe cheaper (issue 15):
+ * <ul>
+ * <li><b>Batches</b>: a message {@code {"command": "batch", "batch": [msg, ...]}} from
+ * the Python side (elastorm's {@code BatchingSerializer}) is unpacked here into its
+ * messages, in order, so the ShellBolt/ShellSpout and Storm see individual emits.
+ * <li><b>No acks when Storm tracks nothing</b>: with {@code topology.acker.executors}
+ * set to 0, Storm acks every spout tuple on emit and a bolt's ack only releases the
+ * tuple from the ShellBolt's map of pending inputs. Then this serializer releases
+ * each tuple itself as it writes it to the subprocess (a synthetic {@code ack}
+ * returned by the next {@link #readShellMsg}), drops the acks and fails the Python
+ * side still sends (the tuple is already released), and drops anchors (there is
+ * no tuple tree to grow). The Python side need not send an ack per tuple.
+ * </ul>
  */
 public class MultilangSerializer extends JsonSerializer {
     private static final long serialVersionUID = 1L;
@@ -40,9 +57,59 @@ public class MultilangSerializer extends JsonSerializer {
         }
     }
 
+    /** Tuples written to the subprocess and released on delivery: acks to return. */
+    private final ConcurrentLinkedQueue<ShellMsg> released = new ConcurrentLinkedQueue<>();
+    /** The rest of a batch that {@link #readShellMsg} has started to return. */
+    private final ArrayDeque<ShellMsg> unpacked = new ArrayDeque<>();
+    private boolean releaseOnDelivery;
+
+    @Override
+    public Number connect(Map<String, Object> conf, TopologyContext context)
+            throws IOException, NoOutputException {
+        Object ackers = conf.get("topology.acker.executors");
+        releaseOnDelivery = ackers instanceof Number && ((Number) ackers).intValue() == 0;
+        return super.connect(conf, context);
+    }
+
+    @Override
+    public void writeBoltMsg(BoltMsg msg) throws IOException {
+        super.writeBoltMsg(msg);
+        if (releaseOnDelivery && !"__heartbeat".equals(msg.getStream())) {
+            ShellMsg ack = new ShellMsg();
+            ack.setCommand("ack");
+            ack.setId(msg.getId());
+            released.add(ack);
+        }
+    }
+
     @Override
     public ShellMsg readShellMsg() throws IOException, NoOutputException {
-        Map<?, ?> msg = readMessage();
+        while (true) {
+            ShellMsg ack = released.poll();
+            if (ack != null) {
+                return ack;
+            }
+            ShellMsg next = unpacked.poll();
+            if (next == null) {
+                Map<?, ?> msg = readMessage();
+                if ("batch".equals(msg.get("command"))) {
+                    for (Object item : (List<?>) msg.get("batch")) {
+                        unpacked.add(toShellMsg((Map<?, ?>) item));
+                    }
+                    continue;
+                }
+                next = toShellMsg(msg);
+            }
+            String command = next.getCommand();
+            if (releaseOnDelivery && ("ack".equals(command) || "fail".equals(command))) {
+                continue; // released when written
+            }
+            return next;
+        }
+    }
+
+    /** One multilang message as Storm's {@link ShellMsg}. */
+    private ShellMsg toShellMsg(Map<?, ?> msg) {
         ShellMsg shellMsg = new ShellMsg();
         String command = (String) msg.get("command");
         shellMsg.setCommand(command);
@@ -62,7 +129,7 @@ public class MultilangSerializer extends JsonSerializer {
             }
             shellMsg.setTuple(values);
         }
-        Object anchors = msg.get("anchors");
+        Object anchors = releaseOnDelivery ? null : msg.get("anchors");
         if (anchors instanceof String) {
             shellMsg.addAnchor((String) anchors);
         } else if (anchors instanceof List) {
