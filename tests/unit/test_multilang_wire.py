@@ -119,3 +119,23 @@ def test_the_wire_is_used_only_with_the_elastorm_serializer() -> None:
     use_elastorm_wire(component, released | TopologyConfig.overrides(multilang_batch_size=1))
     assert not component.auto_ack and not component.auto_anchor
     assert isinstance(component.serializer, Pipe)  # batches of one: not wrapped
+
+
+def test_a_batch_from_the_jvm_is_read_one_tuple_at_a_time() -> None:
+    tuples = [
+        {"id": str(n), "comp": "c", "stream": "default", "task": 1, "tuple": [n]} for n in (1, 2)
+    ]
+    pipe = Pipe()
+    incoming = [{"command": "batch", "batch": tuples}, [7]]  # then task ids
+    pipe.read_message = lambda: incoming.pop(0)
+    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=1.0, clock=Clock())
+    assert [wire.read_message() for _ in range(3)] == [*tuples, [7]]
+
+
+def test_the_jvm_is_told_once_that_this_side_unpacks_batches() -> None:
+    component = Component()
+    pipe = component.serializer
+    conf = {SERIALIZER_KEY: ELASTORM_SERIALIZER}
+    use_elastorm_wire(component, conf)
+    use_elastorm_wire(component, conf)
+    assert pipe.sent == [{"command": "elastorm_wire"}]

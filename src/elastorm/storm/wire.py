@@ -14,6 +14,9 @@ and releases on the Java side:
   log line, an emit that needs task ids: so what this component writes stays in
   order), and before it would block reading its next input. Storm still sees one
   emit per tuple (groupings, direct streams and FIFO per task pair unchanged).
+  It also tells the JVM side (``{"command": "elastorm_wire"}``) that it unpacks
+  batches: a bolt then gets its input tuples the same way, up to ``batch_size``
+  per message, held at most ``linger_ms`` in the JVM.
 * With ``topology.acker.executors`` = 0, Storm acks every spout tuple at emit; a
   bolt's ack only frees the ShellBolt's copy of the input, which the JVM
   serializer then does itself on delivery. The component sends no acks and no
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import select
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -61,6 +65,7 @@ class BatchingSerializer:
         self.clock = clock
         self.pending: list[dict] = []
         self.first_at = 0.0
+        self.inbox: deque = deque()  # the rest of a batch from the JVM
         self.input_stream = inner.input_stream
         self.output_stream = inner.output_stream
         self._fd = inner.input_stream.fileno()
@@ -85,10 +90,16 @@ class BatchingSerializer:
     def read_message(self) -> Any:
         if self.pending and (
             self.clock() - self.first_at >= self.linger
-            or not select.select([self._fd], [], [], 0)[0]
+            or (not self.inbox and not select.select([self._fd], [], [], 0)[0])
         ):
             self.flush()  # never block on input with emits held back
-        return self.inner.read_message()
+        if self.inbox:
+            return self.inbox.popleft()
+        msg = self.inner.read_message()
+        if type(msg) is dict and msg.get("command") == "batch":
+            self.inbox.extend(msg["batch"])
+            return self.inbox.popleft()
+        return msg
 
     def serialize_dict(self, msg: dict) -> Any:
         return self.inner.serialize_dict(msg)
@@ -106,6 +117,7 @@ def use_elastorm_wire(component: Any, conf: Mapping[str, Any]) -> None:
         component.auto_anchor = False
     config = TopologyConfig.from_conf(conf)
     if config.multilang_batch_size > 1 and not isinstance(component.serializer, BatchingSerializer):
+        component.serializer.send_message({"command": "elastorm_wire"})  # we unpack batches
         component.serializer = BatchingSerializer(
             component.serializer, config.multilang_batch_size, config.multilang_linger_ms / 1000
         )

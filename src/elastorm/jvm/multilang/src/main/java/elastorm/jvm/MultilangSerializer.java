@@ -9,11 +9,16 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import org.apache.storm.multilang.BoltMsg;
 import org.apache.storm.multilang.JsonSerializer;
 import org.apache.storm.multilang.NoOutputException;
 import org.apache.storm.multilang.ShellMsg;
 import org.apache.storm.task.TopologyContext;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Storm's multilang JSON serializer with direct emits that work.
@@ -35,6 +40,10 @@ import org.apache.storm.task.TopologyContext;
  * <li><b>Batches</b>: a message {@code {"command": "batch", "batch": [msg, ...]}} from
  * the Python side (elastorm's {@code BatchingSerializer}) is unpacked here into its
  * messages, in order, so the ShellBolt/ShellSpout and Storm see individual emits.
+ * The other way, once the Python side has said it unpacks ({@code
+ * {"command": "elastorm_wire"}}), the tuples for a bolt go out the same way: up to
+ * {@code elastorm.multilang.batch_size} per message, none held longer than
+ * {@code elastorm.multilang.linger_ms}; a heartbeat or task ids flush them first.
  * <li><b>No acks when Storm tracks nothing</b>: with {@code topology.acker.executors}
  * set to 0, Storm acks every spout tuple on emit and a bolt's ack only releases the
  * tuple from the ShellBolt's map of pending inputs. Then this serializer releases
@@ -46,12 +55,22 @@ import org.apache.storm.task.TopologyContext;
  */
 public class MultilangSerializer extends JsonSerializer {
     private static final long serialVersionUID = 1L;
+    private static final Logger LOG = LoggerFactory.getLogger(MultilangSerializer.class);
     private static final Method READ_MESSAGE;
+    private static final Method WRITE_MESSAGE;
+    /** Flushes batches whose linger has run out (one daemon thread per worker). */
+    private static final ScheduledExecutorService LINGER = Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "elastorm-multilang-linger");
+        t.setDaemon(true);
+        return t;
+    });
 
     static {
         try {
             READ_MESSAGE = JsonSerializer.class.getDeclaredMethod("readMessage");
             READ_MESSAGE.setAccessible(true);
+            WRITE_MESSAGE = JsonSerializer.class.getDeclaredMethod("writeMessage", Object.class);
+            WRITE_MESSAGE.setAccessible(true);
         } catch (NoSuchMethodException e) {
             throw new IllegalStateException("unsupported Storm version: no JsonSerializer.readMessage", e);
         }
@@ -62,24 +81,89 @@ public class MultilangSerializer extends JsonSerializer {
     /** The rest of a batch that {@link #readShellMsg} has started to return. */
     private final ArrayDeque<ShellMsg> unpacked = new ArrayDeque<>();
     private boolean releaseOnDelivery;
+    /** Set once the Python side said it unpacks batches; read by the writer thread. */
+    private volatile boolean peerUnpacks;
+    private int maxBatch = 100;
+    private long lingerMicros = 5000;
+    /** Tuples for the subprocess not written yet (guarded by {@code this}). */
+    private List<Object> outbox = new ArrayList<>();
 
     @Override
     public Number connect(Map<String, Object> conf, TopologyContext context)
             throws IOException, NoOutputException {
         Object ackers = conf.get("topology.acker.executors");
         releaseOnDelivery = ackers instanceof Number && ((Number) ackers).intValue() == 0;
+        Object batch = conf.get("elastorm.multilang.batch_size");
+        if (batch instanceof Number) {
+            maxBatch = Math.max(1, ((Number) batch).intValue());
+        }
+        Object linger = conf.get("elastorm.multilang.linger_ms");
+        if (linger instanceof Number) {
+            lingerMicros = Math.max(0L, (long) (((Number) linger).doubleValue() * 1000));
+        }
         return super.connect(conf, context);
     }
 
     @Override
     public void writeBoltMsg(BoltMsg msg) throws IOException {
-        super.writeBoltMsg(msg);
-        if (releaseOnDelivery && !"__heartbeat".equals(msg.getStream())) {
+        boolean heartbeat = "__heartbeat".equals(msg.getStream());
+        if (!peerUnpacks || maxBatch <= 1 || heartbeat) {
+            synchronized (this) {
+                flushOutbox();
+                super.writeBoltMsg(msg);
+            }
+        } else {
+            Map<String, Object> tuple = new HashMap<>(8);
+            tuple.put("id", msg.getId());
+            tuple.put("comp", msg.getComp());
+            tuple.put("stream", msg.getStream());
+            tuple.put("task", msg.getTask());
+            tuple.put("tuple", msg.getTuple());
+            synchronized (this) {
+                outbox.add(tuple);
+                if (outbox.size() >= maxBatch) {
+                    flushOutbox();
+                } else if (outbox.size() == 1) {
+                    List<Object> batch = outbox;
+                    LINGER.schedule(() -> lingerFlush(batch), lingerMicros, TimeUnit.MICROSECONDS);
+                }
+            }
+        }
+        if (releaseOnDelivery && !heartbeat) {
             ShellMsg ack = new ShellMsg();
             ack.setCommand("ack");
             ack.setId(msg.getId());
             released.add(ack);
         }
+    }
+
+    @Override
+    public synchronized void writeTaskIds(List<Integer> taskIds) throws IOException {
+        flushOutbox();
+        super.writeTaskIds(taskIds);
+    }
+
+    /** The linger of {@code batch} ran out: write it unless it has gone already. */
+    private synchronized void lingerFlush(List<Object> batch) {
+        if (batch == outbox && !outbox.isEmpty()) {
+            try {
+                flushOutbox();
+            } catch (IOException e) {
+                LOG.warn("elastorm multilang: writing a batch failed: {}", e.toString());
+            }
+        }
+    }
+
+    /** Write the held tuples as one {@code batch} message (caller holds {@code this}). */
+    private void flushOutbox() throws IOException {
+        if (outbox.isEmpty()) {
+            return;
+        }
+        Map<String, Object> message = new HashMap<>(4);
+        message.put("command", "batch");
+        message.put("batch", outbox);
+        outbox = new ArrayList<>();
+        writeMessage(message);
     }
 
     @Override
@@ -101,6 +185,10 @@ public class MultilangSerializer extends JsonSerializer {
                 next = toShellMsg(msg);
             }
             String command = next.getCommand();
+            if ("elastorm_wire".equals(command)) {
+                peerUnpacks = true;
+                continue;
+            }
             if (releaseOnDelivery && ("ack".equals(command) || "fail".equals(command))) {
                 continue; // released when written
             }
@@ -166,6 +254,20 @@ public class MultilangSerializer extends JsonSerializer {
             return map;
         }
         return value;
+    }
+
+    private void writeMessage(Object message) throws IOException {
+        try {
+            WRITE_MESSAGE.invoke(this, message);
+        } catch (InvocationTargetException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof IOException) {
+                throw (IOException) cause;
+            }
+            throw new IllegalStateException(cause);
+        } catch (IllegalAccessException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     private Map<?, ?> readMessage() throws IOException, NoOutputException {
