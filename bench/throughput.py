@@ -44,6 +44,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from flights_throughput import read_procs, with_descendants  # noqa: E402
+
 from elastorm.config import TopologyConfig  # noqa: E402
 from elastorm.examples.options import ThroughputOptions  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
@@ -70,32 +72,13 @@ class CpuSnapshot:
         self.tick = os.sysconf("SC_CLK_TCK")
 
     def take(self) -> dict[int, tuple[str, float]]:
-        procs = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
-            procs[int(entry)] = (
-                int(fields[1]),
-                (int(fields[11]) + int(fields[12])) / self.tick,
-                cmd,
-            )
-        mine = {
+        procs = read_procs(self.tick)
+        runners = {
             pid
             for pid, (_, _, cmd) in procs.items()
             if b"LocalRunner" in cmd and self.project in cmd
         }
-        grew = True
-        while grew:
-            more = {pid for pid, (ppid, _, _) in procs.items() if ppid in mine} - mine
-            mine |= more
-            grew = bool(more)
+        mine = with_descendants(procs, runners)
         return {pid: (kind(procs[pid][2]), procs[pid][1]) for pid in mine}
 
 

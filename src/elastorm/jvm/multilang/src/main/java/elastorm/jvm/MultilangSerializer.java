@@ -9,6 +9,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -58,9 +59,19 @@ public class MultilangSerializer extends JsonSerializer {
     private static final Logger LOG = LoggerFactory.getLogger(MultilangSerializer.class);
     private static final Method READ_MESSAGE;
     private static final Method WRITE_MESSAGE;
-    /** Flushes batches whose linger has run out (one daemon thread per worker). */
+    /** Times the batches' linger (one daemon thread per worker); hands flushes to FLUSH. */
     private static final ScheduledExecutorService LINGER = Executors.newSingleThreadScheduledExecutor(r -> {
         Thread t = new Thread(r, "elastorm-multilang-linger");
+        t.setDaemon(true);
+        return t;
+    });
+    /**
+     * Writes batches whose linger ran out. A write blocks while that subprocess's pipe
+     * is full, so it must not hold up the timer or another subprocess's batches: a
+     * cached pool (daemon threads, ended after a minute idle).
+     */
+    private static final ExecutorService FLUSH = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "elastorm-multilang-flush");
         t.setDaemon(true);
         return t;
     });
@@ -97,9 +108,9 @@ public class MultilangSerializer extends JsonSerializer {
         if (batch instanceof Number) {
             maxBatch = Math.max(1, ((Number) batch).intValue());
         }
-        Object linger = conf.get("elastorm.multilang.linger_ms");
-        if (linger instanceof Number) {
-            lingerMicros = Math.max(0L, (long) (((Number) linger).doubleValue() * 1000));
+        Object lingerMs = conf.get("elastorm.multilang.linger_ms");
+        if (lingerMs instanceof Number) {
+            lingerMicros = Math.max(0L, (long) (((Number) lingerMs).doubleValue() * 1000));
         }
         return super.connect(conf, context);
     }
@@ -125,7 +136,8 @@ public class MultilangSerializer extends JsonSerializer {
                     flushOutbox();
                 } else if (outbox.size() == 1) {
                     List<Object> batch = outbox;
-                    LINGER.schedule(() -> lingerFlush(batch), lingerMicros, TimeUnit.MICROSECONDS);
+                    LINGER.schedule(
+                        () -> FLUSH.execute(() -> lingerFlush(batch)), lingerMicros, TimeUnit.MICROSECONDS);
                 }
             }
         }
