@@ -17,7 +17,9 @@ repeat so machine noise hits them alike):
   as ``ElasticTopology`` sets it, no acks);
 * ``elastic``: ``topologies/throughput_elastic.py``: one ``KeyedCounter`` task on
   20 key groups fed through a ``KeyRouter``, checkpoints every 5 s, the relay and
-  the controller beside it.
+  the controller beside it;
+* ``elastic_unbatched``: the same with ``elastorm.multilang.batch_size`` = 1 (no
+  batches either way; acks still off).
 
 Each run has three phases. **Saturation**: the spout emits as fast as Storm lets
 it (backpressure bounds the queues); after ``--warmup`` s the counter task's
@@ -61,6 +63,8 @@ VARIANTS = {
     "plain": ("throughput_plain", {"topology.multilang.serializer": STOCK_STORM_JSON}),
     "elastorm_plain": ("throughput_plain", {"topology.acker.executors": 0}),
     "elastic": ("throughput_elastic", {}),
+    # the elastic job with batches of one (acks still off): what batching does
+    "elastic_unbatched": ("throughput_elastic", {"elastorm.multilang.batch_size": 1}),
 }
 
 
@@ -116,7 +120,7 @@ class ThroughputDriver:
         self.name = name
         self.args = args
         self.cpu = cpu
-        self.tasks = 2 if name == "throughput_elastic" else 1
+        self.tasks = 2 if name == "throughput_elastic" else 1  # + the idle holder
         self.result: dict = {}
 
     def options(self, output_dir: str) -> dict[str, object]:
@@ -192,8 +196,9 @@ class ThroughputDriver:
         # Drain the saturation backlog (queues full) before measuring latency.
         write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 1.0})
         time.sleep(a.settle)
-        for share in (0.5, 0.9):
-            rate = round(share * sat["rate"], 1)
+        fixed = [float(r) for r in a.rates.split(",")] if a.rates else [None, None]
+        for share, fixed_rate in zip((0.5, 0.9), fixed, strict=True):
+            rate = fixed_rate or round(share * sat["rate"], 1)
             write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": rate})
             time.sleep(a.settle)
             start, end, _, _ = self._window(output_dir, a.window)
@@ -220,6 +225,10 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=15.0, help="s per measured window (15)")
     parser.add_argument("--settle", type=float, default=6.0, help="s after a rate change (6)")
     parser.add_argument("--batch", type=int, default=100, help="tuples per spout call (100)")
+    parser.add_argument(
+        "--rates", default=None, metavar="LOW,HIGH",
+        help="measure latency at these two rates (tuples/s) instead of 50%%/90%% of saturation",
+    )  # fmt: skip
     parser.add_argument(
         "--storm-option", action="append", default=[], metavar="VARIANT:KEY=VALUE",
         help="extra topology option for one variant (repeatable; VALUE as JSON if it parses)",
