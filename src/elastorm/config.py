@@ -527,7 +527,7 @@ class TopologyConfig(Section):
         check=at_least(1),
     )  # fmt: skip
     multilang_linger_ms: float = option(
-        "elastorm.multilang.linger_ms", FLOAT, 5.0,
+        "elastorm.multilang.linger_ms", FLOAT, 1.0,
         "milliseconds an emit may wait for its batch to fill",
         check=at_least(0),
     )  # fmt: skip

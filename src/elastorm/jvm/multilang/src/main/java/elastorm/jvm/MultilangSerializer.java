@@ -95,7 +95,7 @@ public class MultilangSerializer extends JsonSerializer {
     /** Set once the Python side said it unpacks batches; read by the writer thread. */
     private volatile boolean peerUnpacks;
     private int maxBatch = 100;
-    private long lingerMicros = 5000;
+    private long lingerMicros = 1000;
     /** Tuples for the subprocess not written yet (guarded by {@code this}). */
     private List<Object> outbox = new ArrayList<>();
 
