@@ -58,6 +58,7 @@ class CpuMeter:
 
     def __init__(self, topology: str, interval: float = 0.5) -> None:
         self.marker = f"-Dstorm.id={topology}-".encode()
+        self.project = str(Path(__file__).resolve().parents[1]).encode()
         self.interval = interval
         self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (what it runs, seconds)
         self._stop = threading.Event()
@@ -80,6 +81,12 @@ class CpuMeter:
     def poll(self) -> None:
         procs = read_procs(self._tick)
         workers = {pid for pid, (_, _, cmd) in procs.items() if self.marker in cmd}
+        if not workers:  # local mode: the LocalRunner JVM of this project runs the executors
+            workers = {
+                pid
+                for pid, (_, _, cmd) in procs.items()
+                if b"LocalRunner" in cmd and self.project in cmd
+            }
         mine = with_descendants(procs, workers)
         for pid in mine:
             _, seconds, cmd = procs[pid]
