@@ -64,7 +64,7 @@ VARIANTS = {
     "elastorm_plain": ("throughput_plain", {"topology.acker.executors": 0}),
     "elastic": ("throughput_elastic", {}),
     # the elastic job with batches of one (acks still off): what batching does
-    "elastic_unbatched": ("throughput_elastic", {"elastorm.multilang.batch_size": 1}),
+    "elastic_unbatched": ("throughput_elastic", TopologyConfig.overrides(multilang_batch_size=1)),
 }
 
 

@@ -45,10 +45,6 @@ _BAD_INPUT = (TypeError, ValueError, IndexError, KeyError, AttributeError)
 
 log = logging.getLogger(__name__)
 
-OP2_FIELDS = ("delay_sum", "flights")
-OP3_FIELDS = ("air_minutes", "flights_with_air_time", "na_air_time")
-OP4_FIELDS = ("samples", "delayed")
-
 
 class OperatorBolt(CountingBolt):
     """A flights operator: never crashes on bad input, reports it on ``errors``."""
@@ -241,7 +237,8 @@ class ResultsSink(CountingBolt):
 
     Writes ``<output_dir>/sink-<task>.json`` atomically on every tick when
     something changed and every ``elastorm.sink.write_every`` tuples:
-    ``totals[role][tailnum][year] = [...]`` (fields ``OP2_FIELDS`` etc.),
+    ``totals[role][tailnum][year] = [...]`` (op2: delay sum, flights; op3: air
+    minutes, flights with air time, NA air times; op4: samples, delayed),
     ``seen[role][source task]`` (the newest ``seen`` applied), ``errors[role][reason]``,
     ``error_examples[role][reason] = [[id, detail], ...]``, ``sample_ids`` and
     ``na_arr_delay_by_plane[tailnum]``: op1's NA ``arr_delay`` rows per plane (their

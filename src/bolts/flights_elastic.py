@@ -158,3 +158,4 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.flush()
         self.counters.extra["owned"] = list(self.coordinator.owned())
         self.counters.extra["held"] = sorted(self.coordinator.held)
+        self.counters.extra["heartbeats"] = self.heartbeat_health()

@@ -23,6 +23,8 @@ from bolts.flights import (
     SampledDelayShare,
     SumDelays,
 )
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import FlightsOptions
 from spouts.flights import FlightsSpout
 
 TICK = Tuple("tick", "__system", "__tick", -1, (1,))
@@ -129,10 +131,9 @@ class Pipeline:
 def run_pipeline(path: str, limit: int | None = None, output_dir: str | None = None) -> int:
     """Run the whole job over ``path`` (first ``limit`` rows); return the rows the spout read."""
     with tempfile.TemporaryDirectory() as tmp:
-        conf: dict[str, object] = {
-            "elastorm.output_dir": output_dir or tmp,
-            "elastorm.flights.path": path,
-        }
+        conf = TopologyConfig.overrides(output_dir=output_dir or tmp) | FlightsOptions.overrides(
+            path=path
+        )
         if limit is not None:
-            conf["elastorm.flights.limit"] = limit
+            conf |= FlightsOptions.overrides(limit=limit)
         return Pipeline(conf).run(max_batches=10**9).spout.row_no

@@ -102,5 +102,6 @@ class ShiftCounter(KeyedOperator, CountingBolt):
             "held": sorted(self.coordinator.held),
             "totals": totals,
             "idled": round(self.load_meter.idled, 3),
+            "heartbeats": self.heartbeat_health(),
             "at": time.time(),
         }

@@ -274,6 +274,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         extra["hot_phase"] = coordinator.phase(self.hot).value
         extra["outputs_hot"] = self.outputs_hot
         extra["checkpoint_request_seen"] = self.plan.seen_request
+        extra["heartbeats"] = self.heartbeat_health()
         if control.get("final"):
             extra["state_total"] = sum(
                 sum(coordinator.state(g).items().values()) for g in coordinator.live()

@@ -488,6 +488,11 @@ class TopologyConfig(Section):
         "after this long an unfinished migration or restore is reported stuck",
         check=above(0),
     )  # fmt: skip
+    stall_secs: float = option(
+        "elastorm.stall_secs", FLOAT, 30.0,
+        "after this long, tuples parked behind a sequence that never came are reported",
+        check=above(0),
+    )  # fmt: skip
     initial_nodes: Mapping[str, tuple[int, ...]] = option(
         "elastorm.initial_nodes", NODE_LISTS, {},
         "nodes an operator's key groups start on (default: all, round robin)",
@@ -519,6 +524,12 @@ class TopologyConfig(Section):
         "elastorm.zookeeper.hosts", STR, None,
         "`host:port,...` of elastorm's own ZooKeeper (unset: Storm's)",
         optional=True,
+    )  # fmt: skip
+    zookeeper_session_secs: float = option(
+        "elastorm.zookeeper.session_secs", FLOAT, 4.0,
+        "ZooKeeper session timeout of elastorm's clients: how long until a silent task "
+        "is declared lost (lower detects faster; too low declares a busy task lost)",
+        check=at_least(1),
     )  # fmt: skip
     multilang_batch_size: int = option(
         "elastorm.multilang.batch_size", INT, 100,

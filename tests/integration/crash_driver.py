@@ -72,6 +72,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         from elastorm.controller.requests import MigrationRequest, RequestState
         from elastorm.core.messages import Protocol
         from elastorm.runtime.migrate import connect, wait_until_movable
+        from elastorm.zk.layout import ZnodeLayout
         from elastorm.zk.requests import read_request, submit_request
 
         if self._client is None:
@@ -95,11 +96,11 @@ class ElasticCrashDriver(ElasticFlightsDriver):
             request = MigrationRequest(
                 operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
             )
-            name = submit_request(self._client, self.topology, request)
+            name = submit_request(self._client, ZnodeLayout(self.topology), request)
             deadline = time.monotonic() + self.migration_timeout
-            while (current := read_request(self._client, self.topology, name)).state in (
-                RequestState.PENDING,
-            ):
+            while (
+                current := read_request(self._client, ZnodeLayout(self.topology), name)
+            ).state in (RequestState.PENDING,):
                 if time.monotonic() > deadline:
                     raise UserError(f"request {name} never started")
                 time.sleep(0.02)
@@ -112,7 +113,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         killed_at = time.time()
         # Refused once the restarted task reports and its groups are restored; reported
         # stuck meanwhile if that takes longer than elastorm.migration_timeout_secs.
-        while (current := read_request(self._client, self.topology, name)).state in (
+        while (current := read_request(self._client, ZnodeLayout(self.topology), name)).state in (
             RequestState.STARTED,
             RequestState.STUCK,
         ):
@@ -152,3 +153,85 @@ class ElasticCrashDriver(ElasticFlightsDriver):
             and all(m["state"] == "refused" for m in crashed)
             and all(m["state"] == "done" and m["used"] == m["asked"] for m in others)
         )
+
+
+class NodeLossDriver(ElasticCrashDriver):
+    """The elastic flights job with ``lose`` op2 tasks killed at once, with their worker
+    JVMs (kill -9 of both, as a dead node takes them), at 30% of the input.
+
+    Nothing is migrating then. The controller must declare them lost from ZooKeeper
+    (their sessions end) and restore their key groups on the tasks holding their
+    checkpoints, without waiting for Storm to restart the workers. The victims are
+    chosen so every group they own has its checkpoint on a survivor (one checkpoint
+    per group: losing an owner and its holder together loses that group's state, which
+    the fault zones of the placement are there to prevent). Passes if every plane's
+    totals still equal pandas'.
+    """
+
+    def __init__(self, limit: int | None = None, lose: int = 1, **kwargs: Any) -> None:
+        ElasticFlightsDriver.__init__(self, limit, script=((0.3, f"lose{lose}"),), **kwargs)
+        self.victim = "node"
+        self.lose = lose
+        self.kills = []
+        self.losses: list[dict[str, Any]] = []
+
+    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        from elastorm.runtime.migrate import connect, wait_for_status
+
+        if self._client is None:
+            self._client = connect(self.zk_hosts)
+        status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+        victims = self._victims(status)
+        pids = []
+        for task in victims:
+            pid = self._pid_of("sum_delays", task)
+            pids += [_parent(pid), pid]
+        killed_at = time.monotonic()
+        for pid in pids:
+            os.kill(pid, 9)
+        while True:  # restored: no group owned by a dead task any more
+            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+            if not set(status["owners"]) & set(victims):
+                break
+            if time.monotonic() - killed_at > self.migration_timeout:
+                raise UserError(f"groups of tasks {victims} not restored after the kill")
+            time.sleep(0.05)
+        seconds = time.monotonic() - killed_at
+        self.kills.append({"tasks": victims, "pids": pids})
+        self.losses.append({"tasks": victims, "restored_seconds": round(seconds, 2)})
+        return {
+            "group": None,
+            "asked": f"kill -9 of tasks {victims} with their workers",
+            "used": "lost",
+            "state": "restored",
+            "source": None,
+            "target": None,
+            "ms": round(seconds * 1000),
+            "detail": f"every group restored {seconds:.2f} s after the kill",
+            "epoch": status["epoch"],
+        }
+
+    def _victims(self, status: dict[str, Any]) -> list[int]:
+        """``lose`` tasks none of which holds the checkpoint of a group another owns."""
+        import itertools
+
+        owners, holders = status["owners"], status["holders"]
+        for combo in itertools.combinations(sorted(set(owners)), self.lose):
+            if all(holders[g] not in combo for g, o in enumerate(owners) if o in combo):
+                return list(combo)
+        raise UserError(f"no {self.lose} tasks whose groups' checkpoints are all elsewhere")
+
+    def outcome(self, output_dir: str) -> Outcome:
+        out = super().outcome(output_dir)
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"losses": self.losses})
+
+    def _migrations_ok(self) -> bool:
+        return len(self.migrations) == self.scripted and all(
+            m["state"] == "restored" for m in self.migrations
+        )
+
+
+def _parent(pid: int) -> int:
+    """The parent process of ``pid`` (a ShellBolt's subprocess: its worker JVM)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])

@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from crash_driver import ElasticCrashDriver
+from crash_driver import ElasticCrashDriver, NodeLossDriver
 
 from elastorm.runtime.run import run_topology
 from elastorm.runtime.shift_driver import ShiftDriver
@@ -145,3 +145,21 @@ def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_r
         if m["key_group"].startswith("op2/") and (m["from"], m["to"]) == ("node0", "node1")
     ], facts["holder_moves"]
     assert {o["target"] for o in facts["orders"]} <= {"node1"}, facts["orders"]
+
+
+@pytest.mark.parametrize("lose", [1, 2])
+def test_lost_nodes_are_restored_from_checkpoints_before_storm_restarts_them(
+    cluster_with_room, lose, monkeypatch
+):
+    """kill -9 of ``lose`` op2 workers at once (JVM and Python): declared lost from
+    ZooKeeper, their groups restored on the checkpoint holders, totals exact."""
+    monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
+    monkeypatch.setenv("ELASTORM_KEYED_TASKS", "4")
+    driver = NodeLossDriver(limit=150_000, lose=lose, max_rate=1500.0)
+    driver.migration_timeout = 120.0
+    outcome = run_topology(cluster_with_room, "cluster", driver, timeout=900)
+    assert outcome.ok, outcome.summary
+    [loss] = outcome.facts["losses"]
+    print(f"lost tasks {loss['tasks']}: restored {loss['restored_seconds']} s after the kill")
+    assert len(loss["tasks"]) == lose
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary

@@ -32,10 +32,13 @@ def test_each_protocol_moves_the_hot_group_exactly_once_and_is_measured() -> Non
     records = outcome.facts["records"]
     assert [r["used"] for r in records] == ["cpa", "cpal", "direct"]
     for r in records:
-        assert r["replayed"] is not None and r["replayed"] > 0, r
+        assert r["replayed"] is not None, r
         assert r["completion_ms"] > 0 and r["outputs"] > 0, r
         assert r["pause_ms"] is not None, r
     # CPA and CPAL replay what piled up since the requested checkpoint; direct
     # replays only what arrived while its full checkpoint travelled.
+    # Direct's count depends on how long its checkpoint took (0 seen when it took less
+    # than one hot tuple's gap), so only its bound is asserted.
+    assert records[0]["replayed"] > 0
     assert records[1]["replayed"] >= 1600
     assert records[2]["replayed"] < records[1]["replayed"]

@@ -16,19 +16,15 @@ import time
 
 import pytest
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
 from elastorm.controller.model import Allocation, Heartbeat, KeyGroupId
 from elastorm.core.routing import RoutingTable
 from elastorm.runtime import services
 from elastorm.runtime.config import load_config
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import (
-    OrderState,
     decode_checkpoints,
-    decode_order,
     decode_routing,
     decode_task,
-    order_from_move,
 )
 from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState, default_identity
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
@@ -113,16 +109,6 @@ def zookeeper():
     services.stop(cfg, NAME)
 
 
-def _move(i: int) -> Move:
-    return Move(
-        key_group=KeyGroupId("op", i),
-        source="n1",
-        target="n2",
-        protocol=Protocol.CPA,
-        reason=MoveReason.LOAD_BALANCE,
-    )
-
-
 def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
     cfg, daemon = zookeeper
     settings = ZkSettings(
@@ -147,7 +133,6 @@ def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
         part.start()
     store.load(10)
     store.set_routing("op", RoutingTable(epoch=1, owners=(1, 2, 1)))
-    assert store.issue(order_from_move(_move(0), order_id="o-1", epoch=1, now=1.0))
     wait_for(lambda: len(watcher.live()) == 2, 10, "both tasks seen")
     seq_before = {t: r.seq for t, r in watcher.live().items()}
     watcher.poll_events()
@@ -162,12 +147,11 @@ def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
     counts_down = [c.count for c in callers]
     store.set_routing("op", RoutingTable(epoch=2, owners=(2, 2, 1)))
     store.set_checkpoints(Allocation({KeyGroupId("op", 0): ("n1",)}))
-    store.advance_order("o-1", OrderState.DONE)
     asked = time.monotonic()
-    refused = store.issue(order_from_move(_move(1), order_id="o-2", epoch=2, now=2.0))
-    refuse_time = time.monotonic() - asked
-    assert not refused and refuse_time < 0.1  # refused at once, not after a timeout
-    assert store.pending() == 3
+    durable = store.flush(0.05)
+    flush_wait = time.monotonic() - asked
+    assert not durable and flush_wait < 0.2  # nothing acted on: its commands stay held
+    assert store.pending() == 2
     time.sleep(max(0.0, OUTAGE - (time.monotonic() - down_at)))
     counts_up = [c.count for c in callers]
     assert store.decisions().routing["op"].epoch == 2  # held in memory all along
@@ -175,7 +159,7 @@ def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
     # ---- back
     start_zookeeper(cfg, daemon)
     back_at = time.monotonic()
-    assert store.flush(30)
+    assert store.flush(30), (store.status(), store.pending())
     flushed = time.monotonic() - back_at
     wait_for(lambda: all(p.state() is PublisherState.REGISTERED for p in pubs), 30, "re-registered")
     registered = time.monotonic() - back_at
@@ -195,27 +179,29 @@ def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
     during = [u - d for u, d in zip(counts_up, counts_down, strict=True)]
     print(
         f"outage {OUTAGE:.0f} s: caller iterations during outage {during}, "
-        f"max caller gap {max(c.max_gap for c in callers) * 1000:.1f} ms, issue refused in "
-        f"{refuse_time * 1000:.2f} ms, decisions flushed {flushed:.2f} s and tasks registered "
+        f"max caller gap {max(c.max_gap for c in callers) * 1000:.1f} ms, flush answered "
+        f"{flush_wait * 1000:.2f} ms, decisions flushed {flushed:.2f} s and tasks registered "
         f"{registered:.2f} s after restart, sessions expired {expired}, TaskLeft seen {len(lost)}"
     )
-    # The callers never blocked: they kept iterating (~1 ms sleep each) all along.
+    # The callers never blocked: they kept iterating (~1 ms sleep each) all along. A
+    # call that waited on ZooKeeper would stall them for its request timeout (2 s) or
+    # the whole outage; below that, a gap is the scheduler of a loaded 2-core machine
+    # (up to ~1 s seen while Storm workers ran beside this test).
     assert all(n > 1000 for n in during)
-    assert max(c.max_gap for c in callers) < 0.5
-    # Every held decision reached ZooKeeper; the refused order did not.
+    assert max(c.max_gap for c in callers) < settings.request_timeout
+    # Every held decision reached ZooKeeper.
     assert store.status() is StoreStatus.ONLINE and store.pending() == 0
     _, table = decode_routing(ctl.get(layout.routing("op"))[0])
     assert table == RoutingTable(epoch=2, owners=(2, 2, 1))
     alloc = decode_checkpoints(ctl.get(layout.checkpoints)[0])
     assert alloc == Allocation({KeyGroupId("op", 0): ("n1",)})
-    assert decode_order(ctl.get(layout.plan("o-1"))[0]).state is OrderState.DONE
-    assert ctl.exists(layout.plan("o-2")) is None
     # Both ephemeral znodes exist (kept or re-created) with fresh heartbeats.
     for pub in pubs:
         data, stat = ctl.get(pub.path)
         assert stat.ephemeralOwner != 0 and decode_task(data).seq > 0
-    # And new orders go through again.
-    assert store.issue(order_from_move(_move(1), order_id="o-3", epoch=2, now=3.0))
+    # And new decisions go through again.
+    store.set_routing("op", RoutingTable(epoch=3, owners=(1, 1, 1)))
+    assert store.flush(5)
 
     for part in (*pubs, watcher, store):
         part.stop()

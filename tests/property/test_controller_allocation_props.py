@@ -3,7 +3,7 @@
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from elastorm.controller.allocation import (
@@ -14,9 +14,10 @@ from elastorm.controller.allocation import (
     correlated_allocation,
     even_allocation,
     optimal_allocation,
+    reoptimize,
 )
 from elastorm.controller.correlation import factors_from_loads
-from elastorm.controller.model import ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
+from elastorm.controller.model import Allocation, ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
 
 
 @st.composite
@@ -62,8 +63,7 @@ def constraint1(spec, alloc):
 @settings(max_examples=200, deadline=None)
 @given(instances())
 def test_algorithm3_never_breaks_constraint1(spec):
-    if not feasible(spec):
-        return
+    assume(feasible(spec))
     for policy in (correlated_allocation, even_allocation, baseline_allocation):
         assert constraint1(spec, policy(spec)) == []
 
@@ -71,12 +71,10 @@ def test_algorithm3_never_breaks_constraint1(spec):
 @settings(max_examples=150, deadline=None)
 @given(instances(max_nodes=5, max_kgs=5))
 def test_algorithm3_versus_exhaustive(spec):
-    if not feasible(spec):
-        return
+    assume(feasible(spec))
     alg = correlated_allocation(spec)
     opt = optimal_allocation(spec)
-    if opt is None:  # constraint 2 cannot be met at all
-        return
+    assume(opt is not None)  # else constraint 2 cannot be met at all
     assert constraint_violations(spec, opt) == ()
     s_alg, s_opt = allocation_score(spec, alg), allocation_score(spec, opt)
     if constraint_violations(spec, alg) == ():
@@ -85,3 +83,42 @@ def test_algorithm3_versus_exhaustive(spec):
         # Without constraint 2 and with one replica, checkpoints do not interact:
         # Algorithm 3 must be exactly optimal.
         assert math.isclose(s_alg, s_opt, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(instances(), st.data())
+def test_reoptimize_moves_lead_exactly_to_its_allocation_each_checkpoint_once(spec, data):
+    """The controller applies ``reoptimize``'s moves and nothing else: applied to the
+    current holders, in order, they must give the returned allocation, and move no
+    checkpoint twice (a repair then an improvement is one move). The current holders
+    may sit on forbidden nodes (the owner's), so repairs happen."""
+    if not feasible(spec):
+        return
+    nodes = spec.view.node_ids()
+    current = Allocation(
+        {
+            k.key_group: tuple(
+                data.draw(
+                    st.lists(
+                        st.sampled_from(nodes), min_size=1, max_size=spec.replicas, unique=True
+                    )
+                )
+            )
+            for k in spec.view.key_groups
+        }
+    )
+    theta = data.draw(st.sampled_from([0.0, 0.5, math.inf]))
+    final, moves = reoptimize(spec, current, theta=theta)
+    holders = {kg: list(ns) for kg, ns in current.entries}
+    moved = set()
+    for m in moves:
+        assert (m.key_group, m.source) not in moved, m  # the checkpoint moves once
+        hs = holders[m.key_group]
+        if m.source in hs:
+            hs[hs.index(m.source)] = m.target
+        else:
+            hs.append(m.target)
+        moved.add((m.key_group, m.target))
+    assert {kg: sorted(hs) for kg, hs in holders.items()} == {
+        kg: sorted(ns) for kg, ns in final.entries
+    }

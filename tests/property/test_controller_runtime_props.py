@@ -1,6 +1,7 @@
 """Hypothesis properties: sliding correlation vs numpy, recovery plan invariants."""
 
 import numpy as np
+from controller_oracle import dense
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ def test_sliding_matches_two_pass_numpy(window, rows):
         state = push_loads(state, row)
     data = np.array(rows[-window:])
     got = state.correlation().matrix
-    expected = state.factors().to_matrix().matrix  # exact two-pass over the window
+    expected = dense(state.factors()).matrix  # exact two-pass over the window
     assert np.all(np.abs(got) <= 1.0)
     sd = data.std(axis=0)
     ok = sd > 1e-6 * (1 + np.abs(data).max(axis=0))  # clearly non-constant series
@@ -54,7 +55,7 @@ def test_a_large_sample_leaving_the_window_does_not_spoil_the_sums() -> None:
     state = sliding_correlation(KGS, 8)
     for row in rows:
         state = push_loads(state, row)
-    expected = state.factors().to_matrix().matrix
+    expected = dense(state.factors()).matrix
     np.testing.assert_allclose(state.correlation().matrix, expected, atol=1e-9)
 
 

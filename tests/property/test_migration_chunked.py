@@ -12,7 +12,7 @@ import os
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, rule
+from hypothesis.stateful import initialize, precondition, rule
 from test_migration_stateful import EMITTERS, GROUPS, KEYS, MigrationMachine
 
 from elastorm.core.keygroups import key_group
@@ -27,6 +27,7 @@ class ChunkedMigrationMachine(MigrationMachine):
             emitter.to_state_chunk = chunk
             emitter.to_state_window = window
 
+    @precondition(lambda self: any(self.cluster.can_migrate(g) for g in range(GROUPS)))
     @rule(data=st.data(), n=st.integers(2, 8))
     def burst_then_cpal(self, data: st.DataObject, n: int) -> None:
         """Data into one group, then CPAL it to its holder at once: a buffer long
@@ -34,8 +35,6 @@ class ChunkedMigrationMachine(MigrationMachine):
         not ready)."""
         c = self.cluster
         movable = [g for g in range(GROUPS) if c.can_migrate(g)]
-        if not movable:
-            return
         group = data.draw(st.sampled_from(movable), label="group")
         if data.draw(st.booleans(), label="holder ready"):  # else direct, usually
             c.run_until_quiet()

@@ -19,11 +19,11 @@ from collections import defaultdict
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from sim import Cluster
 
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Protocol
 from elastorm.core.migration.table import LIVE, Phase
-from elastorm.core.sim import Cluster
 from elastorm.core.state import fold
 
 GROUPS = 4
@@ -70,15 +70,17 @@ class MigrationMachine(RuleBasedStateMachine):
     def checkpoint(self, group: int) -> None:
         self.cluster.checkpoint(self.cluster.owner(group), group)
 
+    def movable(self) -> list[int]:
+        return [g for g in range(GROUPS) if self.cluster.can_migrate(g)]
+
+    @precondition(lambda self: self.movable())
     @rule(
-        group=st.integers(0, GROUPS - 1),
         protocol=st.sampled_from([Protocol.DIRECT, Protocol.CPA, Protocol.CPAL]),
         data=st.data(),
     )
-    def migrate(self, group: int, protocol: Protocol, data: st.DataObject) -> None:
+    def migrate(self, protocol: Protocol, data: st.DataObject) -> None:
         c = self.cluster
-        if not c.can_migrate(group):
-            return
+        group = data.draw(st.sampled_from(self.movable()), label="group")
         if protocol is Protocol.DIRECT:
             others = [t for t in TASKS if t != c.owner(group)]
             target = data.draw(st.sampled_from(others), label="target")
@@ -104,14 +106,22 @@ class MigrationMachine(RuleBasedStateMachine):
         assert used is protocol
         event(f"migrate {used.value}")
 
-    @rule(task=st.sampled_from(TASKS))
-    def crash_and_restore(self, task: int) -> None:
+    def survivable(self) -> list[int]:
+        """Tasks whose crash loses nothing: a copy of every group they are involved in
+        survives (losing an owner and its only copy together is data loss by design)."""
+        return [t for t in TASKS if self.cluster.survives(t)]
+
+    @precondition(lambda self: self.survivable())
+    @rule(data=st.data())
+    def crash_and_restore(self, data: st.DataObject) -> None:
+        """A crash at any time, a second one while an earlier recovery runs included."""
         c = self.cluster
+        task = data.draw(st.sampled_from(self.survivable()), label="task")
         restoring = any(m.protocol is Protocol.RESTORE for m in c.moving.values())
-        if restoring or not c.survives(task):
-            return  # a second failure before recovery ends, or no copy: out of scope
         moving = sorted(g for g, m in c.moving.items() if task in (m.source, m.target))
-        event("crash mid-migration" if moving else "crash")
+        event(
+            "crash during recovery" if restoring else "crash mid-migration" if moving else "crash"
+        )
         c.crash(task)
 
     @rule()

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from controller_oracle import apply_moves
 
 from elastorm.controller.adaptation import (
     AdaptationState,
@@ -14,7 +15,6 @@ from elastorm.controller.adaptation import (
     MoveReason,
     Protocol,
     Thresholds,
-    apply_moves,
     plan_adaptation,
 )
 from elastorm.controller.allocation import (

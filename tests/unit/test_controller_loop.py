@@ -8,6 +8,7 @@ node0 and node2 under 70% external load, op2's load rising while op1's falls.
 from __future__ import annotations
 
 import pytest
+from controller_oracle import pair
 
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.adaptation import Thresholds
@@ -349,7 +350,7 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
     path.write_bytes(encode_artifact(artifact))
     cs = controls()
     prior = _load_prior(str(path), cs)
-    assert prior.pair(KeyGroupId("op1", 0), KeyGroupId("op2", 1)) < -0.99
+    assert pair(prior, KeyGroupId("op1", 0), KeyGroupId("op2", 1)) < -0.99
     loop = ControllerLoop(
         controls=cs,
         placement=Placement({"op1": OP1, "op2": OP2}),
@@ -421,3 +422,22 @@ def test_an_assisted_move_waits_for_the_new_holders_first_checkpoint() -> None:
     moved = [m for r in rounds for m in r.moves]
     assert [bool(r.moves) for r in rounds] == [False, False, False, True, False]
     assert moved and not any(m.protocol.checkpoint_assisted for m in moved)
+
+
+def test_the_metrics_file_carries_the_correlations_and_the_score_against_theta() -> None:
+    """What the dashboard draws as the heatmap and the allocation score against theta."""
+    import json
+    import math
+
+    from elastorm.controller.runtime import allocation_summary
+
+    loop, rounds = run("correlated")
+    out = allocation_summary(loop, rounds[-1].view)
+    json.dumps(out, allow_nan=False)  # the page parses it: no NaN or Infinity
+    corr = out["correlation"]
+    assert len(corr["key_groups"]) == 2 * G == len(corr["matrix"])
+    assert all(row[i] == 1.0 for i, row in enumerate(corr["matrix"]))
+    assert out["theta"] == loop.settings.theta
+    assert math.isclose(out["score_drift"], out["allocation_score"] - out["reference_score"])
+    fresh = allocation_summary(make_loop(strategy="correlated"), rounds[-1].view)
+    assert "allocation_score" not in fresh  # nothing allocated yet: no score

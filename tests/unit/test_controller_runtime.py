@@ -10,8 +10,9 @@ from elastorm.controller.model import Allocation, KeyGroupId
 from elastorm.controller.runtime import ControllerRuntime, holders_allocation, resume
 from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
-from elastorm.core.messages import SetHolder
+from elastorm.core.messages import Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
+from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.store import Decisions, StoreError, StoreStatus
 
 TASKS = {"op": {"node0": 5, "node1": 6, "node2": 7}}
@@ -24,7 +25,7 @@ def controls() -> dict[str, MigrationController]:
 def decisions(epoch: int = 4) -> Decisions:
     table = RoutingTable(epoch=epoch, owners=(7, 7, 6))
     alloc = Allocation({KeyGroupId("op", g): ("node0",) for g in range(3)})
-    return Decisions(routing=MappingProxyType({"op": table}), checkpoints=alloc, orders={})
+    return Decisions(routing=MappingProxyType({"op": table}), checkpoints=alloc)
 
 
 def test_resume_takes_newer_routing_and_holders_only() -> None:
@@ -43,7 +44,7 @@ def test_resume_takes_newer_routing_and_holders_only() -> None:
     assert early["op"].holders == {0: 6, 1: 5, 2: 5}  # never the owner (5 owns group 0)
     # A fresh topology's store has neither.
     fresh = controls()
-    empty = Decisions(routing=MappingProxyType({}), checkpoints=None, orders={})
+    empty = Decisions(routing=MappingProxyType({}), checkpoints=None)
     assert resume(fresh, empty, Placement(TASKS)) == []
 
 
@@ -89,6 +90,18 @@ class FakeWatcher:
         }
 
 
+def runtime(loop: ControllerLoop, store: FakeStore) -> ControllerRuntime:
+    return ControllerRuntime(
+        loop=loop,
+        client=None,
+        layout=ZnodeLayout("t"),
+        watcher=FakeWatcher(),
+        store=store,
+        round_secs=1.0,
+        metrics_path=None,
+    )
+
+
 def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
     cs = controls()
     loop = ControllerLoop(
@@ -98,9 +111,7 @@ def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
         started_at=0.0,
     )
     store = FakeStore()
-    rt = ControllerRuntime(
-        loop=loop, watcher=FakeWatcher(), store=store, round_secs=1.0, metrics_path=None
-    )
+    rt = runtime(loop, store)
     assert rt.tick(10.0) == [] and rt.rounds == 0 and not rt.loaded  # another leader
     store.state = StoreStatus.ONLINE
     rt.tick(11.0)
@@ -126,9 +137,7 @@ def test_commands_go_out_only_once_their_decisions_are_in_zookeeper() -> None:
     )
     store = FakeStore()
     store.state, store.durable = StoreStatus.ONLINE, False
-    rt = ControllerRuntime(
-        loop=loop, watcher=FakeWatcher(), store=store, round_secs=1.0, metrics_path=None
-    )
+    rt = runtime(loop, store)
     held = [Send(to_task=5, message=SetHolder(key_group=0, holder=7))]
     rt.outbox.extend(held)  # what a round decided
     assert rt.tick(10.0) == [] and rt.rounds == 1 and rt.outbox == held
@@ -140,3 +149,24 @@ def test_commands_go_out_only_once_their_decisions_are_in_zookeeper() -> None:
     rt.outbox.extend(held)
     store.state = StoreStatus.CONFLICT
     assert rt.tick(10.6) == [] and not rt.outbox
+
+
+def test_a_request_only_controller_resumes_and_persists_before_it_sends() -> None:
+    """No strategy, no adaptation: still the earlier routing is taken over before any
+    request is carried out (else its epoch would restart at 0 and every emitter would
+    ignore its commands as stale), and a request's commands wait for ZooKeeper."""
+    cs = controls()
+    loop = ControllerLoop(
+        controls=cs, placement=Placement(TASKS), settings=LoopSettings(), started_at=0.0
+    )
+    assert not loop.settings.active
+    store = FakeStore()
+    rt = runtime(loop, store)
+    assert not rt.ready(1.0)  # another leader, or ZooKeeper away: nothing decided
+    store.state = StoreStatus.ONLINE
+    assert rt.ready(2.0) and cs["op"].routing.epoch == 4  # resumed
+    _, sends = cs["op"].migrate(0, 6, Protocol.DIRECT, now=2.0)
+    store.durable = False
+    assert rt.order(sends) == [] and ("op", 5) in store.written  # persisted, held
+    store.durable = True
+    assert rt.tick(3.0) == sends and rt.rounds == 0  # released; no round ever

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sim import CONTROLLER, Cluster
 
-from elastorm.core.actions import MigrationDone, Rejected, Role, Send
+from elastorm.core.actions import MigrationDone, Rejected, Role, Send, TuplesStalled
 from elastorm.core.errors import Hint, MigrationProtocolError
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import (
@@ -23,7 +24,6 @@ from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter, Route
 from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.routing import RoutingTable
-from elastorm.core.sim import CONTROLLER, Cluster
 
 G = 2
 KEY0 = next(f"k{i}" for i in range(100) if key_group(f"k{i}", G) == 0)
@@ -194,3 +194,22 @@ def test_emitter_cpal_duplicates_until_processed_all_replay() -> None:
         e.command(Migrate(key_group=1, epoch=2, protocol=Protocol.CPAL, source=1, target=0))
         e.command(Migrate(key_group=1, epoch=3, protocol=Protocol.CPAL, source=1, target=0))
     assert e.route(1) is Route.FAILED
+
+
+def test_a_gap_that_never_closes_is_reported_once_after_stall_after() -> None:
+    """A lost tuple parks every later one of its source; that is reported, not silent."""
+    coord = TaskCoordinator(task=0, num_key_groups=G, upstreams=[10], owned=[0], stall_after=30)
+
+    def data(seq: int) -> Data:
+        return Data(key_group=0, item=DataTuple(source="u", seq=seq, key=KEY0, value=1, ts=0))
+
+    coord.receive(10, data(1))
+    assert coord.receive(10, data(3)) == [] and coord.receive(10, data(4)) == []  # 2 is lost
+    assert coord.on_tick(100.0) == []
+    assert coord.on_tick(129.0) == []
+    [stalled] = coord.on_tick(130.0)
+    assert stalled == TuplesStalled(key_group=0, source="u", awaited=2, parked=2, seconds=30.0)
+    assert coord.on_tick(200.0) == []  # once per gap
+    applied = coord.receive(10, data(2))  # it arrives after all: everything goes on
+    assert [a.item.seq for a in applied] == [2, 3, 4]
+    assert coord.on_tick(300.0) == []

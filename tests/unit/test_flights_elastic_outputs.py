@@ -183,3 +183,39 @@ def test_sink_gets_every_flight_whatever_order_updates_arrive_in(
     with open(w.sink.path, encoding="utf-8") as fh:
         totals = json.load(fh)["totals"]["op2"]
     assert totals[PLANE] == {"2013": [1, 3]}
+
+
+class Publisher:
+    """Stands in for the task's ``HeartbeatPublisher`` (no ZooKeeper here)."""
+
+    def __init__(self, health: dict[str, int]) -> None:
+        self.counts = health
+        self.wakes = 0
+
+    def state(self):
+        from elastorm.zk.heartbeat import PublisherState
+
+        return PublisherState.REGISTERED
+
+    def publish_now(self) -> None:
+        self.wakes += 1
+
+    def health(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+def test_counters_file_shows_the_heartbeat_publishers_health(tmp_path, monkeypatch) -> None:
+    w = Wiring(tmp_path, monkeypatch)
+    quiet, publishing = w.op2[OP2_TASKS[0]], w.op2[OP2_TASKS[1]]
+    health = {"published": 7, "failures": 2, "callback_errors": 1, "step_errors": 0}
+    quiet.heartbeats = None  # heartbeats off, or no ZooKeeper configured
+    publishing.heartbeats = Publisher(health)
+    w.tick()
+    assert publishing.heartbeats.wakes == 1  # each tick publishes the new heartbeat
+
+    def extra(bolt):
+        with open(bolt.counters.path, encoding="utf-8") as f:
+            return json.load(f)["extra"]
+
+    assert extra(publishing)["heartbeats"] == health
+    assert extra(quiet)["heartbeats"] is None

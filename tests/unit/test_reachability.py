@@ -10,9 +10,8 @@ holds shell scripts only), never ``tests/``:
   except Storm/streamparse callbacks, dataclass fields, a topology's components, and
   the handlers the migration machines dispatch by name.
 
-``PENDING`` lists what both still find in code that is being restructured elsewhere
-(controller, ZooKeeper, core, Storm adapters): the test fails on anything new, and on
-a ``PENDING`` entry that is gone (delete it from the list then).
+There are no exceptions: what only a test needs lives in ``tests/`` (the protocol
+simulator ``tests/sim.py``, the controller's oracles ``tests/controller_oracle.py``).
 """
 
 from __future__ import annotations
@@ -50,53 +49,6 @@ STATE_API = ["value", "update", "clear", "get", "put", "remove", "contains"]
 STATE_API += ["keys", "values", "items", "is_empty"]
 #: The migration machines dispatch messages to handlers by name (``getattr``).
 DISPATCHED = ["_on_*", "_ignore*", "_reject_*"]
-
-#: Still found in code others are restructuring (issue 13); "path:name".
-PENDING = {
-    "module elastorm.core.sim",
-    "src/bolts/flights.py:OP2_FIELDS",
-    "src/bolts/flights.py:OP3_FIELDS",
-    "src/bolts/flights.py:OP4_FIELDS",
-    "src/elastorm/controller/adaptation.py:apply_moves",
-    "src/elastorm/controller/allocation.py:checkpoint_loads",
-    "src/elastorm/controller/correlation.py:pair",
-    "src/elastorm/controller/correlation.py:node_sums",
-    "src/elastorm/controller/correlation.py:to_matrix",
-    "src/elastorm/controller/metrics.py:estimated_pause",
-    "src/elastorm/controller/model.py:held_by",
-    "src/elastorm/controller/recovery.py:restore_work",
-    "src/elastorm/core/buffers.py:first_unacked",
-    "src/elastorm/core/buffers.py:output_source",
-    "src/elastorm/core/checkpoint.py:covers",
-    "src/elastorm/core/errors.py:RoutingError",
-    "src/elastorm/core/messages.py:to_list",
-    "src/elastorm/core/messages.py:priority",
-    "src/elastorm/core/messages.py:stateful",
-    "src/elastorm/core/migration/keygroup.py:duplicates",
-    "src/elastorm/core/outputs.py:quiet_keys",
-    "src/elastorm/core/routing.py:to_dict",
-    "src/elastorm/core/routing.py:from_dict",
-    "src/elastorm/core/sim.py:Cluster",
-    "src/elastorm/core/sim.py:run_until_quiet",
-    "src/elastorm/core/sim.py:survives",
-    "src/elastorm/core/sim.py:live_states",
-    "src/elastorm/jobs/tuple_log.py:logged",
-    "src/elastorm/zk/client.py:step_errors",
-    "src/elastorm/zk/client.py:poll_events",
-    "src/elastorm/zk/codec.py:order_from_move",
-    "src/elastorm/zk/codec.py:order_from_checkpoint_move",
-    "src/elastorm/zk/codec.py:decode_term",
-    "src/elastorm/zk/heartbeat.py:published",
-    "src/elastorm/zk/heartbeat.py:failures",
-    "src/elastorm/zk/heartbeat.py:callback_errors",
-    "src/elastorm/zk/store.py:commits",
-    "src/elastorm/zk/store.py:advance_order",
-    "src/elastorm/zk/store.py:remove_order",
-    "src/elastorm/zk/store.py:issue",
-    "src/elastorm/zk/watcher.py:wait_synced",
-    "src/elastorm/zk/watcher.py:forget",
-    "src/elastorm/zk/watcher.py:departed",  # for lost-node recovery (issue 14)
-}
 
 
 def _py_files() -> list[Path]:
@@ -186,10 +138,7 @@ def unreached_modules() -> set[str]:
 
 
 def test_nothing_in_src_is_reachable_only_from_tests() -> None:
-    found = unused_names() | unreached_modules()
-    new = sorted(found - PENDING)
-    gone = sorted(PENDING - found)
-    assert not new, "unused outside tests (use it, move it to tests/, or delete it):\n" + "\n".join(
-        new
+    found = sorted(unused_names() | unreached_modules())
+    assert not found, "unused outside tests (use it, move it to tests/, or delete it):\n" + (
+        "\n".join(found)
     )
-    assert not gone, "no longer found; delete from PENDING:\n" + "\n".join(gone)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError
+from sim import Cluster
 
 from elastorm.controller.requests import (
     MigrationRequest,
@@ -19,7 +20,9 @@ from elastorm.controller.requests import (
 )
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Protocol
-from elastorm.core.sim import Cluster
+from elastorm.core.routing import RoutingTable
+from elastorm.zk.codec import encode_routing
+from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import RequestBoard
 
 G = 2
@@ -118,7 +121,7 @@ class FlakyZk:
 
 def board_with_request() -> tuple[FlakyZk, RequestBoard, str]:
     zk = FlakyZk()
-    board = RequestBoard(zk, "t", "op")
+    board = RequestBoard(zk, ZnodeLayout("t"), "op")
     name = "req-0000000001"
     request = MigrationRequest(operator="op", key_group=3, target="holder", protocol=Protocol.CPA)
     zk.nodes[f"{board.path}/{name}"] = encode_request(request)
@@ -158,10 +161,10 @@ def test_withdraw_deletes_only_a_request_nobody_picked_up() -> None:
     from elastorm.zk.requests import withdraw_request
 
     zk, board, name = board_with_request()
-    assert withdraw_request(zk, "t", name) and f"{board.path}/{name}" not in zk.nodes
+    assert withdraw_request(zk, ZnodeLayout("t"), name) and f"{board.path}/{name}" not in zk.nodes
     zk, board, name = board_with_request()
     board.start(name, protocol_used=Protocol.CPA, epoch=1, source=0, target=1)
-    assert not withdraw_request(zk, "t", name)
+    assert not withdraw_request(zk, ZnodeLayout("t"), name)
     assert json.loads(zk.nodes[f"{board.path}/{name}"])["state"] == "started"
 
 
@@ -175,7 +178,7 @@ class StartZk:
     starts = 0
     store: dict[str, bytes] = {}
 
-    def __init__(self, hosts, timeout) -> None:
+    def __init__(self, settings) -> None:
         pass
 
     def start(self, timeout) -> None:
@@ -213,10 +216,11 @@ CONF = {"topology.name": "t", "storm.zookeeper.servers": ["127.0.0.1"], "storm.z
 def test_a_restart_while_zookeeper_is_slow_is_still_a_restart(monkeypatch) -> None:
     import elastorm.zk.requests as rzk
 
-    monkeypatch.setattr(rzk, "KazooClient", StartZk)
+    monkeypatch.setattr(rzk, "make_client", StartZk)
     StartZk.store, StartZk.starts, StartZk.failures = {}, 0, 0
     assert rzk.task_start(CONF, "op", 7, "op") == (1, -1)
-    StartZk.store["/elastorm/t/status/op"] = json.dumps({"epoch": 12}).encode()
+    table = RoutingTable(epoch=12, owners=(7, 7))
+    StartZk.store[ZnodeLayout("t").routing("op")] = encode_routing("op", table, controller="c")
     StartZk.failures = StartZk.starts + 2  # the restart's first two tries time out
     assert rzk.task_start(CONF, "op", 7, "op") == (2, 12)
 
@@ -224,7 +228,7 @@ def test_a_restart_while_zookeeper_is_slow_is_still_a_restart(monkeypatch) -> No
 def test_no_zookeeper_at_start_is_an_error_not_a_first_start(monkeypatch) -> None:
     import elastorm.zk.requests as rzk
 
-    monkeypatch.setattr(rzk, "KazooClient", StartZk)
+    monkeypatch.setattr(rzk, "make_client", StartZk)
     monkeypatch.setattr(rzk, "START_DEADLINE", 1.2)
     StartZk.store, StartZk.starts, StartZk.failures = {}, 0, 10**6
     with pytest.raises(rzk.StartUnknownError, match="cannot tell a first start from a restart"):
@@ -240,7 +244,7 @@ def test_migrate_against_a_killed_topology_refuses_at_once_and_requests_nothing(
         created: list[str] = []
 
         def exists(self, path):
-            return None  # no controller/alive znode: its session ended with the topology
+            return None  # no controller/leader znode: its session ended with the topology
 
         def ensure_path(self, path):
             self.created.append(path)

@@ -19,11 +19,16 @@ def test_wheel_holds_only_the_elastorm_package(tmp_path: Path) -> None:
     dist_info = [n for n in names if n.startswith("elastorm-0.1.0.dist-info/")]
     top_level = zipfile.ZipFile(wheel).read("elastorm-0.1.0.dist-info/top_level.txt")
     assert top_level.decode().split() == ["elastorm"], dist_info
-    # No tests, data or build output inside the package: Python sources, and the
-    # Maven poms and Java sources that `elastorm setup` builds in a user's project.
+    # No tests, data or build output inside the package: Python sources, the
+    # Maven poms and Java sources that `elastorm setup` builds in a user's project,
+    # and the dashboard's page, script and style.
     other = [n for n in names if n.startswith("elastorm/") and not n.endswith(".py")]
     assert other, "the JVM sources must ship as package data"
-    for name in other:
+    static = [n for n in other if n.startswith("elastorm/dashboard/static/")]
+    assert sorted(static) == [
+        f"elastorm/dashboard/static/{f}" for f in ("dashboard.css", "dashboard.js", "index.html")
+    ]
+    for name in set(other) - set(static):
         assert name.startswith("elastorm/jvm/") and name.endswith((".java", "pom.xml")), name
     assert "elastorm/jvm/multilang/pom.xml" in names
     assert "elastorm/jvm/pom.xml" in names

@@ -6,8 +6,6 @@ import json
 
 import pytest
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
-from elastorm.controller.allocation import CheckpointMove
 from elastorm.controller.model import Allocation, ControllerModelError, KeyGroupId
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.codec import (
@@ -15,27 +13,19 @@ from elastorm.zk.codec import (
     SCHEMA_VERSION,
     Heartbeat,
     LeaderInfo,
-    OrderKind,
-    OrderState,
-    OrderTransitionError,
     TaskIdentity,
     TaskRecord,
     ZnodeSchemaError,
     ZnodeTooLargeError,
     decode_checkpoints,
     decode_leader,
-    decode_order,
     decode_routing,
     decode_task,
-    decode_term,
     encode_checkpoints,
     encode_leader,
-    encode_order,
     encode_routing,
     encode_task,
     encode_term,
-    order_from_checkpoint_move,
-    order_from_move,
 )
 from elastorm.zk.layout import (
     ZkSettings,
@@ -76,7 +66,9 @@ def test_layout_paths_live_under_one_root_per_topology() -> None:
     assert lay.task(7) == "/elastorm/flights/tasks/7"
     assert lay.routing("delays") == "/elastorm/flights/controller/routing/delays"
     assert lay.checkpoints == "/elastorm/flights/controller/checkpoints"
-    assert lay.plan("o-1") == "/elastorm/flights/controller/plans/o-1"
+    assert lay.status("delays") == "/elastorm/flights/controller/status/delays"
+    assert lay.request("req-0000000001") == "/elastorm/flights/requests/req-0000000001"
+    assert lay.incarnation("delays", 7) == "/elastorm/flights/incarnations/delays-7"
     assert lay.leader == "/elastorm/flights/controller/leader"
     assert lay.term == "/elastorm/flights/controller/term"
     assert ZnodeLayout("t", root="/a/b").tasks == "/a/b/t/tasks"
@@ -210,45 +202,11 @@ def test_too_large_values_are_refused_before_zookeeper_sees_them() -> None:
         encode_checkpoints(big, controller="c")
 
 
-MOVE = Move(
-    key_group=KeyGroupId("op", 2),
-    source="n1",
-    target="n2",
-    protocol=Protocol.CPAL,
-    reason=MoveReason.SCALE_OUT,
-)
-
-
-def test_orders_round_trip_for_moves_and_checkpoint_moves() -> None:
-    order = order_from_move(MOVE, order_id="o-1", epoch=7, now=5.0)
-    assert order.kind is OrderKind.MIGRATE and order.state is OrderState.ISSUED
-    assert decode_order(encode_order(order, controller="c")) == order
-    cp = order_from_checkpoint_move(
-        CheckpointMove(key_group=KeyGroupId("op", 1), source=None, target="n3", lazy=True),
-        order_id="o-2",
-        epoch=7,
-        now=6.0,
-    )
-    assert decode_order(encode_order(cp, controller="c")) == cp
-    with pytest.raises(ZnodeSchemaError, match="protocol"):
-        decode_order(_edit(encode_order(order, controller="c"), protocol="teleport"))
-    with pytest.raises(ZnodeSchemaError, match="source"):
-        decode_order(_edit(encode_order(order, controller="c"), source=None))
-
-
-def test_order_transitions_follow_the_table() -> None:
-    order = order_from_move(MOVE, order_id="o-1", epoch=0, now=1.0)
-    done = order.advance(OrderState.DONE, 2.0)
-    assert done.terminal and done.updated_at == 2.0 and done.issued_at == 1.0
-    with pytest.raises(OrderTransitionError, match="from done to aborted"):
-        done.advance(OrderState.ABORTED, 3.0)
-    with pytest.raises(OrderTransitionError):
-        order.advance(OrderState.ISSUED, 3.0)
-
-
-def test_leader_and_term_round_trip() -> None:
+def test_leader_round_trips_and_term_names_its_controller() -> None:
     info = LeaderInfo(controller="c1", host="h", pid=9)
     assert decode_leader(encode_leader(info)) == info
-    assert decode_term(encode_term("c1")) == "c1"
     with pytest.raises(ZnodeSchemaError):
-        decode_term(encode_leader(info))
+        decode_leader(encode_term("c1", incarnation="a"))
+    term = json.loads(encode_term("c1", incarnation="a"))  # the token is its version
+    assert term["schema"] == "elastorm.term" and term["controller"] == "c1"
+    assert encode_term("c1", incarnation="a") != encode_term("c1", incarnation="b")

@@ -26,8 +26,9 @@ class _Result:
 
 
 class _Stat:
-    def __init__(self, owner):
+    def __init__(self, owner, czxid=0):
         self.ephemeralOwner = owner
+        self.czxid = czxid
 
 
 class FakeKazoo:
@@ -35,6 +36,8 @@ class FakeKazoo:
 
     def __init__(self):
         self.nodes: dict[str, tuple[bytes, int]] = {}  # path -> (data, owner session)
+        self.created: dict[str, int] = {}  # path -> creation zxid
+        self.zxid = 0
         self.session = 1
         self.connected = True
         self.listeners = []
@@ -71,6 +74,8 @@ class FakeKazoo:
             if path in self.nodes:
                 raise NodeExistsError()
             self.nodes[path] = (data, self.session if ephemeral else 0)
+            self.zxid += 1
+            self.created[path] = self.zxid
             return path
 
         return self._call(create)
@@ -84,7 +89,21 @@ class FakeKazoo:
         return self._call(set_)
 
     def exists_async(self, path):
-        return self._call(lambda: _Stat(self.nodes[path][1]) if path in self.nodes else None)
+        return self._call(
+            lambda: (
+                _Stat(self.nodes[path][1], self.created.get(path, 0))
+                if path in self.nodes
+                else None
+            )
+        )
+
+    def get_async(self, path):
+        def get():
+            if path not in self.nodes:
+                raise NoNodeError()
+            return self.nodes[path][0], _Stat(self.nodes[path][1], self.created.get(path, 0))
+
+        return self._call(get)
 
     def delete_async(self, path):
         return self._call(lambda: self.nodes.pop(path))
@@ -132,8 +151,10 @@ def test_registers_refreshes_and_republishes_the_last_heartbeat_when_the_callbac
     pub._step()
     assert published(fake).key_groups == (2,)
     pub._step()
-    assert published(fake).key_groups == (2,) and pub.callback_errors == 1
+    assert published(fake).key_groups == (2,)
     assert decode_task(fake.nodes[LAYOUT.task(4)][0]).seq == 3
+    health = {"published": 3, "failures": 0, "callback_errors": 1, "step_errors": 0}
+    assert pub.health() == health
     assert states(pub) == [(PublisherState.STARTING, PublisherState.REGISTERED)]
 
 
@@ -188,3 +209,33 @@ def test_stop_deletes_the_znode_for_a_clean_leave():
     pub.stop()
     assert LAYOUT.task(4) not in fake.nodes
     assert pub.state() is PublisherState.STOPPED
+
+
+def test_a_process_declared_lost_while_away_is_fenced_and_a_new_one_is_not():
+    """The controller fences the znode it saw leave (its creation zxid); this process
+    finds that fence when it is back, and stops registering: its state is stale."""
+    fake = FakeKazoo()
+    pub = make(fake, Heartbeat)
+    pub._step()
+    lost = fake.created[LAYOUT.task(4)]
+    fake.expire()  # cut off for longer than the session
+    fake.nodes[LAYOUT.fence("op", 4)] = (str(lost).encode(), 0)  # the controller's fence
+    pub._step()
+    assert pub.state() is PublisherState.FENCED and LAYOUT.task(4) not in fake.nodes
+    pub._step()
+    assert pub.state() is PublisherState.FENCED  # for good
+    # A new process (Storm restarted the task) has a znode of its own: never fenced.
+    fresh = make(fake, Heartbeat)
+    fresh._step()
+    fake.expire()
+    fresh._step()
+    assert fresh.state() is PublisherState.REGISTERED
+
+
+def test_an_expiry_without_a_fence_just_registers_again():
+    fake = FakeKazoo()
+    pub = make(fake, Heartbeat)
+    pub._step()
+    fake.expire()  # a ZooKeeper outage: nobody declared this task lost
+    pub._step()
+    assert pub.state() is PublisherState.REGISTERED and LAYOUT.task(4) in fake.nodes

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from elastorm.controller.model import (
-    Allocation,
     ClusterView,
     ControllerModelError,
     KeyGroupId,
@@ -333,39 +332,3 @@ def plan_adaptation(
         node_changed_at={n: t for n, t in rnd.changed.items() if t > horizon},
     )
     return tuple(rnd.moves), new_state
-
-
-def apply_moves(view: ClusterView, moves: Iterable[Move]) -> ClusterView:
-    """The view after ``moves`` complete (for simulations and tests).
-
-    Ownership goes to the target. Checkpoints follow the protocols: after CPA,
-    CPAL, lazy-CPA or direct the source turns its state into the checkpoint, so
-    the source replaces the target (or, for direct/lazy, the first holder) among
-    the holders; a restore consumes the holder's checkpoint. Loads are unchanged.
-    """
-    owner = {k.key_group: k for k in view.key_groups}
-    holders = {kg: list(ns) for kg, ns in view.checkpoints.entries}
-    for m in moves:
-        info = owner[m.key_group]
-        if info.owner != m.source and m.protocol is not Protocol.RESTORE:
-            raise ControllerModelError(f"{m.key_group} is on {info.owner}, not {m.source}")
-        owner[m.key_group] = KeyGroupInfo(
-            key_group=info.key_group,
-            owner=m.target,
-            load=info.load,
-            checkpoint_size=info.checkpoint_size,
-            replay_size=0.0,
-        )
-        hs = holders.setdefault(m.key_group, [])
-        if m.protocol is Protocol.RESTORE:
-            if m.target in hs:
-                hs.remove(m.target)
-            continue
-        if m.target in hs:
-            hs[hs.index(m.target)] = m.source
-        elif hs:
-            hs[0] = m.source
-        else:
-            hs.append(m.source)
-        holders[m.key_group] = list(dict.fromkeys(hs))
-    return view.replace(key_groups=owner.values(), checkpoints=Allocation(holders))

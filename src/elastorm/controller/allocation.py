@@ -432,7 +432,9 @@ def reoptimize(
     constraint 2, until the difference is ``<= theta``. ``lazy=True`` marks the
     moves lazy (full checkpoints: relocate at the next checkpoint).
 
-    Returns the new allocation and the moves, in the order to apply them.
+    Returns the new allocation and the moves, in the order to apply them: applied
+    to ``current`` they give the allocation, and each checkpoint moves at most once
+    (a repaired checkpoint that is then improved makes one move, not two).
     Complexity: one Algorithm 3 run plus ``O(#cps log #cps)``.
     Raises ``InfeasibleAllocationError``; ``ControllerModelError`` if ``theta < 0``.
     """
@@ -478,13 +480,27 @@ def reoptimize(
             cp_load[src] -= load
             cp_load[dst] += load
             gap += delta
-            moves.append(
-                CheckpointMove(
-                    key_group=kg, source=prob.node_ids[src], target=prob.node_ids[dst], lazy=lazy
-                )
-            )
+            _move_on(moves, kg, prob.node_ids[src], prob.node_ids[dst], lazy)
     final = Allocation((kg, tuple(prob.node_ids[i] for i in idxs)) for kg, idxs in cur.items())
     return final, tuple(moves)
+
+
+def _move_on(
+    moves: list[CheckpointMove], kg: KeyGroupId, src: NodeId, dst: NodeId, lazy: bool
+) -> None:
+    """Append the move ``src -> dst`` of ``kg``'s checkpoint or, if an earlier move of
+    this plan put it on ``src`` (a repair), redirect that move to ``dst`` (dropping it
+    if that leads back to where it started): each checkpoint moves at most once per
+    plan, so no owner ships a full checkpoint to a holder the same plan drops.
+    ``O(len(moves))``."""
+    for i, m in enumerate(moves):
+        if m.key_group == kg and m.target == src:
+            if m.source == dst:
+                del moves[i]
+            else:
+                moves[i] = CheckpointMove(key_group=kg, source=m.source, target=dst, lazy=lazy)
+            return
+    moves.append(CheckpointMove(key_group=kg, source=src, target=dst, lazy=lazy))
 
 
 def optimal_allocation(spec: AllocationSpec, *, max_states: int = 2_000_000) -> Allocation | None:
@@ -542,16 +558,6 @@ def optimal_allocation(spec: AllocationSpec, *, max_states: int = 2_000_000) -> 
     for k, i in zip(slots, best[1], strict=True):  # type: ignore[arg-type]
         holders[k].append(i)
     return _to_allocation(prob, holders)
-
-
-def checkpoint_loads(spec: AllocationSpec, allocation: Allocation) -> dict[NodeId, float]:
-    """Checkpoint load per node: sum of loads of the key groups whose checkpoints it holds."""
-    out = {n: 0.0 for n in spec.view.node_ids()}
-    for kg, nodes in allocation.entries:
-        load = spec.view.key_group(kg).load
-        for n in nodes:
-            out[n] += load
-    return out
 
 
 def moves_between(

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 
 from streamparse import Bolt
 
 from elastorm.config import TopologyConfig
+from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop
 from elastorm.controller.runtime import ControllerRuntime, make_loop
 from elastorm.core.actions import (
@@ -26,6 +28,7 @@ from elastorm.core.actions import (
     MigrationDone,
     Send,
     TaskStarted,
+    TuplesStalled,
     decode_report,
 )
 from elastorm.core.control import MigrationController, MigrationRefused
@@ -38,9 +41,13 @@ from elastorm.storm.elastic import (
     operators_of,
     tasks_of,
 )
-from elastorm.zk.requests import RequestBoard
+from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence
+from elastorm.zk.view import TaskJoined, TaskLeft
 
 log = logging.getLogger(__name__)
+
+DETECT_EVERY = 0.1  # s between looks at the watcher's events
+GRACE_MARGIN = 1.0  # s beyond a session timeout before leaves count, after (re)connecting
 
 
 class MigrationControllerBolt(_Sending, Bolt):
@@ -53,10 +60,11 @@ class MigrationControllerBolt(_Sending, Bolt):
 
     A keyed task that restarted empty is recovered by the loop
     (:meth:`ControllerLoop.recover`: ``plan_recovery`` decides, the operator's
-    ``MigrationController`` carries it out). With ``elastorm.controller.adapt`` or
-    a ``strategy`` set, a :class:`~elastorm.controller.runtime.ControllerRuntime`
-    also runs the loop's rounds every ``elastorm.controller.round_secs`` on the
-    keyed tasks' heartbeats, and persists its decisions.
+    ``MigrationController`` carries it out). Its
+    :class:`~elastorm.controller.runtime.ControllerRuntime` loads an earlier
+    controller's decisions before any of this, persists every decision before the
+    commands acting on it are sent, and, with ``elastorm.controller.adapt`` or a
+    ``strategy`` set, runs the loop's rounds on the keyed tasks' heartbeats.
     """
 
     outputs = [MESSAGE_STREAM]
@@ -77,20 +85,74 @@ class MigrationControllerBolt(_Sending, Bolt):
             for op, tasks in self.operator_tasks.items()
         }
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
-        self.boards = {op: RequestBoard.from_storm_conf(conf, operator=op) for op in self.operators}
         self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
         self.migration_timeout = config.migration_timeout_secs
         self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
-        self.runtime = (
-            ControllerRuntime.start(conf, self.loop) if self.loop.settings.active else None
-        )
+        self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
+        self.boards = {
+            op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
+        }
+        # Restarted tasks reported before the earlier decisions were loaded: recovered
+        # once they are (a plan made on the start-up routing would restore the wrong groups).
+        self.restarted: list[tuple[str, int]] = []
+        self.detector = FailureDetector(grace=config.zookeeper_session_secs + GRACE_MARGIN)
+        # The detector's thread and the bolt's own calls share the controllers.
+        self._lock = threading.RLock()
+        threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
 
     @property
     def control(self) -> MigrationController:
         """The controller of the (first) keyed operator."""
         return self.controls[self.operators[0]]
 
+    def _watch_failures(self) -> None:
+        """Look for lost tasks every ``DETECT_EVERY`` s (Storm's ticks are whole seconds)."""
+        while True:
+            time.sleep(DETECT_EVERY)
+            try:
+                with self._lock:
+                    self.detect_failures(time.time())
+            except Exception:
+                log.exception("controller: failure detection step failed")
+
+    def detect_failures(self, now: float) -> None:
+        """Feed the watcher's joins and leaves to the detector; recover what it declares
+        lost, every operator's lost tasks in one plan (restores run in parallel)."""
+        for event in self.runtime.watcher.poll_events():
+            if isinstance(event, TaskLeft) and event.operator in self.controls:
+                log.warning("controller: task %s of %s is gone", event.task_id, event.operator)
+                self.detector.left(event.task_id, event.operator, event.incarnation)
+            elif isinstance(event, TaskJoined):
+                self.detector.joined(event.task_id)
+        if not self.runtime.ready(now):
+            return
+        live = self.runtime.watcher.live()
+        for op, lost in self.detector.due(now, connected=self.runtime.client.connected).items():
+            back = [t for t, _ in lost if t in live]  # a new incarnation registered meanwhile
+            lost = [(t, inc) for t, inc in lost if t not in live]
+            if back:
+                log.warning("controller: tasks %s of %s are back already", back, op)
+            if not lost:
+                continue
+            log.error("controller: tasks %s of %s lost; restoring their key groups", lost, op)
+            for task, incarnation in lost:
+                self.fence(op, task, incarnation)
+            self.recover(op, [t for t, _ in lost], rejoined=False)
+
+    def fence(self, op: str, task: int, incarnation: int) -> None:
+        """Fence ``task``'s lost ``incarnation``: if that process is only cut off, it
+        finds itself fenced when it reaches ZooKeeper again and stops
+        (``KeyedOperator.stop_if_fenced``); a newer process is not touched."""
+        try:
+            write_fence(self.runtime.client, self.runtime.layout, op, task, incarnation)
+        except ZK_ERRORS as exc:
+            log.error("controller: could not fence task %s (%r)", task, exc)
+
     def process(self, tup):
+        with self._lock:
+            self.process_report(tup)
+
+    def process_report(self, tup):
         if tup.stream != REPORTS:
             return
         report = decode_report(json.loads(tup.values[0]))
@@ -105,49 +167,83 @@ class MigrationControllerBolt(_Sending, Bolt):
             control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
             if report.restarted:
-                self.recover(op, report.task)
+                self.restarted.append((op, report.task))
+                self.recover_restarted()
+        elif isinstance(report, TuplesStalled):
+            log.error(
+                "controller: task %s, key group %s: %d tuples of %s stalled %.0f s behind "
+                "sequence %d",
+                tup.task,
+                report.key_group,
+                report.parked,
+                report.source,
+                report.seconds,
+                report.awaited,
+            )
         else:
             log.warning("controller: task %s reports %s", tup.task, report)
 
-    def recover(self, op: str, dead: int) -> None:
-        """Task ``dead`` came back empty: carry out the loop's recovery plan."""
+    def recover_restarted(self) -> None:
+        """Recover the restarted tasks reported so far, once decisions are loaded."""
+        if not self.runtime.ready(time.time()):
+            log.warning(
+                "controller: %d restarted tasks wait for earlier decisions", len(self.restarted)
+            )
+            return
+        while self.restarted:
+            op, task = self.restarted.pop(0)
+            self.recover(op, [task], rejoined=True)
+
+    def recover(self, op: str, dead: list[int], *, rejoined: bool) -> None:
+        """The ``dead`` tasks lost their state (declared lost, or restarted empty): carry
+        out the loop's recovery plan."""
         control = self.controls[op]
-        recovery = self.loop.recover(op, dead, time.time())
+        recovery = self.loop.recover(op, dead, time.time(), rejoined=rejoined)
         plan, crash = recovery.plan, recovery.crash
         log.warning(
-            "task %s restarted empty: restoring key groups %s (%d checkpoints re-placed)",
+            "tasks %s %s: restoring key groups %s (%d checkpoints re-placed)",
             dead,
+            "restarted empty" if rejoined else "lost",
             crash.restored,
             len(plan.checkpoint_moves),
         )
         if plan.unrecoverable:
             log.error(
-                "controller: no checkpoint of %s survived task %s: their state is lost",
+                "controller: no checkpoint of %s survived tasks %s: their state is lost",
                 [str(kg) for kg in plan.unrecoverable],
                 dead,
             )
-        for send in crash.sends:
+        downs = [
+            Send(to_task=task, message=PeerDown(key_group=0, task=d))
+            for d in dead
+            for task in control.tasks
+            if task not in dead
+        ]
+        for send in self.runtime.order([*crash.sends, *downs]):
             self.send(send)
-        for task in control.tasks:
-            if task != dead:
-                self.send(Send(to_task=task, message=PeerDown(key_group=0, task=dead)))
         for g in crash.restored:
             name = self.active.pop((op, g), None)
             if name is not None:
-                self.boards[op].refuse(name, f"task {dead} died; key group {g} restored instead")
-        self.boards[op].publish_routing(control)
+                self.boards[op].refuse(name, f"tasks {dead} died; key group {g} restored instead")
 
     def process_tick(self, tup):
-        now = time.time()
+        with self._lock:
+            self.tick(time.time())
+
+    def tick(self, now: float) -> None:
+        """Requests, overdue migrations, the loop's round, the published status."""
+        ready = self.runtime.ready(now)
+        if ready and self.restarted:
+            self.recover_restarted()
         for op, board in self.boards.items():
             board.retry_unwritten()
-            self.carry_out_requests(op, board)
+            if ready:
+                self.carry_out_requests(op, board)
             self.report_overdue(op, now)
-        if self.runtime is not None:
-            for send in self.runtime.tick(time.time()):
-                self.send(send)
+        for send in self.runtime.tick(time.time()):
+            self.send(send)
         for op, board in self.boards.items():
-            board.publish_routing(self.controls[op])
+            board.publish_status(self.controls[op], lost=self.detector.declared)
 
     def carry_out_requests(self, op: str, board: RequestBoard) -> None:
         """Order the board's pending requests of ``op`` (``elastorm migrate``)."""
@@ -155,12 +251,15 @@ class MigrationControllerBolt(_Sending, Bolt):
         for name, request in board.pending():
             g = request.key_group
             target = control.holders.get(g, -1) if request.target == "holder" else request.target
+            if int(target) in self.detector.declared:
+                board.refuse(name, f"task {target} is lost (declared by the controller)")
+                continue
             try:
                 used, sends = control.migrate(g, int(target), request.protocol, now=time.time())
             except MigrationRefused as exc:
                 board.refuse(name, str(exc))
                 continue
-            for send in sends:
+            for send in self.runtime.order(sends):
                 self.send(send)
             self.active[(op, g)] = name
             board.start(
@@ -170,7 +269,6 @@ class MigrationControllerBolt(_Sending, Bolt):
                 source=control.moving[g].source,
                 target=int(target),
             )
-            board.publish_routing(control)
 
     def report_overdue(self, op: str, now: float) -> None:
         """Migrations and restores past ``elastorm.migration_timeout_secs``: logged, their

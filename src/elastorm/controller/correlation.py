@@ -48,12 +48,6 @@ def _store(obj: object, kgs: tuple[KeyGroupId, ...], name: str, arr: np.ndarray)
     object.__setattr__(obj, "_idx", _index(kgs))
 
 
-def _positions(idx: dict[KeyGroupId, int], a: KeyGroupId, b: KeyGroupId):
-    """Row numbers of ``a`` and ``b``, or ``None`` if either is unknown."""
-    i, j = idx.get(a), idx.get(b)
-    return None if i is None or j is None else (i, j)
-
-
 def _sources(idx: dict[KeyGroupId, int], key_groups: Sequence[KeyGroupId]) -> np.ndarray:
     """Row of each requested key group (-1: unknown)."""
     return np.array([idx.get(kg, -1) for kg in key_groups], dtype=np.int64)
@@ -74,7 +68,7 @@ class CorrelationMatrix:
     ``key_groups``, not symmetric, or has entries outside [-1, 1] (+ rounding).
 
     >>> m = CorrelationMatrix((KeyGroupId("a", 0), KeyGroupId("b", 0)), [[1, -1], [-1, 1]])
-    >>> m.pair(KeyGroupId("a", 0), KeyGroupId("b", 0))
+    >>> float(m.aligned((KeyGroupId("b", 0), KeyGroupId("a", 0))).matrix[0, 1])
     -1.0
     """
 
@@ -93,11 +87,6 @@ class CorrelationMatrix:
             raise ControllerModelError("correlation matrix must be symmetric")
         _store(self, kgs, "matrix", m)
 
-    def pair(self, a: KeyGroupId, b: KeyGroupId) -> float:
-        """``rho(a, b)``; 0.0 if either key group is unknown."""
-        pos = _positions(self._idx, a, b)
-        return 0.0 if pos is None else float(self.matrix[pos])
-
     def aligned(self, key_groups: Sequence[KeyGroupId]) -> CorrelationMatrix:
         """The same correlations in the order of ``key_groups``; unknown ones get 0."""
         kgs = tuple(key_groups)
@@ -115,18 +104,12 @@ class CorrelationMatrix:
         n_nodes: int,
         chunk: int = 4096,
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """Blocks ``(start, C[start:start+chunk])`` of :meth:`node_sums`."""
+        """Blocks ``(start, C[start:start+chunk])`` of ``C[k, n]``, the sum over the
+        key groups ``g`` that node ``n`` owns of ``rho(key_groups[k], g)`` (``K x N``)."""
         per_node = _owner_sums(self.aligned(key_groups).matrix, np.asarray(owner_index), n_nodes)
         c = per_node.T
         for start in range(0, len(key_groups), chunk):
             yield start, np.array(c[start : start + chunk])
-
-    def node_sums(
-        self, key_groups: Sequence[KeyGroupId], owner_index: np.ndarray, n_nodes: int
-    ) -> np.ndarray:
-        """``C[k, n] = sum over g owned by n of rho(key_groups[k], g)``: ``K x N``."""
-        m = self.aligned(key_groups).matrix
-        return _owner_sums(m, np.asarray(owner_index), n_nodes).T
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,14 +131,6 @@ class CorrelationFactors:
             raise ControllerModelError(f"factors shape {f.shape} does not match {len(kgs)} rows")
         _store(self, kgs, "factors", f)
 
-    def pair(self, a: KeyGroupId, b: KeyGroupId) -> float:
-        """``rho(a, b)`` (1.0 for ``a == b`` known); 0.0 if either is unknown."""
-        pos = _positions(self._idx, a, b)
-        if pos is None:
-            return 0.0
-        i, j = pos
-        return 1.0 if i == j else float(np.clip(self.factors[i] @ self.factors[j], -1.0, 1.0))
-
     def _aligned_factors(self, key_groups: Sequence[KeyGroupId]) -> np.ndarray:
         src = _sources(self._idx, key_groups)
         out = np.zeros((len(src), self.factors.shape[1]))
@@ -170,28 +145,15 @@ class CorrelationFactors:
         n_nodes: int,
         chunk: int = 4096,
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """Blocks ``(start, C[start:start+chunk])`` of :meth:`node_sums`."""
+        """Blocks ``(start, C[start:start+chunk])`` of ``C[k, n]``, the sum over the
+        key groups ``g`` that node ``n`` owns of ``rho(key_groups[k], g)`` (``K x N``).
+
+        ``O(K W + K N W)`` via ``F @ (M^T F)^T``; never forms ``K x K``.
+        """
         f = self._aligned_factors(key_groups)
         per_node_t = _owner_sums(f, np.asarray(owner_index), n_nodes).T.copy()  # W x N
         for start in range(0, len(key_groups), chunk):
             yield start, f[start : start + chunk] @ per_node_t
-
-    def node_sums(
-        self, key_groups: Sequence[KeyGroupId], owner_index: np.ndarray, n_nodes: int
-    ) -> np.ndarray:
-        """``C[k, n] = sum over g owned by n of rho(key_groups[k], g)``: ``K x N``.
-
-        ``O(K W + K N W)`` via ``F @ (M^T F)^T``; never forms ``K x K``.
-        """
-        blocks = [b for _, b in self.iter_node_sums(key_groups, owner_index, n_nodes)]
-        return np.vstack(blocks) if blocks else np.zeros((0, n_nodes))
-
-    def to_matrix(self) -> CorrelationMatrix:
-        """The dense equivalent (``K x K``; small ``K`` only)."""
-        m = np.clip(self.factors @ self.factors.T, -1.0, 1.0)
-        np.fill_diagonal(m, 1.0)
-        m = (m + m.T) / 2
-        return CorrelationMatrix(self.key_groups, m)
 
 
 Correlation = CorrelationMatrix | CorrelationFactors
@@ -203,7 +165,8 @@ def factors_from_loads(key_groups: Sequence[KeyGroupId], loads: object) -> Corre
     Two-pass (mean first, then deviations), so it is exact up to rounding.
 
     >>> kgs = (KeyGroupId("a", 0), KeyGroupId("b", 0))
-    >>> round(factors_from_loads(kgs, [[1, 3], [2, 2], [3, 1]]).pair(*kgs), 6)
+    >>> f = factors_from_loads(kgs, [[1, 3], [2, 2], [3, 1]]).factors
+    >>> round(float(f[0] @ f[1]), 6)
     -1.0
     """
     x = np.asarray(loads, dtype=np.float64)
@@ -297,7 +260,7 @@ def sliding_correlation(
     >>> w = sliding_correlation((a, b), 4)
     >>> for x in (1, 2, 3, 4, 5):
     ...     w = push_loads(w, [x, 10 - 2 * x])
-    >>> round(w.correlation().pair(a, b), 9)
+    >>> round(float(w.correlation().matrix[0, 1]), 9)
     -1.0
     """
     kgs = tuple(key_groups)

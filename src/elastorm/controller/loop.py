@@ -27,7 +27,7 @@ operator's tasks. Nothing here talks to Storm or ZooKeeper.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
@@ -316,8 +316,8 @@ class Round:
 
 @dataclass(frozen=True, kw_only=True)
 class Recovery:
-    """What the loop did after a keyed task restarted empty: the planner's ``plan``
-    (over nodes) and the operator controller's commands carrying it out."""
+    """What the loop did after keyed tasks were lost or restarted empty: the planner's
+    ``plan`` (over nodes) and the operator controller's commands carrying it out."""
 
     operator: str
     plan: RecoveryPlan
@@ -327,23 +327,23 @@ class Recovery:
 def recovery_view(
     control: MigrationController,
     operator: str,
-    dead: int,
+    dead: Collection[int],
     *,
     placement: Placement,
     now: float,
     loads: ClusterView | None = None,
 ) -> ClusterView:
-    """The one operator's cluster as the recovery planner needs it after ``dead``
-    restarted empty.
+    """The one operator's cluster as the recovery planner needs it after the ``dead``
+    tasks lost their state (lost, or restarted empty).
 
-    Every key group ``dead`` owned or was moving is owned by ``dead``'s node (its
+    Every key group a dead task owned or was moving is owned by that task's node (its
     state is gone) and its checkpoints are the nodes of its surviving copies
-    (``MigrationController.surviving_copies``: the newest checkpoints, or the live
-    end of a migration); every other key group keeps its owner and holder. Loads,
-    sizes and queues come from ``loads`` (the last round's view) when there is one.
+    (``MigrationController.surviving_copies``: the newest checkpoints on live tasks,
+    or the live end of a migration); every other key group keeps its owner and
+    holder. Loads, sizes and queues come from ``loads`` (the last round's view) when
+    there is one. O(K x tasks).
     """
-    lost_node = placement.node_of(dead)
-    lost = set(control.lost_key_groups(dead))
+    lost = {g: placement.node_of(d) for d in sorted(dead) for g in control.lost_key_groups(d)}
     known = {k.key_group: k for k in loads.key_groups} if loads is not None else {}
     nodes = (
         [n for n in loads.nodes if n.node_id in placement.nodes]
@@ -355,7 +355,7 @@ def recovery_view(
         kg = KeyGroupId(operator, g)
         seen = known.get(kg)
         if g in lost:
-            owner = lost_node
+            owner = lost[g]
             holders[kg] = tuple(placement.node_of(t) for t in control.surviving_copies(g, dead))
         else:
             owner = placement.node_of(control.owner(g))
@@ -597,27 +597,32 @@ class ControllerLoop:
         return moved, sends
 
     # -- recovery ------------------------------------------------------------------------
-    def recover(self, operator: str, dead: int, now: float) -> Recovery:
-        """Task ``dead`` of ``operator`` restarted empty: plan with
-        :func:`~elastorm.controller.recovery.plan_recovery` and apply exactly its plan.
+    def recover(
+        self, operator: str, dead: Collection[int], now: float, *, rejoined: bool
+    ) -> Recovery:
+        """The ``dead`` tasks of ``operator`` lost their state: plan with
+        :func:`~elastorm.controller.recovery.plan_recovery`, all at once, and apply
+        exactly its plan.
 
-        Phase 1's restores become ``RESTORE`` orders to the chosen holders, phase 2's
-        checkpoint moves become new holders. The restarted task's node is ``rejoined``:
-        nothing is restored from it, but it may hold checkpoints again. Key groups
-        the plan lists as unrecoverable (no copy survived) keep ``dead`` as their
-        owner, now empty; the caller reports them. With a correlated strategy past
-        its warm-up the re-placement uses the sliding correlation.
+        Phase 1's restores become ``RESTORE`` orders to the chosen holders, run in
+        parallel (one per key group, spread over the holders); phase 2's checkpoint
+        moves become new holders. ``rejoined``: the tasks restarted empty (Storm
+        restarted them), so they may hold checkpoints again; otherwise they are lost
+        (declared by the failure detector) and get nothing. Key groups the plan lists
+        as unrecoverable (no copy survived) keep their dead owner, now empty; the
+        caller reports them. With a correlated strategy past its warm-up the
+        re-placement uses the sliding correlation.
         """
         control = self.controls[operator]
-        node = self.placement.node_of(dead)
+        nodes = sorted({self.placement.node_of(d) for d in dead})
         view = recovery_view(
             control, operator, dead, placement=self.placement, now=now, loads=self.last_view
         )
         correlated = self.settings.strategy == "correlated" and self.allocation is not None
         plan = plan_recovery(
             view,
-            [node],
-            rejoined=[node],
+            nodes,
+            rejoined=nodes if rejoined else (),
             correlation=self.correlation.correlation() if correlated else None,
             epsilon=self.settings.epsilon,
         )

@@ -6,8 +6,7 @@
   without becoming overloaded itself;
 * accumulated migration latency (Figure 9): the sum of processing pauses.
 
-The runtime measures pauses; :func:`estimated_pause` gives Madsen & Zhou 2015's cost-model
-estimate for simulations (units: message times, see ``docs/controller.md``).
+The runtime measures the pauses.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from dataclasses import dataclass
 from elastorm.controller.adaptation import (
     Move,
     MoveReason,
-    Protocol,
     Thresholds,
     can_take_load,
     is_overloaded,
@@ -84,25 +82,6 @@ def _can_absorb(view: ClusterView, node: str, kg: KeyGroupInfo, th: Thresholds) 
 def accumulated_latency(records: Iterable[MigrationRecord]) -> float:
     """Sum of the pauses of all migrations (Figure 9's y-axis)."""
     return float(sum(r.pause for r in records if r.move.reason is not MoveReason.RECOVERY))
-
-
-def estimated_pause(move: Move, kg: KeyGroupInfo, *, queue_delay: float = 0.0) -> float:
-    """Madsen & Zhou 2015's cost model (section 5) for the pause a migration causes
-    (message-time units).
-
-    ``DIRECT``: ship the state (``checkpoint_size``) then a CPA with an empty
-    replay; ``CPA`` / lazy CPA: the replay (``replay_size``), processed
-    sequentially; ``CPAL``: only the sync step, one normal message
-    (``1 + queue_delay``); ``RESTORE``: state plus replay.
-    """
-    p = move.protocol
-    if p is Protocol.DIRECT:
-        return kg.checkpoint_size + 1.0 + queue_delay
-    if p in (Protocol.CPA, Protocol.LAZY_CPA):
-        return kg.replay_size + 1.0
-    if p is Protocol.CPAL:
-        return 1.0 + queue_delay
-    return kg.checkpoint_size + kg.replay_size
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

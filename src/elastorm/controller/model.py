@@ -144,10 +144,6 @@ class Allocation:
     def __len__(self) -> int:
         return sum(len(nodes) for _, nodes in self.entries)
 
-    def held_by(self, node: NodeId) -> tuple[KeyGroupId, ...]:
-        """Key groups whose checkpoint ``node`` holds (``Pi_n``), sorted."""
-        return tuple(kg for kg, nodes in self.entries if node in nodes)
-
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:

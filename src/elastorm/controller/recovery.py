@@ -61,14 +61,6 @@ class RecoveryPlan:
     checkpoint_moves: tuple[CheckpointMove, ...]
     view: ClusterView
 
-    def restore_work(self) -> dict[NodeId, float]:
-        """Restore work per holder (sum of checkpoint size + replay size)."""
-        out: dict[NodeId, float] = {}
-        for m in self.restores:
-            kg = self.view.key_group(m.key_group)
-            out[m.target] = out.get(m.target, 0.0) + kg.checkpoint_size + kg.replay_size
-        return out
-
 
 def plan_recovery(
     view: ClusterView,

@@ -15,7 +15,6 @@ from typing import Any
 
 from elastorm.core.messages import Protocol
 
-REQUESTS_DIR = "requests"
 HOLDER = "holder"
 """``target`` value meaning "the key group's checkpoint holder" (where CPA/CPAL can go)."""
 

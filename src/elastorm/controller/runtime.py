@@ -13,12 +13,16 @@ the decisions until it is back.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kazoo.client import KazooClient
+
 from elastorm.config import TopologyConfig
+from elastorm.controller.allocation import AllocationSpec, allocation_score, correlated_allocation
 from elastorm.controller.loop import (
     ControllerLoop,
     LoopSettings,
@@ -26,11 +30,12 @@ from elastorm.controller.loop import (
     Round,
     prior_from_artifact,
 )
-from elastorm.controller.model import Allocation, KeyGroupId
+from elastorm.controller.model import Allocation, ClusterView, ControllerModelError, KeyGroupId
 from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.runtime.files import write_json_atomic
-from elastorm.zk.layout import ZkSettings, ZnodeLayout, hosts_from_storm_conf
+from elastorm.zk.client import make_client
+from elastorm.zk.layout import ZnodeLayout, zk_settings
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
 
@@ -107,19 +112,25 @@ def holders_allocation(controls: Mapping[str, MigrationController], placement: P
 
 
 class ControllerRuntime:
-    """Runs ``loop`` every ``round_secs`` on the watcher's records, once the store has
-    loaded the decisions of any earlier controller; see the module doc."""
+    """The controller's ZooKeeper side, for every elastic topology: one client shared
+    by the watcher, the store and the request boards; earlier decisions loaded before
+    anything is decided; every decision persisted before the commands acting on it
+    go out; and, when the loop is active, a round every ``round_secs``."""
 
     def __init__(
         self,
         *,
         loop: ControllerLoop,
+        client: KazooClient,
+        layout: ZnodeLayout,
         watcher: ClusterWatcher,
         store: ControllerStore,
         round_secs: float,
         metrics_path: str | None,
     ) -> None:
         self.loop = loop
+        self.client = client
+        self.layout = layout
         self.watcher = watcher
         self.store = store
         self.round_secs = round_secs
@@ -136,15 +147,20 @@ class ControllerRuntime:
         self.outbox: list[Send] = []
 
     @classmethod
-    def start(cls, conf: Mapping[str, Any], loop: ControllerLoop) -> ControllerRuntime:
-        """Start the watcher and the store for ``loop`` (the topology in ``conf``)."""
+    def start(cls, conf: Mapping[str, Any], loop: ControllerLoop, task: int) -> ControllerRuntime:
+        """Connect, and start the watcher and the store for ``loop`` (the topology in
+        ``conf``); waits at most ``LOAD_TIMEOUT`` s for earlier decisions. The store's
+        controller id is the Storm task's, the same after a restart, so a restarted
+        controller takes over its predecessor's lead at once (fenced by the term)."""
         config = TopologyConfig.from_conf(conf)
         layout = ZnodeLayout(str(conf["topology.name"]))
-        zk = ZkSettings(hosts=hosts_from_storm_conf(conf))
-        watcher = ClusterWatcher(layout=layout, settings=zk)
+        zk = zk_settings(conf)
+        client = make_client(zk)
+        client.start_async()
+        watcher = ClusterWatcher(layout=layout, client=client, settings=zk)
         watcher.start()
         store = ControllerStore(
-            layout=layout, controller_id=f"controller-{os.getpid()}", settings=zk
+            layout=layout, controller_id=f"controller-{task}", client=client, settings=zk
         )
         store.start()
         try:
@@ -161,29 +177,41 @@ class ControllerRuntime:
         )
         return cls(
             loop=loop,
+            client=client,
+            layout=layout,
             watcher=watcher,
             store=store,
             round_secs=config.controller.round_secs,
             metrics_path=os.path.join(out, METRICS_FILE) if out else None,
         )
 
+    def ready(self, now: float) -> bool:
+        """Whether earlier decisions are loaded (tried again if not): until then this
+        controller decides nothing."""
+        return self.loaded or self._load(now)
+
     def tick(self, now: float) -> list[Send]:
-        """One round if one is due; returns the commands to send now: those of this and
-        earlier rounds whose decisions ZooKeeper holds."""
-        if now - self._last_round < self.round_secs:
-            return self._release()
-        self._last_round = now
-        if not self.loaded and not self._load(now):
+        """A round if the loop is active and one is due; returns the commands to send
+        now: those of this and earlier decisions whose records ZooKeeper holds."""
+        if not self.ready(now):
             return []
-        records = list(self.watcher.live().values())
-        if not records:
-            return self._release()
-        rnd = self.loop.round(records, now)
-        self.rounds += 1
-        self._log(rnd)
+        if self.loop.settings.active and now - self._last_round >= self.round_secs:
+            self._last_round = now
+            records = list(self.watcher.live().values())
+            if records:
+                rnd = self.loop.round(records, now)
+                self.rounds += 1
+                self._log(rnd)
+                self._record(rnd, now)
+                self.outbox.extend(rnd.sends)
         self._persist()
-        self._record(rnd, now)
-        self.outbox.extend(rnd.sends)
+        return self._release()
+
+    def order(self, sends: list[Send]) -> list[Send]:
+        """Commands of a decision taken outside a round (a request, a recovery): persisted
+        first, then released with :meth:`_release`."""
+        self._persist()
+        self.outbox.extend(sends)
         return self._release()
 
     def _release(self) -> list[Send]:
@@ -321,8 +349,46 @@ class ControllerRuntime:
                 },
                 "history": self.history[-600:],
                 "store": self.store.status().value,
+                "allocation": allocation_summary(self.loop, view),
             },
         )
+
+
+HEATMAP_MAX_GROUPS = 100
+"""Key groups up to which ``controller-metrics.json`` carries the correlation matrix
+(100 groups = 10,000 numbers, written once a round; more would bloat the file)."""
+
+
+def allocation_summary(loop: ControllerLoop, view: ClusterView) -> dict[str, Any]:
+    """What the allocation works from, for the dashboard: the correlation matrix (up to
+    ``HEATMAP_MAX_GROUPS`` key groups) and, once checkpoints were allocated, the score
+    of the holders now against Algorithm 3's allocation for the same view and
+    correlations (Madsen & Zhou 2015, section 6: re-optimisation moves checkpoints when
+    that drift exceeds ``theta``). Non-finite scores are written as None."""
+    out: dict[str, Any] = {"theta": loop.settings.theta}
+    try:
+        corr = loop.correlation.correlation()
+    except ControllerModelError as exc:  # a factor-model correlation: no dense matrix
+        return out | {"correlation_note": str(exc)}
+    if len(corr.key_groups) <= HEATMAP_MAX_GROUPS:
+        out["correlation"] = {
+            "key_groups": [str(kg) for kg in corr.key_groups],
+            "matrix": [[round(float(x), 3) for x in row] for row in corr.matrix],
+        }
+    if loop.allocation is not None:
+        try:
+            spec = AllocationSpec(view=view, correlation=corr, epsilon=loop.settings.epsilon)
+            now = allocation_score(spec, holders_allocation(loop.controls, loop.placement))
+            best = allocation_score(spec, correlated_allocation(spec))
+        except ControllerModelError as exc:  # e.g. InfeasibleAllocationError
+            return out | {"score_note": str(exc)}
+        finite = math.isfinite(now) and math.isfinite(best)
+        out |= {
+            "allocation_score": now if math.isfinite(now) else None,
+            "reference_score": best if math.isfinite(best) else None,
+            "score_drift": now - best if finite else None,
+        }
+    return out
 
 
 def _load_prior(path: str, controls: Mapping[str, MigrationController]):

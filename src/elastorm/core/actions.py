@@ -105,17 +105,46 @@ class TaskStarted:
     stale_through: int
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TuplesStalled:
+    """``parked`` tuples of ``source`` in ``key_group`` have waited ``seconds`` for
+    sequence ``awaited``, which has not arrived: a tuple was lost on the way (a routing
+    bug, a dropped message). Reported once per gap; nothing stalls silently."""
+
+    key_group: int
+    source: str
+    awaited: int
+    parked: int
+    seconds: float
+
+
 Action = (
-    Send | Applied | Rejected | CheckpointStored | MigrationDone | MigrationAborted | HolderLost
+    Send
+    | Applied
+    | Rejected
+    | CheckpointStored
+    | MigrationDone
+    | MigrationAborted
+    | HolderLost
+    | TuplesStalled
 )
 
 
-Report = CheckpointStored | MigrationDone | MigrationAborted | HolderLost | TaskStarted
+Report = (
+    CheckpointStored | MigrationDone | MigrationAborted | HolderLost | TaskStarted | TuplesStalled
+)
 """What a task reports to the controller."""
 
 _REPORT_TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (CheckpointStored, MigrationDone, MigrationAborted, HolderLost, TaskStarted)
+    for cls in (
+        CheckpointStored,
+        MigrationDone,
+        MigrationAborted,
+        HolderLost,
+        TaskStarted,
+        TuplesStalled,
+    )
 }
 
 

@@ -104,24 +104,8 @@ class OutputBuffer:
     def size(self, key_group: int) -> int:
         return sum(len(lane) for lane in self._groups.get(key_group, {}).values())
 
-    def first_unacked(self, key_group: int) -> dict[str, int]:
-        """Per source, the lowest buffered sequence of ``key_group``."""
-        return {s: lane[0].seq for s, lane in self._groups.get(key_group, {}).items() if lane}
-
     def __len__(self) -> int:
         return sum(self.size(g) for g in self._groups)
 
     def __iter__(self) -> Iterator[int]:
         return iter(sorted(self._groups))
-
-
-def output_source(operator: str, key_group: int, input_source: str) -> str:
-    """Source name of the tuples a stateful operator's ``key_group`` derives from
-    ``input_source``: ``"<operator>/<key_group>/<input_source>"``.
-
-    Numbering outputs per input source (not per group alone) keeps their ids the
-    same on whichever task computes them (docs/protocols.md, Output numbering).
-    """
-    if "/" in operator:
-        raise ValueError(f"operator name must not contain '/': {operator!r}")
-    return f"{operator}/{key_group}/{input_source}"

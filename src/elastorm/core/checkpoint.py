@@ -35,9 +35,6 @@ class HeldCheckpoint:
     out_seq: dict[tuple[str, int], int] = field(default_factory=dict)
     epoch: int = 0
 
-    def covers(self, source: str) -> int:
-        return self.watermarks.get(source, 0)
-
 
 class CheckpointHolder:
     """Held copies on one task, by key group."""

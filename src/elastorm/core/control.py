@@ -4,7 +4,7 @@ sections 4-5: the controller; state migration).
 ``MigrationController`` keeps the routing table, checkpoint holders and what each
 task reported, and turns an order ("move key group g to task t by CPA") or a
 planned recovery into the commands to send, as ``Send`` actions from the controller. The
-simulator (``elastorm.core.sim``) and the Storm controller bolt both drive it, so the
+simulator of the tests (``tests/sim.py``) and the Storm controller bolt both drive it, so the
 rules below are written once:
 
 * at most one migration of a key group at a time (wait for both ``MigrationDone``);
@@ -27,7 +27,7 @@ rules below are written once:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
@@ -106,9 +106,9 @@ class Overdue:
 
 @dataclass(frozen=True, kw_only=True)
 class CrashPlan:
-    """What to do after task ``dead`` died."""
+    """What to do after the ``dead`` tasks died."""
 
-    dead: int
+    dead: tuple[int, ...]
     stale_through: int  # restart ``dead`` empty with this floor
     restored: tuple[int, ...]  # groups restored elsewhere
     sends: tuple[Send, ...]  # commands, in order
@@ -226,24 +226,24 @@ class MigrationController:
         self.stats["set_holder"] += 1
         return [Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder))]
 
-    def surviving_copies(self, key_group: int, dead: int) -> tuple[int, ...]:
-        """The tasks that could take over ``key_group`` after ``dead`` died (a fact of
-        where copies are, not a choice: the recovery planner chooses among them).
+    def surviving_copies(self, key_group: int, dead: Collection[int]) -> tuple[int, ...]:
+        """The tasks that could take over ``key_group`` after the ``dead`` tasks died (a
+        fact of where copies are, not a choice: the recovery planner chooses among them).
 
         Mid-migration, only the surviving end: it has live state, or a copy at least
         as new as any checkpoint whose ack trimmed a buffer (the source's own
-        checkpoints all went to the target). Otherwise every other task that reported
+        checkpoints all went to the target). Otherwise every live task that reported
         the newest checkpoint. Empty when no copy survives.
         """
         g = key_group
         moving = self.moving.get(g)
         if moving is not None and moving.protocol is not Protocol.RESTORE:
-            if dead == moving.target:
+            if moving.target in dead:
                 assert moving.source is not None
-                return (moving.source,)
+                return () if moving.source in dead else (moving.source,)
             if moving.protocol is not Protocol.DIRECT or moving.target in self.reports[g]:
                 return (moving.target,)
-        return tuple(t for t in self.tasks if t != dead and self.has_newest(t, g))
+        return tuple(t for t in self.tasks if t not in dead and self.has_newest(t, g))
 
     def involved(self, key_group: int, task: int) -> bool:
         """Whether ``task`` owns ``key_group`` or is the source of its migration."""
@@ -256,14 +256,14 @@ class MigrationController:
 
     def recover(
         self,
-        dead: int,
+        dead: Collection[int],
         *,
         restores: Mapping[int, int],
         holders: Mapping[int, int],
         now: float,
     ) -> CrashPlan:
         """Carry out a recovery decided elsewhere (the controller's recovery planner):
-        task ``dead`` lost everything and was noticed at time ``now``.
+        the ``dead`` tasks lost everything and were noticed at time ``now``.
 
         ``restores`` maps each key group to restore to the task that takes it over
         (one of :meth:`surviving_copies`); ``holders`` maps key groups to their new
@@ -275,7 +275,7 @@ class MigrationController:
         floor = self.epoch
         sends: list[Send] = []
         for g, target in sorted(restores.items()):
-            if target not in self.tasks or target == dead:
+            if target not in self.tasks or target in dead:
                 raise MigrationRefused(f"cannot restore key group {g} on task {target}")
             self.epoch += 1
             cmd = Migrate(
@@ -295,10 +295,14 @@ class MigrationController:
             self.holders[g] = holder
             sends.append(Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder)))
         for reports in self.reports.values():
-            reports.pop(dead, None)
-        self.stats["crashes"] += 1
+            for task in dead:
+                reports.pop(task, None)
+        self.stats["crashes"] += len(dead)
         return CrashPlan(
-            dead=dead, stale_through=floor, restored=tuple(sorted(restores)), sends=tuple(sends)
+            dead=tuple(sorted(dead)),
+            stale_through=floor,
+            restored=tuple(sorted(restores)),
+            sends=tuple(sends),
         )
 
     def overdue(self, now: float, limit: float) -> list[Overdue]:

@@ -36,7 +36,3 @@ class MigrationProtocolError(ElastormError):
 
 class CheckpointOrderError(ElastormError):
     """A checkpoint delta does not follow the held copy (duplicate, stale or gap)."""
-
-
-class RoutingError(ElastormError, ValueError):
-    """A routing table or a move is malformed (group out of range, not owned, ...)."""

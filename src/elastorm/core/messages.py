@@ -3,10 +3,11 @@
 Madsen & Zhou 2015, sections 3-5 (system model, architecture, state migration).
 
 One FIFO channel per (sending task, receiving task) carries data and control.
-A message is **fast** (handled on arrival, skipping the key group's input queue)
-or **normal** (queued behind the key group's data), and **stateful** when it
-carries tuples or state. Every message is a frozen keyword-only dataclass,
-validated when built, and round-trips through plain JSON-able dicts
+The paper calls a message **fast** (handled on arrival, skipping the key group's
+input queue) or **normal** (queued behind the key group's data), and **stateful**
+when it carries tuples or state; each class's docstring names its kind, as the
+table in ``docs/protocols.md`` does. Every message is a frozen keyword-only
+dataclass, validated when built, and round-trips through plain JSON-able dicts
 (:func:`encode` / :func:`decode`) so the Storm adapter can ship it as a tuple field.
 
 The hot path skips the checks where the values are our own: the emitter builds
@@ -23,12 +24,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar, NamedTuple
-
-
-class Priority(Enum):
-    NORMAL = "normal"
-    FAST = "fast"
+from typing import Any, NamedTuple
 
 
 class Protocol(Enum):
@@ -100,9 +96,6 @@ class DataTuple(_DataTupleFields):
         """Build without validation: only for values this process produced itself."""
         return _new_tuple(cls, (source, seq, key, value, ts))
 
-    def to_list(self) -> list:
-        return list(self)
-
     @classmethod
     def from_list(cls, fields: list) -> DataTuple:
         """Validated, from the wire (``ValueError`` unless five fields)."""
@@ -117,26 +110,15 @@ _new_tuple = tuple.__new__
 
 
 class Message:
-    """Base of every channel message: ``key_group`` plus class-level kind flags."""
+    """Base of every channel message: each names its ``key_group``."""
 
-    PRIORITY: ClassVar[Priority] = Priority.FAST
-    STATEFUL: ClassVar[bool] = False
     key_group: int
-
-    @property
-    def priority(self) -> Priority:
-        return self.PRIORITY
-
-    @property
-    def stateful(self) -> bool:
-        return self.STATEFUL
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Data(Message):
     """A data tuple for ``key_group`` (normal)."""
 
-    PRIORITY: ClassVar[Priority] = Priority.NORMAL
     key_group: int
     item: DataTuple
 
@@ -170,7 +152,6 @@ class ToState(Message):
     order, are the buffer.
     """
 
-    STATEFUL: ClassVar[bool] = True
     key_group: int
     epoch: int
     protocol: Protocol
@@ -185,10 +166,6 @@ class ToState(Message):
             raise TypeError("items must be a tuple")
         if self.more is not False and (self.more is not True or self.protocol is not Protocol.CPAL):
             raise ValueError(f"only a CPAL toState comes in chunks (more={self.more!r})")
-
-    @property
-    def priority(self) -> Priority:
-        return Priority.NORMAL if self.protocol is Protocol.CPAL else Priority.FAST
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,7 +186,6 @@ class ToCheckpoint(Message):
 
     ``protocol`` is the migration's (CPA or CPAL) for the source's report."""
 
-    PRIORITY: ClassVar[Priority] = Priority.NORMAL
     key_group: int
     epoch: int
     protocol: Protocol = Protocol.CPA
@@ -233,7 +209,6 @@ class ProcessedAllReplay(Message):
 class SyncGroup(Message):
     """CPAL upstream -> target: I stopped duplicating to the source (normal)."""
 
-    PRIORITY: ClassVar[Priority] = Priority.NORMAL
     key_group: int
     epoch: int
 
@@ -255,7 +230,6 @@ class CheckpointDelta(Message):
     reflects; ``out_seq[(source, downstream_group)]`` the group's output counters.
     """
 
-    STATEFUL: ClassVar[bool] = True
     key_group: int
     checkpoint: CheckpointId
     base: CheckpointId | None

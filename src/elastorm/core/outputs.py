@@ -68,10 +68,6 @@ class LatestValues:
             for key in quiet:
                 self.pending[key] = state.get(key)
 
-    def quiet_keys(self, key_group: int) -> frozenset[str]:
-        """Keys of ``key_group`` applied without output since it started moving here."""
-        return frozenset(self._quiet.get(key_group, ()))
-
     def take(self) -> dict[str, Any]:
         out, self.pending = self.pending, {}
         return out

@@ -110,10 +110,3 @@ class RoutingTable:
                 raise IndexError(f"key group {g} not in [0, {len(owners)})")
             owners[g] = task
         return RoutingTable(epoch=new_epoch, owners=tuple(owners))
-
-    def to_dict(self) -> dict:
-        return {"epoch": self.epoch, "owners": list(self.owners)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> RoutingTable:
-        return cls(epoch=int(data["epoch"]), owners=tuple(int(t) for t in data["owners"]))

@@ -63,7 +63,6 @@ class TupleLogWriter:
         self._files = 0
         self._closed = False
         self.seen = 0
-        self.logged = 0
 
     def write(self, key: str, ts: float) -> bool:
         """Offer one tuple; return whether it was sampled. Flushes every ``batch_rows``."""
@@ -76,7 +75,6 @@ class TupleLogWriter:
             return False
         self._keys.append(key)
         self._ts.append(float(ts))
-        self.logged += 1
         if len(self._keys) >= self.batch_rows:
             self.flush()
         return True

@@ -206,9 +206,8 @@ class ElasticFlightsDriver(FlightsDriver):
             assisted=protocol != "direct",
             timeout=self.migration_timeout,
         )
-        owner, holder = status["owners"][group], status["holders"][group]
         if protocol == "direct":
-            target: int | str = next(t for t in status["tasks"] if t not in (owner, holder))
+            target: int | str = self._direct_target(group, status)
         else:
             target = "holder"
         done = request_migration(
@@ -231,6 +230,22 @@ class ElasticFlightsDriver(FlightsDriver):
             "ms": round((times["done"] - times["started"]) * 1000) if "done" in times else None,
             "detail": done.detail,
         }
+
+    def _direct_target(self, group: int, status: dict[str, Any]) -> int:
+        """A live task that neither owns ``group`` nor holds its checkpoint; waits (at
+        most the migration timeout) for a task declared lost to be back if need be."""
+        from elastorm.runtime.migrate import wait_for_status
+
+        deadline = time.monotonic() + self.migration_timeout
+        while True:
+            busy = {status["owners"][group], status["holders"][group], *status.get("lost", ())}
+            free = [t for t in status["tasks"] if t not in busy]
+            if free:
+                return free[0]
+            if time.monotonic() > deadline:
+                raise UserError(f"no live task to move key group {group} to: {status}")
+            time.sleep(0.5)
+            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
 
     def _migrations_ok(self) -> bool:
         """Every scripted migration ran, completed, and used the protocol asked."""

@@ -15,6 +15,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from elastorm.controller.requests import MigrationRequest, RequestError, RequestState
 from elastorm.core.messages import Protocol
 from elastorm.runtime.errors import UserError
+from elastorm.zk.client import make_client
+from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.requests import (
     controller_alive,
     read_request,
@@ -26,7 +28,7 @@ from elastorm.zk.requests import (
 
 def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
     """A started kazoo client, or ``UserError`` if ZooKeeper does not answer."""
-    client = KazooClient(hosts=hosts, timeout=6.0)
+    client = make_client(ZkSettings(hosts=hosts))
     try:
         client.start(timeout=timeout)
     except KazooTimeoutError:
@@ -38,7 +40,7 @@ def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
 def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: float) -> dict:
     """The controller's published routing status (it appears on its first tick)."""
     deadline = time.monotonic() + timeout
-    while (status := read_status(client, topology, operator)) is None:
+    while (status := read_status(client, ZnodeLayout(topology), operator)) is None:
         if time.monotonic() > deadline:
             raise UserError(
                 f"no controller status for {topology}/{operator} after {timeout:.0f} s: "
@@ -96,27 +98,29 @@ def request_migration(
         )
     except RequestError as exc:
         raise UserError(str(exc)) from None
-    if not controller_alive(client, topology, operator):
+    if not controller_alive(client, ZnodeLayout(topology)):
         raise UserError(
             f"the controller of {topology}/{operator} is not running "
             "(topology killed, or not an elastic topology); nothing was requested"
         )
-    name = submit_request(client, topology, request)
+    name = submit_request(client, ZnodeLayout(topology), request)
     ends = {RequestState.DONE, RequestState.REFUSED} | (
         {RequestState.STUCK} if until_stuck else set()
     )
     deadline = time.monotonic() + timeout
     while True:
-        current = read_request(client, topology, name)
+        current = read_request(client, ZnodeLayout(topology), name)
         if current.state in ends:
             return current
         if time.monotonic() > deadline:
-            if current.state is RequestState.PENDING and withdraw_request(client, topology, name):
+            if current.state is RequestState.PENDING and withdraw_request(
+                client, ZnodeLayout(topology), name
+            ):
                 raise UserError(
                     f"migration request {name} not picked up by the controller in "
                     f"{timeout:.0f} s; withdrawn"
                 )
-            current = read_request(client, topology, name)
+            current = read_request(client, ZnodeLayout(topology), name)
             raise UserError(
                 f"migration request {name} still {current.state.value} after {timeout:.0f} s"
                 + (f" ({current.detail})" if current.detail else "")

@@ -230,7 +230,10 @@ def zookeeper_daemon(
     cfg.run.mkdir(parents=True, exist_ok=True)
     zoo_cfg = cfg.run / f"{name}.cfg"
     zoo_cfg.write_text(
-        f"tickTime=2000\ndataDir={data}\nclientPort={port}\n"
+        # tickTime 500 ms lets elastorm's clients ask for 1-2 s sessions (failure
+        # detection); the explicit maximum keeps Storm's own 20 s sessions.
+        f"tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=40000\n"
+        f"dataDir={data}\nclientPort={port}\n"
         f"clientPortAddress={LOOPBACK}\nmaxClientCnxns=200\nadmin.enableServer=false\n"
         "4lw.commands.whitelist=ruok,srvr,stat\nautopurge.snapRetainCount=3\n"
         "autopurge.purgeInterval=1\n"

@@ -269,11 +269,12 @@ class SyntheticDriver:
     def _status(self, timeout: float) -> dict[str, Any]:
         """The controller's routing status; an empty znode (the controller creates it,
         then writes it) reads as not there yet."""
+        from elastorm.zk.layout import ZnodeLayout
         from elastorm.zk.requests import read_status
 
         def attempt() -> dict[str, Any] | None:
             try:
-                return read_status(self._client, self.topology, OPERATOR)
+                return read_status(self._client, ZnodeLayout(self.topology), OPERATOR)
             except ValueError:
                 return None
 

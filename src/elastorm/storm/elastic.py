@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -49,6 +50,7 @@ from elastorm.core.actions import (
     Rejected,
     Send,
     TaskStarted,
+    TuplesStalled,
     encode_report,
 )
 from elastorm.core.control import initial_holders
@@ -72,6 +74,7 @@ REPORTS = "elastorm_reports"
 MESSAGE_FIELDS = ["message", "sender"]
 RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
+FENCED_EXIT = 75  # exit status of a keyed task that found itself declared lost
 
 CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
 RELAY_COMPONENT = "relay"
@@ -303,6 +306,7 @@ class KeyedOperator(_Sending):
             holders={g: holders[g] for g in owned},
             checkpoint_interval=interval if interval > 0 else None,
             stale_through=epoch if restarted else -1,
+            stall_after=config.stall_secs,
         )
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
@@ -333,6 +337,7 @@ class KeyedOperator(_Sending):
         self.emit([action.to_task, to_wire(action.message), self._task], stream=RELAY)
 
     def tick_keyed(self) -> None:
+        self.stop_if_fenced()
         if self._started is not None:  # tell the controller we are here (once)
             self.emit([json.dumps(encode_report(self._started))], stream=REPORTS)
             self._started = None
@@ -340,6 +345,26 @@ class KeyedOperator(_Sending):
         self._last_heartbeat = self.measure()
         if self.heartbeats is not None:
             self.heartbeats.publish_now()
+
+    def heartbeat_health(self) -> dict[str, int] | None:
+        """The heartbeat publisher's counts (``HeartbeatPublisher.health``) for the
+        task's counters file; ``None`` without heartbeats."""
+        return None if self.heartbeats is None else self.heartbeats.health()
+
+    def stop_if_fenced(self) -> None:
+        """Fail-stop: a task the controller declared lost (it was cut off for longer
+        than its session) holds stale state, and its key groups have been restored
+        elsewhere. It must not act on them again: exit, so Storm restarts it empty."""
+        from elastorm.zk.heartbeat import PublisherState
+
+        if self.heartbeats is not None and self.heartbeats.state() is PublisherState.FENCED:
+            log.error(
+                "task %s was declared lost by the controller while cut off; exiting so "
+                "Storm restarts it empty (its key groups are restored elsewhere)",
+                self.coordinator.task,
+            )
+            logging.shutdown()
+            os._exit(FENCED_EXIT)
 
     def measure(self):
         """This interval's ``Heartbeat`` (loads, owned groups, held checkpoints)."""
@@ -378,6 +403,16 @@ class KeyedOperator(_Sending):
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
             else:  # a report for the controller
+                if isinstance(action, TuplesStalled):
+                    log.error(
+                        "key group %s: %d tuples of %s have waited %.0f s for sequence %d, "
+                        "which never arrived (lost on the way?)",
+                        action.key_group,
+                        action.parked,
+                        action.source,
+                        action.seconds,
+                        action.awaited,
+                    )
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
 

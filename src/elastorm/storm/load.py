@@ -122,15 +122,10 @@ def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat):
     never depends on heartbeats. ``heartbeat`` is called on the publisher's thread.
     """
     from elastorm.zk.heartbeat import HeartbeatPublisher, default_identity
-    from elastorm.zk.layout import (
-        ZkSettings,
-        ZnodeLayout,
-        ZnodeLayoutError,
-        hosts_from_storm_conf,
-    )
+    from elastorm.zk.layout import ZnodeLayout, ZnodeLayoutError, zk_settings
 
     try:
-        settings = ZkSettings(hosts=hosts_from_storm_conf(conf))
+        settings = zk_settings(conf)
         layout = ZnodeLayout(str(conf["topology.name"]))
     except (KeyError, ZnodeLayoutError) as exc:
         log.error("task %s: no heartbeats (%s)", task, exc)

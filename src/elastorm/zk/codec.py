@@ -10,20 +10,15 @@ See docs/znodes.md for the field tables.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
-from elastorm.controller.allocation import CheckpointMove
 from elastorm.controller.model import (
     Allocation,
     Heartbeat,
     KeyGroupId,
-    NodeId,
     TaskIdentity,
     TaskRecord,
 )
@@ -37,7 +32,6 @@ MAX_ZNODE_BYTES = 1_000_000
 TASK = "elastorm.task"
 ROUTING = "elastorm.routing"
 CHECKPOINTS = "elastorm.checkpoints"
-ORDER = "elastorm.order"
 LEADER = "elastorm.leader"
 TERM = "elastorm.term"
 
@@ -279,169 +273,6 @@ def decode_checkpoints(data: bytes | None) -> Allocation:
         raise ZnodeSchemaError(f"{CHECKPOINTS}: {exc}") from None
 
 
-# --------------------------------------------------------------------------- orders
-
-
-class OrderState(enum.Enum):
-    """Life of a controller order; ``ISSUED`` is the only non-terminal state."""
-
-    ISSUED = "issued"
-    DONE = "done"
-    FAILED = "failed"
-    ABORTED = "aborted"
-
-
-class OrderKind(enum.Enum):
-    MIGRATE = "migrate"  # a key group moves (controller.adaptation.Move / recovery restore)
-    CHECKPOINT = "checkpoint"  # a checkpoint moves (controller.allocation.CheckpointMove)
-
-
-#: Allowed state changes: (from, to). Everything else raises ``OrderTransitionError``.
-ORDER_TRANSITIONS: frozenset[tuple[OrderState, OrderState]] = frozenset(
-    (OrderState.ISSUED, s) for s in (OrderState.DONE, OrderState.FAILED, OrderState.ABORTED)
-)
-
-
-class OrderTransitionError(ValueError):
-    """An order was moved to a state it cannot reach from its current one."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Order:
-    """One persisted controller order: a key-group migration or a checkpoint move.
-
-    ``epoch`` is the routing epoch of ``key_group``'s operator when it was issued;
-    times are the controller's clock (s).
-    """
-
-    order_id: str
-    kind: OrderKind
-    key_group: KeyGroupId
-    source: NodeId | None
-    target: NodeId
-    protocol: Protocol | None = None
-    reason: MoveReason | None = None
-    lazy: bool = False
-    state: OrderState = OrderState.ISSUED
-    epoch: int = 0
-    issued_at: float = 0.0
-    updated_at: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_name(self.order_id, "order id")
-        if not isinstance(self.kind, OrderKind) or not isinstance(self.state, OrderState):
-            raise ZnodeSchemaError("kind / state must be OrderKind / OrderState")
-        if not isinstance(self.key_group, KeyGroupId):
-            raise ZnodeSchemaError(f"key_group must be a KeyGroupId, got {self.key_group!r}")
-        _str(self.target, "target")
-        _opt_str(self.source, "source")
-        if self.kind is OrderKind.MIGRATE and (self.protocol is None or self.source is None):
-            raise ZnodeSchemaError(f"order {self.order_id}: a migration needs source and protocol")
-        if self.kind is OrderKind.CHECKPOINT and self.protocol is not None:
-            raise ZnodeSchemaError(f"order {self.order_id}: a checkpoint move has no protocol")
-        _int(self.epoch, "epoch")
-        _nonneg(self.issued_at, "issued_at")
-        _nonneg(self.updated_at, "updated_at")
-
-    def advance(self, state: OrderState, now: float) -> Order:
-        """This order in ``state``; ``OrderTransitionError`` if not in ORDER_TRANSITIONS."""
-        if (self.state, state) not in ORDER_TRANSITIONS:
-            raise OrderTransitionError(
-                f"order {self.order_id}: cannot go from {self.state.value} to {state.value}"
-            )
-        return dataclasses.replace(self, state=state, updated_at=now)
-
-    @property
-    def terminal(self) -> bool:
-        return self.state is not OrderState.ISSUED
-
-
-def _issued(kind: OrderKind, move, order_id: str, epoch: int, now: float, **extra) -> Order:
-    return Order(
-        order_id=order_id,
-        kind=kind,
-        key_group=move.key_group,
-        source=move.source,
-        target=move.target,
-        epoch=epoch,
-        issued_at=now,
-        updated_at=now,
-        **extra,
-    )
-
-
-def order_from_move(move: Move, *, order_id: str, epoch: int, now: float) -> Order:
-    """An ``ISSUED`` migration order for an adaptation / recovery ``Move``."""
-    extra = {"protocol": move.protocol, "reason": move.reason}
-    return _issued(OrderKind.MIGRATE, move, order_id, epoch, now, **extra)
-
-
-def order_from_checkpoint_move(
-    move: CheckpointMove, *, order_id: str, epoch: int, now: float
-) -> Order:
-    """An ``ISSUED`` checkpoint order for an allocation ``CheckpointMove``."""
-    return _issued(OrderKind.CHECKPOINT, move, order_id, epoch, now, lazy=move.lazy)
-
-
-def encode_order(order: Order, *, controller: str) -> bytes:
-    """``Order`` -> znode bytes."""
-    return _dump(
-        _head(
-            ORDER,
-            id=order.order_id,
-            kind=order.kind.value,
-            operator=order.key_group.operator,
-            index=order.key_group.index,
-            source=order.source,
-            target=order.target,
-            protocol=None if order.protocol is None else order.protocol.value,
-            reason=None if order.reason is None else order.reason.value,
-            lazy=order.lazy,
-            state=order.state.value,
-            epoch=order.epoch,
-            issued_at=order.issued_at,
-            updated_at=order.updated_at,
-            controller=controller,
-        )
-    )
-
-
-def _enum(cls, value, what):
-    if value is None:
-        return None
-    try:
-        return cls(value)
-    except ValueError:
-        raise ZnodeSchemaError(f"{what}: unknown value {value!r}") from None
-
-
-def decode_order(data: bytes | None) -> Order:
-    """Znode bytes -> ``Order``."""
-    o = _load(data, ORDER)
-    lazy = o.get("lazy", False)
-    if not isinstance(lazy, bool):
-        raise ZnodeSchemaError(f"{ORDER}: lazy must be a bool")
-    try:
-        return Order(
-            order_id=_str(o.get("id"), "id"),
-            kind=_enum(OrderKind, o.get("kind"), "kind"),
-            key_group=KeyGroupId(o.get("operator"), o.get("index")),
-            source=o.get("source"),
-            target=o.get("target"),
-            protocol=_enum(Protocol, o.get("protocol"), "protocol"),
-            reason=_enum(MoveReason, o.get("reason"), "reason"),
-            lazy=lazy,
-            state=_enum(OrderState, o.get("state"), "state"),
-            epoch=o.get("epoch"),
-            issued_at=o.get("issued_at"),
-            updated_at=o.get("updated_at"),
-        )
-    except ZnodeSchemaError as exc:
-        raise ZnodeSchemaError(f"{ORDER}: {exc}") from None
-    except (ValueError, TypeError) as exc:
-        raise ZnodeSchemaError(f"{ORDER}: {exc}") from None
-
-
 # --------------------------------------------------------------------------- leader / term
 
 
@@ -467,11 +298,8 @@ def decode_leader(data: bytes | None) -> LeaderInfo:
     )
 
 
-def encode_term(controller: str) -> bytes:
-    """Data of ``controller/term``: the last controller that took the lead. The fencing
-    token is the znode's *version*, not this data."""
-    return _dump(_head(TERM, controller=controller))
-
-
-def decode_term(data: bytes | None) -> str:
-    return _str(_load(data, TERM).get("controller"), "controller")
+def encode_term(controller: str, *, incarnation: str) -> bytes:
+    """Data of ``controller/term``: the last controller (and which start of it) that
+    took the lead. The fencing token is the znode's *version*; the data lets a store
+    recognise its own bump whose reply was lost."""
+    return _dump(_head(TERM, controller=controller, incarnation=incarnation))

@@ -39,11 +39,15 @@ class PublisherState(enum.Enum):
     * ``DISCONNECTED``: ZooKeeper unreachable; the session (and znode) may still live;
     * ``EXPIRED``: the session ended, so the znode is gone and the controller may have
       declared this task dead and restored its key groups elsewhere; the publisher
-      registers again as soon as it can (then ``REGISTERED``);
+      registers again as soon as it can (then ``REGISTERED``) unless it was fenced;
+    * ``FENCED``: after an expiry, ``fences/<operator>-<task>`` named the znode this
+      process had registered: the controller declared it lost, so its state is stale
+      and someone else owns its key groups. It never registers again; the task must stop;
     * ``STOPPED``: ``stop()`` was called.
     """
 
     STARTING = "starting"
+    FENCED = "fenced"
     REGISTERED = "registered"
     DISCONNECTED = "disconnected"
     EXPIRED = "expired"
@@ -108,6 +112,8 @@ class HeartbeatPublisher(BackgroundLoop):
         self._heartbeat_fn = heartbeat
         self._timeout = settings.request_timeout
         self._clock = clock
+        self._czxid: int | None = None  # creation zxid of the znode we last registered
+        self._expired = False  # check the fence before registering again
         self._state = PublisherState.STARTING
         self._session: int | None = None  # session our znode was created in
         self._last = Heartbeat()
@@ -123,6 +129,17 @@ class HeartbeatPublisher(BackgroundLoop):
     def state(self) -> PublisherState:
         """The registration state (never blocks)."""
         return self._state
+
+    def health(self) -> dict[str, int]:
+        """Counts since start, for the task's counters file: heartbeats ``published``,
+        ZooKeeper ``failures``, ``callback_errors`` (a heartbeat republished) and
+        ``step_errors`` (a step that raised)."""
+        return {
+            "published": self.published,
+            "failures": self.failures,
+            "callback_errors": self.callback_errors,
+            "step_errors": self.step_errors,
+        }
 
     def publish_now(self) -> None:
         """Publish at once, e.g. after a migration changed what the task owns."""
@@ -151,8 +168,11 @@ class HeartbeatPublisher(BackgroundLoop):
         self._emit(SessionEvent(state=state, previous=previous, at=self._clock(), detail=detail))
 
     def _step(self) -> None:
+        if self._state is PublisherState.FENCED:
+            return
         if self._take_session_lost() and self._session is not None:
             self._set_state(PublisherState.EXPIRED, "session expired; znode gone")
+            self._expired = True
         if not self._client.connected:
             if self._state is PublisherState.REGISTERED:
                 self._set_state(PublisherState.DISCONNECTED, "ZooKeeper unreachable")
@@ -162,8 +182,11 @@ class HeartbeatPublisher(BackgroundLoop):
             # The listener may not have seen LOST (e.g. it was removed while reconnecting).
             self._set_state(PublisherState.EXPIRED, "new session; znode gone")
             self._session = None
+            self._expired = True
         data = encode_task(self._record())
         try:
+            if self._expired and self._fenced():
+                return
             if self._session == current and self._set(data):
                 self._set_state(PublisherState.REGISTERED)
             elif self._register(data, current):
@@ -185,6 +208,24 @@ class HeartbeatPublisher(BackgroundLoop):
         return TaskRecord(
             identity=self._identity, heartbeat=self._last, seq=self._seq, time=self._clock()
         )
+
+    def _fenced(self) -> bool:
+        """After an expiry: whether the controller declared our last znode lost (its
+        fence names that znode's creation zxid); if so, go ``FENCED`` for good."""
+        if self._czxid is None:
+            return False
+        path = self._layout.fence(self._identity.operator, self._identity.task_id)
+        try:
+            data, _ = self._client.get_async(path).get(timeout=self._timeout)
+        except NoNodeError:
+            data = b""
+        self._expired = False
+        if data.decode() != str(self._czxid):
+            return False
+        self._set_state(
+            PublisherState.FENCED, f"declared lost while away (znode zxid {self._czxid})"
+        )
+        return True
 
     def _set(self, data: bytes) -> bool:
         """Refresh our znode; False if it is gone (then register again)."""
@@ -215,5 +256,8 @@ class HeartbeatPublisher(BackgroundLoop):
                 return False
             # Ours: a create that timed out earlier went through after all.
             self._client.set_async(self._path, data).get(timeout=self._timeout)
+        stat = self._client.exists_async(self._path).get(timeout=self._timeout)
+        if stat is not None:
+            self._czxid = stat.czxid
         self.published += 1
         return True

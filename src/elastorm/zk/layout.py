@@ -3,11 +3,14 @@
 One root per topology, ``/elastorm/<topology>``::
 
     tasks/<task-id>              ephemeral, one per live task: identity + load
+    incarnations/<comp>-<task>   durable, how many times a keyed task has started
+    fences/<comp>-<task>         durable, the incarnation (zxid) of it declared lost
     controller/leader            ephemeral, the controller that leads
     controller/term              durable fencing counter, bumped by each new leader
     controller/routing/<op>      durable routing table of an operator, with epoch
     controller/checkpoints       durable checkpoint allocation
-    controller/plans/<order-id>  durable migration / checkpoint orders and their state
+    controller/status/<op>       the controller's live view: holders, migrations in flight
+    requests/req-<seq>           durable migration requests (``elastorm migrate``)
 
 See docs/znodes.md. Nothing here talks to ZooKeeper.
 """
@@ -93,12 +96,23 @@ class ZnodeLayout:
     def checkpoints(self) -> str:
         return f"{self.controller}/checkpoints"
 
-    @property
-    def plans(self) -> str:
-        return f"{self.controller}/plans"
+    def status(self, operator: str) -> str:
+        return f"{self.controller}/status/{check_name(operator, 'operator')}"
 
-    def plan(self, order_id: str) -> str:
-        return f"{self.plans}/{check_name(order_id, 'order id')}"
+    @property
+    def requests(self) -> str:
+        return f"{self.base}/requests"
+
+    def request(self, name: str) -> str:
+        return f"{self.requests}/{check_name(name, 'request')}"
+
+    def incarnation(self, component: str, task_id: int) -> str:
+        name = check_name(f"{component}-{task_name(task_id)}", "component")
+        return f"{self.base}/incarnations/{name}"
+
+    def fence(self, component: str, task_id: int) -> str:
+        name = check_name(f"{component}-{task_name(task_id)}", "component")
+        return f"{self.base}/fences/{name}"
 
 
 def task_name(task_id: int) -> str:
@@ -121,9 +135,9 @@ class ZkSettings:
 
     ``session_timeout`` (s) bounds failure detection: a killed task's ephemeral
     znode disappears between ``session_timeout`` and ``session_timeout + tickTime``
-    after its last contact. The server clamps it to ``[2, 20] x tickTime`` (4-40 s
-    with the project's ``tickTime=2000``). Requires
-    ``0 < heartbeat_interval <= session_timeout / 2``.
+    after its last contact. The server clamps it to its ``minSessionTimeout`` ..
+    ``maxSessionTimeout`` (1-40 s for the project's server, ``tickTime=500``).
+    Requires ``0 < heartbeat_interval <= session_timeout / 2``.
     """
 
     hosts: str = "127.0.0.1:12181"
@@ -142,6 +156,16 @@ class ZkSettings:
             )
         if self.request_timeout <= 0 or self.reconnect_max_delay <= 0:
             raise ZnodeLayoutError("request_timeout and reconnect_max_delay must be > 0")
+
+
+def zk_settings(conf: Mapping[str, object]) -> ZkSettings:
+    """How elastorm's clients in a topology reach ZooKeeper: its hosts
+    (:func:`hosts_from_storm_conf`) and ``elastorm.zookeeper.session_secs``, with a
+    heartbeat every third of the session."""
+    session = TopologyConfig.from_conf(conf).zookeeper_session_secs
+    return ZkSettings(
+        hosts=hosts_from_storm_conf(conf), session_timeout=session, heartbeat_interval=session / 3
+    )
 
 
 def hosts_from_storm_conf(conf: Mapping[str, object]) -> str:

@@ -1,11 +1,10 @@
 """Migration requests in ZooKeeper: the client side (``elastorm migrate``) and the
 controller bolt's side. A thin kazoo adapter over ``elastorm.controller.requests``.
 
-Layout, under ``/elastorm/<topology>/``::
-
-    requests/req-<seq>      one MigrationRequest (JSON), its state updated in place
-    status/<operator>       the controller's routing table, holders and epoch (JSON)
-    incarnations/<comp>-<task>   how many times that task has started (a restart is > 1)
+Paths come from :class:`~elastorm.zk.layout.ZnodeLayout` (``requests/``,
+``controller/status/<op>``, ``incarnations/``); the routing table a reader sees is
+the controller's durable one (``controller/routing/<op>``, written by the
+``ControllerStore``), never a second copy.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -21,55 +20,35 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.requests import (
-    REQUESTS_DIR,
     MigrationRequest,
     RequestError,
     RequestState,
     decode_request,
     encode_request,
 )
-from elastorm.zk.layout import DEFAULT_ROOT, hosts_from_storm_conf
+from elastorm.core.routing import RoutingTable
+from elastorm.zk.client import make_client
+from elastorm.zk.codec import ZnodeSchemaError, decode_routing
+from elastorm.zk.layout import ZnodeLayout, zk_settings
 
 log = logging.getLogger(__name__)
 
 ZK_ERRORS = (KazooException, KazooTimeoutError, OSError)
 
 
-def requests_path(topology: str, root: str = DEFAULT_ROOT) -> str:
-    return f"{root}/{topology}/{REQUESTS_DIR}"
-
-
-def status_path(topology: str, operator: str, root: str = DEFAULT_ROOT) -> str:
-    return f"{root}/{topology}/status/{operator}"
-
-
-def alive_path(topology: str, operator: str, root: str = DEFAULT_ROOT) -> str:
-    """Ephemeral: present while the controller of ``operator`` runs (status outlives it)."""
-    return f"{root}/{topology}/alive/{operator}"
-
-
 class RequestBoard:
     """The controller bolt's view of its topology's requests (never blocks on ZooKeeper)."""
 
-    def __init__(self, client: KazooClient, topology: str, operator: str) -> None:
+    def __init__(self, client: KazooClient, layout: ZnodeLayout, operator: str) -> None:
         self.client = client
         self.operator = operator
-        self.topology = topology
-        self.path = requests_path(topology)
-        self.status = status_path(topology, operator)
-        self.alive = alive_path(topology, operator)
+        self.path = layout.requests
+        self.status = layout.status(operator)
         self.seen: set[str] = set()
         self._published: bytes | None = None
         # State changes ZooKeeper did not take, in order, retried on every tick: a
         # request must not stay ``started`` because one write hit a lost connection.
         self.unwritten: list[tuple[str, RequestState, float, dict[str, Any]]] = []
-
-    @classmethod
-    def from_storm_conf(cls, conf: Mapping[str, Any], *, operator: str) -> RequestBoard:
-        """Connect (in the background) to the ZooKeeper of the Storm cluster we run on."""
-        client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
-        client.start_async()
-        return cls(client, str(conf["topology.name"]), operator)
 
     def pending(self) -> list[tuple[str, MigrationRequest]]:
         """New ``PENDING`` requests for our operator, oldest first; [] if ZooKeeper is away."""
@@ -150,16 +129,16 @@ class RequestBoard:
     def stuck(self, name: str, detail: str) -> None:
         self._update(name, RequestState.STUCK, detail=detail)
 
-    def publish_routing(self, control) -> None:
-        """Write routing table, holders, moving groups and which groups a CPA/CPAL could
-        move right now (``assisted``: the holder reported the newest checkpoint) to
-        ``status/<operator>`` whenever any of it changes."""
+    def publish_status(self, control, lost: Collection[int] = ()) -> None:
+        """Write holders, moving groups, which groups a CPA/CPAL could move right now
+        (``assisted``: the holder reported the newest checkpoint) and the tasks declared
+        lost (``lost``) to ``controller/status/<operator>`` whenever any of it changes.
+        The routing table itself is the store's (``controller/routing/<operator>``)."""
         if not self.client.connected:
             return
         groups = range(control.num_key_groups)
         data = {
-            "epoch": control.epoch,
-            "owners": [control.owner(g) for g in groups],
+            "lost": sorted(set(lost) & set(control.tasks)),
             "holders": [control.holders[g] for g in groups],
             "assisted": [control.has_newest(control.holders[g], g) for g in groups],
             "tasks": control.tasks,
@@ -180,7 +159,6 @@ class RequestBoard:
             ],
         }
         encoded = json.dumps(data).encode()
-        self._announce()
         if encoded == self._published:
             return
         try:
@@ -192,25 +170,15 @@ class RequestBoard:
         except ZK_ERRORS as exc:
             log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
 
-    def _announce(self) -> None:
-        """(Re)create our ephemeral ``alive`` znode; a new session drops the old one."""
-        try:
-            if self.client.exists(self.alive) is None:
-                self.client.create(self.alive, b"", ephemeral=True, makepath=True)
-        except NodeExistsError:
-            pass
-        except ZK_ERRORS as exc:
-            log.warning("alive: ZooKeeper unavailable (%s); retrying next tick", exc)
+
+def controller_alive(client: KazooClient, layout: ZnodeLayout) -> bool:
+    """Whether a controller leads ``layout``'s topology (its ephemeral leader znode)."""
+    return client.exists(layout.leader) is not None
 
 
-def controller_alive(client: KazooClient, topology: str, operator: str) -> bool:
-    """Whether the controller of ``topology``/``operator`` runs (its ephemeral znode)."""
-    return client.exists(alive_path(topology, operator)) is not None
-
-
-def withdraw_request(client: KazooClient, topology: str, name: str) -> bool:
+def withdraw_request(client: KazooClient, layout: ZnodeLayout, name: str) -> bool:
     """Delete request ``name`` if the controller has not picked it up; True if deleted."""
-    path = f"{requests_path(topology)}/{name}"
+    path = layout.request(name)
     try:
         data, stat = client.get(path)
         if decode_request(data).state is not RequestState.PENDING:
@@ -221,30 +189,49 @@ def withdraw_request(client: KazooClient, topology: str, name: str) -> bool:
         return False
 
 
-def submit_request(client: KazooClient, topology: str, request: MigrationRequest) -> str:
+def submit_request(client: KazooClient, layout: ZnodeLayout, request: MigrationRequest) -> str:
     """Create a request znode; return its name (``req-<seq>``)."""
-    path = requests_path(topology)
+    path = layout.requests
     client.ensure_path(path)
     created = client.create(f"{path}/req-", encode_request(request), sequence=True)
     return created.rsplit("/", 1)[1]
 
 
-def read_request(client: KazooClient, topology: str, name: str) -> MigrationRequest:
-    return decode_request(client.get(f"{requests_path(topology)}/{name}")[0])
+def read_request(client: KazooClient, layout: ZnodeLayout, name: str) -> MigrationRequest:
+    return decode_request(client.get(layout.request(name))[0])
 
 
-def read_status(client: KazooClient, topology: str, operator: str) -> dict | None:
-    """The controller's published routing status, or None before its first tick."""
+def read_routing(client: KazooClient, layout: ZnodeLayout, operator: str) -> RoutingTable | None:
+    """``operator``'s durable routing table, or None before the controller's first write."""
     try:
-        data = client.get(status_path(topology, operator))[0]
+        data = client.get(layout.routing(operator))[0]
     except NoNodeError:
         return None
-    return json.loads(data.decode()) if data else None
+    try:
+        return decode_routing(data)[1]
+    except ZnodeSchemaError as exc:
+        log.error("routing of %s unreadable: %s", operator, exc)
+        return None
 
 
-def register_incarnation(client: KazooClient, topology: str, component: str, task: int) -> int:
+def read_status(client: KazooClient, layout: ZnodeLayout, operator: str) -> dict | None:
+    """The controller's view of ``operator``: its status (holders, migrations) with the
+    routing table's ``epoch`` and ``owners``; None until both are written."""
+    table = read_routing(client, layout, operator)
+    try:
+        data = client.get(layout.status(operator))[0]
+    except NoNodeError:
+        return None
+    if table is None or not data:
+        return None
+    return {**json.loads(data.decode()), "epoch": table.epoch, "owners": list(table.owners)}
+
+
+def register_incarnation(
+    client: KazooClient, layout: ZnodeLayout, component: str, task: int
+) -> int:
     """Count one more start of ``component``'s task ``task``; return the count (1 = first)."""
-    path = f"{DEFAULT_ROOT}/{topology}/incarnations/{component}-{task}"
+    path = layout.incarnation(component, task)
     try:
         client.create(path, b"1", makepath=True)
         return 1
@@ -253,6 +240,19 @@ def register_incarnation(client: KazooClient, topology: str, component: str, tas
         count = int(data.decode() or "1") + 1
         client.set(path, str(count).encode(), version=stat.version)
         return count
+
+
+def write_fence(
+    client: KazooClient, layout: ZnodeLayout, component: str, task: int, incarnation: int
+) -> None:
+    """Record that ``task``'s znode of ``incarnation`` (its creation zxid) was declared
+    lost: that process, if alive, must stop (``elastorm.zk.heartbeat``: ``FENCED``)."""
+    path = layout.fence(component, task)
+    data = str(incarnation).encode()
+    try:
+        client.set(path, data)
+    except NoNodeError:
+        client.create(path, data, makepath=True)
 
 
 START_DEADLINE = 20.0
@@ -275,18 +275,19 @@ def task_start(
     a first start would claim its original key groups with empty state (lost
     totals, two owners) and the controller would never restore them.
     """
-    topology = str(conf["topology.name"])
+    layout = ZnodeLayout(str(conf["topology.name"]))
+    settings = zk_settings(conf)
     deadline = START_DEADLINE
     give_up = time.monotonic() + deadline
     attempt = 0
     while True:
         attempt += 1
-        client = KazooClient(hosts=hosts_from_storm_conf(conf), timeout=6.0)
+        client = make_client(settings)
         try:
             client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
-            incarnation = register_incarnation(client, topology, component, task)
-            status = read_status(client, topology, operator) if incarnation > 1 else None
-            return incarnation, int(status["epoch"]) if status else -1
+            incarnation = register_incarnation(client, layout, component, task)
+            table = read_routing(client, layout, operator) if incarnation > 1 else None
+            return incarnation, table.epoch if table else -1
         except ZK_ERRORS as exc:
             if time.monotonic() >= give_up:
                 raise StartUnknownError(

@@ -1,5 +1,5 @@
-"""The controller's durable decisions in ZooKeeper: routing tables, checkpoint
-allocation and orders, with leader election and fencing.
+"""The controller's durable decisions in ZooKeeper: routing tables and checkpoint
+allocation, with leader election and fencing.
 
 * **Leader**: ``controller/leader`` is an ephemeral znode; a controller with the
   same ``controller_id`` (its own earlier incarnation) takes it over, any other
@@ -10,8 +10,9 @@ allocation and orders, with leader election and fencing.
   (compare-and-set). A deposed controller's writes fail and it goes ``CONFLICT``.
 * **Outages**: writes are write-behind. While ZooKeeper is unreachable they are held
   in memory (latest value per znode) and flushed, in one transaction, when it is
-  back; ``issue()`` of a new order is refused (``False``) unless the store is
-  ``ONLINE`` and the order is durable before it returns.
+  back. A command that acts on a decision is sent only once ``flush`` says the
+  decision is in ZooKeeper (write-ahead for what is acted on; see
+  ``elastorm.controller.runtime``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -41,17 +43,12 @@ from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import BackgroundLoop, make_client, session_id
 from elastorm.zk.codec import (
     LeaderInfo,
-    Order,
-    OrderState,
-    OrderTransitionError,
     ZnodeSchemaError,
     decode_checkpoints,
     decode_leader,
-    decode_order,
     decode_routing,
     encode_checkpoints,
     encode_leader,
-    encode_order,
     encode_routing,
     encode_term,
 )
@@ -60,13 +57,14 @@ from elastorm.zk.layout import ZkSettings, ZnodeLayout, check_name
 log = logging.getLogger(__name__)
 
 _ZK_ERRORS = (KazooException, KazooTimeoutError)
+_UNANSWERED_KEPT = 16  # values remembered per znode from commits with no reply
 
 
 class StoreStatus(enum.Enum):
     """``STARTING``: decisions not loaded yet. ``STANDBY``: another controller leads.
     ``ONLINE``: leader, connected, writes go through. ``OFFLINE``: ZooKeeper
-    unreachable (or the lead being re-taken): decisions held in memory, new orders
-    refused. ``CONFLICT``: deposed, or our znodes were changed by someone else: this
+    unreachable (or the lead being re-taken): decisions held in memory.
+    ``CONFLICT``: deposed, or our znodes were changed by someone else: this
     controller must stop deciding (restart it to reload). ``CLOSED``: stopped."""
 
     STARTING = "starting"
@@ -88,11 +86,10 @@ class StoreEvent:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Decisions:
     """The controller's decisions: routing table per operator, checkpoint allocation
-    (``None`` if never written), orders by id."""
+    (``None`` if never written)."""
 
     routing: Mapping[str, RoutingTable]
     checkpoints: Allocation | None
-    orders: Mapping[str, Order]
 
 
 class StoreError(RuntimeError):
@@ -111,10 +108,9 @@ class ControllerStore(BackgroundLoop):
     """Durable decisions of one controller; see the module docstring.
 
     Call ``start()`` then ``load(timeout)`` (blocks until the decisions are read, so
-    a restarted controller resumes where it was). ``set_routing``,
-    ``set_checkpoints``, ``advance_order`` and ``remove_order`` never block: the
-    value is the store's at once and reaches ZooKeeper when it can. ``issue`` blocks
-    at most ``timeout`` s and returns whether the new order is durable.
+    a restarted controller resumes where it was). ``set_routing`` and
+    ``set_checkpoints`` never block: the value is the store's at once and reaches
+    ZooKeeper when it can; ``flush(timeout)`` waits for it.
     """
 
     def __init__(
@@ -144,15 +140,15 @@ class ControllerStore(BackgroundLoop):
         self._detail = ""
         self._leader_session: int | None = None
         self._term_version: int | None = None
+        self._term_data = encode_term(self._id, incarnation=uuid.uuid4().hex)
         self._loaded = False
         self._routing: dict[str, RoutingTable] = {}
         self._checkpoints: Allocation | None = None
-        self._orders: dict[str, Order] = {}
         self._versions: dict[str, int] = {}  # path -> version in ZooKeeper (absent: no znode)
         self._pending: dict[str, tuple[bytes | None, int]] = {}  # path -> (data or delete, seq)
+        # path -> data of commits whose reply never came (they may have landed)
+        self._unanswered: dict[str, list[bytes | None]] = {}
         self._seq = 0
-        self._committed_seq = 0
-        self.commits = 0
 
     # -- state
 
@@ -170,7 +166,6 @@ class ControllerStore(BackgroundLoop):
             return Decisions(
                 routing=MappingProxyType(dict(self._routing)),
                 checkpoints=self._checkpoints,
-                orders=MappingProxyType(dict(self._orders)),
             )
 
     def load(self, timeout: float = 10.0) -> Decisions:
@@ -246,73 +241,16 @@ class ControllerStore(BackgroundLoop):
             self._checkpoints = allocation
             self._put(self._layout.checkpoints, data)
 
-    def advance_order(self, order_id: str, state: OrderState) -> Order:
-        """Move a known order to ``state`` (``OrderTransitionError`` if not allowed)."""
-        with self._lock:
-            self._writable()
-            order = self._known_order(order_id).advance(state, self._clock())
-            self._orders[order_id] = order
-            self._put(self._layout.plan(order_id), encode_order(order, controller=self._id))
-            return order
-
-    def remove_order(self, order_id: str) -> None:
-        """Forget a finished (terminal) order."""
-        with self._lock:
-            self._writable()
-            order = self._known_order(order_id)
-            if not order.terminal:
-                raise OrderTransitionError(f"order {order_id} is still {order.state.value}")
-            del self._orders[order_id]
-            self._put(self._layout.plan(order_id), None)
-
-    def issue(self, order: Order, timeout: float | None = None) -> bool:
-        """Persist a new ``ISSUED`` order; True once it (and every earlier write) is in
-        ZooKeeper. False at once unless ``ONLINE``; False after ``timeout`` (default
-        2 x request timeout) if the write did not complete, and then the order is
-        recorded as ``ABORTED`` so nobody acts on it. Only send an order to tasks
-        after True."""
-        if order.state is not OrderState.ISSUED:
-            raise StoreError(f"order {order.order_id}: a new order must be issued")
-        timeout = 2 * self._timeout if timeout is None else timeout
-        path = self._layout.plan(order.order_id)
-        with self._lock:
-            self._writable()
-            if order.order_id in self._orders:
-                raise StoreError(f"order {order.order_id} exists already")
-            if self._status is not StoreStatus.ONLINE:
-                return False
-            self._orders[order.order_id] = order
-            seq = self._put(path, encode_order(order, controller=self._id))
-        self.wake()
-        with self._cond:
-            self._cond.wait_for(
-                lambda: self._committed_seq >= seq or self._status is StoreStatus.CONFLICT,
-                timeout,
-            )
-            if self._committed_seq >= seq:
-                return True
-            aborted = order.advance(OrderState.ABORTED, self._clock())
-            self._orders[order.order_id] = aborted
-            self._put(path, encode_order(aborted, controller=self._id))
-            return False
-
     def _writable(self) -> None:
         if not self._loaded:
             raise StoreError("call load() before writing decisions")
         if self._status in (StoreStatus.CONFLICT, StoreStatus.CLOSED):
             raise StoreConflictError(f"store is {self._status.value}: {self._detail}")
 
-    def _known_order(self, order_id: str) -> Order:
-        try:
-            return self._orders[order_id]
-        except KeyError:
-            raise StoreError(f"unknown order {order_id}") from None
-
-    def _put(self, path: str, data: bytes | None) -> int:
+    def _put(self, path: str, data: bytes | None) -> None:
         self._seq += 1
         self._pending[path] = (data, self._seq)
         self.wake()
-        return self._seq
 
     # -- status
 
@@ -366,8 +304,7 @@ class ControllerStore(BackgroundLoop):
         """Take the leader znode in session ``sid`` and bump the term; False if another
         controller leads (STANDBY) or we were deposed (CONFLICT)."""
         lay = self._layout
-        for path in (lay.routing_dir, lay.plans):
-            self._ensure(path)
+        self._ensure(lay.routing_dir)
         info = LeaderInfo(controller=self._id, host=socket.gethostname(), pid=os.getpid())
         try:
             self._call(self._client.create_async(lay.leader, encode_leader(info), ephemeral=True))
@@ -396,22 +333,26 @@ class ControllerStore(BackgroundLoop):
     def _bump_term(self, sid: int | None) -> bool:
         path = self._layout.term
         try:
-            _, stat = self._call(self._client.get_async(path))
+            data, stat = self._call(self._client.get_async(path))
             version = stat.version
         except NoNodeError:
             try:
-                self._call(self._client.create_async(path, encode_term(self._id)))
+                self._call(self._client.create_async(path, self._term_data))
             except NodeExistsError:
                 return False  # raced with someone: retry next step
-            version = 0
-        if self._term_version is not None and version != self._term_version:
+            data, version = self._term_data, 0
+        if (
+            self._term_version is not None
+            and version != self._term_version
+            and data != self._term_data  # not our own bump whose reply was lost
+        ):
             self._set_status(
                 StoreStatus.CONFLICT,
                 f"deposed: term moved from {self._term_version} to {version} while away",
             )
             return False
         try:
-            stat = self._call(self._client.set_async(path, encode_term(self._id), version=version))
+            stat = self._call(self._client.set_async(path, self._term_data, version=version))
         except BadVersionError:
             return False  # someone else bumped it: the next step sees the conflict
         self._term_version = stat.version
@@ -420,7 +361,7 @@ class ControllerStore(BackgroundLoop):
 
     def _load_all(self) -> None:
         lay = self._layout
-        routing, orders, versions = {}, {}, {}
+        routing, versions = {}, {}
         try:
             for name in sorted(self._call(self._client.get_children_async(lay.routing_dir))):
                 data, stat = self._call(self._client.get_async(lay.routing(name)))
@@ -428,12 +369,6 @@ class ControllerStore(BackgroundLoop):
                 if op != name:
                     raise ZnodeSchemaError(f"routing/{name} holds operator {op}")
                 routing[op], versions[lay.routing(name)] = table, stat.version
-            for name in sorted(self._call(self._client.get_children_async(lay.plans))):
-                data, stat = self._call(self._client.get_async(lay.plan(name)))
-                order = decode_order(data)
-                if order.order_id != name:
-                    raise ZnodeSchemaError(f"plans/{name} holds order {order.order_id}")
-                orders[name], versions[lay.plan(name)] = order, stat.version
             try:
                 data, stat = self._call(self._client.get_async(lay.checkpoints))
                 checkpoints = decode_checkpoints(data)
@@ -445,14 +380,13 @@ class ControllerStore(BackgroundLoop):
             self._set_status(StoreStatus.CONFLICT, f"malformed decision znode: {exc}")
             return
         with self._lock:
-            self._routing, self._orders, self._checkpoints = routing, orders, checkpoints
+            self._routing, self._checkpoints = routing, checkpoints
             self._versions = versions
             self._loaded = True
 
     def _commit(self) -> None:
         with self._lock:
             batch = dict(self._pending)
-        top = max(seq for _, seq in batch.values())
         tx = self._client.transaction()
         tx.check(self._layout.term, self._term_version)
         ops: list[tuple[str, bytes | None]] = []
@@ -467,12 +401,16 @@ class ControllerStore(BackgroundLoop):
             else:
                 tx.set_data(path, data, version=version)
             ops.append((path, data))
+            sent = self._unanswered.setdefault(path, [])
+            sent.append(data)
+            del sent[:-_UNANSWERED_KEPT]
         results = self._call(tx.commit_async())
         failed = [
             r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
         ]
         if not failed:
             for (path, data), result in zip(ops, results[1:], strict=True):
+                self._unanswered.pop(path, None)
                 if data is None:
                     self._versions.pop(path, None)
                 else:
@@ -481,8 +419,6 @@ class ControllerStore(BackgroundLoop):
                 for path, (_, seq) in batch.items():
                     if self._pending.get(path, (None, -1))[1] == seq:
                         del self._pending[path]
-                self._committed_seq = max(self._committed_seq, top)
-                self.commits += 1
                 self._cond.notify_all()
             return
         if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
@@ -492,7 +428,8 @@ class ControllerStore(BackgroundLoop):
 
     def _reconcile(self, batch: Mapping[str, tuple[bytes | None, int]]) -> None:
         """After a failed transaction: adopt versions of writes that did land (an earlier
-        commit whose reply was lost); anything else written there is a conflict."""
+        commit whose reply was lost, even one whose value a later decision superseded);
+        anything else written there is a conflict."""
         for path, (data, _) in sorted(batch.items()):
             try:
                 current, stat = self._call(self._client.get_async(path))
@@ -502,7 +439,11 @@ class ControllerStore(BackgroundLoop):
                 if data is None or path not in self._versions:
                     self._versions.pop(path, None)
                     continue
-            elif current == data or stat.version == self._versions.get(path):
+            elif (
+                current == data
+                or current in self._unanswered.get(path, ())
+                or stat.version == self._versions.get(path)
+            ):
                 self._versions[path] = stat.version
                 continue
             self._set_status(StoreStatus.CONFLICT, f"{path} was changed by someone else")

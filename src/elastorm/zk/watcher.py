@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 import posixpath
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -28,8 +27,6 @@ from elastorm.zk.view import (
     ClusterEvent,
     MalformedTask,
     TaskEntry,
-    TaskJoined,
-    TaskLeft,
     diff_tasks,
 )
 
@@ -44,8 +41,8 @@ class ClusterWatcher(BackgroundLoop):
     Events (``poll_events()`` or ``on_event``, the latter on the watcher's thread):
     :class:`~elastorm.zk.view.TaskJoined`, ``TaskLeft``, ``NodeJoined``,
     ``NodeLost`` (all of a node's task znodes gone) and ``MalformedTask``. A task
-    that left stays in :meth:`departed` (its last record) until :meth:`forget`, so
-    the view still shows what a lost node owned when recovery is planned.
+    that left is forgotten: the controller's failure detection works from these
+    events (``elastorm.controller.failures``).
     """
 
     def __init__(
@@ -71,36 +68,19 @@ class ClusterWatcher(BackgroundLoop):
         self._resync_interval = resync_interval
         self._clock = clock
         self._entries: dict[str, TaskEntry] = {}
-        self._departed: dict[int, TaskRecord] = {}
         self._bad: set[str] = set()
         self._dirty: set[str] = set()
         self._children_dirty = False
         self._resync = True
         self._last_resync = -float("inf")
-        self._synced = threading.Event()
         self.malformed = 0
 
     # -- what the controller reads (thread-safe, never blocks on ZooKeeper)
-
-    def wait_synced(self, timeout: float) -> bool:
-        """True once the first full read of ``tasks/`` is done (waits up to ``timeout``)."""
-        return self._synced.wait(timeout)
 
     def live(self) -> dict[int, TaskRecord]:
         """Task id -> latest record of every live task."""
         with self._lock:
             return {e.record.task_id: e.record for e in self._entries.values()}
-
-    def departed(self) -> dict[int, TaskRecord]:
-        """Task id -> last record of tasks that left and were not forgotten."""
-        with self._lock:
-            return dict(self._departed)
-
-    def forget(self, task_ids: Iterable[int]) -> None:
-        """Drop departed tasks (e.g. once their node's recovery is planned)."""
-        with self._lock:
-            for t in task_ids:
-                self._departed.pop(t, None)
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop watching (and close the client if the watcher owns it)."""
@@ -164,7 +144,6 @@ class ClusterWatcher(BackgroundLoop):
             self._reread(new, name)
         self._apply(new)
         self._last_resync = time.monotonic()
-        self._synced.set()
 
     def _children(self) -> list[str]:
         path = self._layout.tasks
@@ -222,11 +201,5 @@ class ClusterWatcher(BackgroundLoop):
             old = self._entries
             events = diff_tasks(old, new)
             self._entries = new
-            for ev in events:
-                if isinstance(ev, TaskLeft):
-                    gone = next(e for e in old.values() if e.record.task_id == ev.task_id)
-                    self._departed[ev.task_id] = gone.record
-                elif isinstance(ev, TaskJoined):
-                    self._departed.pop(ev.task_id, None)
         for ev in events:
             self._emit(ev)

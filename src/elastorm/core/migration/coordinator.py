@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from elastorm.core.actions import Action, CheckpointStored, HolderLost, Rejected, Send
+from elastorm.core.actions import (
+    Action,
+    CheckpointStored,
+    HolderLost,
+    Rejected,
+    Send,
+    TuplesStalled,
+)
 from elastorm.core.checkpoint import CheckpointHolder
 from elastorm.core.errors import CheckpointOrderError
 from elastorm.core.keygroups import key_group as key_group_of
@@ -52,6 +59,7 @@ class TaskCoordinator:
         holders: Mapping[int, int] | None = None,
         checkpoint_interval: float | None = None,
         stale_through: int = -1,
+        stall_after: float = 30.0,
     ) -> None:
         if num_key_groups < 1:
             raise ValueError(f"num_key_groups must be >= 1, got {num_key_groups}")
@@ -68,6 +76,9 @@ class TaskCoordinator:
         self.data_in = 0
         self._machines: dict[int, KeyGroupMachine] = {}
         self._last_checkpoint: dict[int, float] = {}
+        self.stall_after = stall_after
+        self._gaps: dict[tuple[int, str, int], float] = {}  # gap -> first tick that saw it
+        self._reported_gaps: set[tuple[int, str, int]] = set()
         for g in owned:
             self._check_group(g)
             self._machines[g] = self._new_machine(g, owned=True)
@@ -162,10 +173,11 @@ class TaskCoordinator:
         return actions
 
     def on_tick(self, now: float) -> list[Action]:
-        """Checkpoint every owned group whose interval has elapsed at time ``now``."""
+        """Checkpoint every owned group whose interval has elapsed at time ``now``, and
+        report gaps that have parked tuples for longer than ``stall_after``."""
+        actions: list[Action] = self._stalls(now)
         if self.checkpoint_interval is None:
-            return []
-        actions: list[Action] = []
+            return actions
         for g in self.owned():
             last = self._last_checkpoint.get(g)
             if last is None or now - last >= self.checkpoint_interval:
@@ -173,6 +185,30 @@ class TaskCoordinator:
                 if taken:
                     self._last_checkpoint[g] = now
                     actions += taken
+        return actions
+
+    def _stalls(self, now: float) -> list[Action]:
+        """Each gap (key group, source, awaited sequence) is timed from the tick that
+        first saw it and reported once when older than ``stall_after``."""
+        seen: dict[tuple[int, str, int], float] = {}
+        actions: list[Action] = []
+        for g, m in sorted(self._machines.items()):
+            for source, awaited, parked in m.gaps():
+                gap = (g, source, awaited)
+                since = seen[gap] = self._gaps.get(gap, now)
+                if now - since >= self.stall_after and gap not in self._reported_gaps:
+                    self._reported_gaps.add(gap)
+                    actions.append(
+                        TuplesStalled(
+                            key_group=g,
+                            source=source,
+                            awaited=awaited,
+                            parked=parked,
+                            seconds=round(now - since, 3),
+                        )
+                    )
+        self._gaps = seen
+        self._reported_gaps &= set(seen)
         return actions
 
     def peer_down(self, task: int) -> list[Action]:

@@ -122,7 +122,6 @@ class Emitter:
         self._route: dict[int, Route] = {}
         self._dup: dict[int, _Duplication] = {}
         self._epoch: dict[int, int] = {}
-        self._trimmed: dict[int, dict[str, int]] = {}
         self._outgoing: dict[int, _Outgoing] = {}
 
     @property
@@ -144,10 +143,6 @@ class Emitter:
         if dup is not None:
             return (dup.source, dup.target)
         return (self.routing.owner(key_group),)
-
-    def trimmed(self, key_group: int) -> dict[str, int]:
-        """Highest watermark per source this emitter trimmed ``key_group`` to."""
-        return dict(self._trimmed.get(key_group, {}))
 
     # -- data ---------------------------------------------------------------------
     def emit(
@@ -324,10 +319,6 @@ class Emitter:
 
     def _on_trim(self, m: Trim) -> list[Action]:
         self.stats["trimmed"] += self.buffer.trim(m.key_group, m.watermarks)
-        marks = self._trimmed.setdefault(m.key_group, {})
-        for source, seq in m.watermarks.items():
-            if seq > marks.get(source, 0):
-                marks[source] = seq
         return []
 
     def _reject(self, sender: int, message: Message, reason: str) -> list[Action]:

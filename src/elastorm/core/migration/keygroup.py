@@ -92,7 +92,6 @@ class KeyGroupMachine:
         self._parked: dict[str, dict[int, tuple[DataTuple, bool]]] = {}
         self._direct: tuple[int, int] | None = None  # (epoch, checkpoint number) awaited
         self._direct_target: int | None = None
-        self.duplicates = 0
         self.rejected = 0
 
     # -- entry points ------------------------------------------------------
@@ -203,7 +202,6 @@ class KeyGroupMachine:
         source, seq = item.source, item.seq
         last = state.applied.get(source, 0)
         if seq <= last:  # Admission.DUPLICATE
-            self.duplicates += 1
             return []
         if seq != last + 1:  # Admission.EARLY: an earlier tuple of this source is in flight
             self._parked.setdefault(source, {})[seq] = (item, emit)
@@ -230,6 +228,18 @@ class KeyGroupMachine:
     def parked(self) -> int:
         """Tuples waiting for an earlier sequence of their source."""
         return sum(len(p) for p in self._parked.values())
+
+    def gaps(self) -> list[tuple[str, int, int]]:
+        """``(source, awaited sequence, tuples parked behind it)`` for every source with
+        parked tuples. O(sources)."""
+        if not self._parked or self.state is None:
+            return []
+        applied = self.state.applied
+        return [
+            (source, applied.get(source, 0) + 1, len(parked))
+            for source, parked in sorted(self._parked.items())
+            if parked
+        ]
 
     def _to_all_upstreams(self, make: Callable[[], Message]) -> list[Action]:
         return [Send(to_task=u, message=make()) for u in sorted(self._upstreams())]

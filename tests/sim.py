@@ -1,7 +1,7 @@
 """In-memory cluster: upstream emitters, operator tasks and FIFO channels.
 
 Like h11's ``ConnectionPair``: real machines wired together without I/O, for
-tests and benchmarks. The caller decides which channel delivers next, so any
+the tests (unit and property). The caller decides which channel delivers next, so any
 interleaving that keeps per-channel FIFO can be produced. ``migrate`` and
 ``crash`` go through the same :class:`elastorm.core.control.MigrationController` the
 Storm controller bolt uses, whose rules are listed there.
@@ -22,7 +22,7 @@ from elastorm.core.actions import (
     Send,
 )
 from elastorm.core.control import MigrationController, Moving, next_task
-from elastorm.core.messages import Message, Protocol
+from elastorm.core.messages import Message, Protocol, Trim
 from elastorm.core.migration.coordinator import EMITTER_MESSAGES, TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.outputs import LatestValues
@@ -72,6 +72,8 @@ class Cluster:
         self.outputs: list[tuple[int, str, Any]] = []  # (task, key, value) in send order
         self.rejected: list[tuple[int, Rejected]] = []
         self.stats: Counter[str] = Counter()
+        # key group -> source -> highest watermark any emitter was told to trim to
+        self._trims: dict[int, dict[str, int]] = {}
 
     # -- wiring --------------------------------------------------------------------
     @property
@@ -145,6 +147,10 @@ class Cluster:
         sender, receiver = channel
         message = self.channels[channel].popleft()
         if receiver in self.emitters:
+            if isinstance(message, Trim):
+                marks = self._trims.setdefault(message.key_group, {})
+                for source, seq in message.watermarks.items():
+                    marks[source] = max(marks.get(source, 0), seq)
             actions = self.emitters[receiver].receive(sender, message)
         elif type(message).__name__ in EMITTER_MESSAGES:
             raise AssertionError(f"{type(message).__name__} sent to task {receiver}")
@@ -192,7 +198,7 @@ class Cluster:
         fixed rule, enough to check the protocols survive any choice of copy.
         Raises ``RuntimeError`` when no copy survives.
         """
-        copies = self.control.surviving_copies(key_group, dead)
+        copies = self.control.surviving_copies(key_group, (dead,))
         if not copies:
             raise RuntimeError(f"group {key_group}: no checkpoint survives task {dead}")
         return copies[0]
@@ -224,7 +230,7 @@ class Cluster:
             owner = restores.get(g, control.owner(g))
             if control.holders[g] in (dead, owner):
                 holders[g] = next_task(control.tasks, owner)
-        plan = control.recover(dead, restores=restores, holders=holders, now=self.now)
+        plan = control.recover((dead,), restores=restores, holders=holders, now=self.now)
         self._send_all(plan.sends)
         self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
         self.latest[dead] = LatestValues()
@@ -245,12 +251,9 @@ class Cluster:
         return None if copy is None else dict(copy.watermarks)
 
     def trimmed(self, key_group: int) -> dict[str, int]:
-        """Highest trim watermark per source over all emitters."""
-        marks: dict[str, int] = {}
-        for e in self.emitters.values():
-            for source, seq in e.trimmed(key_group).items():
-                marks[source] = max(marks.get(source, 0), seq)
-        return marks
+        """Highest trim watermark per source over all emitters (the ``Trim`` messages
+        delivered to them)."""
+        return dict(self._trims.get(key_group, {}))
 
     def survives(self, dead: int) -> bool:
         """God's view: can every group ``dead`` is involved in be restored by

@@ -1,0 +1,191 @@
+"""``/metrics``: the dashboard's view in Prometheus' text format, through the official
+client library (``prometheus_client``).
+
+Conventions: every name starts with ``elastorm_`` and carries its unit
+(``_seconds``, ``_bytes``, ``_ratio``, ``_tuples``, ``_tuples_per_second``); counters
+end in ``_total``; labels are ``topology``, ``operator``, ``node``, ``protocol``,
+``outcome``, and ``key_group`` only on one per-group gauge and only while an operator
+has at most ``key_group_limit`` groups (1,000 groups x every scrape would be a
+cardinality problem; the page shows them all anyway).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+
+KEY_GROUP_LIMIT = 64
+
+
+def metric_families(
+    view: Mapping[str, Any], *, key_group_limit: int = KEY_GROUP_LIMIT
+) -> list[Metric]:
+    """The metric families of one view (see :func:`elastorm.dashboard.view.build_view`)."""
+    topo = view["topology"]
+    out: list[Metric] = []
+
+    def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, doc, labels=["topology", *labels])
+        out.append(family)
+        return family
+
+    def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, doc, labels=["topology", *labels])
+        out.append(family)
+        return family
+
+    up = gauge("elastorm_node_up", "1 while a node has a live, fresh task", ["node", "state"])
+    cpu = gauge("elastorm_node_cpu_ratio", "CPU share of the node (0-1)", ["node"])
+    queue = gauge("elastorm_node_queue_tuples", "tuples queued in the node's tasks", ["node"])
+    mem = gauge("elastorm_node_memory_bytes", "resident memory of the node's tasks", ["node"])
+    owned = gauge("elastorm_node_key_groups", "key groups the node owns", ["node"])
+    held = gauge("elastorm_node_checkpoints", "checkpoints the node holds", ["node"])
+    for n in view["nodes"]:
+        node = n["id"]
+        up.add_metric([topo, node, n["state"]], 1.0 if n["state"] == "alive" else 0.0)
+        if n["cpu"] is not None:
+            cpu.add_metric([topo, node], n["cpu"])
+        queue.add_metric([topo, node], n["queue"])
+        mem.add_metric([topo, node], n["memory"])
+        owned.add_metric([topo, node], n["owned"])
+        held.add_metric([topo, node], n["held"])
+
+    rate = gauge(
+        "elastorm_operator_input_tuples_per_second",
+        "tuples/s into the operator (sum of its tasks' heartbeats)",
+        ["operator"],
+    )
+    groups = gauge("elastorm_operator_key_groups", "key groups of the operator", ["operator"])
+    epoch = gauge("elastorm_routing_epoch", "routing epoch of the operator", ["operator"])
+    moving = gauge("elastorm_migrations_in_flight", "migrations under way", ["operator"])
+    usable = gauge(
+        "elastorm_checkpoint_usable_ratio",
+        "share of key groups whose holder has the newest checkpoint",
+        ["operator"],
+    )
+    controller = gauge("elastorm_controller_up", "1 while the controller runs", ["operator"])
+    group_load = gauge(
+        "elastorm_key_group_input_tuples_per_second",
+        f"tuples/s into a key group (only operators with <= {key_group_limit} groups)",
+        ["operator", "key_group", "node"],
+    )
+    latest = {op: series[-1][1] for op, series in view["throughput"].items() if series}
+    for op in view["operators"]:
+        name = op["name"]
+        rate.add_metric([topo, name], latest.get(name, 0.0))
+        groups.add_metric([topo, name], op["key_groups"])
+        if op["epoch"] is not None:
+            epoch.add_metric([topo, name], op["epoch"])
+        moving.add_metric([topo, name], len(op["moving"]))
+        if op["usable_share"] is not None:
+            usable.add_metric([topo, name], op["usable_share"])
+        controller.add_metric([topo, name], 1.0 if op["controller"] else 0.0)
+        if op["key_groups"] <= key_group_limit:
+            for g, (load, owner) in enumerate(zip(op["load"], op["owners"], strict=True)):
+                group_load.add_metric([topo, name, str(g), owner], load)
+
+    migrations = counter(
+        "elastorm_migrations",
+        "requested migrations that ended, by protocol used and outcome",
+        ["operator", "protocol", "outcome"],
+    )
+    durations = SummaryMetricFamily(
+        "elastorm_migration_duration_seconds",
+        "completion time of done migrations (started -> done)",
+        labels=["topology", "operator", "protocol"],
+    )
+    out.append(durations)
+    ended: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    took: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    for r in view["requests"]:
+        if r["state"] in ("done", "refused"):
+            ended[(r["operator"], r["protocol"], r["state"])] += 1
+        if r["seconds"] is not None:
+            took[(r["operator"], r["protocol"])].append(r["seconds"])
+    for (op, protocol, outcome), n in sorted(ended.items()):
+        migrations.add_metric([topo, op, protocol, outcome], n)
+    for (op, protocol), values in sorted(took.items()):
+        durations.add_metric([topo, op, protocol], len(values), sum(values))
+
+    counters = view["counters"]
+    moves = counter(
+        "elastorm_key_group_moves",
+        "owner changes seen in the routing tables since the dashboard started",
+        ["operator", "protocol"],
+    )
+    for op, protocol, n in counters["moves"]:
+        moves.add_metric([topo, op, protocol], n)
+    lost = counter(
+        "elastorm_task_failures", "tasks whose znode vanished (dashboard's count)", ["operator"]
+    )
+    for op, n in sorted(counters["task_failures"].items()):
+        lost.add_metric([topo, op], n)
+    counter("elastorm_node_failures", "nodes whose every task vanished", []).add_metric(
+        [topo], counters["node_failures"]
+    )
+
+    paper = view["paper"]
+    if paper["assisted_share"] is not None:
+        gauge(
+            "elastorm_migration_assisted_ratio",
+            "share of done migrations that were checkpoint-assisted (CPA/CPAL)",
+            [],
+        ).add_metric([topo], paper["assisted_share"])
+
+    alloc = view.get("allocation") or {}
+    if alloc.get("score_drift") is not None:
+        gauge(
+            "elastorm_allocation_score_drift",
+            "checkpoint allocation's score minus Algorithm 3's for the same view (lower is "
+            "better; re-optimised when above theta)",
+            [],
+        ).add_metric([topo], alloc["score_drift"])
+    if alloc.get("theta") is not None:
+        gauge("elastorm_allocation_theta", "re-optimisation threshold theta", []).add_metric(
+            [topo], alloc["theta"]
+        )
+
+    storm = view["storm"]
+    storm_up = gauge("elastorm_storm_nimbus_up", "1 while Nimbus answers", [])
+    storm_up.add_metric([topo], 0.0 if storm is None else 1.0)
+    if storm is not None:
+        sup = gauge("elastorm_storm_supervisors", "supervisors Nimbus knows", [])
+        sup.add_metric([topo], len(storm["supervisors"]))
+        workers = gauge(
+            "elastorm_storm_topology_workers", "workers of each Storm topology", ["storm_topology"]
+        )
+        for t in storm["topologies"]:
+            workers.add_metric([topo, t["name"]], t["workers"])
+
+    reads = counter("elastorm_dashboard_zookeeper_reads", "ZooKeeper reads the dashboard made", [])
+    reads.add_metric([topo], view["zookeeper"]["reads"])
+    return out
+
+
+class ViewCollector:
+    """A ``prometheus_client`` collector over whatever view ``latest()`` returns."""
+
+    def __init__(self, latest, *, key_group_limit: int = KEY_GROUP_LIMIT) -> None:
+        self._latest = latest
+        self._limit = key_group_limit
+
+    def collect(self) -> Iterator[Metric]:
+        view = self._latest()
+        if view is not None:
+            yield from metric_families(view, key_group_limit=self._limit)
+
+
+def render(view: Mapping[str, Any] | None, *, key_group_limit: int = KEY_GROUP_LIMIT) -> bytes:
+    """The Prometheus text exposition of ``view``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ViewCollector(lambda: view, key_group_limit=key_group_limit))
+    return generate_latest(registry)

@@ -1,0 +1,386 @@
+"""The dashboard's view model (pure): what was read from ZooKeeper and Nimbus in,
+what the page and ``/metrics`` show out.
+
+A :class:`Snapshot` is one read of a topology (task records, the controllers'
+published status, the migration requests, the checkpoint allocation, Storm's
+summary). :class:`Tracker` folds successive snapshots into a timeline of events
+(migrations, failures, recoveries) and running counters; :func:`build_view` turns a
+snapshot plus the tracker into the JSON the page draws. No I/O and no clock here:
+the time of a snapshot is a field of it.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from elastorm.controller.model import Allocation, KeyGroupId, TaskRecord
+from elastorm.controller.requests import MigrationRequest
+from elastorm.core.routing import RoutingTable
+
+SUSPECT_AFTER = 3.0
+"""Seconds without a new heartbeat (published every 1 s) after which a live task is
+shown as suspect: its znode is still there, but it has stopped refreshing it (a
+killed process keeps its ephemeral znode until the session expires, 4-6 s)."""
+
+ASSISTED = frozenset({"cpa", "cpal", "lazy_cpa"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """One read of a topology's znodes (and Nimbus) at wall-clock time ``at``."""
+
+    topology: str
+    at: float
+    live: Mapping[int, TaskRecord] = field(default_factory=dict)
+    departed: Mapping[int, TaskRecord] = field(default_factory=dict)
+    statuses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    controllers: Mapping[str, bool] = field(default_factory=dict)
+    requests: Sequence[tuple[str, MigrationRequest]] = ()
+    checkpoints: Allocation | None = None
+    routing: Mapping[str, RoutingTable] = field(default_factory=dict)
+    storm: Mapping[str, Any] | None = None
+    storm_error: str | None = None
+    controller_metrics: Mapping[str, Any] | None = None
+    zk_connected: bool = True
+    zk_reads: int = 0
+
+
+def operator_statuses(snap: Snapshot) -> dict[str, Mapping[str, Any]]:
+    """Each operator's published status; an operator without one (its controller never
+    published) shows the routing table the controller store persisted."""
+    out: dict[str, Mapping[str, Any]] = {
+        op: {"epoch": t.epoch, "owners": list(t.owners)} for op, t in snap.routing.items()
+    }
+    out.update(snap.statuses)
+    return dict(sorted(out.items()))
+
+
+def node_index(name: str) -> tuple[int, str]:
+    """Sort key of node names: ``node2`` before ``node10``."""
+    digits = "".join(c for c in name if c.isdigit())
+    return (int(digits) if digits else -1, name)
+
+
+class Tracker:
+    """Folds snapshots into events and counters, in the order they are observed.
+
+    Events are plain dicts with ``t`` (wall clock, s), ``kind`` (``migration``,
+    ``move``, ``failure``, ``recovery``) and what happened. Counters never go
+    down, as Prometheus counters must not.
+    """
+
+    def __init__(self, *, max_events: int = 1000, history: int = 300) -> None:
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_events)
+        self.throughput: dict[str, collections.deque[tuple[float, float]]] = {}
+        self.history = history
+        self.task_failures: collections.Counter[str] = collections.Counter()
+        self.node_failures = 0
+        self.moves: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.seq = 0
+        self._live: dict[int, TaskRecord] | None = None
+        self._seen: set[int] = set()
+        self._request_states: dict[str, set[str]] = {}
+        self._owners: dict[str, list[int]] = {}
+        self._in_flight: dict[tuple[str, int], str] = {}
+
+    def observe(self, snap: Snapshot) -> list[dict[str, Any]]:
+        """Record ``snap``; return the events it revealed (also kept in ``events``)."""
+        self.seq += 1
+        new: list[dict[str, Any]] = []
+        new += self._tasks(snap)
+        new += self._requests(snap)
+        new += self._routing(snap)
+        new.sort(key=lambda e: e["t"])
+        self.events.extend(new)
+        for op, rate in operator_throughput(snap).items():
+            series = self.throughput.setdefault(op, collections.deque(maxlen=self.history))
+            series.append((snap.at, rate))
+        return new
+
+    def _tasks(self, snap: Snapshot) -> list[dict[str, Any]]:
+        before, self._live = self._live, dict(snap.live)
+        if before is None:
+            self._seen.update(snap.live)
+            return []
+        out = []
+        for tid in sorted(set(before) - set(snap.live)):
+            rec = before[tid]
+            self.task_failures[rec.identity.operator] += 1
+            out.append(_task_event("failure", "task lost", rec, snap.at))
+        for tid in sorted(set(snap.live) - set(before)):
+            if tid in self._seen:  # a first start is no recovery
+                out.append(_task_event("recovery", "task back", snap.live[tid], snap.at))
+        self._seen.update(snap.live)
+        nodes_before = {r.node_id for r in before.values()}
+        nodes_now = {r.node_id for r in snap.live.values()}
+        for node in sorted(nodes_before - nodes_now, key=node_index):
+            self.node_failures += 1
+            out.append({"t": snap.at, "kind": "failure", "what": "node lost", "node": node})
+        return out
+
+    def _requests(self, snap: Snapshot) -> list[dict[str, Any]]:
+        out = []
+        for name, req in snap.requests:
+            seen = self._request_states.setdefault(name, set())
+            for state, t in sorted(req.times.items(), key=lambda kv: kv[1]):
+                if state in seen or state == "pending":
+                    continue
+                seen.add(state)
+                out.append(_request_event(name, req, state, t))
+        return out
+
+    def _routing(self, snap: Snapshot) -> list[dict[str, Any]]:
+        out = []
+        requested = _ordered_protocols(snap.controller_metrics)
+        requested |= {
+            (r.operator, r.key_group): (r.protocol_used or r.protocol).value
+            for _, r in snap.requests
+            if r.state.value != "pending"
+        }
+        for op, status in operator_statuses(snap).items():
+            owners = [int(t) for t in status.get("owners", [])]
+            before = self._owners.get(op)
+            for g, task in enumerate(owners):
+                if before is not None and g < len(before) and before[g] != task:
+                    # Seen in flight, else the request that asked for it (a CPAL can
+                    # start and end between two reads), else unknown.
+                    protocol = self._in_flight.get((op, g)) or requested.get((op, g), "unknown")
+                    self.moves[(op, protocol)] += 1
+                    out.append(
+                        {
+                            "t": snap.at,
+                            "kind": "recovery" if protocol == "restore" else "move",
+                            "what": "key group restored" if protocol == "restore" else "owner",
+                            "operator": op,
+                            "group": g,
+                            "source": before[g],
+                            "target": task,
+                            "protocol": protocol,
+                            "epoch": status.get("epoch"),
+                        }
+                    )
+            self._owners[op] = owners
+            self._in_flight = {k: v for k, v in self._in_flight.items() if k[0] != op}
+            for m in status.get("migrations", []):
+                self._in_flight[(op, int(m["key_group"]))] = str(m["protocol"])
+        return out
+
+
+def _ordered_protocols(metrics: Mapping[str, Any] | None) -> dict[tuple[str, int], str]:
+    """(operator, group) -> protocol of the controller's latest order for it, from
+    ``controller-metrics.json`` (its own moves are not requests)."""
+    out: dict[tuple[str, int], str] = {}
+    for order in (metrics or {}).get("orders", []):
+        op, _, index = str(order.get("key_group", "")).rpartition("/")
+        if op and index.isdigit() and order.get("protocol"):
+            out[(op, int(index))] = str(order["protocol"])
+    return out
+
+
+def _task_event(kind: str, what: str, rec: TaskRecord, at: float) -> dict[str, Any]:
+    return {
+        "t": at,
+        "kind": kind,
+        "what": what,
+        "task": rec.task_id,
+        "operator": rec.identity.operator,
+        "node": rec.node_id,
+        "pid": rec.identity.pid,
+    }
+
+
+def _request_event(name: str, req: MigrationRequest, state: str, t: float) -> dict[str, Any]:
+    used = req.protocol_used.value if req.protocol_used else None
+    event = {
+        "t": t,
+        "kind": "migration",
+        "what": state,
+        "request": name,
+        "operator": req.operator,
+        "group": req.key_group,
+        "protocol": used or req.protocol.value,
+        "asked": req.protocol.value,
+        "source": req.source,
+        "target": req.target,
+        "epoch": req.epoch,
+    }
+    if state == "done" and "started" in req.times:
+        event["seconds"] = round(req.times["done"] - req.times["started"], 4)
+        event["assisted"] = (used or req.protocol.value) in ASSISTED
+    if req.detail and state in ("refused", "stuck"):
+        event["detail"] = req.detail
+    return event
+
+
+def operator_throughput(snap: Snapshot) -> dict[str, float]:
+    """Tuples/s into each keyed operator: the live tasks' per-key-group input rates."""
+    out: dict[str, float] = {op: 0.0 for op in operator_statuses(snap)}
+    for rec in snap.live.values():
+        op = rec.identity.operator
+        out[op] = out.get(op, 0.0) + sum(rate for _, rate in rec.heartbeat.input_rates)
+    return {op: round(v, 3) for op, v in sorted(out.items())}
+
+
+def _node_of(task: int, snap: Snapshot) -> str:
+    rec = snap.live.get(task) or snap.departed.get(task)
+    return rec.node_id if rec else f"task{task}"
+
+
+def _nodes(snap: Snapshot, owned: Mapping[str, int], held: Mapping[str, int]) -> list[dict]:
+    by_node: dict[str, dict[str, list[TaskRecord]]] = {}
+    for state, records in (("live", snap.live), ("departed", snap.departed)):
+        for rec in records.values():
+            by_node.setdefault(rec.node_id, {"live": [], "departed": []})[state].append(rec)
+    out = []
+    for node in sorted(by_node, key=node_index):
+        live, gone = by_node[node]["live"], by_node[node]["departed"]
+        fresh = [r for r in live if snap.at - r.time <= SUSPECT_AFTER]
+        state = "alive" if fresh else "suspect" if live else "lost"
+        hb = [r.heartbeat for r in live]
+        node_cpu = [h.node_cpu for h in hb if h.node_cpu is not None]
+        cpu = max(node_cpu) if node_cpu else sum(h.cpu or 0.0 for h in hb) if hb else None
+        out.append(
+            {
+                "id": node,
+                "state": state,
+                "idle": bool(live) and owned.get(node, 0) == 0,
+                "cpu": None if cpu is None else round(cpu, 4),
+                "queue": round(sum(h.queue_length for h in hb), 1),
+                "memory": sum(h.memory or 0.0 for h in hb),
+                "rate": round(sum(r for h in hb for _, r in h.input_rates), 2),
+                "owned": owned.get(node, 0),
+                "held": held.get(node, 0),
+                "tasks": sorted(r.task_id for r in live),
+                "lost_tasks": sorted(r.task_id for r in gone),
+                "last_seen": round(max((r.time for r in live + gone), default=0.0), 3),
+            }
+        )
+    return out
+
+
+def _first(nodes: Sequence[str]) -> str | None:
+    return nodes[0] if nodes else None
+
+
+def _operator(op: str, status: Mapping[str, Any], snap: Snapshot) -> dict[str, Any]:
+    owners = [int(t) for t in status.get("owners", [])]
+    holders: list[Any] = [None if h is None else int(h) for h in status.get("holders", [])]
+    if not holders and snap.checkpoints is not None:  # the store's allocation, over nodes
+        holders = [_first(snap.checkpoints.holders(KeyGroupId(op, g))) for g in range(len(owners))]
+    load = [0.0] * len(owners)
+    for rec in snap.live.values():
+        if rec.identity.operator == op:
+            for g, rate in rec.heartbeat.input_rates:
+                if g < len(load):
+                    load[g] = max(load[g], rate)
+    assisted = list(status.get("assisted", []))
+    return {
+        "name": op,
+        "epoch": status.get("epoch"),
+        "key_groups": len(owners),
+        "controller": bool(snap.controllers.get(op)),
+        "owners": [_node_of(t, snap) for t in owners],
+        "owner_tasks": owners,
+        "holders": [h if not isinstance(h, int) else _node_of(h, snap) for h in holders],
+        "load": [round(x, 2) for x in load],
+        "moving": sorted(int(g) for g in status.get("moving", [])),
+        "in_flight": list(status.get("migrations", [])),
+        "usable_share": round(sum(map(bool, assisted)) / len(assisted), 4) if assisted else None,
+    }
+
+
+def paper_metrics(snap: Snapshot) -> dict[str, Any]:
+    """The seed papers' metrics: share of checkpoint-assisted migrations among the done
+    ones, and share of key groups whose holder has the newest checkpoint (usable).
+
+    The controller's own figures (``controller-metrics.json``) are shown beside
+    them when the dashboard was given that file.
+    """
+    done = [r for _, r in snap.requests if r.state.value == "done"]
+    assisted = [r for r in done if r.protocol_used and r.protocol_used.value in ASSISTED]
+    flags = [bool(a) for s in snap.statuses.values() for a in s.get("assisted", [])]
+    out: dict[str, Any] = {
+        "migrations_done": len(done),
+        "assisted_share": round(len(assisted) / len(done), 4) if done else None,
+        "usable_share": round(sum(flags) / len(flags), 4) if flags else None,
+    }
+    cm = snap.controller_metrics or {}
+    for key in ("assisted_share", "ordered_assisted_share", "usable_share_now", "strategy"):
+        if key in cm:
+            out[f"controller_{key}"] = cm[key]
+    return out
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (the page's JSON.parse
+    refuses them; the controller's file may hold them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def allocation_view(snap: Snapshot) -> dict[str, Any] | None:
+    """The correlations the checkpoint allocation works from and its score against
+    theta, as the controller published them in ``controller-metrics.json`` (see
+    ``elastorm.controller.runtime.allocation_summary``); None without that file."""
+    cm = snap.controller_metrics or {}
+    summary = cm.get("allocation")
+    if not isinstance(summary, dict):
+        return None
+    return finite(summary) | {"strategy": cm.get("strategy")}
+
+
+def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> dict[str, Any]:
+    """The JSON the page draws (and ``/metrics`` reads), from the latest snapshot."""
+    operators = [_operator(op, s, snap) for op, s in operator_statuses(snap).items()]
+    owned: collections.Counter[str] = collections.Counter()
+    held: collections.Counter[str] = collections.Counter()
+    for op in operators:
+        owned.update(op["owners"])
+        held.update(h for h in op["holders"] if h is not None)
+    requests = [
+        {
+            "name": name,
+            "operator": r.operator,
+            "group": r.key_group,
+            "state": r.state.value,
+            "protocol": (r.protocol_used or r.protocol).value,
+            "seconds": (
+                round(r.times["done"] - r.times["started"], 4)
+                if "done" in r.times and "started" in r.times
+                else None
+            ),
+        }
+        for name, r in snap.requests
+    ]
+    events = list(tracker.events)[-max_events:]
+    return {
+        "topology": snap.topology,
+        "at": snap.at,
+        "seq": tracker.seq,
+        "zookeeper": {"connected": snap.zk_connected, "reads": snap.zk_reads},
+        "storm": dict(snap.storm) if snap.storm else None,
+        "storm_error": snap.storm_error,
+        "nodes": _nodes(snap, owned, held),
+        "operators": operators,
+        "requests": requests,
+        "events": events,
+        "throughput": {
+            op: [[round(t, 3), r] for t, r in series] for op, series in tracker.throughput.items()
+        },
+        "paper": finite(paper_metrics(snap)),
+        "allocation": allocation_view(snap),
+        "counters": {
+            "task_failures": dict(tracker.task_failures),
+            "node_failures": tracker.node_failures,
+            "moves": [[op, p, n] for (op, p), n in sorted(tracker.moves.items())],
+        },
+    }

@@ -1,0 +1,105 @@
+"""``elastorm dashboard``: the live page and ``/metrics`` of a running elastic topology."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+
+from elastorm.runtime.config import env_nimbus, load_config
+from elastorm.runtime.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8088
+TOKEN_ENV = "ELASTORM_DASHBOARD_TOKEN"
+
+
+def register(subparsers) -> None:
+    """Add the ``dashboard`` subcommand."""
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="serve the live dashboard and Prometheus /metrics of a running topology",
+        description="One process that reads the topology's znodes in ZooKeeper (task "
+        "heartbeats, the controllers' routing status, checkpoint allocation, migration "
+        "requests) and Nimbus, and serves the live page (server-sent events) and /metrics. "
+        "It never sits in the data path and is read-only unless --enable-actions is given; "
+        f"actions then need the bearer token (from ${TOKEN_ENV}, or printed at start).",
+    )
+    parser.add_argument(
+        "--topology", default=None, help="topology name as submitted (default: the newest)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8088)")
+    parser.add_argument(
+        "--zookeeper",
+        default=None,
+        help="ZooKeeper host:port (default: this project's, 127.0.0.1:<zookeeper_port>)",
+    )
+    parser.add_argument(
+        "-e",
+        "--env",
+        default="cluster",
+        help="config.json env whose Nimbus to show (default cluster; 'none' to skip)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=0.5, help="seconds between ZooKeeper reads (0.5)"
+    )
+    parser.add_argument(
+        "--metrics-file",
+        default=None,
+        help="the controller's controller-metrics.json (elastorm.output_dir), for its figures",
+    )
+    parser.add_argument(
+        "--key-group-limit",
+        type=int,
+        default=64,
+        help="export per-key-group metrics only for operators with at most this many groups",
+    )
+    parser.add_argument(
+        "--enable-actions",
+        action="store_true",
+        help=f"accept POST /api/migrate with the bearer token (${TOKEN_ENV} or a random one)",
+    )
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from elastorm.dashboard.app import create_app
+    from elastorm.dashboard.source import DashboardSource
+
+    if args.interval <= 0 or args.interval > 1.0:
+        raise UserError("--interval must be in (0, 1] (the page updates at least once a second)")
+    cfg = load_config()
+    hosts = args.zookeeper or f"127.0.0.1:{cfg.zookeeper_port}"
+    nimbus = None if args.env == "none" else env_nimbus(cfg.project, args.env)
+    token = None
+    if args.enable_actions:
+        token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
+        if TOKEN_ENV not in os.environ:
+            print(f"actions enabled; token: {token}", flush=True)
+    source = DashboardSource(
+        hosts=hosts,
+        topology=args.topology,
+        interval=args.interval,
+        nimbus=nimbus,
+        metrics_file=args.metrics_file,
+    )
+    source.start()
+    app = create_app(source, token=token, key_group_limit=args.key_group_limit)
+    print(f"dashboard on http://{args.host}:{args.port}/ (ZooKeeper {hosts})", flush=True)
+    try:
+        # Open event streams never end by themselves: on Ctrl-C/SIGTERM give them 2 s.
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            timeout_graceful_shutdown=2,
+        )
+    finally:
+        source.stop()
+    return 0

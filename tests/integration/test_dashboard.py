@@ -1,0 +1,189 @@
+"""``elastorm dashboard`` on the elastic flights job, seen through a real browser and
+a real Prometheus.
+
+Talks to: the single-machine cluster's real ZooKeeper, Nimbus and supervisors
+(``storm_cluster``), the ``elastorm dashboard`` process, a headless Chromium from the
+system packages (``/usr/bin/chromium``, driven by Playwright; no browser is
+downloaded) and the Debian package's Prometheus. A key group is migrated with
+``elastorm migrate`` and a keyed task's process is killed with SIGKILL (Storm then
+ends and restarts its worker); both must appear in the page's DOM within 2 s of
+ZooKeeper showing them (the request ``done``, the task's znode gone), and a PromQL
+query must return the migration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dashboard_servers import dashboard_process, prometheus_server, promql
+
+from elastorm.dashboard.view import SUSPECT_AFTER
+from elastorm.runtime.drivers import ElasticFlightsDriver
+from elastorm.runtime.outcome import Outcome
+from elastorm.runtime.run import run_topology
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+PAGE_WITHIN_MS = 2000
+OPERATOR = "sum_delays"
+
+
+class DashboardScenario(ElasticFlightsDriver):
+    """The elastic flights job, slowed down, with the dashboard open: instead of waiting
+    for the job to finish, ``wait`` migrates a key group, kills a task and watches the
+    page and Prometheus; what it measured is in ``facts``."""
+
+    def __init__(self) -> None:
+        super().__init__(None, script=(), max_rate=800.0)
+        self.facts: dict = {}
+
+    def wait(self, output_dir: str, timeout: float, progress) -> None:
+        from playwright.sync_api import sync_playwright
+
+        from elastorm.runtime.migrate import connect, wait_until_movable
+
+        work = Path(output_dir)
+        zk = connect(self.zk_hosts)
+        try:
+            with (
+                dashboard_process(self.topology, self.zk_hosts, work) as (url, _),
+                prometheus_server(int(url.rsplit(":", 1)[1]), work) as prom,
+                sync_playwright() as pw,
+            ):
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(url)
+                page.wait_for_selector(f'.op[data-operator="{OPERATOR}"]', timeout=120_000)
+                self._migration(page, zk, prom, wait_until_movable)
+                self._kill(page, zk, work)
+                self._screenshot(page, work)
+                self.facts["prometheus_failures"] = _wait_promql(
+                    prom, "sum(elastorm_task_failures_total)", 15
+                )
+                browser.close()
+        finally:
+            zk.stop()
+            zk.close()
+
+    def _migration(self, page, zk, prom, wait_until_movable) -> None:
+        status = wait_until_movable(
+            zk, self.topology, OPERATOR, 3, assisted=True, timeout=self.migration_timeout
+        )
+        group = 3
+        cmd = [
+            sys.executable, "-m", "elastorm.runtime.cli", "migrate", "--topology",
+            self.topology, "--operator", OPERATOR, "--group", str(group), "--to", "holder",
+            "--protocol", "cpal", "--zookeeper", self.zk_hosts, "--timeout", "120",
+        ]  # fmt: skip
+        cli = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        returned = time.time()
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        selector = f'#events li[data-kind="migration"][data-what="done"][data-group="{group}"]'
+        item = page.wait_for_selector(selector, timeout=PAGE_WITHIN_MS)
+        seen = time.time()
+        from elastorm.zk.layout import ZnodeLayout
+        from elastorm.zk.requests import read_request
+
+        layout = ZnodeLayout(self.topology)
+        name = sorted(zk.get_children(layout.requests))[-1]
+        done_at = read_request(zk, layout, name).times["done"]
+        self.facts["migration"] = {
+            "group": group,
+            "cli": cli.stdout.strip(),
+            "page_text": item.inner_text(),
+            "page_after_cli_s": round(seen - returned, 3),
+            "page_after_done_s": round(seen - done_at, 3),
+            "owner_before": status["owners"][group],
+        }
+        result = _wait_promql(
+            prom, f'elastorm_migrations_total{{operator="{OPERATOR}",outcome="done"}}', 20
+        )
+        self.facts["prometheus_migrations"] = result
+
+    def _kill(self, page, zk, work: Path) -> None:
+        from elastorm.zk.layout import ZnodeLayout
+        from elastorm.zk.requests import read_status
+
+        owners = read_status(zk, ZnodeLayout(self.topology), OPERATOR)["owners"]
+        victim = max(set(owners), key=owners.count)
+        with open(work / "counts" / f"{OPERATOR}-{victim}.json", encoding="utf-8") as fh:
+            pid = int(json.load(fh)["pid"])
+        os.kill(pid, signal.SIGKILL)
+        killed = time.time()
+        row = page.wait_for_selector(
+            '#nodes tr[data-state="suspect"], #nodes tr[data-state="lost"]',
+            timeout=int((SUSPECT_AFTER + 2) * 1000),
+        )
+        suspect = time.time()
+        path = ZnodeLayout(self.topology).task(victim)
+        deadline = time.monotonic() + 20
+        while zk.exists(path) is not None:
+            assert time.monotonic() < deadline, f"{path} still there 20 s after the kill"
+            time.sleep(0.05)
+        gone = time.time()
+        item = page.wait_for_selector(
+            f'#events li[data-kind="failure"][data-task="{victim}"]', timeout=PAGE_WITHIN_MS
+        )
+        seen = time.time()
+        self.facts["kill"] = {
+            "task": victim,
+            "pid": pid,
+            "row": row.inner_text(),
+            "page_text": item.inner_text(),
+            "suspect_after_kill_s": round(suspect - killed, 3),
+            "znode_gone_after_kill_s": round(gone - killed, 3),
+            "page_after_znode_gone_s": round(seen - gone, 3),
+        }
+
+    def _screenshot(self, page, work: Path) -> None:
+        time.sleep(1.5)
+        path = work / "dashboard.png"
+        page.screenshot(path=str(path), full_page=True)
+        copy_to = os.environ.get("ELASTORM_DASHBOARD_SCREENSHOT")
+        if copy_to:
+            shutil.copyfile(path, copy_to)
+
+    def outcome(self, output_dir: str) -> Outcome:
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+        return Outcome(summary=json.dumps(self.facts, indent=2), ok=True, facts=self.facts)
+
+
+def _wait_promql(base: str, query: str, timeout: float) -> list[dict]:
+    """Poll an instant query until it returns a non-empty vector."""
+    deadline = time.monotonic() + timeout
+    while not (result := promql(base, query)):
+        assert time.monotonic() < deadline, f"PromQL {query!r} still empty after {timeout} s"
+        time.sleep(0.5)
+    return result
+
+
+def test_dashboard_shows_a_migration_and_a_kill_and_prometheus_stores_them(storm_cluster):
+    cfg = storm_cluster[0]
+    outcome = run_topology(cfg, "cluster", DashboardScenario(), timeout=600)
+    facts = outcome.facts
+    print(outcome.summary)
+    migration, kill = facts["migration"], facts["kill"]
+    assert "cpal" in migration["page_text"] and "done" in migration["page_text"]
+    # From when ZooKeeper showed it done (``elastorm migrate`` polls it every 50 ms and
+    # returned): the controller's own done time is earlier by its write to ZooKeeper.
+    assert migration["page_after_cli_s"] <= PAGE_WITHIN_MS / 1000, migration
+    assert f"task {kill['task']}" in kill["page_text"], kill
+    assert kill["page_after_znode_gone_s"] <= PAGE_WITHIN_MS / 1000, kill
+    ((sample),) = facts["prometheus_migrations"]
+    assert sample["metric"]["protocol"] == "cpal" and sample["value"][1] == "1", sample
+    assert float(facts["prometheus_failures"][0]["value"][1]) >= 1

@@ -1,0 +1,352 @@
+"""The dashboard's pure parts: snapshots -> events and view, view -> Prometheus text,
+and the web app over a fake source (no ZooKeeper, no Nimbus)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
+
+from elastorm.controller.model import Allocation, Heartbeat, KeyGroupId, TaskIdentity, TaskRecord
+from elastorm.controller.requests import MigrationRequest, RequestState
+from elastorm.core.messages import Protocol
+from elastorm.dashboard.app import create_app
+from elastorm.dashboard.metrics import render
+from elastorm.dashboard.view import SUSPECT_AFTER, Snapshot, Tracker, build_view, node_index
+
+T0 = 1_000_000.0
+
+
+def record(task: int, node: str, *, groups=(), rates=(), t=T0, queue=0.0, cpu=0.2, op="op2"):
+    return TaskRecord(
+        identity=TaskIdentity(task_id=task, operator=op, node_id=node, host="h", pid=100 + task),
+        heartbeat=Heartbeat(
+            key_groups=tuple(groups),
+            input_rates=tuple(rates),
+            queue_length=queue,
+            node_cpu=cpu,
+            memory=1e6,
+        ),
+        seq=1,
+        time=t,
+    )
+
+
+def status(owners, holders, *, epoch=0, migrations=(), assisted=None):
+    return {
+        "epoch": epoch,
+        "owners": list(owners),
+        "holders": list(holders),
+        "assisted": assisted if assisted is not None else [True] * len(owners),
+        "tasks": sorted(set(owners) | set(holders)),
+        "moving": [m["key_group"] for m in migrations],
+        "migrations": list(migrations),
+    }
+
+
+def request(state: RequestState, *, group=1, used=Protocol.CPAL, times=None):
+    return MigrationRequest(
+        operator="op2",
+        key_group=group,
+        target="holder",
+        protocol=Protocol.CPAL,
+        state=state,
+        protocol_used=used if state is not RequestState.PENDING else None,
+        source=4,
+        epoch=1,
+        times=times or {},
+    )
+
+
+def snap(at, live, *, departed=None, st=None, requests=(), **kw):
+    return Snapshot(
+        topology="flights",
+        at=at,
+        live={r.task_id: r for r in live},
+        departed={r.task_id: r for r in (departed or [])},
+        statuses={"op2": st} if st else {},
+        controllers={"op2": True},
+        requests=list(requests),
+        **kw,
+    )
+
+
+TASKS = [
+    record(4, "node0", groups=[0, 2], rates=[(0, 10.0), (2, 30.0)], queue=5),
+    record(5, "node1", groups=[1, 3], rates=[(1, 20.0), (3, 0.0)], queue=7, cpu=0.5),
+]
+ST = status([4, 5, 4, 5], [5, 4, 5, 4])
+
+
+def test_view_maps_owners_and_holders_to_nodes_and_loads_per_group():
+    tracker = Tracker()
+    s = snap(T0, TASKS, st=ST)
+    assert tracker.observe(s) == []
+    view = build_view(s, tracker)
+    (op,) = view["operators"]
+    assert op["owners"] == ["node0", "node1", "node0", "node1"]
+    assert op["holders"] == ["node1", "node0", "node1", "node0"]
+    assert op["load"] == [10.0, 20.0, 30.0, 0.0]
+    assert op["usable_share"] == 1.0
+    nodes = {n["id"]: n for n in view["nodes"]}
+    assert (nodes["node0"]["state"], nodes["node0"]["owned"], nodes["node0"]["held"]) == (
+        "alive",
+        2,
+        2,
+    )
+    assert nodes["node1"]["cpu"] == 0.5 and nodes["node1"]["queue"] == 7
+    assert view["throughput"] == {"op2": [[T0, 60.0]]}
+    json.dumps(view)  # what the page gets
+
+
+def test_a_task_that_stops_heartbeating_is_suspect_then_lost_with_events():
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS, st=ST))
+    later = T0 + SUSPECT_AFTER + 1
+    fresh = record(4, "node0", groups=[0, 2], t=later)
+    s = snap(later, [fresh, TASKS[1]], st=ST)
+    assert tracker.observe(s) == []
+    states = {n["id"]: n["state"] for n in build_view(s, tracker)["nodes"]}
+    assert states == {"node0": "alive", "node1": "suspect"}
+    gone = snap(later + 1, [fresh], departed=[TASKS[1]], st=ST)
+    events = tracker.observe(gone)
+    assert [(e["kind"], e["what"]) for e in events] == [
+        ("failure", "task lost"),
+        ("failure", "node lost"),
+    ]
+    assert events[0]["task"] == 5 and events[1]["node"] == "node1"
+    view = build_view(gone, tracker)
+    assert {n["id"]: n["state"] for n in view["nodes"]}["node1"] == "lost"
+    assert (
+        view["counters"]["task_failures"] == {"op2": 1} and view["counters"]["node_failures"] == 1
+    )
+    back = record(5, "node1", t=later + 5)
+    events = tracker.observe(snap(later + 5, [fresh, back], st=ST))
+    assert [(e["kind"], e["what"], e["task"]) for e in events] == [("recovery", "task back", 5)]
+
+
+def test_requests_and_routing_changes_become_migration_events_once():
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS, st=ST))
+    started = request(RequestState.STARTED, times={"pending": T0, "started": T0 + 0.5})
+    flight = {"key_group": 1, "protocol": "cpal", "source": 5, "target": 4, "since": T0}
+    moving = status([4, 5, 4, 5], [5, 4, 5, 4], migrations=[flight])
+    events = tracker.observe(snap(T0 + 1, TASKS, st=moving, requests=[("req-1", started)]))
+    assert [(e["kind"], e["what"], e["group"]) for e in events] == [("migration", "started", 1)]
+    done = request(
+        RequestState.DONE, times={"pending": T0, "started": T0 + 0.5, "done": T0 + 0.525}
+    )
+    moved = status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1)
+    s = snap(T0 + 2, TASKS, st=moved, requests=[("req-1", done)])
+    events = tracker.observe(s)
+    assert [(e["kind"], e["what"], e["protocol"]) for e in events] == [
+        ("migration", "done", "cpal"),
+        ("move", "owner", "cpal"),
+    ]
+    assert events[0]["seconds"] == pytest.approx(0.025) and events[0]["assisted"] is True
+    assert tracker.observe(s) == []  # nothing new: nothing reported twice
+    view = build_view(s, tracker)
+    assert view["paper"]["assisted_share"] == 1.0 and view["paper"]["migrations_done"] == 1
+    assert view["counters"]["moves"] == [["op2", "cpal", 1]]
+
+
+def test_restore_after_a_failure_is_a_recovery_event():
+    tracker = Tracker()
+    flight = {"key_group": 3, "protocol": "restore", "source": 5, "target": 4, "since": T0}
+    tracker.observe(snap(T0, TASKS, st=status([4, 5, 4, 5], [5, 4, 5, 4], migrations=[flight])))
+    events = tracker.observe(snap(T0 + 1, TASKS, st=status([4, 5, 4, 4], [5, 4, 5, 5], epoch=1)))
+    assert [(e["kind"], e["what"], e["group"]) for e in events] == [
+        ("recovery", "key group restored", 3)
+    ]
+
+
+def test_holders_come_from_the_stores_allocation_when_no_status_has_them():
+    alloc = Allocation({KeyGroupId("op2", 0): ("node1",), KeyGroupId("op2", 1): ("node0",)})
+    st = {"epoch": 0, "owners": [4, 5]}
+    s = snap(T0, TASKS, st=st, checkpoints=alloc)
+    (op,) = build_view(s, Tracker())["operators"]
+    assert op["holders"] == ["node1", "node0"]
+
+
+def test_node_names_sort_by_number():
+    assert sorted(["node10", "node2", "node1"], key=node_index) == ["node1", "node2", "node10"]
+
+
+def _families(text: bytes) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text.decode())}
+
+
+def _sample(families, name, **labels):
+    for family in families.values():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise AssertionError(f"no sample {name} {labels}")
+
+
+def test_metrics_follow_prometheus_conventions():
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS, st=ST))
+    done = request(RequestState.DONE, times={"pending": T0, "started": T0 + 0.5, "done": T0 + 0.75})
+    refused = request(RequestState.REFUSED, group=2, times={"refused": T0 + 1})
+    s = snap(
+        T0 + 1,
+        TASKS,
+        st=status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1),
+        requests=[("req-1", done), ("req-2", refused)],
+        storm={"supervisors": [{"id": "s", "host": "h", "slots": 2, "used": 1}], "topologies": []},
+    )
+    tracker.observe(s)
+    text = render(build_view(s, tracker))
+    families = _families(text)
+    assert (
+        _sample(
+            families, "elastorm_migrations_total", outcome="done", protocol="cpal", operator="op2"
+        )
+        == 1
+    )
+    assert _sample(families, "elastorm_migrations_total", outcome="refused") == 1
+    assert _sample(families, "elastorm_migration_duration_seconds_sum") == pytest.approx(0.25)
+    assert _sample(families, "elastorm_node_up", node="node0", state="alive") == 1
+    assert _sample(families, "elastorm_operator_input_tuples_per_second", operator="op2") == 60
+    assert _sample(families, "elastorm_key_group_input_tuples_per_second", key_group="2") == 30
+    assert _sample(families, "elastorm_storm_supervisors") == 1
+    assert _sample(families, "elastorm_key_group_moves_total", protocol="cpal") == 1
+    for family in families.values():
+        assert family.name.startswith("elastorm_"), family.name
+        for sample in family.samples:
+            assert sample.labels["topology"] == "flights"
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
+
+
+def test_per_key_group_metrics_stop_above_the_cardinality_limit():
+    tracker = Tracker()
+    s = snap(T0, TASKS, st=ST)
+    tracker.observe(s)
+    text = render(build_view(s, tracker), key_group_limit=3)
+    assert b"elastorm_key_group_input_tuples_per_second{" not in text
+    assert b"elastorm_node_up{" in text
+
+
+class FakeSource:
+    """What the app needs of a ``DashboardSource``."""
+
+    def __init__(self, view):
+        self._view = view
+        self.topology = "flights"
+        self.client = None
+
+    def view(self):
+        return self._view
+
+    def wait_newer(self, seq, timeout):
+        return self._view
+
+
+def _view():
+    tracker = Tracker()
+    s = snap(T0, TASKS, st=ST)
+    tracker.observe(s)
+    return build_view(s, tracker)
+
+
+def test_app_serves_page_view_metrics_and_events_from_its_own_files():
+    client = TestClient(create_app(FakeSource(_view())))
+    page = client.get("/")
+    assert page.status_code == 200 and "/static/dashboard.js" in page.text
+    assert "http" not in page.text.replace("http-equiv", "")  # nothing from elsewhere
+    js = client.get("/static/dashboard.js")
+    assert js.status_code == 200 and "EventSource" in js.text and "https://" not in js.text
+    assert client.get("/api/view").json()["operators"][0]["owners"][0] == "node0"
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert b"elastorm_node_up" in metrics.content
+    with client.stream("GET", "/events") as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                assert json.loads(line[6:])["topology"] == "flights"
+                break
+
+
+def test_actions_are_refused_unless_enabled_and_without_the_token():
+    body = {"operator": "op2", "group": 1, "target": "holder", "protocol": "cpal"}
+    off = TestClient(create_app(FakeSource(_view())))
+    assert off.post("/api/migrate", json=body).status_code == 403
+    on = TestClient(create_app(FakeSource(_view()), token="s3cret"))
+    assert on.post("/api/migrate", json=body).status_code == 401
+    bad = {"Authorization": "Bearer wrong"}
+    assert on.post("/api/migrate", json=body, headers=bad).status_code == 401
+    good = {"Authorization": "Bearer s3cret"}
+    assert on.post("/api/migrate", json=body | {"group": -1}, headers=good).status_code == 400
+
+
+def test_an_operator_without_status_shows_the_stores_routing_table():
+    from elastorm.core.routing import RoutingTable
+
+    s = Snapshot(
+        topology="shift",
+        at=T0,
+        live={4: TASKS[0]},
+        routing={"op1": RoutingTable(epoch=3, owners=(4, 4))},
+    )
+    (op,) = build_view(s, Tracker())["operators"]
+    assert (op["name"], op["epoch"], op["owners"]) == ("op1", 3, ["node0", "node0"])
+
+
+def test_a_first_start_is_no_recovery_and_a_fast_move_takes_its_requests_protocol():
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS[:1], st=ST))
+    assert tracker.observe(snap(T0 + 1, TASKS, st=ST)) == []  # task 5 starts late
+    done = request(RequestState.DONE, times={"started": T0 + 1.5, "done": T0 + 1.52})
+    moved = status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1)  # never seen in flight
+    events = tracker.observe(snap(T0 + 2, TASKS, st=moved, requests=[("req-1", done)]))
+    assert [(e["kind"], e["protocol"]) for e in events] == [
+        ("migration", "cpal"),
+        ("migration", "cpal"),
+        ("move", "cpal"),
+    ]
+
+
+def test_before_the_first_read_the_event_stream_waits_instead_of_spinning():
+    import time
+
+    from elastorm.dashboard.source import DashboardSource
+
+    source = DashboardSource(hosts="127.0.0.1:1", topology="flights")  # never started
+    began = time.monotonic()
+    assert source.wait_newer(-1, 0.3) is None
+    assert time.monotonic() - began >= 0.29
+
+
+def test_the_controllers_allocation_summary_reaches_the_view_and_metrics_finite():
+    summary = {
+        "theta": 0.5,
+        "correlation": {"key_groups": ["op2/0", "op2/1"], "matrix": [[1.0, -0.4], [-0.4, 1.0]]},
+        "allocation_score": 3.0,
+        "reference_score": float("-inf"),
+        "score_drift": 1.25,
+    }
+    metrics = {"strategy": "correlated", "allocation": summary, "assisted_share": float("nan")}
+    tracker = Tracker()
+    s = snap(T0, TASKS, st=ST, controller_metrics=metrics)
+    tracker.observe(s)
+    view = build_view(s, tracker)
+    json.dumps(view, allow_nan=False)
+    assert view["allocation"]["reference_score"] is None
+    assert view["allocation"]["correlation"]["matrix"][0][1] == -0.4
+    families = _families(render(view))
+    assert _sample(families, "elastorm_allocation_score_drift") == 1.25
+    assert _sample(families, "elastorm_allocation_theta") == 0.5
+    assert build_view(snap(T0, TASKS, st=ST), Tracker())["allocation"] is None
+
+
+def test_the_controllers_own_moves_take_the_protocol_it_ordered():
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS, st=ST))
+    orders = {"orders": [{"t": T0, "key_group": "op2/1", "protocol": "cpa", "target": "node0"}]}
+    moved = status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1)
+    events = tracker.observe(snap(T0 + 1, TASKS, st=moved, controller_metrics=orders))
+    assert [(e["kind"], e["group"], e["protocol"]) for e in events] == [("move", 1, "cpa")]
