@@ -19,7 +19,9 @@ repeat so machine noise hits them alike):
   20 key groups fed through a ``KeyRouter``, checkpoints every 5 s, the relay and
   the controller beside it;
 * ``elastic_unbatched``: the same with ``elastorm.multilang.batch_size`` = 1 (no
-  batches either way; acks still off).
+  batches either way; acks still off);
+* ``elastic_msgpack``: ``topologies/throughput_elastic_msgpack.py``, the elastic
+  job with ``elastorm.multilang.encoding`` = msgpack (both ends of every pipe).
 
 Each run has three phases. **Saturation**: the spout emits as fast as Storm lets
 it (backpressure bounds the queues); after ``--warmup`` s the counter task's
@@ -66,6 +68,8 @@ VARIANTS = {
     "elastic": ("throughput_elastic", {}),
     # the elastic job with batches of one (acks still off): what batching does
     "elastic_unbatched": ("throughput_elastic", TopologyConfig.overrides(multilang_batch_size=1)),
+    # the elastic job with msgpack on the wire instead of JSON
+    "elastic_msgpack": ("throughput_elastic_msgpack", {}),
 }
 
 
@@ -122,7 +126,7 @@ class ThroughputDriver:
         self.name = name
         self.args = args
         self.cpu = cpu
-        self.tasks = 2 if name == "throughput_elastic" else 1  # + the idle holder
+        self.tasks = 2 if name.startswith("throughput_elastic") else 1  # + the idle holder
         self.result: dict = {}
 
     def options(self, output_dir: str) -> dict[str, object]:

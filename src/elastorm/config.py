@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Self
 
 PREFIX = "elastorm."
 STRATEGIES = ("none", "baseline", "even", "correlated")
+ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
 
 
 class ConfigError(ValueError):
@@ -541,6 +542,12 @@ class TopologyConfig(Section):
         "elastorm.multilang.linger_ms", FLOAT, 1.0,
         "milliseconds an emit may wait for its batch to fill",
         check=at_least(0),
+    )  # fmt: skip
+    multilang_encoding: str | None = option(
+        "elastorm.multilang.encoding", STR, None,
+        "encoding of the multilang pipe of an ElasticTopology's Python components, "
+        "fixed when its class is built (unset: config.json's `serializer`)",
+        check=one_of(*ENCODINGS), optional=True,
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
 

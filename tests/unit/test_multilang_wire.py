@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from elastorm.config import TopologyConfig
 from elastorm.storm.wire import (
     ACKERS_KEY,
@@ -139,3 +141,28 @@ def test_the_jvm_is_told_once_that_this_side_unpacks_batches() -> None:
     use_elastorm_wire(component, conf)
     use_elastorm_wire(component, conf)
     assert pipe.sent == [{"command": "elastorm_wire"}]
+
+
+def test_an_elastic_topology_with_an_encoding_starts_every_python_component_with_it():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "topologies" / "throughput_elastic_msgpack.py"
+    spec = importlib.util.spec_from_file_location("throughput_elastic_msgpack", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    topology = module.ThroughputElasticMsgpack
+    scripts = [b.bolt_object.shell.script for b in topology.thrift_bolts.values()]
+    scripts += [s.spout_object.shell.script for s in topology.thrift_spouts.values()]
+    assert len(scripts) == 5  # spout, router, counter, relay, controller
+    assert all(script.startswith("-s msgpack ") for script in scripts)
+
+
+def test_the_encoding_is_one_of_pystorms_serializers():
+    from elastorm.config import ConfigError
+
+    assert TopologyConfig.overrides(multilang_encoding="msgpack") == {
+        "elastorm.multilang.encoding": "msgpack"
+    }
+    with pytest.raises(ConfigError, match="elastorm.multilang.encoding"):
+        TopologyConfig.overrides(multilang_encoding="protobuf")

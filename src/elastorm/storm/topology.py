@@ -48,7 +48,7 @@ from elastorm.storm.elastic import (
     by_task,
 )
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
-from elastorm.storm.wire import ACKERS_KEY
+from elastorm.storm.wire import ACKERS_KEY, with_encoding
 
 TICK_KEY = "topology.tick.tuple.freq.secs"
 DEFAULT_TICK_SECS = 1  # checkpoints, heartbeats and the controller's rounds run on ticks
@@ -205,9 +205,12 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     # tuple. Without ackers the JVM releases inputs itself (elastorm.storm.wire).
     config.setdefault(ACKERS_KEY, 0)
     try:  # a bad elastorm.* option fails at submit, not in a worker
-        TopologyConfig.from_conf(config)
+        checked = TopologyConfig.from_conf(config)
     except ConfigError as exc:
         raise WiringError(f"{classname}: {exc}") from None
+    if checked.multilang_encoding is not None:
+        for spec in (*specs.values(), *added.values()):
+            with_encoding(spec, checked.multilang_encoding)
     class_dict["config"] = config
 
 

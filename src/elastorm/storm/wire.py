@@ -105,6 +105,16 @@ class BatchingSerializer:
         return self.inner.serialize_dict(msg)
 
 
+def with_encoding(spec: Any, encoding: str) -> None:
+    """Start a shell component's Python side with pystorm's ``encoding`` serializer
+    (``streamparse_run -s``). ``sparse submit`` puts config.json's ``serializer``
+    first; streamparse_run's argparse, and elastorm's JVM serializer, which reads the
+    flag from the component's command to talk the same encoding, take the last."""
+    shell = getattr(getattr(spec, "component_object", None), "shell", None)
+    if shell is not None and shell.execution_command == "streamparse_run":
+        shell.script = f"-s {encoding} {shell.script}"
+
+
 def use_elastorm_wire(component: Any, conf: Mapping[str, Any]) -> None:
     """Switch a pystorm component (from its ``initialize``) to elastorm's wire:
     batched emits (``elastorm.multilang.batch_size`` > 1) and, when inputs are

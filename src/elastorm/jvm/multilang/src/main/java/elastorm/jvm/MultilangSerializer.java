@@ -1,6 +1,8 @@
 package elastorm.jvm;
 
 import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.util.ArrayDeque;
@@ -13,10 +15,13 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import org.apache.storm.generated.ComponentObject;
+import org.apache.storm.generated.StormTopology;
 import org.apache.storm.multilang.BoltMsg;
 import org.apache.storm.multilang.JsonSerializer;
 import org.apache.storm.multilang.NoOutputException;
 import org.apache.storm.multilang.ShellMsg;
+import org.apache.storm.multilang.SpoutMsg;
 import org.apache.storm.task.TopologyContext;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -52,6 +57,10 @@ import org.slf4j.LoggerFactory;
  * returned by the next {@link #readShellMsg}), drops the acks and fails the Python
  * side still sends (the tuple is already released), and drops anchors (there is
  * no tuple tree to grow). The Python side need not send an ack per tuple.
+ * <li><b>MessagePack</b>: a component started with {@code streamparse_run -s msgpack}
+ * (pystorm's {@code MsgpackSerializer}) talks msgpack from the handshake on
+ * ({@link MsgpackCodec}); this serializer reads that flag from the component's own
+ * command in the topology, so the two ends cannot disagree.
  * </ul>
  */
 public class MultilangSerializer extends JsonSerializer {
@@ -98,6 +107,17 @@ public class MultilangSerializer extends JsonSerializer {
     private long lingerMicros = 1000;
     /** Tuples for the subprocess not written yet (guarded by {@code this}). */
     private List<Object> outbox = new ArrayList<>();
+    private transient OutputStream toSubprocess;
+    private transient InputStream fromSubprocess;
+    /** The msgpack framing, or null for JSON (JsonSerializer's, reached by reflection). */
+    private transient MsgpackCodec msgpack;
+
+    @Override
+    public void initialize(OutputStream processIn, InputStream processOut) {
+        toSubprocess = processIn;
+        fromSubprocess = processOut;
+        super.initialize(processIn, processOut);
+    }
 
     @Override
     public Number connect(Map<String, Object> conf, TopologyContext context)
@@ -112,24 +132,60 @@ public class MultilangSerializer extends JsonSerializer {
         if (lingerMs instanceof Number) {
             lingerMicros = Math.max(0L, (long) (((Number) lingerMs).doubleValue() * 1000));
         }
-        return super.connect(conf, context);
+        if (!"msgpack".equals(encodingOf(context))) {
+            return super.connect(conf, context);
+        }
+        msgpack = new MsgpackCodec(toSubprocess, fromSubprocess);
+        Map<String, Object> setup = new HashMap<>(4);
+        setup.put("pidDir", context.getPIDDir());
+        setup.put("conf", conf);
+        setup.put("context", context);
+        writeMessage(setup);
+        return (Number) readMessage().get("pid");
+    }
+
+    /** The {@code -s}/{@code --serializer} the component's Python side starts with
+     * (the last one wins, as in streamparse_run's argparse); {@code json} if none. */
+    static String encodingOf(TopologyContext context) {
+        StormTopology topology = context.getRawTopology();
+        String id = context.getThisComponentId();
+        ComponentObject object = null;
+        if (topology.get_bolts() != null && topology.get_bolts().containsKey(id)) {
+            object = topology.get_bolts().get(id).get_bolt_object();
+        } else if (topology.get_spouts() != null && topology.get_spouts().containsKey(id)) {
+            object = topology.get_spouts().get(id).get_spout_object();
+        }
+        return object != null && object.is_set_shell() ? serializerFlag(object.get_shell().get_script()) : "json";
+    }
+
+    static String serializerFlag(String script) {
+        String encoding = "json";
+        String[] args = script == null ? new String[0] : script.trim().split("\\s+");
+        for (int i = 0; i < args.length; i++) {
+            if (("-s".equals(args[i]) || "--serializer".equals(args[i])) && i + 1 < args.length) {
+                encoding = args[i + 1];
+            } else if (args[i].startsWith("--serializer=")) {
+                encoding = args[i].substring("--serializer=".length());
+            }
+        }
+        return encoding;
     }
 
     @Override
     public void writeBoltMsg(BoltMsg msg) throws IOException {
         boolean heartbeat = "__heartbeat".equals(msg.getStream());
+        Map<String, Object> tuple = new HashMap<>(8);
+        tuple.put("id", msg.getId());
+        tuple.put("comp", msg.getComp());
+        tuple.put("stream", msg.getStream());
+        tuple.put("task", msg.getTask());
+        tuple.put("tuple", msg.getTuple());
         if (!peerUnpacks || maxBatch <= 1 || heartbeat) {
             synchronized (this) {
                 flushOutbox();
-                super.writeBoltMsg(msg);
+                writeMessage(tuple);
             }
         } else {
-            Map<String, Object> tuple = new HashMap<>(8);
-            tuple.put("id", msg.getId());
-            tuple.put("comp", msg.getComp());
-            tuple.put("stream", msg.getStream());
-            tuple.put("task", msg.getTask());
-            tuple.put("tuple", msg.getTuple());
             synchronized (this) {
                 outbox.add(tuple);
                 if (outbox.size() >= maxBatch) {
@@ -152,7 +208,15 @@ public class MultilangSerializer extends JsonSerializer {
     @Override
     public synchronized void writeTaskIds(List<Integer> taskIds) throws IOException {
         flushOutbox();
-        super.writeTaskIds(taskIds);
+        writeMessage(taskIds);
+    }
+
+    @Override
+    public synchronized void writeSpoutMsg(SpoutMsg msg) throws IOException {
+        Map<String, Object> message = new HashMap<>(4);
+        message.put("command", msg.getCommand());
+        message.put("id", msg.getId());
+        writeMessage(message);
     }
 
     /** The linger of {@code batch} ran out: write it unless it has gone already. */
@@ -269,6 +333,10 @@ public class MultilangSerializer extends JsonSerializer {
     }
 
     private void writeMessage(Object message) throws IOException {
+        if (msgpack != null) {
+            msgpack.write(message);
+            return;
+        }
         try {
             WRITE_MESSAGE.invoke(this, message);
         } catch (InvocationTargetException e) {
@@ -283,6 +351,9 @@ public class MultilangSerializer extends JsonSerializer {
     }
 
     private Map<?, ?> readMessage() throws IOException, NoOutputException {
+        if (msgpack != null) {
+            return (Map<?, ?>) msgpack.read();
+        }
         try {
             return (Map<?, ?>) READ_MESSAGE.invoke(this);
         } catch (InvocationTargetException e) {
