@@ -59,6 +59,7 @@ from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 
 CONTROL_FILE = "throughput-control.json"  # spouts.throughput.CONTROL_FILE
+STARTUP_SECS = 180.0
 STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
 
 VARIANTS = {
@@ -153,15 +154,15 @@ class ThroughputDriver:
             total["at"] = max(p["at"] for p in parts)
         return total
 
-    def _fresh(self, output_dir: str, after: float) -> dict:
+    def _fresh(self, output_dir: str, after: float, timeout: float = 30.0) -> dict:
         """The counter's next file written after ``after`` (wall clock)."""
-        deadline = time.time() + 30
+        deadline = time.time() + timeout
         while time.time() < deadline:
             got = self._read(output_dir)
             if got is not None and got["at"] > after:
                 return got
             time.sleep(0.1)
-        raise RuntimeError("the counter wrote no file for 30 s")
+        raise RuntimeError(f"the counter wrote no file for {timeout:.0f} s")
 
     def _window(self, output_dir: str, seconds: float) -> tuple[dict, dict, dict, dict]:
         start = self._fresh(output_dir, time.time())
@@ -186,7 +187,8 @@ class ThroughputDriver:
     def wait(self, output_dir: str, timeout: float, progress) -> None:
         a = self.args
         write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 0.0})
-        self._fresh(output_dir, 0)  # the counter is up
+        # The counter is up: five Python processes to start, slow on a busy machine.
+        self._fresh(output_dir, 0, timeout=STARTUP_SECS)
         time.sleep(a.warmup)
         start, end, cpu0, cpu1 = self._window(output_dir, a.window)
         sat = self._stats(start, end)
