@@ -20,8 +20,10 @@ repeat so machine noise hits them alike):
   the controller beside it;
 * ``elastic_unbatched``: the same with ``elastorm.multilang.batch_size`` = 1 (no
   batches either way; acks still off);
-* ``elastic_msgpack``: ``topologies/throughput_elastic_msgpack.py``, the elastic
-  job with ``elastorm.multilang.encoding`` = msgpack (both ends of every pipe).
+* ``elastic_json``: ``topologies/throughput_elastic_json.py``, the elastic job
+  with ``elastorm.multilang.encoding`` = json (msgpack by default) on both ends of
+  every pipe. (In the raw files of 2026-11-24 before the default changed,
+  ``elastic`` ran JSON and ``elastic_msgpack`` msgpack.)
 
 Each run has three phases. **Saturation**: the spout emits as fast as Storm lets
 it (backpressure bounds the queues); after ``--warmup`` s the counter task's
@@ -69,8 +71,8 @@ VARIANTS = {
     "elastic": ("throughput_elastic", {}),
     # the elastic job with batches of one (acks still off): what batching does
     "elastic_unbatched": ("throughput_elastic", TopologyConfig.overrides(multilang_batch_size=1)),
-    # the elastic job with msgpack on the wire instead of JSON
-    "elastic_msgpack": ("throughput_elastic_msgpack", {}),
+    # the elastic job with JSON on the wire instead of msgpack (the default)
+    "elastic_json": ("throughput_elastic_json", {}),
 }
 
 

@@ -24,7 +24,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["plain", "elastorm_plain", "elastic", "elastic_unbatched", "elastic_msgpack"]
+# elastic_msgpack: the msgpack variant of the runs before msgpack became the default
+ORDER = [
+    "plain",
+    "elastorm_plain",
+    "elastic",
+    "elastic_unbatched",
+    "elastic_json",
+    "elastic_msgpack",
+]
 PHASES = ("at_50", "at_90")
 
 

@@ -543,11 +543,11 @@ class TopologyConfig(Section):
         "milliseconds an emit may wait for its batch to fill",
         check=at_least(0),
     )  # fmt: skip
-    multilang_encoding: str | None = option(
-        "elastorm.multilang.encoding", STR, None,
-        "encoding of the multilang pipe of an ElasticTopology's Python components, "
-        "fixed when its class is built (unset: config.json's `serializer`)",
-        check=one_of(*ENCODINGS), optional=True,
+    multilang_encoding: str = option(
+        "elastorm.multilang.encoding", STR, "msgpack",
+        "encoding of the multilang pipe of an ElasticTopology's Python components "
+        "(streamparse_run -s), fixed when its class is built",
+        check=one_of(*ENCODINGS),
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
 

@@ -143,19 +143,26 @@ def test_the_jvm_is_told_once_that_this_side_unpacks_batches() -> None:
     assert pipe.sent == [{"command": "elastorm_wire"}]
 
 
-def test_an_elastic_topology_with_an_encoding_starts_every_python_component_with_it():
+def test_an_elastic_topology_starts_every_python_component_with_its_encoding():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "topologies" / "throughput_elastic_msgpack.py"
-    spec = importlib.util.spec_from_file_location("throughput_elastic_msgpack", path)
+    path = Path(__file__).resolve().parents[2] / "topologies" / "throughput_elastic_json.py"
+    spec = importlib.util.spec_from_file_location("throughput_elastic_json", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    topology = module.ThroughputElasticMsgpack
+    topology = module.ThroughputElasticJson
     scripts = [b.bolt_object.shell.script for b in topology.thrift_bolts.values()]
     scripts += [s.spout_object.shell.script for s in topology.thrift_spouts.values()]
     assert len(scripts) == 5  # spout, router, counter, relay, controller
-    assert all(script.startswith("-s msgpack ") for script in scripts)
+    assert all(script.startswith("-s json ") for script in scripts)
+    default = importlib.util.spec_from_file_location(
+        "throughput_elastic", path.with_name("throughput_elastic.py")
+    )
+    module = importlib.util.module_from_spec(default)
+    default.loader.exec_module(module)
+    bolts = module.ThroughputElastic.thrift_bolts.values()
+    assert all(b.bolt_object.shell.script.startswith("-s msgpack ") for b in bolts)
 
 
 def test_the_encoding_is_one_of_pystorms_serializers():

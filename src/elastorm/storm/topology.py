@@ -208,9 +208,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         checked = TopologyConfig.from_conf(config)
     except ConfigError as exc:
         raise WiringError(f"{classname}: {exc}") from None
-    if checked.multilang_encoding is not None:
-        for spec in (*specs.values(), *added.values()):
-            with_encoding(spec, checked.multilang_encoding)
+    for spec in (*specs.values(), *added.values()):
+        with_encoding(spec, checked.multilang_encoding)
     class_dict["config"] = config
 
 

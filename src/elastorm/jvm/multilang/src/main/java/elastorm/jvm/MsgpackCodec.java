@@ -23,23 +23,23 @@ import org.msgpack.core.MessageUnpacker;
  * delimiter. Reads plain Java values ({@link HashMap}, {@link ArrayList}, {@link Long},
  * {@link Double}, {@link String}, ...), writes any value JSON could carry.
  */
-final class MsgpackCodec {
+public final class MsgpackCodec {
     private final MessagePacker packer;
     private final MessageUnpacker unpacker;
 
-    MsgpackCodec(OutputStream toSubprocess, InputStream fromSubprocess) {
+    public MsgpackCodec(OutputStream toSubprocess, InputStream fromSubprocess) {
         this.packer = MessagePack.newDefaultPacker(toSubprocess);
         this.unpacker = MessagePack.newDefaultUnpacker(fromSubprocess);
     }
 
     /** Write one message and flush it to the subprocess. */
-    void write(Object message) throws IOException {
+    public void write(Object message) throws IOException {
         pack(message);
         packer.flush();
     }
 
     /** Read one message; the subprocess closing its end is a {@link NoOutputException}. */
-    Object read() throws IOException, NoOutputException {
+    public Object read() throws IOException, NoOutputException {
         if (!unpacker.hasNext()) {
             throw new NoOutputException("Pipe to subprocess seems to be broken!");
         }

@@ -1,6 +1,7 @@
-"""``topologies/throughput_elastic.py`` on the msgpack wire (bench/throughput.py's
-``elastic_msgpack``): every Python component started with ``-s msgpack``
-(``elastorm.multilang.encoding``), and elastorm's JVM serializer with it.
+"""``topologies/throughput_elastic.py`` on the JSON wire (bench/throughput.py's
+``elastic_json``): every Python component started with ``-s json``
+(``elastorm.multilang.encoding``; msgpack by default), and elastorm's JVM serializer
+with it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from elastorm.examples.options import ThroughputOptions
 from spouts.throughput import ThroughputSpout
 
 
-class ThroughputElasticMsgpack(ElasticTopology):
+class ThroughputElasticJson(ElasticTopology):
     config = topology_config(
-        TopologyConfig(initial_nodes={"counter": [0]}, multilang_encoding="msgpack"),
+        TopologyConfig(initial_nodes={"counter": [0]}, multilang_encoding="json"),
         ThroughputOptions(),
     )
 
