@@ -42,7 +42,7 @@ class FlightsElasticTopology(ElasticTopology):
 
     flights_spout = FlightsSpout.spec(par=1)
     extract_delays = ElasticExtractDelays.spec(
-        inputs={flights_spout: Grouping.SHUFFLE}, par=PARALLELISM
+        inputs={flights_spout: Grouping.fields("id")}, par=PARALLELISM
     )
     sum_delays = KeyedSumDelays.spec(inputs={extract_delays: keyed()}, par=KEYED_TASKS)
     air_share = AirShare.spec(inputs={extract_delays: Grouping.fields("key")}, par=PARALLELISM)

@@ -33,6 +33,7 @@ from bolts.common import (
     error_detail,
     write_json_atomic,
 )
+from elastorm.core.replay import Positions
 from elastorm.examples.flights_schema import TUPLE_FIELDS
 from elastorm.examples.options import FlightsOptions
 
@@ -133,8 +134,17 @@ class TotalsBolt(OperatorBolt):
         self.dirty: set[tuple[str, int]] = set()
         self.ids: list[int] = []
         self.emitted_seen = 0
+        self.positions = Positions()
 
     def process(self, tup):
+        # A replay (a restarted spout or op1 sends rows again) repeats positions: the
+        # row id grows along every path from the spout, so each is counted once.
+        position = tup.values[0] if tup.values else None
+        if isinstance(position, int) and not self.positions.admit(
+            f"{tup.component}:{tup.task}", position
+        ):
+            self.counters.extra["replayed_dropped"] = self.positions.dropped
+            return
         super().process(tup)
         if self.counters.tuples_in - self.emitted_seen >= self.flush_every:
             self.flush()
@@ -261,6 +271,7 @@ class ResultsSink(CountingBolt):
         self.error_examples: dict[str, dict[str, list[list[Any]]]] = {}
         self.sample_ids: list[int] = []
         self.na_arr_delay_by_plane: dict[str, int] = {}
+        self.error_positions = Positions()
         self.write()
 
     def process(self, tup):
@@ -276,6 +287,10 @@ class ResultsSink(CountingBolt):
     def handle(self, tup):
         if tup.stream == ERRORS_STREAM:
             tuple_id, role, reason, detail = tup.values
+            if isinstance(tuple_id, int) and not self.error_positions.admit(
+                f"{tup.component}:{tup.task}", tuple_id
+            ):
+                return  # a replayed row's error, counted when it first came
             by_reason = self.errors.setdefault(role, {})
             by_reason[reason] = by_reason.get(reason, 0) + 1
             examples = self.error_examples.setdefault(role, {}).setdefault(reason, [])

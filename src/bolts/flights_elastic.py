@@ -70,6 +70,23 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
     def setup(self, conf: Mapping[str, Any]) -> None:
         super().setup(conf)
         self.setup_emitting(conf, self.context)
+        resumed = self.resumed_state
+        if resumed:  # counts as of the restart point; the replay adds the rest
+            counters = self.counters
+            counters.tuples_in = resumed["tuples_in"]
+            counters.out["default"] = counters.out[STREAM] = resumed["forwarded"]
+            counters.out[ERRORS_STREAM] = sum(resumed["errors"].values())
+            counters.errors = dict(resumed["errors"])
+
+    def replay_state(self) -> dict[str, Any]:
+        """op1's counts are a function of its inputs; its samples (taken by the clock)
+        are not, and are not resumed."""
+        counters = self.counters
+        return {
+            "tuples_in": counters.tuples_in,
+            "forwarded": counters.out["default"],
+            "errors": dict(counters.errors),
+        }
 
     def process(self, tup):
         if tup.stream == STREAM:  # protocol traffic is not an input of op1
@@ -82,7 +99,15 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
                 if isinstance(action, Rejected):
                     self.emit_error(None, "rejected_control", action.reason)
             return
+        if not self.replay_admit(tup):
+            return
         super().process(tup)
+        self.replay_done()
+
+    def on_tick(self) -> None:
+        super().on_tick()
+        self.replay_tick()
+        self.counters.extra["emitter"] = self.emitter_health()
 
     def forward(self, values) -> None:
         """One emit for op2 and op3: the row carries op2's data message."""
@@ -159,3 +184,5 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.counters.extra["owned"] = list(self.coordinator.owned())
         self.counters.extra["held"] = sorted(self.coordinator.held)
         self.counters.extra["heartbeats"] = self.heartbeat_health()
+        # [took over at, first tuple applied at] (wall clock) per key group taken over
+        self.counters.extra["takeovers"] = {str(g): list(t) for g, t in self.takeovers.items()}

@@ -22,6 +22,12 @@ its tuples wait in the emitter's buffer (the replay size) when it migrates.
 
 Every non-data message of the hot group and every ``Migrate`` at the emitter is
 timed (``events-<task>.jsonl``): where a migration's time goes.
+
+For the rescale benchmark (``bench/rescale_bench.py``) it also records, for *every*
+key group, the 20 ms buckets in which it emitted an output and each output's latency
+(1 ms histogram per second of output time), appended to ``outputs-<task>.jsonl`` on
+ticks (:class:`OutputLog`): the longest gap in any key group's output and the
+latency percentiles are computed from them, across tasks, after the run.
 """
 
 from __future__ import annotations
@@ -105,6 +111,35 @@ class LatencyBuckets:
             ms = [round(v * 1000, 3) for v in (top, total, hop_top, hop_total)]
             rows.append([b, ms[0], int(count), ms[1], ms[2], ms[3]])
         return rows
+
+
+OUTPUT_BUCKET_SECS = 0.02
+
+
+class OutputLog:
+    """Per key group, the ``OUTPUT_BUCKET_SECS`` buckets with an output; per second of
+    output time, a histogram of latencies in whole ms (module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.buckets: set[tuple[int, int]] = set()
+        self.latency: dict[tuple[int, int], int] = {}
+
+    def add(self, now: float, key_group: int, latency: float) -> None:
+        self.buckets.add((key_group, int(now / OUTPUT_BUCKET_SECS)))
+        slot = (int(now), int(latency * 1000))
+        self.latency[slot] = self.latency.get(slot, 0) + 1
+
+    def flush(self) -> None:
+        if not self.buckets and not self.latency:
+            return
+        row = {
+            "out": sorted(self.buckets),
+            "lat": [[sec, ms, n] for (sec, ms), n in sorted(self.latency.items())],
+        }
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, separators=(",", ":")) + "\n")
+        self.buckets, self.latency = set(), {}
 
 
 class CheckpointPlan:
@@ -229,6 +264,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         self.latency_path = os.path.join(self.output_dir, f"latency-{task}.jsonl")
         self.events = EventLog(self.output_dir, task)
         self.outputs_hot = 0
+        self.output_log = OutputLog(os.path.join(self.output_dir, f"outputs-{task}.jsonl"))
 
     def handle(self, tup):
         text = tup.values[0]
@@ -245,9 +281,12 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         )
 
     def on_applied(self, applied: Applied) -> None:
-        if applied.emit_output and applied.key_group == self.hot:
-            now = self.wall()
-            value = applied.item.value
+        if not applied.emit_output:
+            return
+        now = self.wall()
+        value = applied.item.value
+        self.output_log.add(now, applied.key_group, now - value[1])
+        if applied.key_group == self.hot:
             self.latency.add(now, now - value[1], now - value[2])
             self.outputs_hot += 1
 
@@ -268,6 +307,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
             with open(self.latency_path, "a", encoding="utf-8") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
         self.events.flush()
+        self.output_log.flush()
         extra = self.counters.extra
         extra["owned"] = list(coordinator.owned())
         extra["held"] = sorted(coordinator.held)

@@ -125,6 +125,7 @@ STR = Kind("string", _str)
 NODE_SHARES = Kind("{node: share}", _node_shares)
 NODE_LISTS = Kind("{operator: [node index, ...]}", _node_lists)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
+EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -409,6 +410,11 @@ class ControllerConfig(Section):
         "seconds between re-optimisations of the checkpoint allocation",
         check=above(0),
     )  # fmt: skip
+    recover_lost: bool = option(
+        p + "recover_lost", BOOL, True,
+        "restore a lost task's key groups from their checkpoints as soon as it is declared "
+        "lost; false: only once Storm restarts the task (Storm's way, slower)",
+    )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
     round_secs: float = option(
         p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)
@@ -446,6 +452,17 @@ class ControllerConfig(Section):
         p + "max_moves", INT, 16, "migrations planned per round at most", check=at_least(0)
     )
     scale_in: bool = option(p + "scale_in", BOOL, True, "empty under-loaded nodes")
+    max_concurrent_migrations: int = option(
+        p + "max_concurrent_migrations", INT, 4,
+        "migrations a rescale runs at once (never two sharing a source or target task)",
+        check=at_least(1),
+    )  # fmt: skip
+    join_settle_secs: float = option(
+        p + "join_settle_secs", FLOAT, 15.0,
+        "seconds after the scheduler binds a node before key groups move onto it "
+        "(its tasks restart in their new worker)",
+        check=at_least(0),
+    )  # fmt: skip
 
     def validate(self) -> None:
         if not self.cpu_low < self.cpu_high:
@@ -489,6 +506,12 @@ class TopologyConfig(Section):
         "after this long an unfinished migration or restore is reported stuck",
         check=above(0),
     )  # fmt: skip
+    max_buffered: int = option(
+        "elastorm.max_buffered", INT, 200_000,
+        "tuples an emitter keeps for replay before it slows down (Storm's backpressure "
+        "then holds its input) until a checkpoint trims them; 0: no bound",
+        check=at_least(0),
+    )  # fmt: skip
     stall_secs: float = option(
         "elastorm.stall_secs", FLOAT, 30.0,
         "after this long, tuples parked behind a sequence that never came are reported",
@@ -503,6 +526,11 @@ class TopologyConfig(Section):
         "elastorm.external_load", NODE_SHARES, {},
         "background CPU share per node, added to its measured CPU",
         check=shares_below_one(),
+    )  # fmt: skip
+    elastic_scheduling: bool = option(
+        "elastorm.elastic_scheduling", BOOL, True,
+        "place the keyed operators with elastorm's scheduler (one task per node); false: "
+        "Storm's default scheduler",
     )  # fmt: skip
     heartbeats: bool = option(
         "elastorm.heartbeats", BOOL, True, "keyed tasks publish heartbeats to ZooKeeper"
@@ -520,6 +548,11 @@ class TopologyConfig(Section):
     operators: Mapping[str, tuple[str, ...]] = option(
         "elastorm.operators", OPERATOR_EMITTERS, {},
         "each keyed operator and the components that emit to it; set by ElasticTopology",
+    )  # fmt: skip
+    replay_sources: Mapping[str, tuple[str, ...]] = option(
+        "elastorm.replay_sources", EMITTER_SOURCES, {},
+        "each emitter fed by replayable spouts, and those spouts (an emitter then "
+        "recovers by replay); set by ElasticTopology",
     )  # fmt: skip
     zookeeper_hosts: str | None = option(
         "elastorm.zookeeper.hosts", STR, None,

@@ -17,9 +17,16 @@ this order:
 integer and not NA), ``bad_time_hour`` (not ISO 8601). An NA ``arr_delay`` is not
 malformed here; operator 1 reports it.
 
-Emits without tuple ids: no acking and no replay in issue 2. When the file (or
-``elastorm.flights.limit``) is exhausted the spout writes its stats with
-``exhausted: true`` and then idles, sleeping briefly in ``next_tuple``.
+Emits without tuple ids (no acking). It is replayable (``elastorm.storm.replay``): the
+row number is its position, so it can start again from any row. A restarted spout
+resumes where the emitters it feeds still need it; a restarted emitter asks for a
+rewind. The stats count each row once, however often it is sent: ``rows_read``,
+``emitted`` and the malformed counts cover the rows up to the furthest one reached
+(a restart re-reads the rows before its start position to count them).
+
+When the file (or ``elastorm.flights.limit``) is exhausted the spout writes its
+stats with ``exhausted: true`` and then idles, sleeping briefly in ``next_tuple``,
+until a rewind asks for rows again.
 """
 
 from __future__ import annotations
@@ -48,15 +55,17 @@ from elastorm.examples.flights_schema import (
     parse_row,
 )
 from elastorm.examples.options import FlightsOptions
+from elastorm.storm.replay import REWIND, ReplayableSpout
 
 
-class FlightsSpout(ErrorReporting, Spout):
+class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
     """Streams flights rows in file order; see the module docstring for the tuple."""
 
     role = "spout"
     outputs = [
         Stream(fields=TUPLE_FIELDS),
         Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
+        REWIND,
     ]
     clock = staticmethod(time.monotonic)
     sleep = staticmethod(time.sleep)
@@ -75,6 +84,19 @@ class FlightsSpout(ErrorReporting, Spout):
             storm_conf, context, self.role, streams=("default", ERRORS_STREAM), clock=self.clock
         )
         self.stats_path = os.path.join(self.output_dir, f"spout-{task}.json")
+        self.blank_lines = 0
+        self.high = 0  # rows below this one are counted in the stats
+        self.exhausted = False
+        self.started_at = time.time()
+        self.started_clock = self.clock()
+        self.exhausted_at: float | None = None
+        self._open()
+        start = self.setup_replay(storm_conf, context)
+        if start:
+            self._seek(start)
+        self.write_stats()
+
+    def _open(self) -> None:
         self.rows = open_rows(self.path)
         header = next(self.rows, None)
         if header is None:
@@ -82,14 +104,36 @@ class FlightsSpout(ErrorReporting, Spout):
         self.index = column_index(header)
         self.width = len(header)
         self.row_no = 0
-        self.blank_lines = 0
+
+    def _seek(self, position: int) -> None:
+        """Read again from the top up to row ``position``, counting the rows never
+        counted before (a restarted spout's start) without emitting them."""
+        self.rows.close()
+        self._open()
         self.exhausted = False
-        self.started_at = time.time()
-        self.started_clock = self.clock()
-        self.exhausted_at: float | None = None
-        self.write_stats()
+        counters = self.counters
+        while self.row_no < position:
+            row = next(self.rows, None)
+            if row is None:
+                break
+            if not row:
+                self.blank_lines += self.row_no >= self.high
+                continue
+            if self.row_no >= self.high:
+                counters.tuples_in += 1
+                reason, _ = parse_row(row, self.index, self.width)
+                if reason is None:
+                    counters.out["default"] += 1
+                else:
+                    counters.error(reason)
+                    counters.out[ERRORS_STREAM] += 1
+                self.high = self.row_no + 1
+            self.row_no += 1
 
     def next_tuple(self):
+        rewind = self.poll_rewind(self.row_no)
+        if rewind is not None and rewind < self.row_no:
+            self._seek(rewind)
         if self.exhausted:
             self.sleep(self.idle_sleep)
             return
@@ -108,19 +152,24 @@ class FlightsSpout(ErrorReporting, Spout):
             if row is None:
                 self.finish()
                 return
-            if not row:  # a blank line is not a data row (pandas skips it too)
-                self.blank_lines += 1
-                continue
             row_no = self.row_no
+            first = row_no >= self.high  # else a replayed row, already counted
+            if not row:  # a blank line is not a data row (pandas skips it too)
+                self.blank_lines += first
+                continue
             self.row_no = row_no + 1
-            counters.tuples_in += 1
             reason, parsed = parse_row(row, index, width)
             if reason is None:
                 tailnum, year, arr_delay, air_time, ts = parsed
                 emit([row_no, tailnum, [year, arr_delay, air_time], ts])
-                out["default"] += 1
-            else:
+                out["default"] += first
+            elif first:
                 self.emit_error(row_no, reason, ",".join(row))
+            else:
+                self.emit([row_no, self.role, reason, ",".join(row)], stream=ERRORS_STREAM)
+            if first:
+                counters.tuples_in += 1
+                self.high = row_no + 1
         if self.clock() >= counters.next_write:
             self.write_stats()
 
@@ -139,7 +188,7 @@ class FlightsSpout(ErrorReporting, Spout):
             "task": counters.task,
             "path": self.path,
             "limit": self.limit,
-            "rows_read": self.row_no,
+            "rows_read": self.high,
             "emitted": counters.out["default"],
             "malformed": sum(counters.errors.values()),
             "malformed_by_reason": dict(counters.errors),

@@ -157,19 +157,32 @@ class ElasticCrashDriver(ElasticFlightsDriver):
 
 class NodeLossDriver(ElasticCrashDriver):
     """The elastic flights job with ``lose`` op2 tasks killed at once, with their worker
-    JVMs (kill -9 of both, as a dead node takes them), at 30% of the input.
+    JVMs (kill -9 of both, as a dead node takes them), at 30% of the input, and again
+    every ``every`` of it for ``rounds`` rounds (``bench/recovery.py``).
 
     Nothing is migrating then. The controller must declare them lost from ZooKeeper
     (their sessions end) and restore their key groups on the tasks holding their
     checkpoints, without waiting for Storm to restart the workers. The victims are
     chosen so every group they own has its checkpoint on a survivor (one checkpoint
     per group: losing an owner and its holder together loses that group's state, which
-    the fault zones of the placement are there to prevent). Passes if every plane's
-    totals still equal pandas'.
+    the fault zones of the placement are there to prevent). Each round records, from
+    the kill: ``detected`` (the controller's status lists them lost), ``restored`` (no
+    group owned by a dead task, none still moving), ``progress`` (every restored group
+    has applied a tuple at its new owner, by the owner's own clock) and, between
+    rounds, ``back`` (Storm restarted them and they joined again). Passes if every
+    plane's totals still equal pandas'.
     """
 
-    def __init__(self, limit: int | None = None, lose: int = 1, **kwargs: Any) -> None:
-        ElasticFlightsDriver.__init__(self, limit, script=((0.3, f"lose{lose}"),), **kwargs)
+    def __init__(
+        self,
+        limit: int | None = None,
+        lose: int = 1,
+        rounds: int = 1,
+        every: float = 0.12,
+        **kwargs: Any,
+    ) -> None:
+        script = tuple((0.3 + i * every, f"lose{lose}") for i in range(rounds))
+        ElasticFlightsDriver.__init__(self, limit, script=script, **kwargs)
         self.victim = "node"
         self.lose = lose
         self.kills = []
@@ -181,24 +194,52 @@ class NodeLossDriver(ElasticCrashDriver):
         if self._client is None:
             self._client = connect(self.zk_hosts)
         status = wait_for_status(self._client, self.topology, "sum_delays", 60)
-        victims = self._victims(status)
+        calm = time.monotonic() + self.migration_timeout
+        # No kill while a restore is in flight (it still needs its source's checkpoint)
+        # or before the victims' groups have their newest checkpoint on a survivor.
+        while status["moving"] or not (victims := self._victims(status)):
+            if time.monotonic() > calm:
+                raise UserError(
+                    f"no {self.lose} tasks to kill: groups {status['moving']} moving, or "
+                    "no tasks whose groups' newest checkpoints are all elsewhere"
+                )
+            time.sleep(0.1)
+            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+        owned = [g for g, o in enumerate(status["owners"]) if o in victims]
         pids = []
         for task in victims:
             pid = self._pid_of("sum_delays", task)
             pids += [_parent(pid), pid]
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         for pid in pids:
             os.kill(pid, 9)
-        while True:  # restored: no group owned by a dead task any more
+        seen: dict[str, float] = {}
+        while "progress" not in seen:
             status = wait_for_status(self._client, self.topology, "sum_delays", 60)
-            if not set(status["owners"]) & set(victims):
-                break
-            if time.monotonic() - killed_at > self.migration_timeout:
-                raise UserError(f"groups of tasks {victims} not restored after the kill")
+            now = time.monotonic() - killed_at
+            if "detected" not in seen and set(victims) <= set(status.get("lost", ())):
+                seen["detected"] = now
+            moving = set(status["moving"]) & set(owned)
+            if "restored" not in seen and not set(status["owners"]) & set(victims) and not moving:
+                seen["restored"] = now
+                seen.setdefault("detected", now)  # restored implies declared lost
+            if "restored" in seen:
+                progress = self._progress(status, owned, killed_wall)
+                if progress is not None:
+                    seen["progress"] = progress
+            if now > self.migration_timeout:
+                raise UserError(f"tasks {victims}: not restored and applying after the kill")
             time.sleep(0.05)
-        seconds = time.monotonic() - killed_at
+        if len(self.losses) + 1 < self.scripted:  # another round follows: let them come back
+            while set(victims) & set(status.get("lost", ())):
+                if time.monotonic() - killed_at > self.migration_timeout + 120:
+                    raise UserError(f"tasks {victims} never came back after the kill")
+                time.sleep(0.2)
+                status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+            seen["back"] = time.monotonic() - killed_at
+        timings = {k: round(v, 3) for k, v in seen.items()}
         self.kills.append({"tasks": victims, "pids": pids})
-        self.losses.append({"tasks": victims, "restored_seconds": round(seconds, 2)})
+        self.losses.append({"tasks": victims, "groups": owned, **timings})
         return {
             "group": None,
             "asked": f"kill -9 of tasks {victims} with their workers",
@@ -206,20 +247,40 @@ class NodeLossDriver(ElasticCrashDriver):
             "state": "restored",
             "source": None,
             "target": None,
-            "ms": round(seconds * 1000),
-            "detail": f"every group restored {seconds:.2f} s after the kill",
+            "ms": round(seen["restored"] * 1000),
+            "detail": f"every group restored {seen['restored']:.2f} s after the kill",
             "epoch": status["epoch"],
         }
 
+    def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
+        """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied
+        a tuple at its new owner after taking over (the owners' counts files say when);
+        None while one has not yet."""
+        latest = since
+        for g in groups:
+            path = os.path.join(self.output_dir, "counts", f"sum_delays-{status['owners'][g]}.json")
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    taken, first = json.load(fh)["extra"]["takeovers"][str(g)]
+            except (OSError, KeyError, ValueError):
+                return None
+            if taken < since:
+                return None  # an earlier takeover of the group
+            latest = max(latest, first)
+        return latest - since
+
     def _victims(self, status: dict[str, Any]) -> list[int]:
-        """``lose`` tasks none of which holds the checkpoint of a group another owns."""
+        """``lose`` tasks whose groups all have their newest checkpoint on a task outside
+        them (empty if there are none yet: just after a recovery, the re-placed holders
+        still wait for their first checkpoint)."""
         import itertools
 
-        owners, holders = status["owners"], status["holders"]
+        owners, holders, newest = status["owners"], status["holders"], status["assisted"]
         for combo in itertools.combinations(sorted(set(owners)), self.lose):
-            if all(holders[g] not in combo for g, o in enumerate(owners) if o in combo):
+            mine = [g for g, o in enumerate(owners) if o in combo]
+            if all(holders[g] not in combo and newest[g] for g in mine):
                 return list(combo)
-        raise UserError(f"no {self.lose} tasks whose groups' checkpoints are all elsewhere")
+        return []
 
     def outcome(self, output_dir: str) -> Outcome:
         out = super().outcome(output_dir)
@@ -228,6 +289,57 @@ class NodeLossDriver(ElasticCrashDriver):
     def _migrations_ok(self) -> bool:
         return len(self.migrations) == self.scripted and all(
             m["state"] == "restored" for m in self.migrations
+        )
+
+
+class UpstreamKillDriver(ElasticCrashDriver):
+    """The elastic flights job with the spout's or op1's worker killed (kill -9 of its
+    Python process and its worker JVM) at 30% of the input.
+
+    Storm restarts the worker. A restarted spout resumes at the oldest restart point
+    of op1's tasks; a restarted op1 resumes from its own restart point and asks the
+    spout to replay. Tuples in flight to or from the dead task are lost on the way
+    and come again in the replay; what had arrived is dropped downstream as a
+    repeat. Passes if every plane's totals still equal pandas'.
+    """
+
+    replayed = True
+    components = {"spout": "flights_spout", "op1": "extract_delays"}
+
+    def __init__(self, limit: int | None = None, victim: str = "op1", **kwargs: Any) -> None:
+        ElasticFlightsDriver.__init__(self, limit, script=((0.3, "kill"),), **kwargs)
+        if victim not in self.components:
+            raise ValueError(f"victim must be one of {sorted(self.components)}")
+        self.victim = victim
+        self.kills = []
+
+    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        component = self.components[self.victim]
+        task = min(
+            int(name.rsplit("-", 1)[1].split(".")[0])
+            for name in os.listdir(os.path.join(self.output_dir, "counts"))
+            if name.startswith(component + "-")
+        )
+        pid = self._pid_of(component, task)
+        pids = [_parent(pid), pid]
+        for each in pids:
+            os.kill(each, 9)
+        self.kills.append({"component": component, "task": task, "pids": pids})
+        return {
+            "group": None,
+            "asked": f"kill -9 of {component} task {task} with its worker",
+            "used": "kill",
+            "state": "killed",
+            "source": None,
+            "target": None,
+            "ms": None,
+            "detail": f"pids {pids}",
+            "epoch": None,
+        }
+
+    def _migrations_ok(self) -> bool:
+        return len(self.migrations) == self.scripted and all(
+            m["state"] == "killed" for m in self.migrations
         )
 
 

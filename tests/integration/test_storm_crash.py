@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from crash_driver import ElasticCrashDriver, NodeLossDriver
+from crash_driver import ElasticCrashDriver, NodeLossDriver, UpstreamKillDriver
 
 from elastorm.runtime.run import run_topology
 from elastorm.runtime.shift_driver import ShiftDriver
@@ -160,6 +160,22 @@ def test_lost_nodes_are_restored_from_checkpoints_before_storm_restarts_them(
     outcome = run_topology(cluster_with_room, "cluster", driver, timeout=900)
     assert outcome.ok, outcome.summary
     [loss] = outcome.facts["losses"]
-    print(f"lost tasks {loss['tasks']}: restored {loss['restored_seconds']} s after the kill")
+    print(
+        f"lost tasks {loss['tasks']}: declared {loss['detected']} s, restored "
+        f"{loss['restored']} s, applying again {loss['progress']} s after the kill"
+    )
     assert len(loss["tasks"]) == lose
+    assert loss["detected"] <= loss["restored"]
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
+
+
+@pytest.mark.parametrize("victim", ["spout", "op1"])
+def test_killed_spout_or_emitter_recovers_by_replay(cluster_with_room, victim, monkeypatch):
+    """kill -9 of the spout's or op1's worker: the spout replays from where op1's
+    restart points say, nothing is lost and nothing is counted twice."""
+    monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
+    driver = UpstreamKillDriver(limit=150_000, victim=victim, max_rate=1500.0)
+    outcome = run_topology(cluster_with_room, "cluster", driver, timeout=900)
+    assert outcome.ok, outcome.summary
+    assert len(outcome.facts["kills"]) == 1
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary

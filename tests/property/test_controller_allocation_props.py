@@ -5,6 +5,7 @@ import math
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from property_scale import examples
 
 from elastorm.controller.allocation import (
     AllocationSpec,
@@ -60,7 +61,7 @@ def constraint1(spec, alloc):
     return [v for v in constraint_violations(spec, alloc) if "(c2)" not in v]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(instances())
 def test_algorithm3_never_breaks_constraint1(spec):
     assume(feasible(spec))
@@ -68,7 +69,7 @@ def test_algorithm3_never_breaks_constraint1(spec):
         assert constraint1(spec, policy(spec)) == []
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(instances(max_nodes=5, max_kgs=5))
 def test_algorithm3_versus_exhaustive(spec):
     assume(feasible(spec))
@@ -85,7 +86,7 @@ def test_algorithm3_versus_exhaustive(spec):
         assert math.isclose(s_alg, s_opt, rel_tol=1e-9, abs_tol=1e-9)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(instances(), st.data())
 def test_reoptimize_moves_lead_exactly_to_its_allocation_each_checkpoint_once(spec, data):
     """The controller applies ``reoptimize``'s moves and nothing else: applied to the

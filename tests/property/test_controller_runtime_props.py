@@ -4,6 +4,7 @@ import numpy as np
 from controller_oracle import dense
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_scale import examples
 
 from elastorm.controller.allocation import AllocationSpec, even_allocation
 from elastorm.controller.correlation import push_loads, sliding_correlation
@@ -14,7 +15,7 @@ from elastorm.controller.synthetic import synthetic_cluster
 KGS = tuple(KeyGroupId("op", i) for i in range(3))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.integers(2, 12),
     st.lists(st.tuples(*[st.floats(-1e6, 1e6, allow_nan=False)] * 3), min_size=3, max_size=40),
@@ -59,7 +60,7 @@ def test_a_large_sample_leaving_the_window_does_not_spoil_the_sums() -> None:
     np.testing.assert_allclose(state.correlation().matrix, expected, atol=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(0, 10_000), st.integers(3, 8), st.integers(1, 2), st.data())
 def test_recovery_restores_every_lost_key_group_on_a_live_holder(seed, nodes, replicas, data):
     c = synthetic_cluster(seed, nodes=nodes, key_groups=4 * nodes)

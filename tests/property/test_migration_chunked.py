@@ -8,11 +8,10 @@ FIFO-preserving order (``ToState.more``, ``ToStateAck``).
 
 from __future__ import annotations
 
-import os
-
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
+from property_scale import examples
 from test_migration_stateful import EMITTERS, GROUPS, KEYS, MigrationMachine
 
 from elastorm.core.keygroups import key_group
@@ -55,7 +54,7 @@ class ChunkedMigrationMachine(MigrationMachine):
 
 
 ChunkedMigrationMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("ELASTORM_PROPERTY_EXAMPLES", "150")),
+    max_examples=examples(150),
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -13,12 +13,12 @@ tuples must end with the exact fold (issue 3: once it did not).
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from property_scale import examples
 from sim import Cluster
 
 from elastorm.core.keygroups import key_group
@@ -191,7 +191,7 @@ class MigrationMachine(RuleBasedStateMachine):
 
 
 MigrationMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("ELASTORM_PROPERTY_EXAMPLES", "150")),
+    max_examples=examples(150),
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -1,16 +1,15 @@
 """Properties of Output Fidelity and the planners (Su & Zhou 2016) on small random DAGs.
 
-``ELASTORM_REPLICATION_EXAMPLES`` raises the example count (default 60) for a
-thorough run, e.g. ``ELASTORM_REPLICATION_EXAMPLES=2000 pytest tests/property``.
+``ELASTORM_PROPERTY_SCALE`` multiplies the example counts for a thorough run
+(``bench/property_long.py``).
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from property_scale import examples
 
 from elastorm.replication.generator import random_topology
 from elastorm.replication.mctrees import mc_trees
@@ -23,7 +22,7 @@ from elastorm.replication.planners import (
     structure_aware,
 )
 
-EXAMPLES = settings(max_examples=int(os.environ.get("ELASTORM_REPLICATION_EXAMPLES", "60")))
+EXAMPLES = settings(max_examples=examples(60))
 PLANNERS = [dynamic_programming, structure_aware, greedy, random_plan, brute_force]
 TOLERANCE = 1e-9
 

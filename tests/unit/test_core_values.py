@@ -173,3 +173,16 @@ def test_buffer_trims_per_source_and_replays_in_order() -> None:
     assert [(i.source, i.seq) for i in buf.replay(7, {"b": 1})] == [("a", 3), ("b", 2)]
     with pytest.raises(ValueError):
         buf.append(7, item(1, source="a"))
+    assert len(buf) == 3  # the refused append left the count alone
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 12)), max_size=60))
+def test_buffer_length_is_its_groups_sizes(steps) -> None:
+    buf = OutputBuffer()
+    counters = SequenceCounters()
+    for append, group, upto in steps:
+        if append:
+            buf.append(group, item(counters.next("a", group), source="a"))
+        else:
+            buf.trim(group, {"a": upto})
+        assert len(buf) == sum(buf.size(g) for g in buf)

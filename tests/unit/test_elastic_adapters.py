@@ -6,7 +6,7 @@ import pytest
 
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.keygroups import key_group
-from elastorm.core.messages import Data, Migrate, Protocol
+from elastorm.core.messages import Data, Migrate, Protocol, Trim
 from elastorm.storm.elastic import (
     CONTROLLER_SENDER,
     STREAM,
@@ -107,3 +107,22 @@ def test_a_carried_row_holds_its_data_message_and_a_cpal_copy_goes_direct() -> N
     e.emit_keyed("k", 6, 0.0, operator="op2", carry=row)
     assert [v[-1] for _, v in e.emitted] == [source]
     assert [a.to_task for a in e.sent if isinstance(a.message, Data)] == [target]
+
+
+def test_a_full_output_buffer_slows_the_emitter_until_a_trim_frees_it() -> None:
+    e = TwoOperators()
+    e.setup_emitting({**CONF, "elastorm.max_buffered": 3}, CONTEXT)
+    slept: list[float] = []
+    e.hold_back_sleep = slept.append
+    for _ in range(3):
+        e.emit_keyed("k", 1, 0.0, operator="op2")
+    assert slept == [] and len(e.emitters["op2"].buffer) == 3
+    e.emit_keyed("k", 1, 0.0, operator="op2")  # the buffer is full: no checkpoint trimmed it
+    e.emit_keyed("k", 1, 0.0, operator="op2")
+    assert len(slept) == 2 and e.emitter_health()["held_back"] == 2
+    g = key_group("k", 4)
+    source = e.emitters["op2"].source
+    trim = Trim(key_group=g, watermarks={source: 5})
+    e.receive_elastorm(Tup(trim, e.emitters["op2"].routing.owner(g)))
+    e.emit_keyed("k", 1, 0.0, operator="op2")
+    assert len(slept) == 2 and e.emitter_health()["buffered"] == 1

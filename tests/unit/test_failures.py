@@ -78,7 +78,7 @@ class FakeRuntime:
     """What the bolt uses of ``ControllerRuntime``: decisions loaded, commands durable."""
 
     def __init__(self) -> None:
-        self.client = SimpleNamespace(connected=True)
+        self.client = SimpleNamespace(connected=True, DataWatch=lambda path, func: None)
         self.layout = ZnodeLayout("t")
         self.watcher = SimpleNamespace(events=[], poll_events=self._poll, live=dict)
 
@@ -145,6 +145,16 @@ def test_a_lost_task_is_fenced_and_its_groups_restored_on_their_holders(controll
     bolt.detect_failures(200.0)
     bolt.recover("op", [11], rejoined=True)
     assert not [s for s in sent if isinstance(s.message, Migrate)]
+
+
+def test_with_recover_lost_off_a_lost_task_waits_for_its_restart(controller) -> None:
+    bolt, runtime, sent, fenced = controller
+    bolt.recover_lost = False  # elastorm.controller.recover_lost = false
+    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=5)]
+    bolt.detect_failures(100.0)
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert sent == [] and fenced == []
+    assert 11 in bolt.detector.declared  # still declared, so the status shows it lost
 
 
 def test_a_request_to_migrate_onto_a_lost_task_is_refused(controller) -> None:

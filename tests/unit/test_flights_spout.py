@@ -205,3 +205,46 @@ def test_max_rate_paces_the_spout(tmp_path):
         clock.advance(0.02)
     # 100 rows/s for 1 s, give or take the batch that crossed the limit
     assert 100 <= spout.row_no <= 110
+
+
+def test_a_rewind_sends_rows_again_but_counts_each_once(tmp_path):
+    lines = [
+        flight_row(tailnum="N1"),
+        flight_row(tailnum="NA"),
+        "",
+        flight_row(tailnum="N2"),
+        flight_row(tailnum="N3"),
+    ]
+    conf = {
+        "elastorm.output_dir": str(tmp_path),
+        "elastorm.flights.path": write_csv(tmp_path / "f.csv", lines),
+    }
+    spout = make(FlightsSpout, conf)
+    spout.next_tuple()
+    before = spout.stats()
+    asked = [1]
+    spout.poll_rewind = lambda position: asked.pop() if asked else None  # a restarted op1
+    spout.emitted.clear()
+    spout.next_tuple()
+    again = [(s, v[0]) for s, v in spout.emitted]
+    assert again == [("errors", 1), ("default", 2), ("default", 3)]  # from row 1 on, in order
+    after = spout.stats()
+    for key in ("rows_read", "emitted", "malformed", "blank_lines"):
+        assert after[key] == before[key], key
+    assert spout.counters.errors == {"missing_tailnum": 1}
+
+
+def test_a_restarted_spout_counts_the_rows_before_its_start(tmp_path):
+    lines = [flight_row(tailnum="N1"), flight_row(tailnum="NA"), "", flight_row(tailnum="N2")]
+    conf = {
+        "elastorm.output_dir": str(tmp_path),
+        "elastorm.flights.path": write_csv(tmp_path / "f.csv", lines),
+    }
+    whole = make(FlightsSpout, conf)
+    whole.next_tuple()
+    resumed = make(FlightsSpout, conf)
+    resumed._seek(2)  # where the emitters' restart points say it must start
+    resumed.next_tuple()
+    assert [v[0] for s, v in resumed.emitted if s == "default"] == [2]
+    for key in ("rows_read", "emitted", "malformed", "malformed_by_reason", "blank_lines"):
+        assert resumed.stats()[key] == whole.stats()[key], key

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from streamparse import Bolt, Grouping, Spout
+from streamparse import Bolt, Grouping, Spout, Stream
 from streamparse.dsl.topology import TopologyType
 
 import elastorm.zk.requests
@@ -14,8 +14,9 @@ from elastorm.core.keyed_state import KeyState, StateAccessError
 from elastorm.core.messages import Data, DataTuple
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import KeyGroupState
-from elastorm.storm.elastic import STREAM, to_wire
+from elastorm.storm.elastic import MESSAGE_STREAM, STREAM, KeyedEmitting, to_wire
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
+from elastorm.storm.replay import REWIND, REWIND_STREAM, ReplayableSpout
 from elastorm.storm.topology import WiringError
 
 
@@ -264,3 +265,47 @@ def test_router_sends_each_tuple_to_its_key_groups_owner(monkeypatch) -> None:
     (send,) = sent
     assert send.message.item.key == "apple" and send.message.item.value == ["apple", 3]
     assert send.to_task == routing.owner(send.message.key_group)
+
+
+class Rows(ReplayableSpout, Spout):
+    outputs = [Stream(fields=["id", "word"]), REWIND]
+
+
+class Unmarked(ReplayableSpout, Spout):
+    outputs = ["id", "word"]
+
+
+class Forward(KeyedEmitting, Bolt):
+    outputs = [MESSAGE_STREAM]
+
+
+def test_an_emitter_behind_a_replayable_spout_gets_its_rewind_stream() -> None:
+    class Replayed(ElasticTopology):
+        rows = Rows.spec()
+        forward = Forward.spec(inputs={rows: Grouping.fields("id")}, par=2)
+        counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)
+
+    inputs = {
+        (k.componentId, k.streamId): g
+        for k, g in Replayed.thrift_bolts["forward"].common.inputs.items()
+    }
+    assert ("rows", REWIND_STREAM) in inputs
+    assert Replayed.config["elastorm.replay_sources"] == {"forward": ["rows"]}
+
+
+def test_a_replayable_spout_must_not_feed_an_emitter_by_shuffle() -> None:
+    with pytest.raises(WiringError, match="forward: rows is a replayable spout"):
+
+        class Shuffled(ElasticTopology):
+            rows = Rows.spec()
+            forward = Forward.spec(inputs={rows: Grouping.SHUFFLE}, par=2)
+            counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)
+
+
+def test_a_replayable_spout_must_declare_its_rewind_stream() -> None:
+    with pytest.raises(WiringError, match="rows: a ReplayableSpout declares"):
+
+        class Unmarked_(ElasticTopology):
+            rows = Unmarked.spec()
+            forward = Forward.spec(inputs={rows: Grouping.fields("id")}, par=2)
+            counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)

@@ -51,3 +51,14 @@ def test_local_cluster_advertises_loopback(cfg) -> None:
     conf_file = cfg.run / "local-cluster" / "storm.yaml"
     assert f"-Dstorm.conf.file={conf_file}" in cmd
     assert conf_file.read_text() == f'storm.local.hostname: "{LOOPBACK}"\n'
+
+
+def test_nimbus_runs_the_elastic_scheduler_and_each_supervisor_names_its_node(cfg) -> None:
+    from elastorm.runtime.cluster import ELASTIC_SCHEDULER, NODE_META, node_of_port
+
+    assert nimbus_daemon(cfg, 16727).storm_conf["storm.scheduler"] == ELASTIC_SCHEDULER
+    for index in range(3):
+        conf = supervisor_daemon(cfg, index, 16727).storm_conf
+        assert conf["supervisor.scheduler.meta"] == {NODE_META: f"supervisor-{index}"}
+        for port in conf["supervisor.slots.ports"]:
+            assert node_of_port(cfg, port) == f"supervisor-{index}"

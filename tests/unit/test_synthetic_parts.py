@@ -144,3 +144,24 @@ def test_spout_follows_the_control_file(tmp_path):
         spout.next_tuple()
     out = [v[0] for _, v in drain(spout)]
     assert out == spout.space.hot[10:20]  # the 10 new keys, then rate 0: nothing
+
+
+def test_output_gaps_merge_tasks_and_find_the_longest_gap_of_any_key_group() -> None:
+    from elastorm.runtime.synthetic_driver import output_gaps
+
+    # Group 1 moves from one task to another: its outputs continue on the second task.
+    rows = [
+        {"out": [[1, b] for b in range(50, 60)] + [[2, b] for b in range(50, 100)]},
+        {"out": [[1, b] for b in range(63, 100)]},
+    ]
+    got = output_gaps(rows, 1.0, 2.0)  # buckets 50..100 (20 ms)
+    assert got == {"max_group_gap_ms": 80, "group": 1, "job_gap_ms": 20, "groups": 2}
+
+
+def test_latency_percentiles_from_histograms() -> None:
+    from elastorm.runtime.synthetic_driver import latency_percentiles
+
+    rows = [{"lat": [[10, 5, 98], [10, 200, 2], [11, 7, 100], [30, 9000, 5]]}]
+    got = latency_percentiles(rows, 10, 11)
+    assert got == {"outputs": 100, "p50_ms": 5.0, "p99_ms": 200.0}
+    assert latency_percentiles(rows, 40, 50)["p50_ms"] is None

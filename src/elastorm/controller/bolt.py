@@ -42,6 +42,7 @@ from elastorm.storm.elastic import (
     tasks_of,
 )
 from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence
+from elastorm.zk.scaling import NodeWatch
 from elastorm.zk.view import TaskJoined, TaskLeft
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,16 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.boards = {
             op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
         }
+        # Scale-out / scale-in: the node set and the elastic scheduler's binding.
+        self.nodes = NodeWatch(self.runtime.client, self.runtime.layout)
+        self.nodes.start(time.time)
+        self.join_settle = config.controller.join_settle_secs
+        self.rescale_limit = config.controller.max_concurrent_migrations
         # Restarted tasks reported before the earlier decisions were loaded: recovered
         # once they are (a plan made on the start-up routing would restore the wrong groups).
         self.restarted: list[tuple[str, int]] = []
         self.detector = FailureDetector(grace=config.zookeeper_session_secs + GRACE_MARGIN)
+        self.recover_lost = config.controller.recover_lost
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
         threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
@@ -133,6 +140,11 @@ class MigrationControllerBolt(_Sending, Bolt):
             if back:
                 log.warning("controller: tasks %s of %s are back already", back, op)
             if not lost:
+                continue
+            if not self.recover_lost:
+                log.error(
+                    "controller: tasks %s of %s lost; waiting for Storm to restart them", lost, op
+                )
                 continue
             log.error("controller: tasks %s of %s lost; restoring their key groups", lost, op)
             for task, incarnation in lost:
@@ -240,10 +252,40 @@ class MigrationControllerBolt(_Sending, Bolt):
             if ready:
                 self.carry_out_requests(op, board)
             self.report_overdue(op, now)
+        if ready:
+            self.rescale(now)
         for send in self.runtime.tick(time.time()):
             self.send(send)
         for op, board in self.boards.items():
             board.publish_status(self.controls[op], lost=self.detector.declared)
+
+    def rescale(self, now: float) -> None:
+        """A round of scale-out / scale-in when the scheduler binds the topology's logical
+        nodes (``ControllerLoop.rescale`` decides); drained nodes are released."""
+        state = self.nodes.state(now, self.join_settle)
+        records = list(self.runtime.watcher.live().values())
+        if state is None or not records:
+            return
+        rnd = self.loop.rescale(records, state, now, limit=self.rescale_limit)
+        for kg, node in rnd.step.holders:
+            log.info("controller: rescale: checkpoint of %s to %s", kg, node)
+        for m in rnd.started:
+            log.info(
+                "controller: %s %s %s -> %s by %s",
+                m.reason.value,
+                m.key_group,
+                m.source,
+                m.target,
+                m.protocol.value,
+            )
+        for send in self.runtime.order(list(rnd.sends)):
+            self.send(send)
+        self.nodes.publish(self.loop.joining, rnd.step.pending, self.loop.scale_hint)
+        for node in rnd.step.released:
+            try:
+                self.nodes.release(node)
+            except ZK_ERRORS as exc:
+                log.warning("controller: release of %s not written yet (%s)", node, exc)
 
     def carry_out_requests(self, op: str, board: RequestBoard) -> None:
         """Order the board's pending requests of ``op`` (``elastorm migrate``)."""

@@ -64,6 +64,13 @@ from elastorm.controller.model import (
     TaskRecord,
 )
 from elastorm.controller.recovery import RecoveryPlan, plan_recovery
+from elastorm.controller.scaling import (
+    RescaleStep,
+    RescaleView,
+    concurrent_moves,
+    plan_rescale,
+    scale_hint,
+)
 from elastorm.core.actions import MigrationDone, Send
 from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
 from elastorm.core.messages import Protocol
@@ -298,6 +305,22 @@ def build_view(
     return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
 
 
+def bound_view(view: ClusterView, nodes: NodeState | None) -> ClusterView:
+    """``view`` over the nodes the scheduler has bound (active and draining, and any that
+    still owns a key group), so adaptation never moves a key group to an idle logical
+    node, whose tasks wait on some other node; checkpoints on other nodes are left out.
+    ``view`` itself when the topology is not elastically scheduled (``nodes`` None)."""
+    if nodes is None:
+        return view
+    keep = set(nodes.active) | set(nodes.draining) | {k.owner for k in view.key_groups}
+    return view.replace(
+        nodes=[n for n in view.nodes if n.node_id in keep],
+        checkpoints={
+            kg: tuple(h for h in holders if h in keep) for kg, holders in view.checkpoints.entries
+        },
+    )
+
+
 def _placed(placement: Placement) -> set[int]:
     return {t for by_node in placement.tasks.values() for t in by_node.values()}
 
@@ -373,6 +396,25 @@ def recovery_view(
     return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
 
 
+@dataclass(frozen=True, kw_only=True)
+class NodeState:
+    """Which logical nodes the scheduler runs on live nodes (``active``) and which of
+    those are being emptied (``draining``); the rest are idle."""
+
+    active: frozenset[NodeId]
+    draining: frozenset[NodeId] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RescaleRound:
+    """What one rescale round decided: the planner's ``step``, the moves started now
+    (bounded and disjoint, see ``concurrent_moves``) and the commands."""
+
+    step: RescaleStep
+    started: tuple[Move, ...] = ()
+    sends: tuple[Send, ...] = ()
+
+
 @dataclass
 class _Started:
     move: Move
@@ -421,6 +463,14 @@ class ControllerLoop:
         self._waiting_since: dict[KeyGroupId, float] = {}
         self._sample_start = 0.0
         self._quiet_until = -math.inf  # no decisions before (see resume_warm)
+        self._rescale_active: frozenset[NodeId] = frozenset()  # see rescale
+        self._joining: set[NodeId] = set()
+        self._holder_set: dict[KeyGroupId, float] = {}  # rescale's SetHolder times
+        self._rescale_pending = 0
+        # The scheduler's bound nodes (set by ``rescale``); None: not elastically scheduled.
+        self.node_state: NodeState | None = None
+        # Nodes the adaptation manager wants (``scaling.scale_hint``), for the autoscaler.
+        self.scale_hint: int | None = None
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -457,8 +507,17 @@ class ControllerLoop:
         if usable is not None:
             self.usable_samples.append((now, usable))
         moves, refused = [], []
-        if self.settings.adapt and self.warm(now):
-            planned, state = plan_adaptation(view, self.settings.thresholds, self.adaptation)
+        if self.settings.adapt and self.warm(now) and not self.rescaling:
+            bound = bound_view(view, self.node_state)
+            planned, state = plan_adaptation(bound, self.settings.thresholds, self.adaptation)
+            if self.node_state is not None:
+                self.scale_hint = scale_hint(
+                    bound,
+                    planned,
+                    self.settings.thresholds,
+                    self.node_state.active,
+                    frozenset(self._joining),
+                )
             waiting = []
             for move in planned:
                 if self._wait_for_checkpoint(move, now):
@@ -637,6 +696,114 @@ class ControllerLoop:
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
         return Recovery(operator=operator, plan=plan, crash=crash)
+
+    # -- scale-out and scale-in ------------------------------------------------------------
+    def rescale(
+        self, records: Iterable[TaskRecord], nodes: NodeState, now: float, *, limit: int
+    ) -> RescaleRound:
+        """One round of a rescale: apply exactly :func:`~controller.scaling.plan_rescale`'s
+        step (holder changes, then the CPAL moves of it that ``concurrent_moves`` lets
+        start, at most ``limit`` migrations in flight).
+
+        A node joins when it becomes active and stays joining until the planner reports
+        it filled; idle nodes still owning or holding something are emptied like
+        draining ones (they are not released: they were never bound). A holder placed by
+        a rescale that has not reported the newest checkpoint after ``defer_secs``
+        counts as ready: the move then falls back to direct (and says so)."""
+        view = self.view(records, now)
+        parked = {
+            n
+            for n in view.node_ids()
+            if n not in nodes.active
+            and (view.owned_by(n) or any(n in h for _, h in view.checkpoints.entries))
+        }
+        moving, assisted, in_flight = {}, set(), {}
+        for op, control in self.controls.items():
+            for g in range(control.num_key_groups):
+                kg = KeyGroupId(op, g)
+                m = control.moving.get(g)
+                if m is not None:
+                    moving[kg] = self.placement.node_of(m.target)
+                    if m.source is not None:
+                        in_flight[kg] = (
+                            self.placement.node_of(m.source),
+                            self.placement.node_of(m.target),
+                        )
+                elif control.has_newest(control.holders[g], g):
+                    assisted.add(kg)
+                elif now - self._holder_set.get(kg, now) >= self.settings.defer_secs:
+                    # The holder never reported (a group that checkpoints rarely): go
+                    # ahead after ``defer_secs``; the move falls back to direct.
+                    assisted.add(kg)
+        # A node joins when it becomes active (or, at the first round, owns nothing),
+        # and stays joining until a step reports it filled.
+        new = nodes.active - self._rescale_active
+        if not self._rescale_active:
+            new = frozenset(n for n in new if not view.owned_by(n))
+        self._joining = (self._joining | new) & nodes.active
+        self._rescale_active = nodes.active
+        step = plan_rescale(
+            RescaleView(
+                view=view,
+                active=nodes.active,
+                draining=frozenset(nodes.draining | parked),
+                joining=frozenset(self._joining),
+                moving=moving,
+                assisted=frozenset(assisted),
+            )
+        )
+        self._joining -= set(step.filled)
+        self._rescale_pending = step.pending
+        self.node_state = nodes
+        sends: list[Send] = []
+        for kg, node in step.holders:
+            task = self.placement.task_on(kg.operator, node)
+            out = self.controls[kg.operator].set_holder(kg.index, task)
+            if out:
+                self._holder_set[kg] = now
+            sends += out
+        started = []
+        for move in concurrent_moves(step.moves, in_flight, limit):
+            try:
+                used, move_sends = self._order(move, now)
+            except MigrationRefused:
+                continue
+            sends += move_sends
+            ordered = Move(
+                key_group=move.key_group,
+                source=move.source,
+                target=move.target,
+                protocol=_FROM_WIRE[used],
+                reason=move.reason,
+            )
+            started.append(ordered)
+            self.orders.append(ordered)
+            self._running[move.key_group] = _Started(ordered, now)
+        released = tuple(n for n in step.released if n in nodes.draining)
+        step = RescaleStep(
+            holders=step.holders,
+            moves=step.moves,
+            released=released,
+            filled=step.filled,
+            pending=step.pending,
+        )
+        self.last_view = view
+        return RescaleRound(step=step, started=tuple(started), sends=tuple(sends))
+
+    @property
+    def rescaling(self) -> bool:
+        """Whether a rescale is under way (nodes joining or draining, groups to move):
+        adaptation waits for it."""
+        return bool(
+            self._joining
+            or self._rescale_pending
+            or (self.node_state is not None and self.node_state.draining)
+        )
+
+    @property
+    def joining(self) -> frozenset[NodeId]:
+        """Nodes that joined and still wait for their share of key groups."""
+        return frozenset(self._joining)
 
     # -- migrations ----------------------------------------------------------------------
     def _wait_for_checkpoint(self, move: Move, now: float) -> bool:

@@ -39,6 +39,10 @@ class SequenceCounters:
     def snapshot(self) -> dict[tuple[str, int], int]:
         return dict(self._last)
 
+    def of_source(self, source: str) -> dict[int, int]:
+        """``source``'s last sequence number per key group. O(counters)."""
+        return {g: seq for (src, g), seq in self._last.items() if src == source}
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SequenceCounters) and self._last == other._last
 
@@ -53,10 +57,11 @@ class OutputBuffer:
     trim pops from the left: ``O(trimmed)``.
     """
 
-    __slots__ = ("_groups",)
+    __slots__ = ("_groups", "_size")
 
     def __init__(self) -> None:
         self._groups: dict[int, dict[str, deque[DataTuple]]] = {}
+        self._size = 0
 
     def append(self, key_group: int, item: DataTuple) -> None:
         """Buffer ``item``; its sequence must follow the last buffered one of its source."""
@@ -71,6 +76,7 @@ class OutputBuffer:
                 f"group {key_group} source {item.source}: seq {item.seq} after {lane[-1].seq}"
             )
         lane.append(item)
+        self._size += 1
 
     def trim(self, key_group: int, watermarks: Mapping[str, int]) -> int:
         """Drop tuples with ``seq <= watermarks[source]``; return how many."""
@@ -83,6 +89,7 @@ class OutputBuffer:
             while lane and lane[0].seq <= upto:
                 lane.popleft()
                 dropped += 1
+        self._size -= dropped
         return dropped
 
     def replay(
@@ -105,7 +112,8 @@ class OutputBuffer:
         return sum(len(lane) for lane in self._groups.get(key_group, {}).values())
 
     def __len__(self) -> int:
-        return sum(self.size(g) for g in self._groups)
+        """Tuples buffered over all key groups. O(1)."""
+        return self._size
 
     def __iter__(self) -> Iterator[int]:
         return iter(sorted(self._groups))

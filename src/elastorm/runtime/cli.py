@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.check_cmd",
     "elastorm.runtime.options_cmd",
     "elastorm.runtime.migrate_cmd",
+    "elastorm.runtime.scale_cmd",
     "elastorm.runtime.dashboard_cmd",
     "elastorm.jobs.correlation_cmd",
 )

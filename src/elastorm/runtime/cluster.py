@@ -34,6 +34,8 @@ from elastorm.runtime.storm_home import ensure_storm_home
 log = logging.getLogger(__name__)
 
 CLUSTER_ENV = "cluster"
+ELASTIC_SCHEDULER = "elastorm.jvm.ElasticScheduler"
+NODE_META = "elastorm.node"
 
 
 def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
@@ -60,7 +62,12 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
 
 def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int) -> Daemon:
     """Nimbus with its own local dir."""
-    conf = base_conf(cfg, nimbus_port) | {"storm.local.dir": str(cfg.run / "nimbus" / "data")}
+    conf = base_conf(cfg, nimbus_port) | {
+        "storm.local.dir": str(cfg.run / "nimbus" / "data"),
+        # One task of every elastic operator per live node; Storm's default for the rest
+        # (src/elastorm/jvm/daemon/.../ElasticScheduler.java, docs/scaling.md).
+        "storm.scheduler": ELASTIC_SCHEDULER,
+    }
     return Daemon(
         name="nimbus",
         main="org.apache.storm.daemon.nimbus.Nimbus",
@@ -78,7 +85,7 @@ def supervisor_daemon(
     if not 1 <= slots <= 8:
         raise ValueError(f"slots per supervisor must be in 1..8, got {slots}")
     first = cfg.cluster_first_slot_port + index * 10
-    name = f"supervisor-{index}"
+    name = node_name(index)
     conf = base_conf(cfg, nimbus_port) | {
         "storm.local.dir": str(cfg.run / name / "data"),
         "supervisor.slots.ports": list(range(first, first + slots)),
@@ -86,6 +93,8 @@ def supervisor_daemon(
         "logviewer.port": first + 9,
         "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * slots * 2),
         "supervisor.cpu.capacity": 100.0 * slots,
+        # The node's name for the elastic scheduler, `elastorm scale` and `elastorm drain`.
+        "supervisor.scheduler.meta": {NODE_META: name},
     }
     return Daemon(
         name=name,
@@ -93,6 +102,19 @@ def supervisor_daemon(
         storm_conf=conf,
         heap_mb=256,
     )
+
+
+def node_name(index: int) -> str:
+    """Supervisor ``index``'s node name (its daemon name and scheduler meta)."""
+    return f"supervisor-{index}"
+
+
+def node_of_port(cfg: ElastormConfig, port: int) -> str:
+    """The node whose slot ``port`` is (supervisor ``i`` owns ports ``first + 10 i ..``)."""
+    index, offset = divmod(port - cfg.cluster_first_slot_port, 10)
+    if index < 0 or offset >= 8:
+        raise UserError(f"port {port} is no slot port of this cluster")
+    return node_name(index)
 
 
 def up(cfg: ElastormConfig, supervisors: int | None = None, slots: int | None = None) -> dict:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from elastorm.runtime.cluster import down, status, up
-from elastorm.runtime.config import load_config
+from elastorm.runtime.cluster import CLUSTER_ENV, down, node_of_port, status, up
+from elastorm.runtime.config import env_nimbus, load_config
 from elastorm.runtime.errors import UserError
+from elastorm.runtime.nimbus import executor_nodes
 
 
 def register(subparsers) -> None:
@@ -46,7 +47,9 @@ def register(subparsers) -> None:
     p_status = sub.add_parser(
         "status",
         help="daemons, supervisors and topologies",
-        description="Show daemon pids and what Nimbus reports.",
+        description="Show daemon pids and what Nimbus reports, with the node each "
+        "component's tasks run on (the elastic scheduler keeps one task of every keyed "
+        "operator per node).",
     )
     p_status.add_argument("--json", action="store_true", help="print JSON")
     p_status.set_defaults(func=_status)
@@ -83,9 +86,15 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     for sup in nimbus["supervisors"]:
         print(f"supervisor {sup['id'][:8]}  {sup['host']}  slots {sup['used']}/{sup['slots']}")
+    cfg = load_config()
+    host, port = env_nimbus(cfg.project, CLUSTER_ENV)
     for topo in nimbus["topologies"]:
         print(
             f"topology {topo['name']}  {topo['status']}  workers {topo['workers']}  "
             f"executors {topo['executors']}  up {topo['uptime_secs']} s"
         )
+        placed = executor_nodes(host, port, topo["name"], lambda _, p: node_of_port(cfg, p))
+        for component, by_node in placed.items():
+            where = "  ".join(f"{node} {tasks}" for node, tasks in by_node.items())
+            print(f"  {component:<16} {where}")
     return 0

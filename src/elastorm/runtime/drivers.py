@@ -24,6 +24,7 @@ class FlightsDriver:
 
     name = "flights"
     keyed: frozenset[str] = frozenset()  # roles on elastorm key groups (see completeness)
+    replayed = False  # the spout or op1 may replay rows (see completeness)
     tolerated: dict[str, set[str]] = {}  # error reasons expected in this run, per role
     topology: str = ""  # set by runtime.run before submitting
     zk_hosts: str = ""
@@ -57,7 +58,12 @@ class FlightsDriver:
 
         try:
             wait_until_complete(
-                output_dir, timeout, poll=1.0, progress_callback=report, keyed=self.keyed
+                output_dir,
+                timeout,
+                poll=1.0,
+                progress_callback=report,
+                keyed=self.keyed,
+                replayed=self.replayed,
             )
         except IncompleteRunError as exc:
             raise UserError(str(exc)) from None

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from elastorm.runtime.errors import UserError
@@ -107,3 +108,40 @@ def submit(
 def kill(project: Path, env: str, name: str, wait: int = 1) -> None:
     """``sparse kill``; waits until Nimbus no longer lists the topology."""
     sparse(project, "kill", "-e", env, "-n", name, "--wait", str(wait))
+
+
+def executor_nodes(
+    host: str, port: int, topology: str, node_of: Callable[[str, int], str] | None = None
+) -> dict[str, dict[str, list[int]]]:
+    """Where Nimbus runs ``topology``'s executors: ``{component: {node: [task ids]}}``,
+    from ``getTopologyInfo`` (what the scheduler applied). A worker's node is
+    ``node_of(host, port)`` (default: its host; on the single-machine cluster every
+    supervisor is 127.0.0.1, so ``elastorm.runtime.cluster.node_of_port`` tells them
+    apart by slot port). Storm's system components (``__acker`` ...) are left out.
+
+    ``UserError`` if no running topology has that name.
+    """
+    client = nimbus_client(host, port)
+    ids = [t.id for t in client.getClusterInfo().topologies if t.name == topology]
+    if not ids:
+        raise UserError(f"Nimbus runs no topology named {topology!r}")
+    out: dict[str, dict[str, list[int]]] = {}
+    for ex in client.getTopologyInfo(ids[0]).executors:
+        if ex.component_id.startswith("__"):
+            continue
+        node = node_of(ex.host, ex.port) if node_of else ex.host
+        tasks = range(ex.executor_info.task_start, ex.executor_info.task_end + 1)
+        out.setdefault(ex.component_id, {}).setdefault(node, []).extend(tasks)
+    return {c: {n: sorted(t) for n, t in sorted(by.items())} for c, by in sorted(out.items())}
+
+
+def rebalance(host: str, port: int, topology: str, wait_secs: int, workers: int) -> None:
+    """Storm's own rescale: ``rebalance`` over Thrift (what ``storm rebalance -w W -n N``
+    does): Nimbus deactivates the topology for ``wait_secs``, then re-schedules it on
+    ``workers`` workers (the workers whose executors change restart)."""
+    from streamparse.thrift import storm_thrift
+
+    client = nimbus_client(host, port)
+    client.rebalance(
+        topology, storm_thrift.RebalanceOptions(wait_secs=wait_secs, num_workers=workers)
+    )

@@ -39,7 +39,7 @@ import shutil
 import socket
 import statistics
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,17 +55,22 @@ BUCKET_SECS = 0.1  # bolts.synthetic.BUCKET_SECS (not imported: no streamparse h
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One step of a plan: ``kind`` is ``keys``, ``migrate`` or ``idle``."""
+    """One step of a plan: ``kind`` is ``keys``, ``migrate``, ``idle``, ``scale`` (to
+    ``nodes`` nodes, through ``elastorm.runtime.scale``: needs the driver's
+    ``provisioner``) or ``rebalance`` (start nodes up to ``nodes``, then Storm's
+    ``rebalance`` onto ``nodes`` workers waiting ``wait`` s, then watch ``seconds``)."""
 
     kind: str
     protocol: str = ""
     replay: int = 0  # migrate: hot tuples to let pile up in the buffer
     keys: int = 0  # keys: the hot group's state size to reach
     seconds: float = 2.0  # idle: the window watched
+    nodes: int = 0  # scale, rebalance: nodes wanted
+    wait: int = 30  # rebalance: Storm's wait_secs (its default: the message timeout)
     tag: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("keys", "migrate", "idle"):
+        if self.kind not in ("keys", "migrate", "idle", "scale", "rebalance"):
             raise ValueError(f"unknown step kind {self.kind!r}")
         if self.kind == "migrate" and self.protocol not in ("direct", "cpa", "cpal"):
             raise ValueError(f"unknown protocol {self.protocol!r}")
@@ -211,6 +216,12 @@ class SyntheticDriver:
         self.final: dict[str, Any] = {}
         self.output_dir = ""
         self._client = None
+        self._tasks = 3  # keyed tasks whose totals the final check needs (see wait)
+        # For ``scale`` steps: who starts and stops nodes, and (optionally) a reader of
+        # Nimbus's executor assignments recorded after each step.
+        self.provisioner = None
+        self.assignments: Callable[[], dict[str, Any]] | None = None
+        self.rebalancer: Callable[[int, int], None] | None = None  # (wait_secs, workers)
 
     def options(self, output_dir: str) -> dict[str, object]:
         from elastorm.examples.synthetic_control import write_control
@@ -292,7 +303,7 @@ class SyntheticDriver:
 
         s = self.settings
         self._client = connect(self.zk_hosts)
-        self._status(timeout=min(timeout, 120))
+        self._tasks = len(self._status(timeout=min(timeout, 120))["tasks"])
         self._until("the initial preload", lambda: self._loaded(s.keys), timeout)
         time.sleep(s.warmup)
         for i, step in enumerate(self.plan):
@@ -317,6 +328,11 @@ class SyntheticDriver:
                     }
                 )
                 time.sleep(s.after + 0.2)
+            elif step.kind == "rebalance":
+                self.records.append(self._rebalance(step))
+            elif step.kind == "scale":
+                self.records.append(self._scale(step, timeout))
+                time.sleep(s.settle)
             else:
                 self.records.append(self._migrate(step))
                 time.sleep(s.settle)
@@ -335,7 +351,7 @@ class SyntheticDriver:
         counters = [c for c in self._counts(OPERATOR) if c["written_at"] > asked + 1.0]
         spouts = self._counts("generator")
         if (
-            len(counters) < 3
+            len(counters) < self._tasks
             or not spouts
             or any("state_total" not in c["extra"] for c in counters)
         ):
@@ -345,6 +361,67 @@ class SyntheticDriver:
             "state_total": sum(c["extra"]["state_total"] for c in counters),
             "hot_keys": [c["extra"]["hot_keys"] for c in counters if c["extra"]["hot_keys"]],
             "emitter": self._counts("emitter")[0]["extra"].get("stats", {}),
+        }
+
+    def _scale(self, step: Step, timeout: float) -> dict[str, Any]:
+        """Scale to ``step.nodes`` and wait until exactly the wanted nodes own key groups;
+        records the owners per node and Nimbus's executor assignments before and after."""
+        from elastorm.runtime.scale import carry_out, plan_scale
+        from elastorm.zk.layout import ZnodeLayout
+
+        if self.provisioner is None:
+            raise UserError("a scale step needs the driver's provisioner")
+        layout = ZnodeLayout(self.topology)
+        before = self.assignments() if self.assignments else None
+        submitted = time.time()
+        change = plan_scale(self._client, layout, step.nodes, self.provisioner)
+        done = carry_out(self._client, layout, change, self.provisioner, timeout)
+        settled = done.settled
+        owners = self._status(timeout=10)["owners"]
+        if self.assignments:  # the scheduler re-places within nimbus.monitor.freq.secs
+            time.sleep(12.0)
+        return {
+            "kind": "scale",
+            "tag": step.tag,
+            "nodes": step.nodes,
+            "keys": self.control["keys"],
+            "started_nodes": list(change.start),
+            "drained": list(change.drain),
+            "owned": settled.owned,
+            "owners": owners,  # key group -> task, when settled
+            "binding": list(settled.binding),
+            "submitted": submitted,
+            "started": done.applied_at,
+            "done": done.settled_at,
+            "assignment_before": before,
+            "assignment_after": self.assignments() if self.assignments else None,
+            "load": os.getloadavg()[0],
+        }
+
+    def _rebalance(self, step: Step) -> dict[str, Any]:
+        """Storm's way to use a new node: start it, ``rebalance``, watch ``seconds``."""
+        if self.provisioner is None or self.rebalancer is None:
+            raise UserError("a rebalance step needs the driver's provisioner and rebalancer")
+        missing = step.nodes - len(self.provisioner.live())
+        started_nodes = self.provisioner.spare(max(0, missing))
+        self.provisioner.start(started_nodes, 120)
+        before = self.assignments() if self.assignments else None
+        started = time.time()
+        self.rebalancer(step.wait, step.nodes)
+        time.sleep(step.seconds)
+        return {
+            "kind": "rebalance",
+            "tag": step.tag,
+            "nodes": step.nodes,
+            "wait": step.wait,
+            "keys": self.control["keys"],
+            "started_nodes": list(started_nodes),
+            "submitted": started,
+            "started": started,
+            "done": time.time(),
+            "assignment_before": before,
+            "assignment_after": self.assignments() if self.assignments else None,
+            "load": os.getloadavg()[0],
         }
 
     def _migrate(self, step: Step) -> dict[str, Any]:
@@ -402,10 +479,17 @@ class SyntheticDriver:
         as_asked = all(r["state"] == "done" and r["used"] == r["protocol"] for r in migrations)
         exact = bool(self.final) and self.final["emitted"] == self.final["state_total"]
         lines = [
+            f"scale   to {r['nodes']} nodes in {r['done'] - r['submitted']:.1f} s: "
+            f"key groups {r['owned']}"
+            for r in self.records
+            if r["kind"] == "scale"
+        ]
+        lines += [
             f"{r['kind']:7} {r.get('protocol', ''):6} keys {r['keys']:>6} "
             f"replayed {r.get('replayed')!s:>6}  pause {_ms(r['pause_ms'])}  "
             f"completion {_ms(r.get('completion_ms'))}  pickup {_ms(r.get('pickup_ms'))}"
             for r in self.records
+            if r["kind"] not in ("scale", "rebalance")
         ]
         lines.append(
             f"exactly once: {self.final.get('emitted')} tuples emitted, state totals "
@@ -423,3 +507,64 @@ class SyntheticDriver:
 
 def _ms(value: float | None) -> str:
     return "     -" if value is None else f"{value:7.1f} ms"
+
+
+# -- the rescale benchmark's sink measurements (pure) ---------------------------------------
+OUTPUT_BUCKET_SECS = 0.02  # bolts.synthetic.OUTPUT_BUCKET_SECS
+
+
+def output_gaps(rows: Iterable[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
+    """The longest gap in any key group's output, and in the job's, within
+    ``[start, end]`` (s), from the counters' ``outputs-*.jsonl`` rows merged across tasks
+    (a key group's outputs move between tasks when it migrates).
+
+    A gap is the time between two consecutive ``OUTPUT_BUCKET_SECS`` buckets with an
+    output (resolution 20 ms; a group's gap at the window's edges counts from the edge).
+    Returns ``{"max_group_gap_ms", "group", "job_gap_ms", "groups"}``.
+    """
+    lo, hi = int(start / OUTPUT_BUCKET_SECS), int(end / OUTPUT_BUCKET_SECS)
+    by_group: dict[int, set[int]] = {}
+    for row in rows:
+        for g, b in row["out"]:
+            if lo <= b <= hi:
+                by_group.setdefault(int(g), set()).add(int(b))
+    worst, worst_group = 0, None
+    for g, buckets in sorted(by_group.items()):
+        seq = [lo, *sorted(buckets), hi]
+        gap = max(b - a for a, b in zip(seq, seq[1:], strict=False))
+        if gap > worst:
+            worst, worst_group = gap, g
+    union = [lo, *sorted(set().union(*by_group.values())), hi] if by_group else [lo, hi]
+    job = max(b - a for a, b in zip(union, union[1:], strict=False))
+    return {
+        "max_group_gap_ms": round(worst * OUTPUT_BUCKET_SECS * 1000),
+        "group": worst_group,
+        "job_gap_ms": round(job * OUTPUT_BUCKET_SECS * 1000),
+        "groups": len(by_group),
+    }
+
+
+def latency_percentiles(
+    rows: Iterable[dict[str, Any]], start: float, end: float, qs: Iterable[float] = (0.5, 0.99)
+) -> dict[str, float | None]:
+    """End-to-end latency percentiles (ms, spout stamp to the counter's output) of the
+    outputs emitted in whole seconds ``[start, end)``, from the 1 ms histograms."""
+    hist: dict[int, int] = {}
+    for row in rows:
+        for sec, ms, n in row["lat"]:
+            if start <= sec < end:
+                hist[ms] = hist.get(ms, 0) + n
+    total = sum(hist.values())
+    out: dict[str, float | None] = {"outputs": total}
+    for q in qs:
+        key = f"p{round(q * 100)}_ms"
+        if not total:
+            out[key] = None
+            continue
+        need, seen = q * total, 0
+        for ms in sorted(hist):
+            seen += hist[ms]
+            if seen >= need:
+                out[key] = float(ms)
+                break
+    return out

@@ -47,17 +47,21 @@ from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.actions import (
     Action,
     Applied,
+    MigrationDone,
     Rejected,
+    Role,
     Send,
     TaskStarted,
     TuplesStalled,
     encode_report,
 )
+from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.messages import Data, Message, from_json, to_json
+from elastorm.core.messages import Data, Message, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
+from elastorm.core.replay import ReplayTracker, RestartPoint
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
 from elastorm.storm.load import (
@@ -65,6 +69,7 @@ from elastorm.storm.load import (
     resident_bytes,
     start_heartbeats,
 )
+from elastorm.storm.replay import REWIND_STREAM
 from elastorm.storm.wire import use_elastorm_wire
 
 log = logging.getLogger(__name__)
@@ -75,6 +80,7 @@ MESSAGE_FIELDS = ["message", "sender"]
 RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
 FENCED_EXIT = 75  # exit status of a keyed task that found itself declared lost
+HOLD_BACK_SECS = 0.001  # an emitter's pause per tuple while its output buffer is full
 
 CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
 RELAY_COMPONENT = "relay"
@@ -197,18 +203,114 @@ class KeyedEmitting(_Sending):
         operators = [op for op, ems in operators_of(config).items() if component in ems]
         if not operators:
             raise ValueError(f"{OPERATORS_KEY} names no keyed operator fed by {component}")
+        sources = config.replay_sources.get(component, ())
+        start = None
+        if sources:
+            from elastorm.zk.replay import emitter_start
+
+            start = emitter_start(conf, component, task, operators, sources)
+        point = start.point if start and start.point else RestartPoint()
         self.emitters: dict[str, Emitter] = {}
         self._operator_of: dict[int, str] = {}
         for op in operators:
             tasks = tasks_of(context, op)
             self._operator_of.update(dict.fromkeys(tasks, op))
+            routing = start.routing.get(op) if start else None
             # The source name must survive restarts: receivers de-duplicate by it.
-            self.emitters[op] = Emitter(
+            emitter = self.emitters[op] = Emitter(
                 task=task,
-                routing=initial_routing(config, op, tasks),
-                source=f"{context['componentid']}:{task}",
+                routing=routing or initial_routing(config, op, tasks),
+                source=f"{component}:{task}",
             )
+            resumed = point.counters.get(op, {})
+            source = emitter.source
+            emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
         self.emitter = self.emitters[operators[0]]
+        self._max_buffered = config.max_buffered
+        self._holding = False
+        self.held_back = 0  # tuples after which this emitter slowed down (buffer full)
+        self.replay: ReplayTracker | None = None
+        self.resumed_state = point.state  # the bolt's own part of its restart point
+        if start is not None:
+            restarted = start.incarnation > 1
+            self.replay = ReplayTracker(
+                start=point, awaiting=f"{task}#{start.incarnation}" if restarted else None
+            )
+            self._replay_sources = frozenset(sources)
+            from elastorm.zk.replay import RestartPointWriter
+
+            self._restart_points = RestartPointWriter(conf, component, task)
+            self._restart_points.start()
+            if restarted:
+                log.warning(
+                    "emitter task %s restarted (incarnation %d): resuming after %s, "
+                    "waiting for the replay", task, start.incarnation, dict(point.positions),
+                )  # fmt: skip
+
+    def replay_admit(self, tup) -> bool:
+        """Whether to process ``tup``. False for a rewind marker (handled here) and,
+        behind a replayable spout, for a tuple this emitter already processed or one
+        sent before the replay it waits for."""
+        replay = self.replay
+        if replay is None:
+            return True
+        if tup.stream == REWIND_STREAM:
+            if replay.rewound(tup.values[0]):
+                log.warning("emitter task %s: replay begins", self._task)
+            return False
+        if tup.component not in self._replay_sources:
+            return True
+        return replay.admit(f"{tup.component}:{tup.task}", tup.values[0])
+
+    def replay_done(self) -> None:
+        """After an admitted input was fully handled (its emits sent)."""
+        if self.replay is not None:
+            self.replay.processed(self._replay_counters, self.replay_state)
+
+    def replay_state(self) -> Mapping[str, Any]:
+        """What else of this bolt's is a function of its inputs, to resume from
+        (``resumed_state`` after a restart); override it. JSON-able."""
+        return {}
+
+    def replay_tick(self) -> None:
+        """Publish the newest durable restart point (never blocks)."""
+        if self.replay is not None:
+            self._restart_points.offer(self.replay.durable())
+
+    def _hold_back(self, emitter: Emitter) -> None:
+        """Backpressure: the output buffer is full (no checkpoint has trimmed it), so
+        slow down; Storm's backpressure then holds this bolt's input. Trims still
+        arrive between the tuples and free the buffer."""
+        if not self._holding:
+            self._holding = True
+            log.error(
+                "emitter task %s: %d tuples wait for a checkpoint to trim them (bound %d, "
+                "elastorm.max_buffered): slowing down until one does",
+                self._task, len(emitter.buffer), self._max_buffered,
+            )  # fmt: skip
+        self.held_back += 1
+        self.hold_back_sleep(HOLD_BACK_SECS)
+
+    hold_back_sleep = staticmethod(time.sleep)
+
+    def emitter_health(self) -> dict[str, Any]:
+        """Tuples buffered for replay, how often it slowed down for a full buffer and,
+        behind a replayable spout, inputs dropped as replays, restart points written
+        and whether it waits for a rewind."""
+        health: dict[str, Any] = {
+            "buffered": sum(len(e.buffer) for e in self.emitters.values()),
+            "held_back": self.held_back,
+        }
+        if self.replay is not None:
+            health |= {
+                "replay_dropped": self.replay.dropped,
+                "restart_points_written": self._restart_points.writes,
+                "awaiting_rewind": self.replay.awaiting is not None,
+            }
+        return health
+
+    def _replay_counters(self) -> dict[str, dict[int, int]]:
+        return {op: e.counters.of_source(e.source) for op, e in self.emitters.items()}
 
     def emit_keyed(
         self,
@@ -228,6 +330,11 @@ class KeyedEmitting(_Sending):
         target's) goes on ``elastorm`` as usual.
         """
         emitter = self.emitter if operator is None else self.emitters[operator]
+        if self._max_buffered and len(emitter.buffer) >= self._max_buffered:
+            self._hold_back(emitter)
+        elif self._holding:
+            self._holding = False
+            log.warning("emitter task %s: output buffer below its bound again", self._task)
         actions = emitter.emit(key, value, ts)
         if carry is not None:
             first = actions[0]
@@ -253,7 +360,11 @@ class KeyedEmitting(_Sending):
     def receive_elastorm(self, tup) -> list[Action]:
         """Handle one ``elastorm`` tuple; returns the non-``Send`` actions (rejections)."""
         sender, message = self.sender_of(tup), from_wire(tup.values[0])
-        actions = self._emitter_for(sender, message).receive(sender, message)
+        emitter = self._emitter_for(sender, message)
+        actions = emitter.receive(sender, message)
+        if self.replay is not None and isinstance(message, Trim):
+            op = next(op for op, e in self.emitters.items() if e is emitter)
+            self.replay.trimmed(op, message.key_group, message.watermarks.get(emitter.source, 0))
         rest = []
         for action in actions:
             if isinstance(action, Send):
@@ -315,6 +426,10 @@ class KeyedOperator(_Sending):
         if config.heartbeats:
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
         self._last_heartbeat = None
+        # Key groups this task took over: when (wall clock), and when it first applied a
+        # tuple of each afterwards (how long the group's output stopped, seen from here).
+        self._taking: dict[int, float] = {}
+        self.takeovers: dict[int, tuple[float, float]] = {}
 
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
@@ -399,6 +514,9 @@ class KeyedOperator(_Sending):
                 self.send(action)
             elif isinstance(action, Applied):
                 self.load_meter.applied(action.key_group, action.item.ts)
+                if self._taking and action.key_group in self._taking:
+                    taken = self._taking.pop(action.key_group)
+                    self.takeovers[action.key_group] = (taken, time.time())
                 self.on_applied(action)
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
@@ -413,6 +531,8 @@ class KeyedOperator(_Sending):
                         action.seconds,
                         action.awaited,
                     )
+                if isinstance(action, MigrationDone) and action.role is Role.TARGET:
+                    self._taking[action.key_group] = time.time()
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
 

@@ -48,6 +48,7 @@ from elastorm.storm.elastic import (
     by_task,
 )
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
+from elastorm.storm.replay import REWIND_STREAM, ReplayableSpout
 from elastorm.storm.wire import ACKERS_KEY, with_encoding
 
 TICK_KEY = "topology.tick.tuple.freq.secs"
@@ -96,6 +97,35 @@ def _fields(spec: ComponentSpec, stream: str) -> list[str]:
     if info is None:
         raise WiringError(f"component {spec.name!r} has no output stream {stream!r}")
     return list(info.output_fields)
+
+
+def _replayable_inputs(specs: dict[str, ComponentSpec], emitter: ComponentSpec) -> list[str]:
+    """The replayable spouts feeding ``emitter``, each now also sending it its rewind
+    stream. Their data must reach it deterministically (a fields or global grouping,
+    not shuffle): a replay must give each emitter task the same tuples, in order."""
+    sources = []
+    for stream_id, grouping in list(emitter.inputs.items()):
+        upstream = _component(stream_id)
+        if isinstance(upstream, str):
+            upstream = specs.get(upstream)
+        if not _is(upstream, ReplayableSpout) or stream_id.streamId == REWIND_STREAM:
+            continue
+        if REWIND_STREAM not in upstream.common.streams:
+            raise WiringError(
+                f"{upstream.name}: a ReplayableSpout declares "
+                "elastorm.storm.replay.REWIND among its outputs"
+            )
+        if not getattr(grouping, "fields", None) and grouping != Grouping.GLOBAL:
+            position = _fields(upstream, stream_id.streamId)[0]
+            raise WiringError(
+                f"{emitter.name}: {upstream.name} is a replayable spout; subscribe with a "
+                f"fields grouping, e.g. Grouping.fields({position!r}), so a replay reaches "
+                f"the same tasks, not {grouping!r}"
+            )
+        if upstream.name not in sources:
+            sources.append(upstream.name)
+            emitter.inputs[upstream[REWIND_STREAM]] = Grouping.ALL
+    return sources
 
 
 def wire(classname: str, class_dict: dict[str, Any]) -> None:
@@ -182,9 +212,13 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
             raise WiringError(f"{classname}: keyed bolt {spec.name!r} has no keyed() input")
         spec.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
         spec.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
-    for name in {e for es in operators.values() for e in es} - added.keys():
+    replay_sources: dict[str, list[str]] = {}
+    for name in sorted({e for es in operators.values() for e in es} - added.keys()):
         specs[name].inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
         specs[name].inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
+        sources = _replayable_inputs(specs, specs[name])
+        if sources:
+            replay_sources[name] = sources
     added[RELAY_COMPONENT] = RelayBolt.spec(
         name=RELAY_COMPONENT,
         inputs={s[RELAY]: Grouping.GLOBAL for s in keyed_specs},
@@ -199,6 +233,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         class_dict[f"_elastorm_{name}"] = spec
     config = dict(class_dict.get("config") or {})
     config[OPERATORS_KEY] = operators
+    if replay_sources:
+        config[TopologyConfig.key("replay_sources")] = replay_sources
     config.setdefault(TICK_KEY, DEFAULT_TICK_SECS)
     # elastorm's own sequence numbers, buffers and checkpoints give exactly-once;
     # Storm's acking would track nothing (spouts emit without ids) at a message per

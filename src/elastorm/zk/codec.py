@@ -22,6 +22,7 @@ from elastorm.controller.model import (
     TaskIdentity,
     TaskRecord,
 )
+from elastorm.core.replay import RestartPoint
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.layout import check_name
 
@@ -34,6 +35,8 @@ ROUTING = "elastorm.routing"
 CHECKPOINTS = "elastorm.checkpoints"
 LEADER = "elastorm.leader"
 TERM = "elastorm.term"
+RESTART = "elastorm.restart"
+REWIND = "elastorm.rewind"
 
 
 class ZnodeSchemaError(ValueError):
@@ -303,3 +306,67 @@ def encode_term(controller: str, *, incarnation: str) -> bytes:
     took the lead. The fencing token is the znode's *version*; the data lets a store
     recognise its own bump whose reply was lost."""
     return _dump(_head(TERM, controller=controller, incarnation=incarnation))
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def encode_restart_point(point: RestartPoint) -> bytes:
+    """Data of ``restart/<component>-<task>``: an emitter's durable restart point."""
+    return _dump(
+        _head(
+            RESTART,
+            positions=dict(point.positions),
+            counters={op: {str(g): s for g, s in gs.items()} for op, gs in point.counters.items()},
+            state=dict(point.state),
+        )
+    )
+
+
+def decode_restart_point(data: bytes | None) -> RestartPoint:
+    o = _load(data, RESTART)
+    positions = {
+        _str(k, "upstream"): _int(v, f"positions[{k}]", -1)
+        for k, v in _obj(o.get("positions"), "positions").items()
+    }
+    counters = {}
+    for op, groups in _obj(o.get("counters"), "counters").items():
+        counters[_str(op, "operator")] = {
+            int(g): _int(s, f"counters[{op}][{g}]") for g, s in _index_map_raw(groups, op).items()
+        }
+    state = _obj(o.get("state", {}), "state")
+    return RestartPoint(positions=positions, counters=counters, state=state)
+
+
+def _index_map_raw(x: object, what: str) -> dict[str, object]:
+    groups = _obj(x, what)
+    for k in groups:
+        if not k.isdigit():
+            raise ZnodeSchemaError(f"{what}: key {k!r} is not a key-group index")
+    return groups
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RewindRequest:
+    """Data of ``rewinds/<source>/<emitter task>``: a restarted emitter asks its source
+    to replay from just after ``positions`` (upstream -> last position it has) and to
+    name ``token`` in the marker that precedes the replay."""
+
+    token: str
+    positions: Mapping[str, int]
+
+    def start(self, upstream: str) -> int:
+        return self.positions.get(upstream, -1) + 1
+
+
+def encode_rewind(request: RewindRequest) -> bytes:
+    return _dump(_head(REWIND, token=request.token, positions=dict(request.positions)))
+
+
+def decode_rewind(data: bytes | None) -> RewindRequest:
+    o = _load(data, REWIND)
+    positions = {
+        _str(k, "upstream"): _int(v, f"positions[{k}]", -1)
+        for k, v in _obj(o.get("positions"), "positions").items()
+    }
+    return RewindRequest(token=_str(o.get("token"), "token"), positions=positions)

@@ -10,7 +10,11 @@ One root per topology, ``/elastorm/<topology>``::
     controller/routing/<op>      durable routing table of an operator, with epoch
     controller/checkpoints       durable checkpoint allocation
     controller/status/<op>       the controller's live view: holders, migrations in flight
+    controller/rescale           the rescale in progress: joining nodes, key groups to move
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
+    scheduler/nodes              durable node set: wanted and draining nodes (``elastorm
+                                 scale`` / ``drain``, the controller's releases)
+    scheduler/placement          the elastic scheduler's binding of logical nodes to nodes
 
 See docs/znodes.md. Nothing here talks to ZooKeeper.
 """
@@ -106,9 +110,29 @@ class ZnodeLayout:
     def request(self, name: str) -> str:
         return f"{self.requests}/{check_name(name, 'request')}"
 
+    @property
+    def rescale(self) -> str:
+        return f"{self.controller}/rescale"
+
+    @property
+    def scheduler_nodes(self) -> str:
+        return f"{self.base}/scheduler/nodes"
+
+    @property
+    def scheduler_placement(self) -> str:
+        return f"{self.base}/scheduler/placement"
+
     def incarnation(self, component: str, task_id: int) -> str:
         name = check_name(f"{component}-{task_name(task_id)}", "component")
         return f"{self.base}/incarnations/{name}"
+
+    def restart_point(self, component: str, task_id: int) -> str:
+        """An emitter's durable restart point (``elastorm.core.replay``)."""
+        return f"{self.base}/restart/{check_name(component, 'component')}-{task_name(task_id)}"
+
+    def rewinds(self, source: str) -> str:
+        """Restarted emitters' rewind requests to the replayable ``source`` component."""
+        return f"{self.base}/rewinds/{check_name(source, 'component')}"
 
     def fence(self, component: str, task_id: int) -> str:
         name = check_name(f"{component}-{task_name(task_id)}", "component")

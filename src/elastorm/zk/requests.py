@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Collection, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -34,6 +34,7 @@ from elastorm.zk.layout import ZnodeLayout, zk_settings
 log = logging.getLogger(__name__)
 
 ZK_ERRORS = (KazooException, KazooTimeoutError, OSError)
+_T = TypeVar("_T")
 
 
 class RequestBoard:
@@ -270,10 +271,29 @@ def task_start(
 ) -> tuple[int, int]:
     """At a keyed task's start: (incarnation, controller epoch) from the topology's ZooKeeper.
 
+    See :func:`at_start` for how it waits. A restarted task that took itself for a
+    first start would claim its original key groups with empty state (lost totals,
+    two owners) and the controller would never restore them.
+    """
+
+    def epoch(client: KazooClient, layout: ZnodeLayout, incarnation: int) -> int:
+        table = read_routing(client, layout, operator) if incarnation > 1 else None
+        return table.epoch if table else -1
+
+    return at_start(conf, component, task, epoch)
+
+
+def at_start(
+    conf: Mapping[str, Any],
+    component: str,
+    task: int,
+    read: Callable[[KazooClient, ZnodeLayout, int], _T],
+) -> tuple[int, _T]:
+    """Count one more start of ``component``'s ``task`` and ``read`` what it needs
+    (given the incarnation) from the topology's ZooKeeper.
+
     Retries until ZooKeeper answers, for at most ``START_DEADLINE`` s, then raises
-    ``StartUnknownError``. It never guesses: a restarted task that took itself for
-    a first start would claim its original key groups with empty state (lost
-    totals, two owners) and the controller would never restore them.
+    ``StartUnknownError``: it never guesses a first start.
     """
     layout = ZnodeLayout(str(conf["topology.name"]))
     settings = zk_settings(conf)
@@ -286,8 +306,7 @@ def task_start(
         try:
             client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
             incarnation = register_incarnation(client, layout, component, task)
-            table = read_routing(client, layout, operator) if incarnation > 1 else None
-            return incarnation, table.epoch if table else -1
+            return incarnation, read(client, layout, incarnation)
         except ZK_ERRORS as exc:
             if time.monotonic() >= give_up:
                 raise StartUnknownError(

@@ -1,0 +1,165 @@
+"""The chaos harness: the failure scenarios, each run several times, every run checked
+against pandas for tuples lost and counted twice.
+
+Each scenario is one of the crash drivers in ``tests/integration/crash_driver.py``
+(the CI tests run each once), on the single-machine cluster with every executor in
+a worker of its own:
+
+* ``cpal-source`` / ``cpal-target``: kill -9 of a keyed task in the middle of a CPAL
+  migration, as its source or its target (Storm restarts it; the controller
+  restores its groups);
+* ``lose-1`` / ``lose-2``: kill -9 of one or two op2 workers at once (declared lost
+  from ZooKeeper, restored on the checkpoint holders before Storm restarts them);
+* ``spout`` / ``op1``: kill -9 of the spout's or op1's worker (recovery by replay).
+
+    .venv/bin/python bench/chaos.py --runs 3
+
+For every run it counts, per (plane, year), the flights in op2's and op3's final
+totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra.
+Prints one line per run and a table per scenario; writes every run to ``--out``
+(JSON lines, default ``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run
+lost or duplicated a tuple or failed its checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the crash drivers live with the tests
+
+
+def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
+    from crash_driver import ElasticCrashDriver, NodeLossDriver, UpstreamKillDriver
+
+    def crash(victim: str):
+        driver = ElasticCrashDriver(limit=limit, victim=victim, max_rate=rate)
+        driver.migration_timeout = 180.0
+        return driver
+
+    def lose(n: int):
+        driver = NodeLossDriver(limit=limit, lose=n, max_rate=rate)
+        driver.migration_timeout = 120.0
+        return driver
+
+    return {
+        "cpal-source": lambda: crash("source"),
+        "cpal-target": lambda: crash("target"),
+        "lose-1": lambda: lose(1),
+        "lose-2": lambda: lose(2),
+        "spout": lambda: UpstreamKillDriver(limit=limit, victim="spout", max_rate=rate),
+        "op1": lambda: UpstreamKillDriver(limit=limit, victim="op1", max_rate=rate),
+    }
+
+
+def balance(
+    got: Mapping[tuple[str, int], tuple[int, ...]],
+    want: Mapping[tuple[str, int], tuple],
+    count: Callable[[tuple], int],
+) -> tuple[int, int, int]:
+    """``(checked, lost, twice)``: tuples the reference counts, and how many of them the
+    job's totals miss or count more than once (per key, by ``count`` of the totals).
+
+    >>> balance({("a", 1): (5, 2)}, {("a", 1): (9, 3), ("b", 1): (1, 1)}, lambda t: t[1])
+    (4, 2, 0)
+    """
+    checked = lost = twice = 0
+    for key in set(got) | set(want):
+        expected = count(want[key]) if key in want else 0
+        seen = count(got[key]) if key in got else 0
+        checked += expected
+        lost += max(0, expected - seen)
+        twice += max(0, seen - expected)
+    return checked, lost, twice
+
+
+def _commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per scenario (3)")
+    parser.add_argument("--scenarios", nargs="+", help="which (default: all)")
+    parser.add_argument("--limit", type=int, default=150_000, help="flights rows per run")
+    parser.add_argument("--rate", type=float, default=1500.0, help="flights rows/s (1500)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    scenarios = _scenarios(args.limit, args.rate)
+    chosen = args.scenarios or list(scenarios)
+    unknown = sorted(set(chosen) - set(scenarios))
+    if unknown or args.runs < 1:
+        parser.error(f"unknown scenarios {unknown}; known: {sorted(scenarios)}; --runs >= 1")
+
+    from elastorm.examples.flights_reference import compute_reference
+    from elastorm.runtime.cluster import down, up
+    from elastorm.runtime.config import load_config
+    from elastorm.runtime.flights_results import read_results
+    from elastorm.runtime.run import run_topology
+
+    os.environ["ELASTORM_PARALLELISM"] = "1"  # one worker per executor costs a JVM each
+    os.environ["ELASTORM_KEYED_TASKS"] = "4"  # lose-2 needs two survivors holding copies
+    out = args.out or ROOT / "docs" / "raw" / f"chaos_{_commit()}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    reference = compute_reference(limit=args.limit)
+    cfg = load_config()
+    down(cfg, wipe=True)
+    up(cfg, supervisors=2, slots=7)
+    runs: list[dict] = []
+    try:
+        for name in chosen:
+            for i in range(args.runs):
+                driver = scenarios[name]()
+                began = time.monotonic()
+                try:
+                    outcome = run_topology(cfg, "cluster", driver, timeout=900)
+                    ok, output_dir, error = outcome.ok, outcome.facts["output_dir"], None
+                except Exception as exc:  # a run that never completes is a result too
+                    ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
+                record: dict[str, Any] = {
+                    "commit": _commit(), "scenario": name, "run": i, "ok": ok,
+                    "seconds": round(time.monotonic() - began, 1), "error": error,
+                }  # fmt: skip
+                if output_dir is not None:
+                    result = read_results(output_dir)
+                    for role, want, count in (
+                        ("op2", reference.delay, lambda t: t[1]),
+                        ("op3", reference.air, lambda t: t[1] + t[2]),
+                    ):
+                        checked, lost, twice = balance(result.totals(role), want, count)
+                        record[role] = {"checked": checked, "lost": lost, "twice": twice}
+                runs.append(record)
+                with out.open("a") as fh:
+                    fh.write(json.dumps(record) + "\n")
+                print(json.dumps(record), flush=True)
+    finally:
+        down(cfg, wipe=True)
+
+    header = ("scenario", "runs", "ok", "tuples checked", "lost", "twice")
+    print("\n{:<12} {:>4} {:>3} {:>15} {:>5} {:>6}".format(*header))
+    bad = False
+    for name in chosen:
+        rs = [r for r in runs if r["scenario"] == name]
+        checked = sum(r[role]["checked"] for r in rs for role in ("op2", "op3") if role in r)
+        lost = sum(r[role]["lost"] for r in rs for role in ("op2", "op3") if role in r)
+        twice = sum(r[role]["twice"] for r in rs for role in ("op2", "op3") if role in r)
+        ok = sum(r["ok"] for r in rs)
+        bad |= ok < len(rs) or lost > 0 or twice > 0
+        print(f"{name:<12} {len(rs):>4} {ok:>3} {checked:>15,} {lost:>5} {twice:>6}")
+    print(f"raw: {out}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

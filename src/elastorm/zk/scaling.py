@@ -1,0 +1,171 @@
+"""The node set and the scheduler's binding in ZooKeeper: a thin kazoo adapter over
+``elastorm.controller.scaling``.
+
+``scheduler/nodes`` (wanted and draining nodes) is written by ``elastorm scale`` /
+``elastorm drain`` and by the controller when a drained node is empty (compare and
+set on the znode's version, so neither loses the other's change);
+``scheduler/placement`` is written by the elastic scheduler in Nimbus
+(``ElasticScheduler.java``) and only read here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from elastorm.controller.loop import NodeState
+from elastorm.controller.model import NodeId
+from elastorm.controller.scaling import (
+    Binding,
+    NodeSet,
+    ScalingError,
+    decode_binding,
+    decode_node_set,
+    encode_node_set,
+    logical_node,
+    release,
+)
+from elastorm.zk.layout import ZnodeLayout
+from elastorm.zk.requests import ZK_ERRORS
+
+log = logging.getLogger(__name__)
+
+
+def read_node_set(client: KazooClient, layout: ZnodeLayout) -> NodeSet:
+    """The topology's node set (none written: every live node wanted, none draining)."""
+    try:
+        return decode_node_set(client.get(layout.scheduler_nodes)[0])
+    except NoNodeError:
+        return NodeSet()
+
+
+def read_rescale(client: KazooClient, layout: ZnodeLayout) -> dict:
+    """The controller's rescale progress (``{"joining": [...], "pending": n}``); empty
+    before its first rescale round."""
+    try:
+        return json.loads(client.get(layout.rescale)[0].decode() or "{}")
+    except NoNodeError:
+        return {}
+
+
+def read_binding(client: KazooClient, layout: ZnodeLayout) -> Binding:
+    """What the elastic scheduler applied; empty if it never placed this topology."""
+    try:
+        return decode_binding(client.get(layout.scheduler_placement)[0])
+    except NoNodeError:
+        return Binding()
+
+
+def update_node_set(
+    client: KazooClient, layout: ZnodeLayout, change: Callable[[NodeSet], NodeSet]
+) -> NodeSet:
+    """Apply ``change`` to the node set with compare-and-set (retried on a race)."""
+    path = layout.scheduler_nodes
+    for _ in range(20):
+        try:
+            raw, stat = client.get(path)
+        except NoNodeError:
+            new = change(NodeSet())
+            try:
+                client.create(path, encode_node_set(new), makepath=True)
+                return new
+            except NodeExistsError:
+                continue
+        new = change(decode_node_set(raw))
+        try:
+            client.set(path, encode_node_set(new), version=stat.version)
+            return new
+        except BadVersionError:
+            continue
+    raise ScalingError(f"{path}: too many concurrent changes, try again")
+
+
+class NodeWatch:
+    """The controller's live view of the node set and the binding (kazoo data watches,
+    so a tick never blocks on ZooKeeper), with the time each logical node was bound."""
+
+    def __init__(self, client: KazooClient, layout: ZnodeLayout) -> None:
+        self.client = client
+        self.layout = layout
+        self.nodes = NodeSet()
+        self.binding = Binding()
+        self.bound_at: dict[str, float] = {}  # logical node -> when its name was first seen
+        self._clock: Callable[[], float] | None = None
+        self._published: bytes | None = None
+
+    def start(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self.client.DataWatch(self.layout.scheduler_nodes, self._on_nodes)
+        self.client.DataWatch(self.layout.scheduler_placement, self._on_placement)
+
+    def _on_nodes(self, data, _stat) -> None:
+        try:
+            self.nodes = decode_node_set(data)
+        except ScalingError as exc:
+            log.error("scheduler/nodes unreadable, kept the last one: %s", exc)
+
+    def _on_placement(self, data, _stat) -> None:
+        try:
+            binding = decode_binding(data)
+        except ScalingError as exc:
+            log.error("scheduler/placement unreadable, kept the last one: %s", exc)
+            return
+        now = self._clock() if self._clock else 0.0
+        for i, name in enumerate(binding.nodes):
+            node = logical_node(i)
+            before = self.binding.nodes[i] if i < len(self.binding.nodes) else None
+            if name != before or node not in self.bound_at:
+                self.bound_at[node] = now
+        if binding.nodes != self.binding.nodes:
+            log.info("scheduler binding: %s", binding.nodes)
+        self.binding = binding
+
+    def state(self, now: float, settle: float) -> NodeState | None:
+        """The active and draining logical nodes (a node bound less than ``settle`` s ago
+        is neither: its tasks are restarting in their new worker); None before the
+        scheduler placed the topology (not elastically scheduled)."""
+        if not self.binding.bound:
+            return None
+        active, draining = set(), set()
+        for i, name in enumerate(self.binding.nodes):
+            node = logical_node(i)
+            if name is None:
+                continue
+            if name in self.nodes.draining:
+                draining.add(node)
+            elif now - self.bound_at.get(node, now) >= settle:
+                active.add(node)
+        if not active:
+            return None
+        return NodeState(active=frozenset(active), draining=frozenset(draining))
+
+    def publish(self, joining: Iterable[NodeId], pending: int, want: int | None) -> None:
+        """Write the rescale's progress to ``controller/rescale`` when it changes:
+        the joining nodes (by name) and the key groups still to move (``elastorm scale``
+        waits for both to be empty), and the node count the adaptation manager wants
+        (``elastorm autoscale`` acts on it). Errors are logged, never raised."""
+        names = sorted(self.binding.name_of(n) or n for n in joining)
+        data = json.dumps({"joining": names, "pending": pending, "want": want}).encode()
+        if data == self._published:
+            return
+        try:
+            try:
+                self.client.set(self.layout.rescale, data)
+            except NoNodeError:
+                self.client.create(self.layout.rescale, data, makepath=True)
+            self._published = data
+        except ZK_ERRORS as exc:
+            log.warning("controller/rescale not written (%s); retrying next tick", exc)
+
+    def release(self, node: str) -> None:
+        """The drained logical ``node`` is empty: take its name out of the node set."""
+        name = self.binding.name_of(node)
+        if name is None or name not in self.nodes.draining:
+            return
+        binding = self.binding
+        new = update_node_set(self.client, self.layout, lambda ns: release(name, ns, binding))
+        log.info("controller: %s (%s) drained and released; node set now %s", name, node, new)

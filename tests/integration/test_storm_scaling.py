@@ -1,0 +1,74 @@
+"""Scale a keyed job live on the single-machine cluster: 2 -> 3 -> 4 -> 3 -> 2 nodes.
+
+Talks to: the real ZooKeeper server, Nimbus (running elastorm's ElasticScheduler) and
+supervisor daemons that ``elastorm cluster up`` starts; ``elastorm.runtime.scale``
+starts and stops supervisors 2 and 3 through the local provisioner, exactly as
+``elastorm scale --nodes N`` does. The synthetic job (one keyed operator, 4 tasks =
+at most 4 nodes, 20 key groups) starts on nodes 0 and 1 and must end with exact
+totals; after each step Nimbus's assignment must show one counter task per node.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from elastorm.runtime.cluster import CLUSTER_ENV, node_of_port
+from elastorm.runtime.config import env_nimbus
+from elastorm.runtime.nimbus import executor_nodes
+from elastorm.runtime.provision import LocalSupervisors
+from elastorm.runtime.run import run_topology
+from elastorm.runtime.synthetic_driver import Settings, Step, SyntheticDriver
+
+pytestmark = pytest.mark.integration
+
+NODES = (3, 4, 3, 2)
+
+
+def test_keyed_job_scales_2_3_4_3_2_with_exact_totals_and_one_task_per_node(
+    storm_cluster, monkeypatch, tmp_path
+) -> None:
+    cfg, _ = storm_cluster
+    monkeypatch.setenv("ELASTORM_KEYED_TASKS", "4")
+    host, port = env_nimbus(cfg.project, CLUSTER_ENV)
+    driver = SyntheticDriver(
+        [Step(kind="scale", nodes=n, tag=f"to {n}") for n in NODES],
+        Settings(
+            rate=800.0,
+            keys=100_000,
+            preload_rate=20_000.0,
+            hot_share=0.3,
+            extra={
+                "elastorm.initial_nodes": {"counter": [0, 1]},
+                "elastorm.controller.join_settle_secs": 8.0,
+            },
+        ),
+    )
+    driver.provisioner = LocalSupervisors(cfg, slots=2)
+    driver.assignments = lambda: executor_nodes(
+        host, port, driver.topology, lambda _, p: node_of_port(cfg, p)
+    )
+    try:
+        outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=600, output_dir=tmp_path)
+    finally:
+        for name in ("supervisor-2", "supervisor-3"):
+            driver.provisioner.stop(name)
+    print(outcome.summary)
+    assert outcome.ok, outcome.summary
+    scales = [r for r in outcome.facts["records"] if r["kind"] == "scale"]
+    assert [r["nodes"] for r in scales] == list(NODES)
+    for r in scales:
+        # Nimbus's assignment: every node that owns key groups runs exactly one counter task
+        # that owns any; the others (surplus) own nothing and wait in the idle worker.
+        counter = r["assignment_after"]["counter"]
+        assert sorted(t for tasks in counter.values() for t in tasks) == [3, 4, 5, 6]
+        owning = set(r["owners"])
+        assert len(r["owned"]) == r["nodes"], r["owned"]
+        for name in r["owned"]:
+            assert len(owning & set(counter[name])) == 1, (name, counter, r["owners"])
+        assert len(owning) == r["nodes"]
+        # Every node wanted carries some key groups.
+        counts = [sum(ops.values()) for ops in r["owned"].values()]
+        assert min(counts) >= 1
+    assert os.path.exists(tmp_path / "records.json")
