@@ -26,14 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_common import ROOT, commit
+
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the crash drivers live with the tests
 
 
@@ -81,13 +81,6 @@ def balance(
     return checked, lost, twice
 
 
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per scenario (3)")
@@ -110,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["ELASTORM_PARALLELISM"] = "1"  # one worker per executor costs a JVM each
     os.environ["ELASTORM_KEYED_TASKS"] = "4"  # lose-2 needs two survivors holding copies
-    out = args.out or ROOT / "docs" / "raw" / f"chaos_{_commit()}.jsonl"
+    out = args.out or ROOT / "docs" / "raw" / f"chaos_{commit()}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     reference = compute_reference(limit=args.limit)
     cfg = load_config()
@@ -128,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # a run that never completes is a result too
                     ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
                 record: dict[str, Any] = {
-                    "commit": _commit(), "scenario": name, "run": i, "ok": ok,
+                    "commit": commit(), "scenario": name, "run": i, "ok": ok,
                     "seconds": round(time.monotonic() - began, 1), "error": error,
                 }  # fmt: skip
                 if output_dir is not None:

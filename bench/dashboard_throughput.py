@@ -1,16 +1,21 @@
 """Does the dashboard slow the job down? The elastic flights job's throughput with the
-dashboard open and closed, in the same run.
+dashboard open and closed, in the same run, interleaved.
 
-    .venv/bin/python bench/dashboard_throughput.py [--window 15] [--windows 6]
+    .venv/bin/python bench/dashboard_throughput.py [--runs 2] [--window 6] [--settle 3]
 
 On the single-machine cluster (brought up if needed, with this checkout's
-config.json ports), the elastic flights job runs at full speed (no rate limit, no
-migrations). After a 10 s warm-up, ``--windows`` windows of ``--window`` seconds
-alternate: closed (no dashboard process) and open (``elastorm dashboard`` running
-and its page open in headless Chromium on this same machine, so the browser's CPU
-counts against the job too). Throughput of a window = rows the spout read in it /
-its length (the spout's counts file, written every second). Results: one JSON line
-per run, appended to ``--out``; docs/benchmarks.md.
+config.json ports), the elastic flights job runs at full speed or capped at
+``--max-rate`` rows/s (no migrations), ``--runs`` times (each run reads the 336,776 rows
+once). Once the spout reads, ``elastorm dashboard`` and a headless Chromium are
+started on this same machine; after 5 s, windows of ``--window`` seconds follow in
+blocks of four, ABBA: closed (the dashboard process stopped with SIGSTOP, so it uses
+no CPU and reads nothing, and the browser on a blank page), open (the dashboard
+resumed and its page open in the browser, whose CPU counts against the job too),
+open, closed; so a steady drift of the job's speed weighs on both states alike. Each
+state change is followed by ``--settle`` seconds outside any window. Throughput of a
+window = rows the spout read in it / its length (the spout's counts file, written
+every second). Per block: open mean / closed mean. Results: every window as a JSON
+line, and one JSON line per invocation appended to ``--out``; docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,14 +46,42 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
+ABBA = ("closed", "open", "open", "closed")
+
+
 class OpenClosed(ElasticFlightsDriver):
-    def __init__(self, window: float, windows: int, port: int) -> None:
-        super().__init__(None, script=(), max_rate=0.0)
-        self.window, self.windows, self.port = window, windows, port
+    def __init__(self, run: int, args: argparse.Namespace) -> None:
+        super().__init__(None, script=(), max_rate=args.max_rate)
+        self.run, self.args = run, args
         self.rows: list[dict] = []
 
     def _rows(self, output_dir: str) -> int:
         return read_results(output_dir).spout_total("rows_read")
+
+    def _start(self, pw):
+        cmd = [
+            sys.executable, "-m", "elastorm.runtime.cli", "dashboard",
+            "--topology", self.topology, "--zookeeper", self.zk_hosts,
+            "--port", str(self.args.port), "-e", "cluster",
+        ]  # fmt: skip
+        dash = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        while not port_open(self.args.port):
+            time.sleep(0.1)
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        return dash, browser, page
+
+    def _switch(self, state: str, dash, page) -> None:
+        """open: the dashboard runs and its page is shown; closed: the dashboard process
+        is stopped (SIGSTOP: no CPU, no ZooKeeper read) and the browser shows a blank
+        page. Starting both anew for every window took longer than the job lasts."""
+        if state == "open":
+            dash.send_signal(signal.SIGCONT)
+            page.goto(f"http://127.0.0.1:{self.args.port}")
+            page.wait_for_selector(".op", timeout=120_000)
+        else:
+            page.goto("about:blank")
+            dash.send_signal(signal.SIGSTOP)
 
     def wait(self, output_dir: str, timeout: float, progress) -> None:
         from playwright.sync_api import sync_playwright
@@ -57,66 +91,105 @@ class OpenClosed(ElasticFlightsDriver):
             if time.monotonic() > deadline:
                 raise TimeoutError("the spout never read a row")
             time.sleep(0.5)
-        time.sleep(10)
         with sync_playwright() as pw:
-            for i in range(self.windows):
-                state = "open" if i % 2 else "closed"
-                dash = browser = None
-                if state == "open":
-                    cmd = [
-                        sys.executable, "-m", "elastorm.runtime.cli", "dashboard",
-                        "--topology", self.topology, "--zookeeper", self.zk_hosts,
-                        "--port", str(self.port), "-e", "cluster",
-                    ]  # fmt: skip
-                    dash = subprocess.Popen(
-                        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-                    )
-                    while not port_open(self.port):
-                        time.sleep(0.1)
-                    browser = pw.chromium.launch(
-                        executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-                    )
-                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                    page.goto(f"http://127.0.0.1:{self.port}")
-                    page.wait_for_selector(".op", timeout=30_000)
-                r0, t0 = self._rows(output_dir), time.monotonic()
-                time.sleep(self.window)
-                r1, t1 = self._rows(output_dir), time.monotonic()
-                if browser is not None:
-                    browser.close()
-                if dash is not None:
-                    dash.terminate()
-                    dash.wait(10)
-                exhausted = read_results(output_dir).exhausted
-                row = {"window": i, "state": state, "rows_per_s": round((r1 - r0) / (t1 - t0), 1)}
-                row["exhausted"] = exhausted
-                row["load_avg_1m"] = os.getloadavg()[0]
-                print(json.dumps(row), flush=True)
-                if exhausted:
-                    break
-                self.rows.append(row)
+            dash, browser, page = self._start(pw)
+            try:
+                self._switch("closed", dash, page)
+                time.sleep(5)
+                current = "closed"
+                for i in range(self.args.windows):
+                    state = ABBA[i % 4]
+                    if state != current:
+                        self._switch(state, dash, page)
+                        current = state
+                        time.sleep(self.args.settle)
+                    r0, t0 = self._rows(output_dir), time.monotonic()
+                    time.sleep(self.args.window)
+                    r1, t1 = self._rows(output_dir), time.monotonic()
+                    exhausted = read_results(output_dir).exhausted
+                    row = {
+                        "run": self.run,
+                        "window": i,
+                        "state": state,
+                        "rows_per_s": round((r1 - r0) / (t1 - t0), 1),
+                        "exhausted": exhausted,
+                        "load_avg_1m": os.getloadavg()[0],
+                    }
+                    print(json.dumps(row), flush=True)
+                    if exhausted:
+                        break
+                    self.rows.append(row)
+            finally:
+                dash.send_signal(signal.SIGCONT)
+                browser.close()
+                dash.terminate()
+                dash.wait(10)
 
     def outcome(self, output_dir: str) -> Outcome:
         return Outcome(summary="", ok=True, facts={"windows": self.rows})
 
 
+def spread(values: list[float], digits: int = 1) -> dict:
+    """n, median, mean, sample standard deviation, min and max of ``values``."""
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "median": round(statistics.median(values), digits),
+        "mean": round(statistics.fmean(values), digits),
+        "stdev": round(statistics.stdev(values), digits) if len(values) > 1 else None,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def block_ratios(windows: list[dict]) -> list[float]:
+    """Open mean / closed mean of every complete ABBA block of one run."""
+    out = []
+    by_run: dict[int, list[dict]] = {}
+    for w in windows:
+        by_run.setdefault(w["run"], []).append(w)
+    for rows in by_run.values():
+        for start in range(0, len(rows) - 3, 4):
+            block = rows[start : start + 4]
+            closed = [w["rows_per_s"] for w in block if w["state"] == "closed"]
+            opened = [w["rows_per_s"] for w in block if w["state"] == "open"]
+            if statistics.fmean(closed) > 0:
+                out.append(round(statistics.fmean(opened) / statistics.fmean(closed), 3))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--window", type=float, default=15.0)
-    ap.add_argument("--windows", type=int, default=6)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument(
+        "--max-rate",
+        type=float,
+        default=0.0,
+        help="the spout's rows/s cap (elastorm.flights.max_rate; 0: full speed, and the "
+        "job reads its 336,776 rows in about a minute)",
+    )
+    ap.add_argument("--window", type=float, default=6.0)
+    ap.add_argument("--settle", type=float, default=3.0)
+    ap.add_argument("--windows", type=int, default=40, help="at most, per run")
     ap.add_argument("--port", type=int, default=28082)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     cfg = load_config()
     up(cfg)
-    driver = OpenClosed(args.window, args.windows, args.port)
-    outcome = run_topology(cfg, "cluster", driver, timeout=900)
-    windows = outcome.facts["windows"]
+    windows: list[dict] = []
+    for run in range(args.runs):
+        outcome = run_topology(cfg, "cluster", OpenClosed(run, args), timeout=1200)
+        windows += outcome.facts["windows"]
     by = {s: [w["rows_per_s"] for w in windows if w["state"] == s] for s in ("closed", "open")}
+    ratios = block_ratios(windows)
     result = {
+        "args": vars(args),
         "windows": windows,
-        "median_closed": statistics.median(by["closed"]) if by["closed"] else None,
-        "median_open": statistics.median(by["open"]) if by["open"] else None,
+        "closed": spread(by["closed"]),
+        "open": spread(by["open"]),
+        "block_open_over_closed": ratios,
+        "block_ratio": spread(ratios, 3),
     }
     print(json.dumps(result))
     if args.out:

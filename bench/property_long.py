@@ -22,14 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
+from bench_common import ROOT, commit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.scale < 1:
         parser.error("--scale must be >= 1")
-    out = args.out or ROOT / "docs" / "raw" / f"property_long_{_commit()}.txt"
+    out = args.out or ROOT / "docs" / "raw" / f"property_long_{commit()}.txt"
     env = {**os.environ, "ELASTORM_PROPERTY_SCALE": str(args.scale)}
     command = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
@@ -50,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     took = time.monotonic() - began
-    header = f"# commit {_commit()}, scale {args.scale}, {took:.0f} s, exit {run.returncode}\n"
+    header = f"# commit {commit()}, scale {args.scale}, {took:.0f} s, exit {run.returncode}\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + run.stdout + run.stderr)
     lines = run.stdout.splitlines()

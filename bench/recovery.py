@@ -27,23 +27,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_common import ROOT, commit
+
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # NodeLossDriver lives with the tests
 
 WAYS = ("elastorm", "storm")
 MEASURES = ("detected", "restored", "progress")
-
-
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
 
 
 def _driver(way: str, lose: int, rounds: int, session: float, rate: float):
@@ -92,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["ELASTORM_PARALLELISM"] = "1"
     os.environ["ELASTORM_KEYED_TASKS"] = str(args.tasks)
-    out = args.out or ROOT / "docs" / "raw" / f"recovery_{_commit()}.jsonl"
+    out = args.out or ROOT / "docs" / "raw" / f"recovery_{commit()}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg = load_config()
     down(cfg, wipe=True)
@@ -113,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 failed |= not outcome.ok
                 for i, loss in enumerate(driver.losses):
                     record = {
-                        "commit": _commit(), "way": way, "lose": lose, "round": i,
+                        "commit": commit(), "way": way, "lose": lose, "round": i,
                         "session_secs": args.session, "rate": args.rate, "ok": outcome.ok,
                         "loadavg_1m_at_end": round(os.getloadavg()[0], 1),
                         **loss,

@@ -34,11 +34,12 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import bench_common
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -247,9 +248,7 @@ def main() -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     cfg = load_config()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    commit = bench_common.commit()
     results = []
     for elastic in (True, False):
         if args.only and args.only != ("elastorm" if elastic else "rebalance"):

@@ -108,6 +108,12 @@ class DashboardScenario(ElasticFlightsDriver):
             "page_after_done_s": round(seen - done_at, 3),
             "owner_before": status["owners"][group],
         }
+        row = page.wait_for_selector(f'#operator-load tr[data-operator="{OPERATOR}"]')
+        self.facts["operator_row"] = {
+            "text": row.inner_text(),
+            "rate": row.eval_on_selector("td.rate", "td => td.textContent"),
+            "service": row.eval_on_selector("td.service", "td => td.textContent"),
+        }
         result = _wait_promql(
             prom, f'elastorm_migrations_total{{operator="{OPERATOR}",outcome="done"}}', 20
         )
@@ -184,6 +190,10 @@ def test_dashboard_shows_a_migration_and_a_kill_and_prometheus_stores_them(storm
     assert migration["page_after_cli_s"] <= PAGE_WITHIN_MS / 1000, migration
     assert f"task {kill['task']}" in kill["page_text"], kill
     assert kill["page_after_znode_gone_s"] <= PAGE_WITHIN_MS / 1000, kill
+    # Throughput and service time per operator, drawn from the tasks' heartbeats (the
+    # flights job's tuples carry event time, so it has no emit-to-applied latency).
+    row = facts["operator_row"]
+    assert float(row["rate"]) > 0 and row["service"].endswith("ms"), row
     ((sample),) = facts["prometheus_migrations"]
     assert sample["metric"]["protocol"] == "cpal" and sample["value"][1] == "1", sample
     assert float(facts["prometheus_failures"][0]["value"][1]) >= 1

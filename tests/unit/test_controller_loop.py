@@ -265,12 +265,16 @@ def test_load_meter_rates_queue_cpu_and_external_throttle() -> None:
     dt = 2.0 + c.slept
     assert sample.rates == {3: pytest.approx(10 / dt), 4: pytest.approx(1 / dt)}
     assert sample.queue == pytest.approx((11 / dt) * (5.0 / 11))  # Little's law
+    assert sample.latency == pytest.approx(5.0 / 11)  # the mean wait in it
+    assert sample.service == pytest.approx(10 * 0.002 / 11)  # work per tuple, not the idling
     assert sample.cpu == pytest.approx(0.5 / dt)
-    assert meter.sample().rates == {}
-    # Event-time stamps (a year ago) say nothing about the queue.
+    idle = meter.sample()
+    assert (idle.rates, idle.latency, idle.service) == ({}, None, None)
+    # Event-time stamps (a year ago) say nothing about the queue or the latency.
     meter.applied(3, c.t - 3e7)
     c.t += 1.0
-    assert meter.sample().queue == 0.0
+    late = meter.sample()
+    assert (late.queue, late.latency) == (0.0, None)
     with pytest.raises(ValueError):
         LoadMeter(external=1.0)
 

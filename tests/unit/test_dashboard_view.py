@@ -4,6 +4,8 @@ and the web app over a fake source (no ZooKeeper, no Nimbus)."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,9 +19,16 @@ from elastorm.dashboard.metrics import render
 from elastorm.dashboard.view import SUSPECT_AFTER, Snapshot, Tracker, build_view, node_index
 
 T0 = 1_000_000.0
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+ECHARTS_VERSION = re.search(
+    r"Apache ECharts (\d+\.\d+\.\d+)", (DOCS / "dashboard.md").read_text()
+).group(1)
+"""The version docs/dashboard.md records for the vendored charting library."""
 
 
-def record(task: int, node: str, *, groups=(), rates=(), t=T0, queue=0.0, cpu=0.2, op="op2"):
+def record(
+    task: int, node: str, *, groups=(), rates=(), t=T0, queue=0.0, cpu=0.2, op="op2", lat=None
+):
     return TaskRecord(
         identity=TaskIdentity(task_id=task, operator=op, node_id=node, host="h", pid=100 + task),
         heartbeat=Heartbeat(
@@ -28,6 +37,8 @@ def record(task: int, node: str, *, groups=(), rates=(), t=T0, queue=0.0, cpu=0.
             queue_length=queue,
             node_cpu=cpu,
             memory=1e6,
+            latency=lat,
+            service_time=None if lat is None else lat / 10,
         ),
         seq=1,
         time=t,
@@ -98,7 +109,39 @@ def test_view_maps_owners_and_holders_to_nodes_and_loads_per_group():
     )
     assert nodes["node1"]["cpu"] == 0.5 and nodes["node1"]["queue"] == 7
     assert view["throughput"] == {"op2": [[T0, 60.0]]}
+    assert view["latency"] == {"op2": [[T0, None]]}  # no task measured one
     json.dumps(view)  # what the page gets
+
+
+def test_operator_latency_is_weighted_by_the_tasks_tuples_per_second():
+    tasks = [
+        record(4, "node0", groups=[0, 2], rates=[(0, 10.0), (2, 30.0)], queue=5, lat=0.1),
+        record(5, "node1", groups=[1, 3], rates=[(1, 20.0)], queue=7, lat=0.4),
+        record(6, "node2", lat=None),  # measured nothing: left out of the mean
+    ]
+    tracker = Tracker()
+    s = snap(T0, tasks, st=ST)
+    tracker.observe(s)
+    view = build_view(s, tracker)
+    ((load),) = view["operator_load"]
+    expected = (40 * 0.1 + 20 * 0.4) / 60
+    assert load == {
+        "name": "op2",
+        "rate": 60.0,
+        "latency": pytest.approx(expected),
+        "service": pytest.approx(expected / 10),
+        "queue": 12.0,
+        "tasks": 3,
+    }
+    assert view["latency"]["op2"] == [[T0, pytest.approx(expected)]]
+    families = _families(render(view))
+    assert _sample(families, "elastorm_operator_latency_seconds") == pytest.approx(expected)
+    assert _sample(families, "elastorm_operator_service_seconds") == pytest.approx(expected / 10)
+    assert _sample(families, "elastorm_operator_queue_tuples", operator="op2") == 12
+    for name in ("latency_seconds", "service_seconds", "queue_tuples"):  # one series per operator
+        assert {tuple(sorted(x.labels)) for x in families[f"elastorm_operator_{name}"].samples} == {
+            ("operator", "topology")
+        }
 
 
 def test_a_task_that_stops_heartbeating_is_suspect_then_lost_with_events():
@@ -260,6 +303,10 @@ def test_app_serves_page_view_metrics_and_events_from_its_own_files():
     assert "http" not in page.text.replace("http-equiv", "")  # nothing from elsewhere
     js = client.get("/static/dashboard.js")
     assert js.status_code == 200 and "EventSource" in js.text and "https://" not in js.text
+    scripts = re.findall(r'<script src="([^"]+)"', page.text)
+    assert scripts == ["/static/vendor/echarts/echarts.min.js", "/static/dashboard.js"]
+    charts = client.get(scripts[0])
+    assert charts.status_code == 200 and f'version:"{ECHARTS_VERSION}"' in charts.text
     assert client.get("/api/view").json()["operators"][0]["owners"][0] == "node0"
     metrics = client.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")

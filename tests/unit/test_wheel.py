@@ -26,8 +26,13 @@ def test_wheel_holds_only_the_elastorm_package(tmp_path: Path) -> None:
     assert other, "the JVM sources must ship as package data"
     static = [n for n in other if n.startswith("elastorm/dashboard/static/")]
     assert sorted(static) == [
-        f"elastorm/dashboard/static/{f}" for f in ("dashboard.css", "dashboard.js", "index.html")
-    ]
+        f"elastorm/dashboard/static/{f}"
+        for f in (
+            "dashboard.css", "dashboard.js", "index.html",
+            "vendor/echarts/LICENSE", "vendor/echarts/LICENSE-d3", "vendor/echarts/NOTICE",
+            "vendor/echarts/echarts.min.js",
+        )
+    ]  # fmt: skip
     for name in set(other) - set(static):
         assert name.startswith("elastorm/jvm/") and name.endswith((".java", "pom.xml")), name
     assert "elastorm/jvm/multilang/pom.xml" in names

@@ -22,7 +22,7 @@ from streamparse import Bolt
 from elastorm.config import TopologyConfig
 from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop
-from elastorm.controller.runtime import ControllerRuntime, make_loop
+from elastorm.controller.runtime import ControllerRuntime, log_move, make_loop
 from elastorm.core.actions import (
     CheckpointStored,
     MigrationDone,
@@ -270,14 +270,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         for kg, node in rnd.step.holders:
             log.info("controller: rescale: checkpoint of %s to %s", kg, node)
         for m in rnd.started:
-            log.info(
-                "controller: %s %s %s -> %s by %s",
-                m.reason.value,
-                m.key_group,
-                m.source,
-                m.target,
-                m.protocol.value,
-            )
+            log_move(m)
         for send in self.runtime.order(list(rnd.sends)):
             self.send(send)
         self.nodes.publish(self.loop.joining, rnd.step.pending, self.loop.scale_hint)

@@ -526,21 +526,12 @@ class ControllerLoop:
                     continue
                 self._waiting_since.pop(move.key_group, None)
                 try:
-                    used, move_sends = self._order(move, now)
+                    ordered, move_sends = self._start(move, now)
                 except MigrationRefused as exc:
                     refused.append((move, str(exc)))
                     continue
                 sends += move_sends
-                ordered = Move(
-                    key_group=move.key_group,
-                    source=move.source,
-                    target=move.target,
-                    protocol=_FROM_WIRE[used],
-                    reason=move.reason,
-                )
                 moves.append(ordered)
-                self.orders.append(ordered)
-                self._running[move.key_group] = _Started(ordered, now)
             # A move put off is not a move: it must not start the group's cooldown.
             self.adaptation = AdaptationState(
                 moved_at={k: t for k, t in state.moved_at.items() if k not in waiting},
@@ -765,20 +756,11 @@ class ControllerLoop:
         started = []
         for move in concurrent_moves(step.moves, in_flight, limit):
             try:
-                used, move_sends = self._order(move, now)
+                ordered, move_sends = self._start(move, now)
             except MigrationRefused:
                 continue
             sends += move_sends
-            ordered = Move(
-                key_group=move.key_group,
-                source=move.source,
-                target=move.target,
-                protocol=_FROM_WIRE[used],
-                reason=move.reason,
-            )
             started.append(ordered)
-            self.orders.append(ordered)
-            self._running[move.key_group] = _Started(ordered, now)
         released = tuple(n for n in step.released if n in nodes.draining)
         step = RescaleStep(
             holders=step.holders,
@@ -820,6 +802,21 @@ class ControllerLoop:
             return False
         since = self._waiting_since.setdefault(kg, now)
         return now - since < self.settings.defer_secs
+
+    def _start(self, move: Move, now: float) -> tuple[Move, list[Send]]:
+        """Order ``move`` (``MigrationRefused`` if it cannot be) and record it running;
+        returns the move as ordered (with the protocol used) and the sends that start it."""
+        used, sends = self._order(move, now)
+        ordered = Move(
+            key_group=move.key_group,
+            source=move.source,
+            target=move.target,
+            protocol=_FROM_WIRE[used],
+            reason=move.reason,
+        )
+        self.orders.append(ordered)
+        self._running[move.key_group] = _Started(ordered, now)
+        return ordered, sends
 
     def _order(self, move: Move, now: float) -> tuple[Protocol, list[Send]]:
         control = self.controls[move.key_group.operator]

@@ -321,6 +321,9 @@ class Heartbeat:
     * ``queue_length``: summed input-queue length; ``cpu``: share of its node's
       capacity its process uses; ``node_cpu``: the host's CPU share as measured by
       the task (includes foreign load); ``memory``: resident bytes;
+    * ``latency``: mean seconds from the upstream's emit to applied (None when no
+      tuple carried an emit stamp); ``service_time``: seconds of work per applied
+      tuple (None when none was applied);
     * ``state_sizes``: bytes of state per owned key group (becomes checkpoint size);
     * ``buffered``: tuples in this task's output buffers per *downstream* key group
       (what a restore or CPA would replay);
@@ -336,6 +339,8 @@ class Heartbeat:
     cpu: float | None = None
     node_cpu: float | None = None
     memory: float | None = None
+    latency: float | None = None
+    service_time: float | None = None
     state_sizes: tuple[tuple[int, float], ...] = ()
     buffered: tuple[tuple[KeyGroupId, float], ...] = ()
     epoch: int = 0
@@ -358,7 +363,7 @@ class Heartbeat:
                 raise ControllerModelError(f"buffered keys must be KeyGroupId, got {k!r}")
         setv(self, "buffered", buffered)
         setv(self, "queue_length", _nonneg(self.queue_length, "queue_length"))
-        for name in ("cpu", "node_cpu", "memory"):
+        for name in ("cpu", "node_cpu", "memory", "latency", "service_time"):
             setv(self, name, _opt_nonneg(getattr(self, name), name))
         _int(self.epoch, "epoch")
 

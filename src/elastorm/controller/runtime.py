@@ -111,6 +111,18 @@ def holders_allocation(controls: Mapping[str, MigrationController], placement: P
     )
 
 
+def log_move(m) -> None:
+    """One line in the controller's log for a migration it started."""
+    log.info(
+        "controller: %s %s %s -> %s by %s",
+        m.reason.value,
+        m.key_group,
+        m.source,
+        m.target,
+        m.protocol.value,
+    )
+
+
 class ControllerRuntime:
     """The controller's ZooKeeper side, for every elastic topology: one client shared
     by the watcher, the store and the request boards; earlier decisions loaded before
@@ -269,14 +281,7 @@ class ControllerRuntime:
                 len(rnd.holders_moved),
             )
         for m in rnd.moves:
-            log.info(
-                "controller: %s %s %s -> %s by %s",
-                m.reason.value,
-                m.key_group,
-                m.source,
-                m.target,
-                m.protocol.value,
-            )
+            log_move(m)
         for m, why in rnd.refused:
             log.info("controller: move of %s refused: %s", m.key_group, why)
 

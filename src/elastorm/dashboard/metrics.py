@@ -64,6 +64,20 @@ def metric_families(
         "tuples/s into the operator (sum of its tasks' heartbeats)",
         ["operator"],
     )
+    latency = gauge(
+        "elastorm_operator_latency_seconds",
+        "mean time from the upstream's emit to applied (tasks whose tuples carry an emit "
+        "stamp; weighted by their tuples/s)",
+        ["operator"],
+    )
+    service = gauge(
+        "elastorm_operator_service_seconds",
+        "seconds of work per applied tuple (weighted by the tasks' tuples/s)",
+        ["operator"],
+    )
+    op_queue = gauge(
+        "elastorm_operator_queue_tuples", "tuples queued in the operator", ["operator"]
+    )
     groups = gauge("elastorm_operator_key_groups", "key groups of the operator", ["operator"])
     epoch = gauge("elastorm_routing_epoch", "routing epoch of the operator", ["operator"])
     moving = gauge("elastorm_migrations_in_flight", "migrations under way", ["operator"])
@@ -78,10 +92,16 @@ def metric_families(
         f"tuples/s into a key group (only operators with <= {key_group_limit} groups)",
         ["operator", "key_group", "node"],
     )
-    latest = {op: series[-1][1] for op, series in view["throughput"].items() if series}
+    for load in view["operator_load"]:
+        name = load["name"]
+        rate.add_metric([topo, name], load["rate"])
+        op_queue.add_metric([topo, name], load["queue"])
+        if load["latency"] is not None:
+            latency.add_metric([topo, name], load["latency"])
+        if load["service"] is not None:
+            service.add_metric([topo, name], load["service"])
     for op in view["operators"]:
         name = op["name"]
-        rate.add_metric([topo, name], latest.get(name, 0.0))
         groups.add_metric([topo, name], op["key_groups"])
         if op["epoch"] is not None:
             epoch.add_metric([topo, name], op["epoch"])

@@ -76,6 +76,7 @@ class Tracker:
     def __init__(self, *, max_events: int = 1000, history: int = 300) -> None:
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_events)
         self.throughput: dict[str, collections.deque[tuple[float, float]]] = {}
+        self.latency: dict[str, collections.deque[tuple[float, float | None]]] = {}
         self.history = history
         self.task_failures: collections.Counter[str] = collections.Counter()
         self.node_failures = 0
@@ -96,9 +97,11 @@ class Tracker:
         new += self._routing(snap)
         new.sort(key=lambda e: e["t"])
         self.events.extend(new)
-        for op, rate in operator_throughput(snap).items():
-            series = self.throughput.setdefault(op, collections.deque(maxlen=self.history))
-            series.append((snap.at, rate))
+        for op, load in operator_load(snap).items():
+            for series, value in ((self.throughput, load["rate"]), (self.latency, load["latency"])):
+                series.setdefault(op, collections.deque(maxlen=self.history)).append(
+                    (snap.at, value)
+                )
         return new
 
     def _tasks(self, snap: Snapshot) -> list[dict[str, Any]]:
@@ -216,13 +219,37 @@ def _request_event(name: str, req: MigrationRequest, state: str, t: float) -> di
     return event
 
 
-def operator_throughput(snap: Snapshot) -> dict[str, float]:
-    """Tuples/s into each keyed operator: the live tasks' per-key-group input rates."""
-    out: dict[str, float] = {op: 0.0 for op in operator_statuses(snap)}
+def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
+    """Mean of the values that are not None, weighted (by tuples/s); None if none."""
+    known = [(x, w) for x, w in pairs if x is not None]
+    total = sum(w for _, w in known)
+    if not known:
+        return None
+    if total <= 0:
+        return round(sum(x for x, _ in known) / len(known), 6)
+    return round(sum(x * w for x, w in known) / total, 6)
+
+
+def operator_load(snap: Snapshot) -> dict[str, dict[str, Any]]:
+    """Per keyed operator, from its live tasks' heartbeats: tuples/s in (the sum of the
+    per-key-group input rates), latency (mean s from the upstream's emit to applied)
+    and service time (s of work per tuple), each weighted by the task's tuples/s,
+    queued tuples, and the number of live tasks."""
+    tasks: dict[str, list[TaskRecord]] = {op: [] for op in operator_statuses(snap)}
     for rec in snap.live.values():
-        op = rec.identity.operator
-        out[op] = out.get(op, 0.0) + sum(rate for _, rate in rec.heartbeat.input_rates)
-    return {op: round(v, 3) for op, v in sorted(out.items())}
+        tasks.setdefault(rec.identity.operator, []).append(rec)
+    out = {}
+    for op, recs in sorted(tasks.items()):
+        rates = [sum(r for _, r in rec.heartbeat.input_rates) for rec in recs]
+        beats = [rec.heartbeat for rec in recs]
+        out[op] = {
+            "rate": round(sum(rates), 3),
+            "latency": _weighted([(h.latency, w) for h, w in zip(beats, rates, strict=True)]),
+            "service": _weighted([(h.service_time, w) for h, w in zip(beats, rates, strict=True)]),
+            "queue": round(sum(h.queue_length for h in beats), 1),
+            "tasks": len(recs),
+        }
+    return out
 
 
 def _node_of(task: int, snap: Snapshot) -> str:
@@ -373,8 +400,12 @@ def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> di
         "operators": operators,
         "requests": requests,
         "events": events,
+        "operator_load": [{"name": op} | load for op, load in operator_load(snap).items()],
         "throughput": {
             op: [[round(t, 3), r] for t, r in series] for op, series in tracker.throughput.items()
+        },
+        "latency": {
+            op: [[round(t, 3), s] for t, s in series] for op, series in tracker.latency.items()
         },
         "paper": finite(paper_metrics(snap)),
         "allocation": allocation_view(snap),

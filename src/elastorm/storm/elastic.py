@@ -498,6 +498,8 @@ class KeyedOperator(_Sending):
             queue_length=sample.queue,
             cpu=sample.cpu,
             memory=resident_bytes(),
+            latency=sample.latency,
+            service_time=sample.service,
             state_sizes=tuple(sizes),
             epoch=max(self._epoch, 0),
         )

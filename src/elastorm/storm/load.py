@@ -5,7 +5,9 @@ elasticity) and Madsen & Zhou 2015, section 4 (the adaptation manager's statisti
 
 Per heartbeat interval: the input rate of each key group (tuples applied per
 second), the process's CPU share (``time.process_time`` over wall time, as a
-share of one core), and an estimate of its input queue. A ShellBolt's Python
+share of one core), the mean latency from the upstream's emit to applied (below),
+the service time (seconds the task worked per tuple applied), and an estimate of
+its input queue. A ShellBolt's Python
 process cannot see Storm's receive queue, so the queue comes from Little's law:
 ``L = lambda * W`` with ``lambda`` the input rate and ``W`` the mean time from the
 upstream's emit (the tuple's ``ts``) to its processing. That needs ``ts`` to be a
@@ -44,6 +46,8 @@ class LoadSample:
     queue: float
     cpu: float
     seconds: float
+    latency: float | None = None  # mean s from the upstream's emit to applied (stamped tuples)
+    service: float | None = None  # s of work per applied tuple
 
 
 class LoadMeter:
@@ -68,6 +72,7 @@ class LoadMeter:
         self._since = mono()
         self._cpu_since = cpu()
         self._debt = 0.0
+        self._busy = 0.0
         self.idled = 0.0
 
     def applied(self, key_group: int, ts: float) -> None:
@@ -80,6 +85,7 @@ class LoadMeter:
 
     def worked(self, seconds: float) -> None:
         """The task just worked ``seconds``; under external load, idle its share."""
+        self._busy += seconds
         if not self.external:
             return
         self._debt += seconds * self.external / (1.0 - self.external)
@@ -96,13 +102,18 @@ class LoadMeter:
         dt = max(now - self._since, 1e-6)
         n = sum(self._counts.values())
         rates = {g: c / dt for g, c in sorted(self._counts.items())}
-        queue = (n / dt) * (self._latency / self._stamped) if self._stamped else 0.0
+        latency = self._latency / self._stamped if self._stamped else None
+        queue = (n / dt) * latency if latency is not None else 0.0
+        service = self._busy / n if n else None
         cpu = max(0.0, cpu_now - self._cpu_since) / dt
         self._counts.clear()
         self._latency = 0.0
         self._stamped = 0
+        self._busy = 0.0
         self._since, self._cpu_since = now, cpu_now
-        return LoadSample(rates=rates, queue=queue, cpu=cpu, seconds=dt)
+        return LoadSample(
+            rates=rates, queue=queue, cpu=cpu, seconds=dt, latency=latency, service=service
+        )
 
 
 def resident_bytes() -> float | None:
