@@ -8,6 +8,7 @@ import os
 import time
 from typing import Any
 
+from elastorm.config import TopologyConfig
 from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome
@@ -39,13 +40,15 @@ class ElasticCrashDriver(ElasticFlightsDriver):
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir
-        # Nimbus here schedules with the EvenScheduler, which spreads executors
+        # Out of the elastic scheduler (it puts one task of each keyed operator per node
+        # and the rest beside node0's), Storm's own scheduler spreads executors
         # round-robin over topology.workers: as many workers as executors puts each
         # executor in a worker of its own (no ackers: the job does not ack).
-        return super().options(output_dir) | {
-            "topology.workers": self.executors(),
-            "topology.acker.executors": 0,
-        }
+        return (
+            super().options(output_dir)
+            | TopologyConfig.overrides(elastic_scheduling=False)
+            | {"topology.workers": self.executors(), "topology.acker.executors": 0}
+        )
 
     @staticmethod
     def executors() -> int:

@@ -118,7 +118,12 @@ def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_r
     driver = ShiftDriver(
         "correlated",
         duration=95,
-        extra={"topology.workers": 10, "topology.acker.executors": 0},
+        # One worker per executor: out of the elastic scheduler (see crash_driver).
+        extra={
+            "topology.workers": 10,
+            "topology.acker.executors": 0,
+            "elastorm.elastic_scheduling": False,
+        },
     )
     outcome = run_topology(cluster_with_room, "cluster", driver, timeout=600, output_dir=out)
     killer.join(30)

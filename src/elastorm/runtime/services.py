@@ -78,16 +78,30 @@ def _pidfile(cfg: ElastormConfig, name: str) -> Path:
 
 
 def running_pid(cfg: ElastormConfig, name: str) -> int | None:
-    """The pid of daemon ``name`` if its pid file names a live process."""
+    """The pid of daemon ``name`` if its pid file names a live process that is that daemon.
+
+    The process's command line must carry ``-Ddaemon.name=<name>``: after pids wrap, a
+    stale pid file can name some other process, which must be neither trusted as the
+    daemon nor killed in its place.
+    """
     path = _pidfile(cfg, name)
     try:
         pid = int(path.read_text().strip())
         os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError):
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
-    except PermissionError:
-        return None
-    return pid
+    return pid if _is_daemon(pid, name) else None
+
+
+def _is_daemon(pid: int, name: str) -> bool:
+    """True if process ``pid`` was started by ``daemon_command`` for daemon ``name``."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs here: trust the pid file, as before
+        return True
+    return f"-Ddaemon.name={name}".encode() in args
 
 
 def java_env(cfg: ElastormConfig) -> dict[str, str]:
