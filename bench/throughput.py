@@ -24,6 +24,14 @@ repeat so machine noise hits them alike):
   with ``elastorm.multilang.encoding`` = json (msgpack by default) on both ends of
   every pipe. (In the raw files of 2026-11-24 before the default changed,
   ``elastic`` ran JSON and ``elastic_msgpack`` msgpack.)
+* ``pyflink``, ``pyflink_thread``: not Storm: the same keyed count in PyFlink's
+  Python DataStream API (``bench/pyflink/keyed_sum.py``: a Python map makes the
+  ``(key, stamp)`` pairs, ``key_by``, a ``KeyedProcessFunction`` counts in
+  ``ValueState``; parallelism 1), on a local Flink mini-cluster in PyFlink's own
+  virtualenv (``apache-flink`` from PyPI, built under ``.elastorm/pyflink-venv``
+  on first use), in PyFlink's process mode (Beam workers, the default) or thread
+  mode (``python.execution-mode: thread``). Its CPU is that of the job's process
+  tree (the client, the Flink JVM, the Python workers).
 
 Each run has three phases. **Saturation**: the spout emits as fast as Storm lets
 it (backpressure bounds the queues); after ``--warmup`` s the counter task's
@@ -42,25 +50,29 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
 
 from flights_throughput import read_procs, with_descendants  # noqa: E402
 
 from elastorm.config import TopologyConfig  # noqa: E402
 from elastorm.examples.options import ThroughputOptions  # noqa: E402
+from elastorm.examples.throughput_control import CONTROL_FILE  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
 from elastorm.runtime.files import write_json_atomic  # noqa: E402
 from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 
-CONTROL_FILE = "throughput-control.json"  # spouts.throughput.CONTROL_FILE
 STARTUP_SECS = 180.0
 STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
 
@@ -74,6 +86,9 @@ VARIANTS = {
     # the elastic job with JSON on the wire instead of msgpack (the default)
     "elastic_json": ("throughput_elastic_json", {}),
 }
+# name: PyFlink's python.execution-mode
+PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}
+PYFLINK_JOB = ROOT / "bench" / "pyflink" / "keyed_sum.py"
 
 
 class CpuSnapshot:
@@ -94,12 +109,33 @@ class CpuSnapshot:
         return {pid: (kind(procs[pid][2]), procs[pid][1]) for pid in mine}
 
 
+class TreeCpu(CpuSnapshot):
+    """CPU seconds of one process and its descendants (a PyFlink job), by kind."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def take(self) -> dict[int, tuple[str, float]]:
+        procs = read_procs(self.tick)
+        mine = with_descendants(procs, {self.root})
+        return {pid: (pyflink_kind(procs[pid][2]), procs[pid][1]) for pid in mine}
+
+
 def kind(cmdline: bytes) -> str:
     """``jvm``, or the component class a ``streamparse_run`` process runs."""
     args = cmdline.rstrip(b"\0").split(b"\0")
     if b"java" in args[0]:
         return "jvm"
     return args[-1].decode(errors="replace").rsplit(".", 1)[-1]
+
+
+def pyflink_kind(cmdline: bytes) -> str:
+    """``jvm``, ``pyflink_client`` (the job's own script) or ``pyflink_worker``."""
+    args = cmdline.rstrip(b"\0").split(b"\0")
+    if b"java" in args[0]:
+        return "jvm"
+    return "pyflink_client" if str(PYFLINK_JOB).encode() in args else "pyflink_worker"
 
 
 def cpu_by_kind(before: dict, after: dict) -> dict[str, float]:
@@ -142,7 +178,7 @@ class ThroughputDriver:
         files = glob.glob(os.path.join(output_dir, "throughput-[0-9]*.json"))
         if len(files) < self.tasks:
             return None
-        total: dict = {"at": 0.0, "tuples": 0, "histogram": {}}
+        total: dict = {"at": 0.0, "tuples": 0, "histogram": {}, "worst": {}}
         try:
             parts = [json.loads(Path(f).read_text()) for f in files]
         except ValueError:
@@ -152,6 +188,8 @@ class ThroughputDriver:
             total["tuples"] += part["tuples"]
             for b, n in part["histogram"].items():
                 total["histogram"][b] = total["histogram"].get(b, 0) + n
+            for s, ms in part.get("worst", {}).items():
+                total["worst"][s] = max(ms, total["worst"].get(s, 0.0))
         if total["at"] == 0.0:
             total["at"] = max(p["at"] for p in parts)
         return total
@@ -184,6 +222,10 @@ class ThroughputDriver:
             "rate": tuples / (end["at"] - start["at"]),
             "p50_ms": percentile(hist, 0.50),
             "p99_ms": percentile(hist, 0.99),
+            # the highest latency of each whole second inside the window (placing a tail)
+            "worst_by_second": {
+                s: ms for s, ms in end["worst"].items() if start["at"] < int(s) < end["at"] - 1
+            },
         }
 
     def wait(self, output_dir: str, timeout: float, progress) -> None:
@@ -218,6 +260,42 @@ class ThroughputDriver:
         return Outcome(summary=json.dumps(self.result), ok=bool(self.result), facts={})
 
 
+def pyflink_python() -> Path:
+    """The PyFlink virtualenv's interpreter (``bench/pyflink/venv.py``, loaded by path:
+    a ``pyflink`` folder on ``sys.path`` would shadow the real package)."""
+    spec = importlib.util.spec_from_file_location("pyflink_venv", PYFLINK_JOB.parent / "venv.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.python()
+
+
+def run_pyflink(mode: str, args, run_dir: Path) -> dict:
+    """One run of the keyed count on PyFlink (``mode``: its python.execution-mode),
+    through the same three phases as a Storm variant; the job is killed after."""
+    exe = pyflink_python()
+    out = run_dir / f"pyflink-{mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True)
+    log = open(out / "job.log", "w")  # noqa: SIM115 (closed below)
+    env = os.environ | {"PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        [str(exe), str(PYFLINK_JOB), str(out), "--mode", mode],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    driver = ThroughputDriver("pyflink", args, TreeCpu(proc.pid))
+    try:
+        driver.wait(str(out), 600, lambda text: print(f"  pyflink {mode}: {text}", flush=True))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    return driver.result
+
+
 def fmt(x, spec=",.0f"):
     return "-" if x is None else format(x, spec)
 
@@ -227,7 +305,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (2)")
     parser.add_argument(
         "--variants", default="plain,elastorm_plain,elastic",
-        help=f"comma-separated, first is the baseline (from {','.join(VARIANTS)})",
+        help="comma-separated, first is the baseline (from "
+        f"{','.join(VARIANTS | PYFLINK_VARIANTS)})",
     )  # fmt: skip
     parser.add_argument("--warmup", type=float, default=10.0, help="s before measuring (10)")
     parser.add_argument("--window", type=float, default=15.0, help="s per measured window (15)")
@@ -257,13 +336,15 @@ def main() -> int:
     results: dict[str, list[dict]] = {v: [] for v in variants}
     for i in range(args.repeats):
         for v in variants:
-            topology, options = VARIANTS[v]
-            driver = ThroughputDriver(topology, args, cpu)
             load = os.getloadavg()[0]
-            outcome = run_topology(
-                cfg, "local", driver, timeout=600, extra_options=options | extra[v]
-            )
-            r = driver.result | {"variant": v, "repeat": i + 1, "load_before": load}
+            if v in PYFLINK_VARIANTS:
+                result = run_pyflink(PYFLINK_VARIANTS[v], args, cfg.home / "runs")
+            else:
+                topology, options = VARIANTS[v]
+                driver = ThroughputDriver(topology, args, cpu)
+                run_topology(cfg, "local", driver, timeout=600, extra_options=options | extra[v])
+                result = driver.result
+            r = result | {"variant": v, "repeat": i + 1, "load_before": load}
             results[v].append(r)
             if args.json:
                 with open(args.json, "a") as f:
@@ -281,7 +362,6 @@ def main() -> int:
                 + f"; load {load:.1f}",
                 flush=True,
             )
-            del outcome
     base = variants[0]
     print(f"\nmedians over {args.repeats} repeats; ratios to {base} of the same repeat")
     for v in variants:
