@@ -69,6 +69,7 @@ from elastorm.config import TopologyConfig  # noqa: E402
 from elastorm.examples.options import ThroughputOptions  # noqa: E402
 from elastorm.examples.throughput_control import CONTROL_FILE  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
+from elastorm.runtime.errors import UserError  # noqa: E402
 from elastorm.runtime.files import write_json_atomic  # noqa: E402
 from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
@@ -296,6 +297,34 @@ def run_pyflink(mode: str, args, run_dir: Path) -> dict:
     return driver.result
 
 
+def run_variant(v: str, args, cfg, cpu: CpuSnapshot, extra: dict) -> dict:
+    """One run of variant ``v``: a Storm topology on a fresh LocalCluster, or PyFlink."""
+    if v in PYFLINK_VARIANTS:
+        return run_pyflink(PYFLINK_VARIANTS[v], args, cfg.home / "runs")
+    topology, options = VARIANTS[v]
+    driver = ThroughputDriver(topology, args, cpu)
+    run_topology(cfg, "local", driver, timeout=600, extra_options=options | extra)
+    return driver.result
+
+
+def describe(r: dict) -> str:
+    """One run's line: saturation rate and CPU, latency at saturation, 50% and 90%."""
+    s = r["saturation"]
+    return (
+        f"saturation {fmt(s['rate'])} tuples/s/task, "
+        f"CPU {s['cpu_ms_per_ktuple_all']} ms per 1k tuples {s['cpu_ms_per_ktuple']}; "
+        f"latency p50/p99 ms: sat {fmt(s['p50_ms'], '.1f')}/{fmt(s['p99_ms'], '.1f')}, "
+        + ", ".join(
+            f"{p} ({fmt(r[p]['rate'])}/s) {fmt(r[p]['p50_ms'], '.1f')}/{fmt(r[p]['p99_ms'], '.1f')}"
+            for p in ("at_50", "at_90")
+        )
+    )
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
 def fmt(x, spec=",.0f"):
     return "-" if x is None else format(x, spec)
 
@@ -333,60 +362,49 @@ def main() -> int:
             extra[variant][key] = raw
     cfg = load_config()
     cpu = CpuSnapshot(str(cfg.project))
-    results: dict[str, list[dict]] = {v: [] for v in variants}
+    # variant -> repeat -> result; a run that fails (a service not up in time on a
+    # loaded machine) is reported and left out, the others still run
+    results: dict[str, dict[int, dict]] = {v: {} for v in variants}
     for i in range(args.repeats):
         for v in variants:
             load = os.getloadavg()[0]
-            if v in PYFLINK_VARIANTS:
-                result = run_pyflink(PYFLINK_VARIANTS[v], args, cfg.home / "runs")
-            else:
-                topology, options = VARIANTS[v]
-                driver = ThroughputDriver(topology, args, cpu)
-                run_topology(cfg, "local", driver, timeout=600, extra_options=options | extra[v])
-                result = driver.result
+            try:
+                result = run_variant(v, args, cfg, cpu, extra[v])
+            except (UserError, RuntimeError) as exc:
+                print(f"[{v} #{i + 1}] FAILED: {exc}; load {load:.1f}", flush=True)
+                continue
             r = result | {"variant": v, "repeat": i + 1, "load_before": load}
-            results[v].append(r)
+            results[v][i] = r
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps(r) + "\n")
-            s = r["saturation"]
-            print(
-                f"[{v} #{i + 1}] saturation {fmt(s['rate'])} tuples/s/task, "
-                f"CPU {s['cpu_ms_per_ktuple_all']} ms per 1k tuples {s['cpu_ms_per_ktuple']}; "
-                f"latency p50/p99 ms: sat {fmt(s['p50_ms'], '.1f')}/{fmt(s['p99_ms'], '.1f')}, "
-                + ", ".join(
-                    f"{p} ({fmt(r[p]['rate'])}/s) {fmt(r[p]['p50_ms'], '.1f')}/"
-                    f"{fmt(r[p]['p99_ms'], '.1f')}"
-                    for p in ("at_50", "at_90")
-                )
-                + f"; load {load:.1f}",
-                flush=True,
-            )
+            print(f"[{v} #{i + 1}] {describe(r)}; load {load:.1f}", flush=True)
     base = variants[0]
-    print(f"\nmedians over {args.repeats} repeats; ratios to {base} of the same repeat")
+    print(f"\nmedians over the runs that completed; ratios to {base} of the same repeat")
     for v in variants:
-        rates = [r["saturation"]["rate"] for r in results[v]]
-        ratios = [
-            r["saturation"]["rate"] / b["saturation"]["rate"]
-            for r, b in zip(results[v], results[base], strict=True)
-        ]
-        cpus = [r["saturation"]["cpu_ms_per_ktuple_all"] for r in results[v]]
+        runs = list(results[v].values())
+        if not runs:
+            print(f"{v:15s} no run completed")
+            continue
+        rates = [r["saturation"]["rate"] for r in runs]
+        cpus = [r["saturation"]["cpu_ms_per_ktuple_all"] for r in runs]
+        pairs = [(r, results[base][i]) for i, r in results[v].items() if i in results[base]]
+        ratios = [r["saturation"]["rate"] / b["saturation"]["rate"] for r, b in pairs]
         cpu_ratios = [
             r["saturation"]["cpu_ms_per_ktuple_all"] / b["saturation"]["cpu_ms_per_ktuple_all"]
-            for r, b in zip(results[v], results[base], strict=True)
+            for r, b in pairs
         ]
         lat = {
             p: (
-                statistics.median(r[p]["p50_ms"] for r in results[v]),
-                statistics.median(r[p]["p99_ms"] for r in results[v]),
+                statistics.median(r[p]["p50_ms"] for r in runs),
+                statistics.median(r[p]["p99_ms"] for r in runs),
             )
             for p in ("at_50", "at_90")
         }
         print(
             f"{v:15s} {statistics.median(rates):>9,.0f} tuples/s/task "
-            f"(x{statistics.median(ratios):.2f}; runs {', '.join(f'{x:,.0f}' for x in rates)}), "
-            f"CPU {statistics.median(cpus):.0f} ms/1k tuples "
-            f"(x{statistics.median(cpu_ratios):.2f}), "
+            f"(x{_median(ratios)}; runs {', '.join(f'{x:,.0f}' for x in rates)}), "
+            f"CPU {statistics.median(cpus):.0f} ms/1k tuples (x{_median(cpu_ratios)}), "
             f"p50/p99 at 50%: {lat['at_50'][0]:.1f}/{lat['at_50'][1]:.1f} ms, "
             f"at 90%: {lat['at_90'][0]:.1f}/{lat['at_90'][1]:.1f} ms"
         )

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import site
+import sys
 import time
 
 from pyflink.common import Configuration, Types, WatermarkStrategy
@@ -68,7 +70,10 @@ class KeyedCount(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
-        task = runtime_context.get_index_of_this_subtask()
+        try:
+            task = runtime_context.get_index_of_this_subtask()
+        except AttributeError:  # thread mode in PyFlink 2.3 calls a method Flink 2 removed
+            task = 0  # parallelism 1
         self.latency = LatencyCounts(os.path.join(self.out_dir, f"throughput-{task}.json"))
         self.written = 0.0
 
@@ -90,8 +95,14 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--mode", choices=("process", "thread"), default="process")
     args = parser.parse_args()
+    # Thread mode runs the functions in an interpreter embedded in the JVM (pemja), which
+    # starts from the base installation's paths: hand it this virtualenv's packages.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [*site.getsitepackages(), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     config = Configuration()
     config.set_string("python.execution-mode", args.mode)
+    config.set_string("python.executable", sys.executable)  # the workers: this venv's
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(1)
     sequence = env.from_source(
