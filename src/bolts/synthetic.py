@@ -66,7 +66,6 @@ from spouts.synthetic import read_control
 log = logging.getLogger(__name__)
 
 BUCKET_SECS = 0.1
-DATA_PREFIX = '{"type":"Data",'
 
 
 def add_count(current: int | None, value: list) -> int:
@@ -93,8 +92,11 @@ def counting_step(work_us: float) -> Step:
     return fold(combine)
 
 
-def message_type(text: str) -> str:
-    """The ``type`` of a wire message without decoding it (``to_wire`` puts it first)."""
+def message_type(text: str | list) -> str:
+    """The ``type`` of a wire message without decoding it (``to_wire`` puts it first;
+    a ``Data`` is a list)."""
+    if type(text) is list:
+        return "Data"
     return text[9 : text.find('"', 9)] if text.startswith('{"type":"') else "?"
 
 
@@ -317,7 +319,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
 
     def handle(self, tup):
         text = tup.values[0]
-        if text.startswith(DATA_PREFIX) or self.hot_marker not in text[:64]:
+        if type(text) is list or self.hot_marker not in text[:64]:  # a Data is a list
             self.receive_elastorm(tup)
             return
         started = time.perf_counter()

@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Self
 
 PREFIX = "elastorm."
 STRATEGIES = ("none", "baseline", "even", "correlated")
+ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
 
 
 class ConfigError(ValueError):
@@ -589,6 +590,23 @@ class TopologyConfig(Section):
         "(dead host, cut network; a dead process is found at once by its liveness "
         "connection) is declared lost (too low declares a busy task lost)",
         check=at_least(1),
+    )  # fmt: skip
+    multilang_batch_size: int = option(
+        "elastorm.multilang.batch_size", INT, 100,
+        "emits an elastorm component sends to the JVM in one multilang message at most "
+        "(1: one message per emit)",
+        check=at_least(1),
+    )  # fmt: skip
+    multilang_linger_ms: float = option(
+        "elastorm.multilang.linger_ms", FLOAT, 1.0,
+        "milliseconds an emit may wait for its batch to fill",
+        check=at_least(0),
+    )  # fmt: skip
+    multilang_encoding: str = option(
+        "elastorm.multilang.encoding", STR, "msgpack",
+        "encoding of the multilang pipe of an ElasticTopology's Python components "
+        "(streamparse_run -s), fixed when its class is built",
+        check=one_of(*ENCODINGS),
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
 

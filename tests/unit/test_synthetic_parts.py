@@ -74,12 +74,14 @@ def test_merge_buckets_and_pause():
     rows += [[b, 9.0, 1, 8.0, 2.0, 1.0] for b in range(60, 100)]
     merged = merge_buckets(rows)
     assert merged[100] == [12.0, 3, 28.0, 2.0, 4.0]
-    got = pause_of(merged, started=10.2, done=10.4, before=5.0, after=0.2)
+    got = pause_of(merged, started=10.2, end=10.6, before=5.0)
     assert got["baseline_ms"] == 8.0
     assert got["window_max_ms"] == 300.0 and got["pause_ms"] == 292.0
     assert got["hop_baseline_ms"] == 1.0 and got["hop_pause_ms"] == 19.0
     assert got["outputs"] == 1
-    empty = pause_of({}, started=1.0, done=2.0)
+    shorter = pause_of(merged, started=10.2, end=10.4, before=5.0)  # bucket 105 left out
+    assert shorter["window_max_ms"] is None and shorter["outputs"] == 0
+    empty = pause_of({}, started=1.0, end=2.0)
     assert empty["pause_ms"] is None and empty["hop_pause_ms"] is None and empty["outputs"] == 0
 
 

@@ -176,6 +176,21 @@ class SyntheticOptions(Section):
     )  # fmt: skip
 
 
+@dataclass(frozen=True, kw_only=True)
+class ThroughputOptions(Section):
+    """``elastorm.throughput.*``: the keyed-count throughput benchmark (bench/throughput.py)."""
+
+    rate: float = option(
+        "elastorm.throughput.rate", FLOAT, 0.0,
+        "tuples/s the spout emits at the start (0: as fast as it can)",
+        check=at_least(0),
+    )  # fmt: skip
+    keys: int = option("elastorm.throughput.keys", INT, 1000, "distinct keys", check=at_least(1))
+    batch: int = option(
+        "elastorm.throughput.batch", INT, 100, "tuples the spout emits per call", check=at_least(1)
+    )
+
+
 #: Every example job's section: what ``check_conf`` accepts besides elastorm's own.
 EXAMPLE_SECTIONS: tuple[type[Section], ...] = (
     FlightsOptions,
@@ -183,4 +198,5 @@ EXAMPLE_SECTIONS: tuple[type[Section], ...] = (
     ShiftOptions,
     FlightsLoadOptions,
     SyntheticOptions,
+    ThroughputOptions,
 )

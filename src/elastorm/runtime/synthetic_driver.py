@@ -19,9 +19,13 @@ replay size each ``Migrate`` found, handling times), and the final state totals
 (which must equal the tuples emitted: exactly once through every migration).
 
 Measures per migration (``analyse``): **pause** = highest output latency of the
-group's tuples output in ``[started, done + after]`` minus the group's median
+group's tuples output in ``[started, started + window]`` minus the group's median
 latency before (median of 100 ms bucket means over the ``before`` seconds before
-``started``); **completion** = ``done - started`` on the controller's clock;
+``started``). Idle windows are measured the same way over the same length, so the
+noise floor and a migration's pause are maxima over equally many buckets (a
+longer window finds a higher maximum in noise alone); a migration that is not
+done ``after`` seconds before its window ends is flagged (``covered`` False);
+**completion** = ``done - started`` on the controller's clock;
 **pickup** = ``started`` - the request's creation (the controller polls requests
 on its 1 s tick). The same pause measured from the emitter's stamp (``hop_pause_ms``)
 leaves out the tuples' wait in the emitter's queue (e.g. while it builds a toState).
@@ -96,7 +100,8 @@ class Settings:
     trim_wait: float = 1.0
     settle: float = 2.5
     before: float = 5.0
-    after: float = 1.0
+    after: float = 1.0  # a pause window must reach this far past the migration's done
+    window: float = 2.5  # every pause window, idle or migration: [started, started + window]
     steady_ms: float = 50.0  # a baseline above this: the group was backlogged, no pause
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -151,15 +156,15 @@ def merge_buckets(rows: Iterable[list[float]]) -> dict[int, list[float]]:
 def pause_of(
     buckets: dict[int, list[float]],
     started: float,
-    done: float,
+    end: float,
     *,
     width: float = BUCKET_SECS,
     before: float = 5.0,
-    after: float = 1.0,
 ) -> dict[str, float | None]:
-    """Baseline (median bucket mean before), window max and pause, in ms; the same
-    measured from the emitter's stamp (``hop_``: without the emitter's queue)."""
-    lo, hi = int(started / width), int((done + after) / width)
+    """Baseline (median bucket mean before ``started``), max over the window
+    ``[started, end]`` and pause, in ms; the same measured from the emitter's stamp
+    (``hop_``: without the emitter's queue)."""
+    lo, hi = int(started / width), int(end / width)
     first = int((started - before) / width)
     prior = [v for b, v in buckets.items() if first <= b < lo and v[1] > 0]
     window = [v for b, v in buckets.items() if lo <= b <= hi and v[1] > 0]
@@ -202,13 +207,14 @@ def analyse(output_dir: str, records: list[dict[str, Any]], settings: Settings) 
     events = read_jsonl(os.path.join(output_dir, "events-*.jsonl"))
     migrates = {e["epoch"]: e for e in events if e["type"] == "Migrate" and "epoch" in e}
     for r in records:
-        r.update(
-            pause_of(buckets, r["started"], r["done"], before=settings.before, after=settings.after)
-        )
+        end = r["started"] + settings.window
+        r.update(pause_of(buckets, r["started"], end, before=settings.before))
+        r["window_s"] = settings.window
         base = r["baseline_ms"]
         r["steady"] = base is not None and base <= settings.steady_ms
         if r["kind"] != "migrate":
             continue
+        r["covered"] = r["done"] + settings.after <= end
         r["completion_ms"] = round((r["done"] - r["started"]) * 1000, 1)
         r["pickup_ms"] = round((r["started"] - r["submitted"]) * 1000, 1)
         found = migrates.get(r["epoch"])
@@ -357,7 +363,7 @@ class SyntheticDriver:
                         "load": os.getloadavg()[0],
                     }
                 )
-                time.sleep(s.after + 0.2)
+                time.sleep(max(0.0, s.window - step.seconds) + 0.2)  # the window, then a gap
             elif step.kind == "rebalance":
                 self.records.append(self._rebalance(step))
             elif step.kind == "resubmit":

@@ -58,7 +58,7 @@ from elastorm.core.actions import (
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.messages import Message, Trim, from_json, to_json
+from elastorm.core.messages import Data, Message, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.replay import ReplayTracker, RestartPoint
@@ -71,6 +71,7 @@ from elastorm.storm.load import (
     start_liveness,
 )
 from elastorm.storm.replay import REWIND_STREAM
+from elastorm.storm.wire import use_elastorm_wire
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +94,22 @@ REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
 RELAY_STREAM = Stream(fields=["to_task", "message", "sender"], name=RELAY)
 
 
-def to_wire(message: Message) -> str:
-    """A protocol message as the single string field of an ``elastorm`` tuple
-    (``elastorm.core.messages.to_json``: a ``Data`` is a flat JSON array, the rest objects)."""
+def to_wire(message: Message) -> str | list:
+    """A protocol message as the message field of an ``elastorm`` tuple.
+
+    A ``Data`` (one per tuple) is its flat list ``[key_group, source, seq, key,
+    value, ts]``, encoded once with the multilang message around it (no JSON text
+    inside JSON); every other message is its JSON text (``to_json``), opaque to the
+    JVM (a checkpoint or a toState can be large and is rare).
+    """
+    if type(message) is Data:
+        return [message.key_group, *message.item]
     return to_json(message)
 
 
-def from_wire(text: str) -> Message:
+def from_wire(value: str | list) -> Message:
     """Inverse of :func:`to_wire`; ``ValueError`` on anything malformed."""
-    return from_json(text)
+    return from_json(value)
 
 
 def carrier_fields(fields: Iterable[str]) -> list[str]:
@@ -197,6 +205,7 @@ class KeyedEmitting(_Sending):
     """
 
     def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+        use_elastorm_wire(self, conf)
         self._senders(context)
         task = int(context["taskid"])
         component = context["componentid"]
@@ -391,6 +400,7 @@ class KeyedOperator(_Sending):
         from elastorm.controller.loop import node_name
         from elastorm.zk.requests import task_start
 
+        use_elastorm_wire(self, conf)
         self._senders(context)
         task = int(context["taskid"])
         component = context["componentid"]
@@ -566,6 +576,9 @@ class RelayBolt(Bolt):
 
     outputs = [MESSAGE_STREAM]
     auto_anchor = False
+
+    def initialize(self, conf, context):
+        use_elastorm_wire(self, conf)
 
     def process(self, tup):
         to_task, message, sender = tup.values
