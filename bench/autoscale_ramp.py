@@ -78,9 +78,11 @@ def plan(args: argparse.Namespace) -> list[sd.Step]:
     ]
 
 
-def run_autoscaler(driver: sd.SyntheticDriver, args: argparse.Namespace, path: Path) -> None:
+def run_autoscaler(
+    driver: sd.SyntheticDriver, args: argparse.Namespace, path: Path, procs: list
+) -> None:
     """Once the driver's topology is submitted, run ``elastorm autoscale`` on it until
-    the plan's time is up (its output to ``path``)."""
+    the plan's time is up (its output to ``path``; the process in ``procs``)."""
     while not driver.topology:
         time.sleep(0.5)
     duration = sum(s.seconds for s in driver.plan) + 400  # workers start in minutes
@@ -92,7 +94,9 @@ def run_autoscaler(driver: sd.SyntheticDriver, args: argparse.Namespace, path: P
     with path.open("w", encoding="utf-8") as out:
         out.write(f"started at {time.time():.2f}: {' '.join(cmd)}\n")
         out.flush()
-        subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        proc.wait()
 
 
 def decisions(path: Path) -> list[dict[str, Any]]:
@@ -224,11 +228,16 @@ def main() -> int:
     os.environ["ELASTORM_KEYED_TASKS"] = "4"
     down(cfg, wipe=True)
     up(cfg, supervisors=1, slots=2)
-    scaler = threading.Thread(target=run_autoscaler, args=(driver, args, auto_log), daemon=True)
+    procs: list[subprocess.Popen] = []
+    scaler = threading.Thread(
+        target=run_autoscaler, args=(driver, args, auto_log, procs), daemon=True
+    )
     scaler.start()
     try:
         outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=1800)
     finally:
+        for proc in procs:  # the run is over, whatever its --duration says
+            proc.terminate()
         down(cfg, wipe=True)
     scaler.join(timeout=5)
     report(outcome, auto_log, commit, args)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from kazoo.exceptions import ConnectionLoss
+
 from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import connect
 from elastorm.runtime.provision import provisioner
@@ -93,6 +95,8 @@ def _autoscale(args: argparse.Namespace) -> int:
     try:
         while args.duration is None or time.monotonic() - began < args.duration:
             try:
+                if not client.connected:  # a call now would wait for the connection
+                    raise ConnectionLoss()
                 target = scaler.decide(progress(client, layout), time.monotonic())
                 if target is not None:
                     change = plan_scale(client, layout, target, nodes)
