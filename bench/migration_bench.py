@@ -4,7 +4,8 @@ Madsen & Zhou 2015, section 7.1 (migration latency and completion time, Figs. 5-
 
 Usage::
 
-    .venv/bin/python bench/migration_bench.py [--quick] [--repeats R] [--json PATH] [--plots DIR]
+    .venv/bin/python bench/migration_bench.py [--quick] [--repeats R] [--window S] [--json PATH]
+        [--plots DIR]
 
 One LocalCluster run of ``topologies/synthetic.py`` (``elastorm.runtime.synthetic_driver``):
 a rate-limited spout, a pass-through emitter, a counting operator with 20 key
