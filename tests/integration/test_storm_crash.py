@@ -84,6 +84,14 @@ class KillController(threading.Thread):
 
         path = os.path.join(self.output_dir, "controller-metrics.json")
         try:
+            # The clock starts once the controller runs (its metrics file appears):
+            # submitting and starting ten workers on a loaded 2-core machine took
+            # longer than the whole allowance when it counted from the submission.
+            started = time.monotonic()
+            while not os.path.exists(path):
+                if time.monotonic() - started > 420:
+                    raise TimeoutError("the controller never started")
+                time.sleep(0.5)
             deadline = time.monotonic() + 150
             while True:
                 try:
