@@ -136,7 +136,11 @@ def plot(records: list[dict], path: Path) -> None:
         ax.set_ylabel("seconds from kill -9")
         ax.set_title(f"{lose} op2 worker(s) killed at once")
         ax.legend(loc="upper left", fontsize=8)
-    fig.suptitle("Recovery: elastorm's way vs Storm's (dotted: detection target, dashed: progress)")
+    fig.suptitle(
+        "kill -9 to detection, restore, progress: elastorm's way vs Storm's\n"
+        "(dotted: 1 s detection target; dashed: progress target)",
+        fontsize=10,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -155,12 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--supervisors", type=int, default=3)
     parser.add_argument("--slots", type=int, default=6, help="worker slots per supervisor")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--summary", type=Path, help="only print and plot this raw file")
+    parser.add_argument("--summary", type=Path, nargs="+", help="only print and plot these")
+    parser.add_argument("--plot", type=Path, help="the plot (docs/img/<raw file>.png)")
     args = parser.parse_args(argv)
     if args.summary:
-        records = [json.loads(line) for line in args.summary.read_text().splitlines()]
+        records = [json.loads(line) for p in args.summary for line in p.read_text().splitlines()]
         summarize(records)
-        plot(records, ROOT / "docs" / "img" / f"{args.summary.stem}.png")
+        plot(records, args.plot or ROOT / "docs" / "img" / f"{args.summary[0].stem}.png")
         return 0
     if args.rounds < 1 or any(n < 1 or n >= args.tasks for n in args.lose):
         parser.error("--rounds >= 1 and 1 <= --lose < --tasks")
@@ -221,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"raw: {out}")
     summarize(records)
     if any("error" not in r for r in records):
-        plot(records, ROOT / "docs" / "img" / f"{out.stem}.png")
+        plot(records, args.plot or ROOT / "docs" / "img" / f"{out.stem}.png")
     return 1 if failed else 0
 
 
