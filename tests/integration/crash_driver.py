@@ -160,8 +160,8 @@ class ElasticCrashDriver(ElasticFlightsDriver):
 
 class NodeLossDriver(ElasticCrashDriver):
     """The elastic flights job with ``lose`` op2 tasks killed at once, with their worker
-    JVMs (kill -9 of both, as a dead node takes them), at 30% of the input, and again
-    every ``every`` of it for ``rounds`` rounds (``bench/recovery.py``).
+    JVMs (kill -9 of both, as a dead node takes them), at ``first`` of the input (30%),
+    and again every ``every`` of it for ``rounds`` rounds (``bench/recovery.py``).
 
     Nothing is migrating then. The controller must declare them lost from ZooKeeper
     (their sessions end) and restore their key groups on the tasks holding their
@@ -182,9 +182,10 @@ class NodeLossDriver(ElasticCrashDriver):
         lose: int = 1,
         rounds: int = 1,
         every: float = 0.12,
+        first: float = 0.3,
         **kwargs: Any,
     ) -> None:
-        script = tuple((0.3 + i * every, f"lose{lose}") for i in range(rounds))
+        script = tuple((first + i * every, f"lose{lose}") for i in range(rounds))
         ElasticFlightsDriver.__init__(self, limit, script=script, **kwargs)
         self.victim = "node"
         self.lose = lose
@@ -202,13 +203,17 @@ class NodeLossDriver(ElasticCrashDriver):
         # or before the victims' groups have their newest checkpoint on a survivor.
         while status["moving"] or not (victims := self._victims(status)):
             if time.monotonic() > calm:
+                bare = [g for g, newest in enumerate(status["assisted"]) if not newest]
                 raise UserError(
                     f"no {self.lose} tasks to kill: groups {status['moving']} moving, or "
-                    "no tasks whose groups' newest checkpoints are all elsewhere"
+                    "no tasks whose groups' newest checkpoints are all elsewhere (groups "
+                    f"{bare} without one; owners {status['owners']}, holders "
+                    f"{status['holders']}, lost {status.get('lost')})"
                 )
             time.sleep(0.1)
             status = wait_for_status(self._client, self.topology, "sum_delays", 60)
         owned = [g for g, o in enumerate(status["owners"]) if o in victims]
+        load = os.getloadavg()[0]  # the machine is shared: say how busy it was
         killed_at, killed_wall = time.monotonic(), time.time()
         pids = self._kill(victims)
         seen: dict[str, float] = {}
@@ -237,7 +242,9 @@ class NodeLossDriver(ElasticCrashDriver):
             seen["back"] = time.monotonic() - killed_at
         timings = {k: round(v, 3) for k, v in seen.items()}
         self.kills.append({"tasks": victims, "pids": pids})
-        self.losses.append({"tasks": victims, "groups": owned, **timings})
+        self.losses.append(
+            {"tasks": victims, "groups": owned, "loadavg_1m": round(load, 1), **timings}
+        )
         return {
             "group": None,
             "asked": f"kill -9 of tasks {victims} with their workers",

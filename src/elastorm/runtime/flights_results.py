@@ -232,7 +232,10 @@ def completeness(
         unmet.append(f"{pending} op1 task(s) hold a sample not yet sent")
     for role in ROLES[:-1]:
         sent, got = result.out(role, "errors"), sum(result.sink_errors(role).values())
-        if sent != got:
+        # A keyed task that rejected tuples and was then killed restarts with a new
+        # counts file: the sink holds its earlier lives' errors too, so only a shortfall
+        # is unmet (with an equality wait the run never completed; bench/recovery.py).
+        if got < sent or (got > sent and role not in keyed):
             unmet.append(f"sink received {got} of {sent} {role} errors")
     return unmet
 
