@@ -1,9 +1,16 @@
 """Stateful property test: the migration protocols against a single-threaded model.
 
-Several upstream emitters feed an operator of a few key groups on three tasks.
+Several upstream emitters feed an operator of a few key groups on four tasks.
 Hypothesis picks data, channel deliveries (any interleaving that keeps each
-channel FIFO), checkpoints, migrations of random groups by each protocol, and
-crashes. The model is the plain fold of every emitted tuple.
+channel FIFO), checkpoints, migrations of random groups by each protocol, active
+replicas (Su & Zhou 2016) started on a group's holder and dropped again, and
+correlated failures that kill one or two tasks at once (owners, replicas and
+holders alike): a group whose owner dies while its replica lives is promoted on
+the replica, the others are restored from their checkpoints. The model is the
+plain fold of every emitted tuple: whatever the interleaving, no copy ever holds a
+tuple twice or skips one, a replica never sends an output (``sim.Cluster``
+checks), and once everything is delivered the owner, every replica and the sink
+below equal the fold.
 
 Values are ``(sum, count)`` per key, and the tasks send ``key -> current value``
 updates as the flights job's op2 does (``elastorm.core.outputs``, modelled in
@@ -27,7 +34,7 @@ from elastorm.core.migration.table import LIVE, Phase
 from elastorm.core.state import fold
 
 GROUPS = 4
-TASKS = (0, 1, 2)
+TASKS = (0, 1, 2, 3)
 EMITTERS = (10, 11)
 KEYS = tuple(f"k{i}" for i in range(8))
 
@@ -106,23 +113,54 @@ class MigrationMachine(RuleBasedStateMachine):
         assert used is protocol
         event(f"migrate {used.value}")
 
-    def survivable(self) -> list[int]:
-        """Tasks whose crash loses nothing: a copy of every group they are involved in
-        survives (losing an owner and its only copy together is data loss by design)."""
-        return [t for t in TASKS if self.cluster.survives(t)]
+    def replicable(self) -> list[int]:
+        c = self.cluster
+        return [g for g in range(GROUPS) if c.control.can_replicate(g, c.holders[g])]
+
+    @precondition(lambda self: self.replicable())
+    @rule(data=st.data())
+    def replicate(self, data: st.DataObject) -> None:
+        """Start an active replica of a group on its holder."""
+        group = data.draw(st.sampled_from(self.replicable()), label="group")
+        self.cluster.replicate(group, self.cluster.holders[group])
+        event("replicate")
+
+    def droppable(self) -> list[int]:
+        c = self.cluster
+        return [g for g in sorted(c.control.replicas) if g not in c.moving]
+
+    @precondition(lambda self: self.droppable())
+    @rule(data=st.data())
+    def drop_replica(self, data: st.DataObject) -> None:
+        group = data.draw(st.sampled_from(self.droppable()), label="group")
+        self.cluster.drop_replica(group)
+        event("drop replica")
+
+    def survivable(self) -> list[tuple[int, ...]]:
+        """Sets of one or two tasks whose crash together loses nothing: a copy of every
+        group they are involved in survives (losing an owner and every copy of its
+        group together is data loss by design)."""
+        sets = [(t,) for t in TASKS] + [(a, b) for a in TASKS for b in TASKS if a < b]
+        return [s for s in sets if self.cluster.survives(s)]
 
     @precondition(lambda self: self.survivable())
     @rule(data=st.data())
     def crash_and_restore(self, data: st.DataObject) -> None:
-        """A crash at any time, a second one while an earlier recovery runs included."""
+        """A crash of one or two tasks at once at any time, a second one while an earlier
+        recovery runs included."""
         c = self.cluster
-        task = data.draw(st.sampled_from(self.survivable()), label="task")
+        dead = data.draw(st.sampled_from(self.survivable()), label="dead")
         restoring = any(m.protocol is Protocol.RESTORE for m in c.moving.values())
-        moving = sorted(g for g, m in c.moving.items() if task in (m.source, m.target))
+        moving = sorted(g for g, m in c.moving.items() if {m.source, m.target} & set(dead))
+        replica_hit = any(r in dead for r in c.control.replicas.values())
+        before = c.stats["promoted"]
+        c.crash(*dead)
         event(
-            "crash during recovery" if restoring else "crash mid-migration" if moving else "crash"
+            ("crash during recovery" if restoring else "crash mid-migration" if moving else "crash")
+            + f" of {len(dead)}"
+            + (", promoted" if c.stats["promoted"] > before else "")
+            + (", replica lost" if replica_hit else "")
         )
-        c.crash(task)
 
     @rule()
     def settle(self) -> None:
@@ -163,6 +201,13 @@ class MigrationMachine(RuleBasedStateMachine):
             for source, seq in c.trimmed(g).items():
                 assert any(cov.get(source, 0) >= seq for cov in covers), (g, source, seq)
 
+    @invariant()
+    def a_replica_is_never_its_groups_owner(self) -> None:
+        if not hasattr(self, "cluster"):
+            return
+        c = self.cluster
+        assert all(r != c.owner(g) for g, r in c.control.replicas.items())
+
     def check_settled(self) -> None:
         c = self.cluster
         assert not c.pending()
@@ -178,6 +223,12 @@ class MigrationMachine(RuleBasedStateMachine):
             expected = {s: len(self.log[(g, s)]) for (gg, s) in self.log if gg == g}
             assert {s: m.state.applied.get(s, 0) for s in expected} == expected
             assert m.state.items() == self.fold(g, expected)
+            # Only the controller's replica shadows the group, and exactly.
+            shadows = {t for t in TASKS if c.coordinators[t].phase(g) is Phase.REPLICA}
+            replica = c.control.replicas.get(g)
+            assert shadows == ({replica} if replica is not None else set()), (g, shadows)
+            if replica is not None:
+                assert c.coordinators[replica].state(g).items() == m.state.items()
             # The sink: per key, the update reflecting the most tuples (any arrival order).
             sent: dict[str, tuple[int, int]] = {}
             for _, key, value in c.outputs:

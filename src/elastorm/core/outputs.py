@@ -59,6 +59,8 @@ class LatestValues:
     def reported(self, report: Action | Any, state: KeyGroupState | None) -> None:
         if not isinstance(report, MigrationDone) or report.role is not Role.TARGET:
             return
+        if report.protocol is Protocol.REPLICATE:
+            return  # a replica sends nothing; its quiet keys wait for a promotion
         quiet = self._quiet.pop(report.key_group, set())
         if state is None:
             return
