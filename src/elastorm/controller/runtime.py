@@ -355,6 +355,7 @@ class ControllerRuntime:
                 "history": self.history[-600:],
                 "store": self.store.status().value,
                 "allocation": allocation_summary(self.loop, view),
+                "replication": self.loop.replication_status().to_json(),
             },
         )
 
