@@ -148,6 +148,9 @@ class MigrationController:
         self.moving: dict[int, Moving] = {}
         self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
         self.replicas: dict[int, int] = {}  # key group -> its active replica's task
+        # The newest checkpoint reported of each group since it last changed owner, even
+        # if its holder died since: its ack may have trimmed the upstream buffers.
+        self.newest: dict[int, CheckpointId] = {}
         self.stats: Counter[str] = Counter()
 
     def owner(self, key_group: int) -> int:
@@ -156,7 +159,10 @@ class MigrationController:
     # -- reports from the tasks ------------------------------------------------------
     def on_checkpoint_stored(self, task: int, report: CheckpointStored) -> None:
         """Task ``task`` now holds checkpoint ``report.checkpoint`` of its group."""
-        self.reports[report.key_group][task] = report.checkpoint
+        g = report.key_group
+        self.reports[g][task] = report.checkpoint
+        if g not in self.newest or report.checkpoint > self.newest[g]:
+            self.newest[g] = report.checkpoint
 
     def on_migration_done(self, done: MigrationDone) -> bool:
         """One end finished; True when the whole migration is complete."""
@@ -171,9 +177,16 @@ class MigrationController:
 
     def has_newest(self, task: int, key_group: int) -> bool:
         """Whether ``task`` reported the newest checkpoint of ``key_group`` (and has
-        not since turned it into state or crashed)."""
+        not since turned it into state or crashed).
+
+        The newest ever reported since the group last changed owner, not the newest
+        among the holders still alive: when the holder of the newest checkpoint dies,
+        an older copy elsewhere is not enough (that checkpoint's ack may already have
+        trimmed the upstream buffers past it, and a CPA, restore or replica started
+        from it would wait forever for the trimmed tuples). Then no task has the newest
+        until the owner checkpoints again."""
         reports = self.reports[key_group]
-        return task in reports and reports[task] == max(reports.values())
+        return task in reports and reports[task] == self.newest.get(key_group)
 
     def can_migrate(self, key_group: int) -> bool:
         """Neither moving nor replicated (drop a group's replica before moving it)."""
@@ -214,6 +227,7 @@ class MigrationController:
         self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
         # Ownership changes: copies of the old lineage stop being bases for CPA.
         self.reports[g].clear()
+        self.newest.pop(g, None)
         self.holders[g] = source
         sends.append(Send(to_task=target, message=SetHolder(key_group=g, holder=source)))
         self.moving[g] = Moving(
@@ -363,6 +377,7 @@ class MigrationController:
             sends += [Send(to_task=u, message=cmd) for u in self.emitters]
             self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
             self.reports[g].clear()
+            self.newest.pop(g, None)
             self.replicas.pop(g, None)
             self.moving[g] = Moving(
                 Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
