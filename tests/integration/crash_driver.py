@@ -295,6 +295,57 @@ class NodeLossDriver(ElasticCrashDriver):
         )
 
 
+class ReplicaLossDriver(NodeLossDriver):
+    """:class:`NodeLossDriver` with active replicas (Su & Zhou 2016): the controller plans
+    a replica for ``budget`` op2 tasks (every one by default) and the ``lose`` tasks
+    killed at once are ones whose every key group has a live replica on a survivor.
+    Their groups must be promoted on the replicas (no restore from a checkpoint), and
+    every plane's totals still equal pandas'. ``facts["promoted"]``: the groups that
+    were replicated when the kill came."""
+
+    def __init__(self, limit: int | None = None, *, budget: int = 99, **kwargs: Any) -> None:
+        super().__init__(limit, **kwargs)
+        self.budget = budget
+        self.promoted: list[int] = []
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.config import ControllerConfig
+
+        return super().options(output_dir) | ControllerConfig.overrides(
+            replication_budget=self.budget, warmup_secs=5.0, replan_secs=5.0
+        )
+
+    def _victims(self, status: dict[str, Any]) -> list[int]:
+        """``lose`` tasks whose every group has a started replica on a task outside them."""
+        import itertools
+
+        owners, replicas = status["owners"], status.get("replicas", {})
+        moving = set(status["moving"])
+        for combo in itertools.combinations(sorted(set(owners)), self.lose):
+            mine = [g for g, o in enumerate(owners) if o in combo]
+            if all(
+                str(g) in replicas and replicas[str(g)] not in combo and g not in moving
+                for g in mine
+            ):
+                self.promoted = mine
+                return list(combo)
+        return []
+
+    def outcome(self, output_dir: str) -> Outcome:
+        out = super().outcome(output_dir)
+        try:
+            with open(os.path.join(output_dir, "controller-metrics.json"), encoding="utf-8") as fh:
+                metrics = json.load(fh)
+        except (OSError, ValueError):
+            metrics = {}
+        facts = {
+            "replicated": self.promoted,
+            "recoveries": metrics.get("recoveries", []),
+            "replication": metrics.get("replication"),
+        }
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
+
+
 class UpstreamKillDriver(ElasticCrashDriver):
     """The elastic flights job with the spout's or op1's worker killed (kill -9 of its
     Python process and its worker JVM) at 30% of the input.

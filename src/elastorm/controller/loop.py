@@ -540,6 +540,7 @@ class ControllerLoop:
         self.replication_graph: TaskGraph | None = None
         self._replanned_at: float | None = None
         self._restoring: dict[str, set[KeyGroupId]] = {}  # dead task -> groups restoring
+        self.recoveries: list[dict[str, Any]] = []  # each recovery: restored, promoted
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -844,6 +845,16 @@ class ControllerLoop:
         crash = control.recover(dead, restores=restores, holders=holders, now=now)
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
+        self.recoveries.append(
+            {
+                "t": now,
+                "operator": operator,
+                "dead": sorted(dead),
+                "restored": list(crash.restored),
+                "promoted": list(crash.promoted),
+                "replicas_lost": list(crash.replicas_lost),
+            }
+        )
         for d, groups in lost.items():  # from checkpoints (promoted replicas: at once)
             self._restoring[task_name(operator, d)] = {
                 KeyGroupId(operator, g) for g in groups if g in restores and g not in crash.promoted

@@ -356,6 +356,7 @@ class ControllerRuntime:
                 "store": self.store.status().value,
                 "allocation": allocation_summary(self.loop, view),
                 "replication": self.loop.replication_status().to_json(),
+                "recoveries": self.loop.recoveries[-100:],
             },
         )
 

@@ -58,7 +58,7 @@ from elastorm.core.actions import (
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.messages import Message, Trim, from_json, to_json
+from elastorm.core.messages import Message, Protocol, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.replay import ReplayTracker, RestartPoint
@@ -477,6 +477,8 @@ class KeyedOperator(_Sending):
 
         sample = self.load_meter.sample()
         owned = self.coordinator.owned()
+        shadowed = set(self.coordinator.replicas())  # an active replica's input is not load
+        rates = tuple((g, r) for g, r in sample.rates.items() if g not in shadowed)
         sizes = []
         for g in owned:
             state = self.coordinator.state(g)
@@ -484,7 +486,7 @@ class KeyedOperator(_Sending):
         return Heartbeat(
             key_groups=owned,
             checkpoints=tuple(self.coordinator.held),
-            input_rates=tuple(sample.rates.items()),
+            input_rates=rates,
             queue_length=sample.queue,
             cpu=sample.cpu,
             memory=resident_bytes(),
@@ -523,7 +525,11 @@ class KeyedOperator(_Sending):
                         action.seconds,
                         action.awaited,
                     )
-                if isinstance(action, MigrationDone) and action.role is Role.TARGET:
+                if (
+                    isinstance(action, MigrationDone)
+                    and action.role is Role.TARGET
+                    and action.protocol is not Protocol.REPLICATE  # shadowing, not owning
+                ):
                     self._taking[action.key_group] = time.time()
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
