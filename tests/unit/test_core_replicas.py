@@ -182,3 +182,41 @@ def test_trims_reach_every_emitter() -> None:
     assert {type(m) for m in c.channels.get((0, 10), ())} <= {Trim}
     assert c.trimmed(0) == {"u10": 2, "u11": 1}
     assert len(c.emitters[10].buffer) == 0 and len(c.emitters[11].buffer) == 0
+
+
+def test_a_cpa_to_a_dropped_replica_before_its_drop_arrives_starts_from_the_shadow() -> None:
+    """The drop comes on the controller's channel, the CPA's toState on the emitters':
+    either may arrive first (found by the state machine)."""
+    c = replicated()
+    c.drop_replica(0)
+    for ch in [(-1, 10), (-1, 11)]:  # the emitters get the drop, the replica not yet
+        c.deliver(ch)
+    assert c.control.has_newest(1, 0)
+    c.migrate(0, 1, Protocol.CPA)
+    for ch in [(-1, 10), (-1, 11), (10, 1), (11, 1)]:
+        while c.channels.get(ch):
+            c.deliver(ch)
+    m = c.coordinators[1].machine(0)
+    assert m.phase is Phase.ACTIVE and m.state.checkpoint[0] == m.epoch  # its own lineage
+    c.run_until_quiet()  # the late drop is stale
+    assert c.owner(0) == 1 and not c.moving and c.coordinators[1].phase(0) is Phase.ACTIVE
+    c.migrate(0, 0, Protocol.CPAL)  # back, checkpoint-assisted or direct: it completes
+    c.run_until_quiet()
+    assert not c.moving and c.coordinators[0].state(0).items() == {KEY0: 7}
+
+
+def test_a_replica_dropped_and_started_again_before_the_drop_arrives_keeps_shadowing() -> None:
+    c = replicated()
+    c.drop_replica(0)
+    for ch in [(-1, 10), (-1, 11)]:
+        c.deliver(ch)
+    c.replicate(0, 1)
+    for ch in [(-1, 10), (-1, 11), (10, 1), (11, 1)]:
+        while c.channels.get(ch):
+            c.deliver(ch)
+    assert c.coordinators[1].phase(0) is Phase.REPLICA
+    c.run_until_quiet()
+    assert c.coordinators[1].phase(0) is Phase.REPLICA and c.control.replicas == {0: 1}
+    c.emit(10, KEY0, 3)
+    c.run_until_quiet()
+    assert c.coordinators[1].state(0).items() == {KEY0: 10}

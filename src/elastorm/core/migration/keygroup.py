@@ -59,6 +59,14 @@ def _applied(
 _new_object = object.__new__
 _set_field = object.__setattr__
 
+_TARGET_PHASE = {
+    Protocol.CPA: Phase.REPLAYING,
+    Protocol.RESTORE: Phase.REPLAYING,
+    Protocol.CPAL: Phase.SHADOW,
+    Protocol.REPLICATE: Phase.REPLICA,
+}
+"""The phase a task enters as the target of a toState of each protocol."""
+
 
 class KeyGroupMachine:
     """Key group ``key_group`` as seen by task ``task``.
@@ -341,15 +349,23 @@ class KeyGroupMachine:
         self._holder_store.take(self.key_group)
         self.state = checkpoint_to_state(copy, epoch=message.epoch, step=self._step)
         self._start_target(message)
-        self.phase = {Protocol.CPAL: Phase.SHADOW, Protocol.REPLICATE: Phase.REPLICA}.get(
-            message.protocol, Phase.REPLAYING
-        )
+        self.phase = _TARGET_PHASE[message.protocol]
         return self._on_to_state(sender, message)
 
     def _on_to_state(self, sender: int, message: ToState) -> list[Action]:
         if message.epoch != self.epoch:
             if message.protocol is Protocol.RESTORE:
                 return self._on_restore(sender, message)
+            if self.phase is Phase.REPLICA and message.epoch > self.epoch:
+                # Dropped, then made a replica or a CPA/CPAL target here again, before
+                # the drop arrived (it comes on the controller's channel, this on an
+                # emitter's). The shadow is a per-source prefix covering every trim (it
+                # acked no further), as good as the held copy it would have become.
+                if message.protocol is not Protocol.REPLICATE:
+                    self._own_shadow(message.epoch)
+                self._start_target(message)
+                self.phase = _TARGET_PHASE[message.protocol]
+                return self._on_to_state(sender, message)
             return self._fail(f"toState of epoch {message.epoch} during epoch {self.epoch}")
         if message.more:  # a chunk: more of this upstream's buffer follows
             actions = self._replay(message.items, emit=self._replay_emits)
@@ -358,6 +374,15 @@ class KeyGroupMachine:
         self._pending.discard(sender)
         actions = self._replay(message.items, emit=self._replay_emits)
         return actions + self._maybe_complete()
+
+    def _own_shadow(self, epoch: int) -> None:
+        """The shadow becomes the group's state from routing epoch ``epoch``: its
+        checkpoints are numbered in that epoch, as a state made from a held copy is
+        (``checkpoint_to_state``), so a holder keeping an older lineage's copy takes
+        them; the first is full."""
+        assert self.state is not None
+        self.state.checkpoint = (epoch, 0)
+        self.state.needs_full = True
 
     def _on_restore(self, sender: int, message: ToState) -> list[Action]:
         """A RESTORE toState at a task that still has live state: keep that state
@@ -370,6 +395,8 @@ class KeyGroupMachine:
             )
         queued, self._queue = self._queue, []
         self._direct = None
+        if self.phase is Phase.REPLICA:
+            self._own_shadow(message.epoch)
         self._start_target(message)
         self.phase = Phase.REPLAYING
         actions = self._replay(tuple(queued), emit=True)

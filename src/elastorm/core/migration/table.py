@@ -65,7 +65,10 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
         for p in (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.SYNCING)
     },
     # active replica: more replicate toStates, or promotion (a RESTORE toState)
-    (P.REPLICA, "ToState"): ("_on_to_state", frozenset({P.REPLICA, P.REPLAYING, P.ACTIVE})),
+    (P.REPLICA, "ToState"): (
+        "_on_to_state",
+        frozenset({P.REPLICA, P.REPLAYING, P.ACTIVE, P.SHADOW, P.SYNCING}),
+    ),
     (P.REPLICA, "CheckpointDelta"): ("_on_primary_checkpoint", frozenset({P.REPLICA})),
     (P.REPLICA, "DropReplica"): ("_on_drop_replica", frozenset({P.IDLE})),
     (P.IDLE, "DropReplica"): ("_on_drop_idle", frozenset({P.IDLE})),  # not started (yet)
