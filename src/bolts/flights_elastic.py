@@ -139,6 +139,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.setup_keyed(conf, self.context, fold(add_delay))
         self.latest = LatestValues()  # key -> totals owed to the sink
         self.applied = 0
+        self.outputs = 0  # applied tuples whose outputs were this task's to send
         self.flushed_at = 0
 
     def handle(self, tup):
@@ -148,6 +149,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
 
     def on_applied(self, applied: Applied) -> None:
         self.applied += 1
+        self.outputs += applied.emit_output  # an active replica's are suppressed
         self.latest.applied(applied)
 
     def on_rejected(self, rejected: Rejected) -> None:
@@ -182,6 +184,8 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.tick_keyed()
         self.flush()
         self.counters.extra["owned"] = list(self.coordinator.owned())
+        self.counters.extra["outputs"] = self.outputs
+        self.counters.extra["replicas"] = list(self.coordinator.replicas())
         self.counters.extra["held"] = sorted(self.coordinator.held)
         self.counters.extra["heartbeats"] = self.heartbeat_health()
         # [took over at, first tuple applied at] (wall clock) per key group taken over

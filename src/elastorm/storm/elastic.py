@@ -339,8 +339,9 @@ class KeyedEmitting(_Sending):
         task = sender
         if sender == CONTROLLER_SENDER:
             task = getattr(message, "target", None)
-            if task is None:
-                task = getattr(message, "task", None)
+            for name in ("task", "replica"):  # PeerDown, DropReplica
+                if task is None:
+                    task = getattr(message, name, None)
         op = self._operator_of.get(task) if task is not None else None
         if op is None:
             if len(self.emitters) == 1:
