@@ -47,11 +47,11 @@ from crash_driver import AFTER, BEFORE  # noqa: E402
 ARMS = ("none", "planned", "all")
 
 
-def _driver(arm: str, lose: int, budget: int, tasks: int, rate: float):
+def _driver(arm: str, lose: int, budget: int, tasks: int, rate: float, limit: int):
     from crash_driver import CompletenessDriver
 
     budget = {"none": 0, "planned": budget, "all": tasks}[arm]
-    driver = CompletenessDriver(None, lose=lose, max_rate=rate, budget=budget)
+    driver = CompletenessDriver(limit, lose=lose, max_rate=rate, budget=budget)
     driver.migration_timeout = 240.0
     return driver
 
@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         for arm in args.arms:
-            driver = _driver(arm, args.lose, args.budget, args.tasks, args.rate)
-            driver.limit = args.limit
+            driver = _driver(arm, args.lose, args.budget, args.tasks, args.rate, args.limit)
             began = time.monotonic()
             outcome = run_topology(cfg, "cluster", driver, timeout=1800)
             failed |= not outcome.ok
