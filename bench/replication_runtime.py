@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import ROOT, commit
+from bench_common import ROOT, commit, node_loss_cluster
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the drivers live with the tests
 from crash_driver import AFTER, BEFORE  # noqa: E402
@@ -90,17 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.lose < args.tasks or args.budget < 0:
         parser.error("1 <= --lose < --tasks and --budget >= 0")
 
-    from elastorm.runtime.cluster import down, up
-    from elastorm.runtime.config import load_config
+    from elastorm.runtime.cluster import down
     from elastorm.runtime.run import run_topology
 
-    os.environ["ELASTORM_PARALLELISM"] = "1"
-    os.environ["ELASTORM_KEYED_TASKS"] = str(args.tasks)
-    out = args.out or ROOT / "docs" / "raw" / f"replication_runtime_{commit()}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cfg = load_config()
-    down(cfg, wipe=True)
-    up(cfg, supervisors=2, slots=6)
+    cfg, out = node_loss_cluster(
+        "replication_runtime", args.out, tasks=args.tasks, supervisors=2, slots=6
+    )
     failed = False
     rows = []
     try:
