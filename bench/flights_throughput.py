@@ -58,6 +58,7 @@ class CpuMeter:
 
     def __init__(self, topology: str, interval: float = 0.5) -> None:
         self.marker = f"-Dstorm.id={topology}-".encode()
+        self.project = str(Path(__file__).resolve().parents[1]).encode()
         self.interval = interval
         self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (what it runs, seconds)
         self._stop = threading.Event()
@@ -78,26 +79,15 @@ class CpuMeter:
             self._stop.wait(self.interval)
 
     def poll(self) -> None:
-        procs: dict[int, tuple[int, float, bytes]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
-            # after "(comm)": state ppid ... utime(12th) stime(13th)
-            seconds = (int(fields[11]) + int(fields[12])) / self._tick
-            procs[int(entry)] = (int(fields[1]), seconds, cmd)
-        mine = {pid for pid, (_, _, cmd) in procs.items() if self.marker in cmd}
-        grew = True
-        while grew:  # descendants of the workers
-            more = {pid for pid, (ppid, _, _) in procs.items() if ppid in mine} - mine
-            mine |= more
-            grew = bool(more)
+        procs = read_procs(self._tick)
+        workers = {pid for pid, (_, _, cmd) in procs.items() if self.marker in cmd}
+        if not workers:  # local mode: the LocalRunner JVM of this project runs the executors
+            workers = {
+                pid
+                for pid, (_, _, cmd) in procs.items()
+                if b"LocalRunner" in cmd and self.project in cmd
+            }
+        mine = with_descendants(procs, workers)
         for pid in mine:
             _, seconds, cmd = procs[pid]
             self.cpu[pid] = (_process_kind(cmd), seconds)
@@ -113,6 +103,36 @@ class CpuMeter:
         for kind, s in self.cpu.values():
             out[kind] = out.get(kind, 0.0) + s
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def read_procs(tick: int) -> dict[int, tuple[int, float, bytes]]:
+    """Every process: pid -> (parent pid, CPU seconds (user + system), command line)."""
+    procs: dict[int, tuple[int, float, bytes]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        # after "(comm)": state ppid ... utime(12th) stime(13th)
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        procs[int(entry)] = (int(fields[1]), seconds, cmd)
+    return procs
+
+
+def with_descendants(procs: dict[int, tuple[int, float, bytes]], roots: set[int]) -> set[int]:
+    """``roots`` and every process below them in ``procs``."""
+    mine = set(roots)
+    grew = True
+    while grew:
+        more = {pid for pid, (ppid, _, _) in procs.items() if ppid in mine} - mine
+        mine |= more
+        grew = bool(more)
+    return mine
 
 
 def _process_kind(cmdline: bytes) -> str:

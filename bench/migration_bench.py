@@ -4,7 +4,8 @@ Madsen & Zhou 2015, section 7.1 (migration latency and completion time, Figs. 5-
 
 Usage::
 
-    .venv/bin/python bench/migration_bench.py [--quick] [--repeats R] [--json PATH] [--plots DIR]
+    .venv/bin/python bench/migration_bench.py [--quick] [--repeats R] [--window S] [--json PATH]
+        [--plots DIR]
 
 One LocalCluster run of ``topologies/synthetic.py`` (``elastorm.runtime.synthetic_driver``):
 a rate-limited spout, a pass-through emitter, a counting operator with 20 key
@@ -18,8 +19,10 @@ CPA and CPAL (order rotated per repeat):
   checkpoint (the number actually replayed is recorded);
 * **idle** windows (no migration) give the noise floor of the pause measure.
 
-Pause = highest latency of the group's outputs during the migration (to done +
-1 s) minus the group's median latency before; completion = request started ->
+Pause = highest latency of the group's outputs during ``[started, started +
+--window]`` minus the group's median latency before; idle windows are exactly as
+long, so the noise floor is a maximum over as many buckets as a pause (a migration
+not done 1 s before its window ends is counted as not covered); completion = request started ->
 done on the controller. Ratios are of medians measured in the same run. Raw
 records go to ``--json``; plots to ``--plots`` (needs matplotlib).
 """
@@ -51,12 +54,14 @@ PROTOCOLS = ("direct", "cpa", "cpal")
 
 
 def build_plan(
-    keys: list[int], replays: list[int], small: int, repeats: int, idles: int
+    keys: list[int], replays: list[int], small: int, repeats: int, idles: int, window: float
 ) -> list[Step]:
     plan: list[Step] = []
     for i, k in enumerate(keys):
         plan.append(Step(kind="keys", keys=k))
-        plan += [Step(kind="idle", seconds=3.0, tag="idle") for _ in range(idles if i == 0 else 0)]
+        plan += [
+            Step(kind="idle", seconds=window, tag="idle") for _ in range(idles if i == 0 else 0)
+        ]
         for r in range(repeats):
             order = PROTOCOLS[r % 3 :] + PROTOCOLS[: r % 3]
             plan += [Step(kind="migrate", protocol=p, replay=small, tag="state") for p in order]
@@ -64,7 +69,7 @@ def build_plan(
         for j, n in enumerate(replays):
             order = PROTOCOLS[(r + j) % 3 :] + PROTOCOLS[: (r + j) % 3]
             plan += [Step(kind="migrate", protocol=p, replay=n, tag="replay") for p in order]
-    plan += [Step(kind="idle", seconds=3.0, tag="idle") for _ in range(idles)]
+    plan += [Step(kind="idle", seconds=window, tag="idle") for _ in range(idles)]
     return plan
 
 
@@ -99,7 +104,13 @@ def table(records, tag, by):
 
 def summarise(records: list[dict], replays: list[int], keys: list[int]) -> list[str]:
     """Median tables and ratios; pauses only of steady records (baseline not backlogged)."""
-    lines = []
+    migrations = [r for r in records if r["kind"] == "migrate"]
+    lines = [
+        f"{len(migrations)} migrations, {sum(r['kind'] == 'idle' for r in records)} idle "
+        f"windows; pause windows {sorted({r.get('window_s') for r in records}, key=str)} s; "
+        f"{sum(not r.get('covered', True) for r in migrations)} migrations not done 1 s "
+        f"before their window's end"
+    ]
     idle = [r for r in records if r["kind"] == "idle" and r["steady"]]
     for what in ("pause_ms", "hop_pause_ms"):
         values = [r[what] for r in idle if r[what] is not None]
@@ -206,6 +217,12 @@ def main() -> int:
     parser.add_argument("--keys", default=None, help="comma-separated state sizes")
     parser.add_argument("--replays", default=None, help="comma-separated replay sizes")
     parser.add_argument("--small-replay", type=int, default=1000)
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=Settings.window,
+        help=f"pause window of migrations and idle windows alike, s (default {Settings.window})",
+    )
     parser.add_argument("--json", default=str(ROOT / "docs/img/migration_bench.json"))
     parser.add_argument("--plots", default=str(ROOT / "docs/img"))
     args = parser.parse_args()
@@ -220,8 +237,10 @@ def main() -> int:
         for n in (args.replays or ("5000,20000" if args.quick else "5000,20000,50000")).split(",")
     ]
     repeats = args.repeats or (1 if args.quick else 2)
-    plan = build_plan(keys, replays, args.small_replay, repeats, idles=2 if args.quick else 3)
-    settings = Settings(rate=args.rate, hot_share=args.hot_share, keys=keys[0])
+    plan = build_plan(
+        keys, replays, args.small_replay, repeats, idles=2 if args.quick else 5, window=args.window
+    )
+    settings = Settings(rate=args.rate, hot_share=args.hot_share, keys=keys[0], window=args.window)
     print(
         f"{len(plan)} steps: state sizes {keys}, replay sizes {replays} (+{args.small_replay} "
         f"in the state sweep), {repeats} repeat(s), {args.rate:.0f} tuples/s, "
@@ -247,6 +266,7 @@ def main() -> int:
                     "replays": replays,
                     "small_replay": args.small_replay,
                     "repeats": repeats,
+                    "window": args.window,
                 },
                 "ok": outcome.ok,
                 "final": outcome.facts["final"],

@@ -20,14 +20,17 @@ group once when a task first owns it and then only when the driver asks (the
 ``checkpoint`` counter of the control file), so the driver decides how many of
 its tuples wait in the emitter's buffer (the replay size) when it migrates.
 
-Every non-data message of the hot group and every ``Migrate`` at the emitter is
-timed (``events-<task>.jsonl``): where a migration's time goes.
+Every non-data message of the hot group at the counter, and every ``Migrate``,
+``ProcessedAllReplay`` and ``ToStateAck`` at the emitter (of any key group), is timed
+(``events-<task>.jsonl``): where a migration's time goes.
 
 For the rescale benchmark (``bench/rescale_bench.py``) it also records, for *every*
 key group, the 20 ms buckets in which it emitted an output and each output's latency
 (1 ms histogram per second of output time), appended to ``outputs-<task>.jsonl`` on
 ticks (:class:`OutputLog`): the longest gap in any key group's output and the
-latency percentiles are computed from them, across tasks, after the run.
+latency percentiles are computed from them, across tasks, after the run. When the
+control file names a ``savepoint`` directory, each counter task writes the key groups
+it owns there once (``elastorm.storm.savepoint``: the stop-and-resubmit way).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from elastorm.config import TopologyConfig
 from elastorm.core.actions import Applied
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.messages import Migrate
-from elastorm.core.state import fold
+from elastorm.core.state import Step, fold
 from elastorm.examples.options import SyntheticOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
@@ -57,12 +60,12 @@ from elastorm.storm.elastic import (
     KeyedOperator,
     from_wire,
 )
+from elastorm.storm.savepoint import write_savepoint
 from spouts.synthetic import read_control
 
 log = logging.getLogger(__name__)
 
 BUCKET_SECS = 0.1
-DATA_PREFIX = '{"type":"Data",'
 
 
 def add_count(current: int | None, value: list) -> int:
@@ -70,8 +73,30 @@ def add_count(current: int | None, value: list) -> int:
     return (current or 0) + value[0]
 
 
-def message_type(text: str) -> str:
-    """The ``type`` of a wire message without decoding it (``to_wire`` puts it first)."""
+def counting_step(work_us: float) -> Step:
+    """The counter's step: :func:`add_count`, after spinning ``work_us`` microseconds of
+    CPU (``elastorm.synthetic.work_us``: an operator whose cost grows with its input,
+    for the autoscaler's load ramp). Spent on every tuple folded in, replays and a
+    CPAL target's shadow processing included, as a real operator's work would be."""
+    if work_us <= 0:
+        return fold(add_count)
+    spin = work_us / 1e6
+    clock = time.thread_time  # CPU, not wall time: the cost holds on a crowded machine
+
+    def combine(current: int | None, value: list) -> int:
+        end = clock() + spin
+        while clock() < end:
+            pass
+        return add_count(current, value)
+
+    return fold(combine)
+
+
+def message_type(text: str | list) -> str:
+    """The ``type`` of a wire message without decoding it (``to_wire`` puts it first;
+    a ``Data`` is a list)."""
+    if type(text) is list:
+        return "Data"
     return text[9 : text.find('"', 9)] if text.startswith('{"type":"') else "?"
 
 
@@ -115,16 +140,29 @@ OUTPUT_BUCKET_SECS = 0.02
 
 
 class OutputLog:
-    """Per key group, the ``OUTPUT_BUCKET_SECS`` buckets with an output; per second of
-    output time, a histogram of latencies in whole ms (module docstring)."""
+    """Per key group, the ``OUTPUT_BUCKET_SECS`` buckets with an output, each with the
+    earliest stamp bucket of the tuples output in it, and the stamp buckets of all of
+    them (the group's input, as it reached the sink); per second of output time, a
+    histogram of latencies in whole ms (module docstring).
+
+    Rows: ``{"out": [[group, bucket, earliest stamp bucket]], "in": [[group, stamp
+    bucket]], "lat": [[second, ms, count]]}``. The stamps say whether a silent group had
+    input waiting (``synthetic_driver.output_gaps``: its stall) or none to output.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.buckets: set[tuple[int, int]] = set()
+        self.buckets: dict[tuple[int, int], int] = {}
+        self.stamps: set[tuple[int, int]] = set()
         self.latency: dict[tuple[int, int], int] = {}
 
     def add(self, now: float, key_group: int, latency: float) -> None:
-        self.buckets.add((key_group, int(now / OUTPUT_BUCKET_SECS)))
+        slot = (key_group, int(now / OUTPUT_BUCKET_SECS))
+        stamp = int((now - latency) / OUTPUT_BUCKET_SECS)
+        earliest = self.buckets.get(slot)
+        if earliest is None or stamp < earliest:
+            self.buckets[slot] = stamp
+        self.stamps.add((key_group, stamp))
         slot = (int(now), int(latency * 1000))
         self.latency[slot] = self.latency.get(slot, 0) + 1
 
@@ -132,12 +170,13 @@ class OutputLog:
         if not self.buckets and not self.latency:
             return
         row = {
-            "out": sorted(self.buckets),
+            "out": [[g, b, sb] for (g, b), sb in sorted(self.buckets.items())],
+            "in": sorted(self.stamps),
             "lat": [[sec, ms, n] for (sec, ms), n in sorted(self.latency.items())],
         }
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
-        self.buckets, self.latency = set(), {}
+        self.buckets, self.stamps, self.latency = {}, set(), {}
 
 
 class CheckpointPlan:
@@ -145,26 +184,38 @@ class CheckpointPlan:
 
     Cold groups: when first owned, then every ``interval`` seconds (none if 0).
     The hot group: when first owned here, and whenever the driver's request
-    counter passes the last one this task saw while owning it.
+    counter passes the last one this task saw while owning it; or, with
+    ``hot_on_request`` False, like a cold group. Any group also when its holder
+    changed since its last checkpoint here: the new holder has no copy, and a
+    controller waits for one before a checkpoint-assisted move to it.
     """
 
-    def __init__(self, hot: int, interval: float) -> None:
-        self.hot = hot
+    def __init__(self, hot: int, interval: float, hot_on_request: bool = True) -> None:
+        self.hot = hot if hot_on_request else -1
         self.interval = interval
         self.last: dict[int, float] = {}
+        self.holder: dict[int, int | None] = {}
         self.seen_request = 0
 
-    def due(self, now: float, owned: Iterable[int], requested: int) -> list[int]:
+    def due(
+        self,
+        now: float,
+        owned: Iterable[int],
+        requested: int,
+        holders: Mapping[int, int | None] | None = None,
+    ) -> list[int]:
         groups = []
         for g in owned:
             last = self.last.get(g)
+            holder = holders.get(g) if holders is not None else None
             if g == self.hot:
                 take = last is None or requested > self.seen_request
             else:
                 take = last is None or (self.interval > 0 and now - last >= self.interval)
-            if take:
+            if take or (holders is not None and holder != self.holder.get(g, holder)):
                 groups.append(g)
                 self.last[g] = now
+            self.holder[g] = holder
         self.seen_request = max(self.seen_request, requested)
         return groups
 
@@ -209,8 +260,10 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
             return
         text = tup.values[0]
         kind = message_type(text)
+        # ToStateAck: the next chunk of a toState
+        timed = from_wire(text) if kind in ("Migrate", "ProcessedAllReplay", "ToStateAck") else None
         replayed = self.emitter.stats["replayed"]
-        buffered = self.emitter.buffer.size(self.hot)
+        buffered = self.emitter.buffer.size(timed.key_group) if timed else 0
         started = time.perf_counter()
         try:
             rest = self.receive_elastorm(tup)
@@ -221,19 +274,18 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
         ms = (time.perf_counter() - started) * 1000
         if rest:
             self.counters.error("rejected", len(rest))
-        if kind in ("Migrate", "ProcessedAllReplay", "ToStateAck"):  # ToStateAck: next chunk
-            message = from_wire(text)
-            if message.key_group == self.hot:
-                self.events.add(
-                    at=time.time(),
-                    type=kind,
-                    epoch=message.epoch,
-                    protocol=message.protocol.value if isinstance(message, Migrate) else None,
-                    buffered=buffered,
-                    replayed=self.emitter.stats["replayed"] - replayed,
-                    ms=round(ms, 3),
-                )
-                self.events.flush()
+        if timed is not None:
+            self.events.add(
+                at=time.time(),
+                type=kind,
+                key_group=timed.key_group,
+                epoch=timed.epoch,
+                protocol=timed.protocol.value if isinstance(timed, Migrate) else None,
+                buffered=buffered,
+                replayed=self.emitter.stats["replayed"] - replayed,
+                ms=round(ms, 3),
+            )
+            self.events.flush()
 
     def on_tick(self) -> None:
         self.counters.extra["buffer_hot"] = self.emitter.buffer.size(self.hot)
@@ -253,9 +305,10 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         interval = TopologyConfig.from_conf(conf).checkpoint_interval_secs
         # The coordinator takes no checkpoints on its own: CheckpointPlan decides.
         no_ticks = {TopologyConfig.key("checkpoint_interval_secs"): 0}
-        self.setup_keyed({**conf, **no_ticks}, self.context, fold(add_count))
-        self.hot = SyntheticOptions.from_conf(conf).hot_group
-        self.plan = CheckpointPlan(self.hot, interval)
+        options = SyntheticOptions.from_conf(conf)
+        self.setup_keyed({**conf, **no_ticks}, self.context, counting_step(options.work_us))
+        self.hot = options.hot_group
+        self.plan = CheckpointPlan(self.hot, interval, options.hot_on_request)
         self.hot_marker = f'"key_group":{self.hot},'
         self.latency = LatencyBuckets()
         task = self.counters.task
@@ -266,7 +319,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
 
     def handle(self, tup):
         text = tup.values[0]
-        if text.startswith(DATA_PREFIX) or self.hot_marker not in text[:64]:
+        if type(text) is list or self.hot_marker not in text[:64]:  # a Data is a list
             self.receive_elastorm(tup)
             return
         started = time.perf_counter()
@@ -292,9 +345,9 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         self.tick_keyed()  # the start-up report (the coordinator's own checkpoints are off)
         control = read_control(self.output_dir)
         coordinator = self.coordinator
-        for g in self.plan.due(
-            self.clock(), coordinator.owned(), int(control.get("checkpoint", 0))
-        ):
+        owned = coordinator.owned()
+        holders = {g: coordinator.machine(g).holder for g in owned}
+        for g in self.plan.due(self.clock(), owned, int(control.get("checkpoint", 0)), holders):
             self.perform(coordinator.checkpoint(g))
             if g == self.hot:
                 self.events.add(
@@ -313,6 +366,10 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         extra["outputs_hot"] = self.outputs_hot
         extra["checkpoint_request_seen"] = self.plan.seen_request
         extra["heartbeats"] = self.heartbeat_health()
+        saving = control.get("savepoint")
+        if saving and extra.get("savepoint", {}).get("dir") != saving:  # once per request
+            groups = write_savepoint(saving, self.context["componentid"], coordinator)
+            extra["savepoint"] = {"dir": saving, "groups": groups}
         if control.get("final"):
             extra["state_total"] = sum(
                 sum(coordinator.state(g).items().values()) for g in coordinator.live()

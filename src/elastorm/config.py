@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Self
 PREFIX = "elastorm."
 STRATEGIES = ("none", "baseline", "even", "correlated")
 REPLICATION_PLANNERS = ("dp", "greedy", "structure_aware")
+ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
 
 
 class ConfigError(ValueError):
@@ -94,6 +95,14 @@ def _node_shares(raw: Any) -> dict[str, float]:
     return {str(node): _float(share) for node, share in raw.items()}
 
 
+def _node_zones(raw: Any) -> dict[str, str]:
+    if isinstance(raw, str):  # Storm may hand a map over as JSON text
+        raw = json.loads(raw)
+    if not isinstance(raw, Mapping):
+        raise TypeError
+    return {_str(node): _str(zone) for node, zone in raw.items()}
+
+
 def _node_lists(raw: Any) -> dict[str, tuple[int, ...]]:
     if not isinstance(raw, Mapping):
         raise TypeError
@@ -132,6 +141,7 @@ BOOL = Kind("true/false", _bool)
 STR = Kind("string", _str)
 NODE_SHARES = Kind("{node: share}", _node_shares)
 NODE_LISTS = Kind("{operator: [node index, ...]}", _node_lists)
+NODE_ZONES = Kind("{node: zone}", _node_zones)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
 NAMES = Kind("[name, ...]", _names)
 EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
@@ -424,6 +434,11 @@ class ControllerConfig(Section):
         "restore a lost task's key groups from their checkpoints as soon as it is declared "
         "lost; false: only once Storm restarts the task (Storm's way, slower)",
     )  # fmt: skip
+    liveness_connections: bool = option(
+        p + "liveness_connections", BOOL, True,
+        "keyed tasks hold a TCP connection to the controller, so a dead process is "
+        "declared lost in milliseconds; false: only by its ZooKeeper session timeout",
+    )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
     round_secs: float = option(
         p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)
@@ -553,6 +568,11 @@ class TopologyConfig(Section):
         "background CPU share per node, added to its measured CPU",
         check=shares_below_one(),
     )  # fmt: skip
+    fault_zones: Mapping[str, str] = option(
+        "elastorm.fault_zones", NODE_ZONES, {},
+        "fault zone per logical node (`node0`, ...): no key group's checkpoint is held "
+        "in its owner's zone; a node not named is a zone of its own (one per supervisor)",
+    )  # fmt: skip
     elastic_scheduling: bool = option(
         "elastorm.elastic_scheduling", BOOL, True,
         "place the keyed operators with elastorm's scheduler (one task per node); false: "
@@ -564,6 +584,12 @@ class TopologyConfig(Section):
     output_dir: str | None = option(
         "elastorm.output_dir", STR, None,
         "absolute directory for counters, results and controller metrics",
+        optional=True,
+    )  # fmt: skip
+    restore_from: str | None = option(
+        "elastorm.restore_from", STR, None,
+        "absolute directory of a savepoint (keyed state written by a stopped topology) "
+        "that keyed tasks start their key groups from",
         optional=True,
     )  # fmt: skip
     counts_interval_secs: float = option(
@@ -593,8 +619,26 @@ class TopologyConfig(Section):
     zookeeper_session_secs: float = option(
         "elastorm.zookeeper.session_secs", FLOAT, 4.0,
         "ZooKeeper session timeout of elastorm's clients: how long until a silent task "
-        "is declared lost (lower detects faster; too low declares a busy task lost)",
+        "(dead host, cut network; a dead process is found at once by its liveness "
+        "connection) is declared lost (too low declares a busy task lost)",
         check=at_least(1),
+    )  # fmt: skip
+    multilang_batch_size: int = option(
+        "elastorm.multilang.batch_size", INT, 100,
+        "emits an elastorm component sends to the JVM in one multilang message at most "
+        "(1: one message per emit)",
+        check=at_least(1),
+    )  # fmt: skip
+    multilang_linger_ms: float = option(
+        "elastorm.multilang.linger_ms", FLOAT, 1.0,
+        "milliseconds an emit may wait for its batch to fill",
+        check=at_least(0),
+    )  # fmt: skip
+    multilang_encoding: str = option(
+        "elastorm.multilang.encoding", STR, "msgpack",
+        "encoding of the multilang pipe of an ElasticTopology's Python components "
+        "(streamparse_run -s), fixed when its class is built",
+        check=one_of(*ENCODINGS),
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
 

@@ -4,9 +4,11 @@ section 7.1: migration latency and completion time, Figs. 5-6).
 Emits ``(key, stamp)`` tuples at a set rate: with probability ``hot_share`` a key
 of the *hot* key group (the one the benchmark migrates), drawn uniformly from
 its first ``keys`` keys, otherwise one of ``cold_keys`` keys of the other groups.
-``stamp`` is the wall-clock time (``time.time()``) of the emit: the keyed bolt
-measures latency from it, so a tuple's latency includes every hop after the
-spout (the emitter bolt building a replay included).
+``stamp`` is the wall-clock time at which the tuple fell due at the set rate
+(``Pacer.stamp``: at most a batch before its emit in steady state, long before it
+when the spout was not asked for tuples): the keyed bolt measures latency from it, so
+a tuple's latency includes every hop after the spout (the emitter bolt building a
+replay included) and any time the job spent not reading its input.
 
 **State size.** Raising ``keys`` first *preloads* the new keys: each new hot key
 is emitted once, in order, at ``preload_rate``; then the steady mix resumes. The
@@ -16,7 +18,11 @@ hot group's state then has exactly ``keys`` distinct keys.
 driver changes them while the topology runs by writing
 ``<output_dir>/synthetic-control.json`` (``rate``, ``keys``, ``hot_share``, and
 ``checkpoint``, a counter the keyed bolt reads): the spout re-reads it when its
-modification time changes, checking every ``CONTROL_POLL_SECS``.
+modification time changes, checking every ``CONTROL_POLL_SECS``. For a job resubmitted
+onto a restored state (``bench/rescale_bench.py``, the stop-and-resubmit way),
+``preloaded`` skips the preload of keys the state already has, and ``resume_from``
+(wall-clock time the old job stopped reading) makes the new spout send, first, every
+tuple that fell due since then.
 """
 
 from __future__ import annotations
@@ -76,20 +82,32 @@ class KeySpace:
 
 
 class Pacer:
-    """How many tuples are due at time ``now`` to hold ``rate`` since the last change."""
+    """How many tuples are due at time ``now`` to hold ``rate`` since the last change.
 
-    __slots__ = ("rate", "since", "sent")
+    With ``wall`` (the wall-clock time of ``now``), :meth:`stamp` gives each tuple the
+    wall-clock time at which it fell due: its arrival time in a source that queues
+    what nobody reads (a Kafka topic), so a tuple sent late (the spout deactivated,
+    the topology stopped) carries its wait in its latency.
+    """
 
-    def __init__(self, rate: float, now: float) -> None:
+    __slots__ = ("rate", "since", "sent", "wall_since")
+
+    def __init__(self, rate: float, now: float, wall: float | None = None) -> None:
         self.rate = rate
         self.since = now
         self.sent = 0
+        self.wall_since = wall
 
-    def reset(self, rate: float, now: float) -> None:
-        self.rate, self.since, self.sent = rate, now, 0
+    def reset(self, rate: float, now: float, wall: float | None = None) -> None:
+        self.rate, self.since, self.sent, self.wall_since = rate, now, 0, wall
 
     def due(self, now: float) -> int:
         return max(0, int((now - self.since) * self.rate) - self.sent)
+
+    def stamp(self, i: int) -> float:
+        """Wall-clock time at which the ``i``-th tuple of the next batch fell due."""
+        assert self.wall_since is not None, "a Pacer made without wall"
+        return self.wall_since + (self.sent + i + 1) / self.rate
 
 
 class SyntheticSpout(Spout):
@@ -120,7 +138,8 @@ class SyntheticSpout(Spout):
         self.control_mtime = 0
         self.next_control = 0.0
         now = self.clock()
-        self.pacer = Pacer(self.preload_rate, now)
+        self.pacer = Pacer(self.preload_rate, now, self.wall())
+        self.resumed = False
         self.apply_control({}, now)
         self.write_counts()
 
@@ -129,9 +148,18 @@ class SyntheticSpout(Spout):
         self.keys = int(control.get("keys", self.keys))
         self.hot_share = float(control.get("hot_share", self.hot_share))
         self.space.ensure(self.keys)
+        # A job resubmitted onto a restored state: these hot keys are in it already.
+        self.loaded = max(self.loaded, min(int(control.get("preloaded", 0)), self.keys))
         rate = self.preload_rate if self.loaded < self.keys else self.rate
-        if rate != self.pacer.rate:
-            self.pacer.reset(rate, now)
+        resume = control.get("resume_from")
+        if resume is not None and not self.resumed:
+            # Everything due since the old job stopped reading is still to be sent, and
+            # each tuple carries the time it fell due (the backlog a stopped job finds).
+            self.resumed = True
+            behind = max(0.0, self.wall() - float(resume))
+            self.pacer.reset(rate, now - behind, float(resume))
+        elif rate != self.pacer.rate:
+            self.pacer.reset(rate, now, self.wall())
 
     def poll_control(self, now: float) -> None:
         self.next_control = now + CONTROL_POLL_SECS
@@ -154,11 +182,11 @@ class SyntheticSpout(Spout):
         if n == 0:
             self.sleep(min(0.005, 1.0 / max(pacer.rate, 1.0)))
             return
-        emit, wall = self.emit, self.wall
+        emit = self.emit
         hot, cold, keys = self.space.hot, self.space.cold, self.keys
         preloading = self.loaded < keys
         sent = 0
-        for _ in range(n):
+        for i in range(n):
             if preloading:  # each new hot key once, in order
                 key = hot[self.loaded]
                 self.loaded += 1
@@ -166,14 +194,14 @@ class SyntheticSpout(Spout):
                 key = hot[int(self.random.random() * keys)]
             else:
                 key = cold[int(self.random.random() * len(cold))]
-            emit([key, wall()])
+            emit([key, pacer.stamp(i)])
             sent += 1
             if preloading and self.loaded == keys:
                 break
         pacer.sent += sent
         self.counters.out["default"] += sent
         if preloading and self.loaded == keys:  # preload over: the steady rate resumes
-            pacer.reset(self.rate, self.clock())
+            pacer.reset(self.rate, self.clock(), self.wall())
             self.write_counts()
 
     def write_counts(self) -> None:

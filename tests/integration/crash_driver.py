@@ -211,13 +211,8 @@ class NodeLossDriver(ElasticCrashDriver):
             time.sleep(0.1)
             status = wait_for_status(self._client, self.topology, "sum_delays", 60)
         owned = [g for g, o in enumerate(status["owners"]) if o in victims]
-        pids = []
-        for task in victims:
-            pid = self._pid_of("sum_delays", task)
-            pids += [_parent(pid), pid]
         killed_at, killed_wall = time.monotonic(), time.time()
-        for pid in pids:
-            os.kill(pid, 9)
+        pids = self._kill(victims)
         seen: dict[str, float] = {}
         while "progress" not in seen:
             status = wait_for_status(self._client, self.topology, "sum_delays", 60)
@@ -257,6 +252,16 @@ class NodeLossDriver(ElasticCrashDriver):
             "epoch": status["epoch"],
         }
 
+    def _kill(self, victims: list[int]) -> list[int]:
+        """kill -9 of each victim's Python process and its worker JVM; the pids killed."""
+        pids = []
+        for task in victims:
+            pid = self._pid_of("sum_delays", task)
+            pids += [_parent(pid), pid]
+        for pid in pids:
+            os.kill(pid, 9)
+        return pids
+
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
         """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied
         a tuple at its new owner after taking over (the owners' counts files say when);
@@ -281,11 +286,15 @@ class NodeLossDriver(ElasticCrashDriver):
         import itertools
 
         owners, holders, newest = status["owners"], status["holders"], status["assisted"]
-        for combo in itertools.combinations(sorted(set(owners)), self.lose):
+        for combo in itertools.combinations(self._candidates(owners), self.lose):
             mine = [g for g, o in enumerate(owners) if o in combo]
             if all(holders[g] not in combo and newest[g] for g in mine):
                 return list(combo)
         return []
+
+    def _candidates(self, owners: list[int]) -> list[int]:
+        """The tasks that may be killed: any owner."""
+        return sorted(set(owners))
 
     def outcome(self, output_dir: str) -> Outcome:
         out = super().outcome(output_dir)
@@ -436,6 +445,53 @@ class CompletenessDriver(ReplicaLossDriver):
         return best
 
 
+class SupervisorLossDriver(NodeLossDriver):
+    """``NodeLossDriver`` with whole nodes lost: kill -9 of the supervisor daemons that
+    run ``lose`` logical nodes, with every worker and Python process they launched (one
+    process group each), under elastorm's elastic scheduler.
+
+    The scheduler binds logical node ``i`` (the ``i``-th op2 task) to a supervisor and
+    puts the spout, op1, op3, op4, the sink, the relay and the controller beside node0,
+    which is never a victim: the victims are op2 tasks of nodes 1, 2, ... With
+    ``lose`` > 1 the victims' nodes are one fault zone (``elastorm.fault_zones``), so
+    the allocation keeps their groups' checkpoints on the survivors, as a rack's nodes
+    would be configured. ``killed`` names the supervisors killed (the caller starts
+    them again).
+    """
+
+    def __init__(self, limit: int | None = None, lose: int = 1, **kwargs: Any) -> None:
+        super().__init__(limit, lose=lose, **kwargs)
+        self.killed: list[str] = []
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.controller.loop import node_name
+
+        self.output_dir = output_dir
+        zones = {node_name(i): "rack" for i in range(1, self.lose + 1)} if self.lose > 1 else {}
+        return ElasticFlightsDriver.options(self, output_dir) | TopologyConfig.overrides(
+            fault_zones=zones
+        )
+
+    def _candidates(self, owners: list[int]) -> list[int]:
+        return sorted(set(owners))[1:]  # node0 runs everything else
+
+    def _kill(self, victims: list[int]) -> list[int]:
+        keep = os.getpgid(self._pid_of("sum_delays", min(self._all_tasks())))
+        groups = sorted({os.getpgid(self._pid_of("sum_delays", t)) for t in victims})
+        names = [_daemon_name(g) for g in groups]
+        if keep in groups or not all(n.startswith("supervisor-") for n in names):
+            raise UserError(f"tasks {victims} do not run on supervisors of their own: {names}")
+        for group in groups:
+            os.killpg(group, 9)
+        self.killed += names
+        return groups
+
+    def _all_tasks(self) -> list[int]:
+        counts = os.listdir(os.path.join(self.output_dir, "counts"))
+        prefix = "sum_delays-"
+        return [int(n[len(prefix) : -len(".json")]) for n in counts if n.startswith(prefix)]
+
+
 class UpstreamKillDriver(ElasticCrashDriver):
     """The elastic flights job with the spout's or op1's worker killed (kill -9 of its
     Python process and its worker JVM) at 30% of the input.
@@ -485,6 +541,13 @@ class UpstreamKillDriver(ElasticCrashDriver):
         return len(self.migrations) == self.scripted and all(
             m["state"] == "killed" for m in self.migrations
         )
+
+
+def _daemon_name(pid: int) -> str:
+    """The ``-Ddaemon.name`` of an elastorm-started JVM (``services.daemon_command``)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        args = fh.read().decode(errors="replace").split("\0")
+    return next((a.split("=", 1)[1] for a in args if a.startswith("-Ddaemon.name=")), "?")
 
 
 def _parent(pid: int) -> int:

@@ -20,11 +20,12 @@ import time
 import pytest
 from crash_driver import (
     ElasticCrashDriver,
-    NodeLossDriver,
     ReplicaLossDriver,
+    SupervisorLossDriver,
     UpstreamKillDriver,
 )
 
+from elastorm.runtime.provision import LocalSupervisors
 from elastorm.runtime.run import run_topology
 from elastorm.runtime.shift_driver import ShiftDriver
 
@@ -158,17 +159,32 @@ def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_r
 
 
 @pytest.mark.parametrize("lose", [1, 2])
-def test_lost_nodes_are_restored_from_checkpoints_before_storm_restarts_them(
+def test_killed_supervisors_are_restored_from_checkpoints_before_storm_restarts_them(
     cluster_with_room, lose, monkeypatch
 ):
-    """kill -9 of ``lose`` op2 workers at once (JVM and Python): declared lost from
-    ZooKeeper, their groups restored on the checkpoint holders, totals exact."""
+    """kill -9 of ``lose`` supervisors at once, with their workers and Python processes,
+    under the elastic scheduler (three supervisors, one op2 task each): declared lost
+    from ZooKeeper, their groups restored on the checkpoint holders, totals exact."""
+    cfg = cluster_with_room
     monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
-    monkeypatch.setenv("ELASTORM_KEYED_TASKS", "4")
-    driver = NodeLossDriver(limit=150_000, lose=lose, max_rate=1500.0)
+    monkeypatch.setenv("ELASTORM_KEYED_TASKS", "3")
+    supervisors = LocalSupervisors(cfg)
+    added = supervisors.spare(3 - len(supervisors.live()))
+    supervisors.start(added, timeout=120)
+    driver = SupervisorLossDriver(limit=150_000, lose=lose, max_rate=1500.0)
     driver.migration_timeout = 120.0
-    outcome = run_topology(cluster_with_room, "cluster", driver, timeout=900)
+    try:
+        outcome = run_topology(cfg, "cluster", driver, timeout=900)
+    finally:  # the cluster as it was: the killed supervisors back, the added one gone
+        for name in driver.killed:
+            supervisors.stop(name)  # its pid file
+        back = [n for n in driver.killed if n not in added]
+        if back:
+            supervisors.start(back, timeout=120)
+        for name in added:
+            supervisors.stop(name)
     assert outcome.ok, outcome.summary
+    assert len(driver.killed) == lose, driver.killed
     [loss] = outcome.facts["losses"]
     print(
         f"lost tasks {loss['tasks']}: declared {loss['detected']} s, restored "

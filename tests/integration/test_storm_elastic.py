@@ -83,9 +83,17 @@ class StalledTargetDriver(ElasticFlightsDriver):
             )
             self.stall["answered_after"] = time.monotonic() - asked
             self.stall["request"] = stuck
-            self.stall["status"] = read_status(
-                self._client, ZnodeLayout(self.topology), "sum_delays"
-            )
+            # The controller marks the request stuck, then publishes its status at the
+            # end of the same tick: wait for that (bounded) rather than race it.
+            layout = ZnodeLayout(self.topology)
+            until = time.monotonic() + 10
+            while True:
+                status = read_status(self._client, layout, "sum_delays")
+                stuck_now = [m for m in (status or {}).get("migrations", ()) if m["stuck"]]
+                if stuck_now or time.monotonic() > until:
+                    break
+                time.sleep(0.1)
+            self.stall["status"] = status
         finally:
             time.sleep(max(0.0, STOPPED_FOR - (time.monotonic() - asked)))
             os.kill(pid, signal.SIGCONT)

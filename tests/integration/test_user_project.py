@@ -47,7 +47,11 @@ def _user_files(project: Path) -> dict[str, int]:
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 300, check: bool = True) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("ELASTORM_PROJECT", "VIRTUAL_ENV")}
+    # The user's own venv only: a PYTHONPATH naming this checkout's src/ (how a
+    # worktree's tests run) showed pip its elastorm.egg-info, and pip then skipped
+    # installing the wheel ("already satisfied"), leaving no venv/bin/elastorm.
+    hidden = ("ELASTORM_PROJECT", "VIRTUAL_ENV", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
     env |= {"LEIN_ROOT": "1", "PYTHONWARNINGS": "ignore"}
     env["PATH"] = os.pathsep.join([str(Path(cmd[0]).parent), env.get("PATH", "")])
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

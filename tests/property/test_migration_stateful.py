@@ -34,7 +34,7 @@ from elastorm.core.migration.table import LIVE, Phase
 from elastorm.core.state import fold
 
 GROUPS = 4
-TASKS = (0, 1, 2, 3)
+TASKS = (0, 1, 2, 3)  # the default; replayed examples may run on fewer
 EMITTERS = (10, 11)
 KEYS = tuple(f"k{i}" for i in range(8))
 
@@ -46,10 +46,12 @@ def sum_count(current: tuple[int, int] | None, value: int) -> tuple[int, int]:
 
 
 class MigrationMachine(RuleBasedStateMachine):
+    tasks: tuple[int, ...] = TASKS
+
     @initialize()
     def setup(self) -> None:
         self.cluster = Cluster(
-            num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count)
+            num_key_groups=GROUPS, tasks=self.tasks, emitters=EMITTERS, step=fold(sum_count)
         )
         # model: per (group, source) the values of its tuples in sequence order
         self.log: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
@@ -89,7 +91,7 @@ class MigrationMachine(RuleBasedStateMachine):
         c = self.cluster
         group = data.draw(st.sampled_from(self.movable()), label="group")
         if protocol is Protocol.DIRECT:
-            others = [t for t in TASKS if t != c.owner(group)]
+            others = [t for t in self.tasks if t != c.owner(group)]
             target = data.draw(st.sampled_from(others), label="target")
         else:
             target = c.holders[group]
@@ -140,7 +142,7 @@ class MigrationMachine(RuleBasedStateMachine):
         """Sets of one or two tasks whose crash together loses nothing: a copy of every
         group they are involved in survives (losing an owner and every copy of its
         group together is data loss by design)."""
-        sets = [(t,) for t in TASKS] + [(a, b) for a in TASKS for b in TASKS if a < b]
+        sets = [(t,) for t in self.tasks] + [(a, b) for a in self.tasks for b in self.tasks if a < b]
         return [s for s in sets if self.cluster.survives(s)]
 
     @precondition(lambda self: self.survivable())
@@ -197,7 +199,7 @@ class MigrationMachine(RuleBasedStateMachine):
             return
         c = self.cluster
         for g in range(GROUPS):
-            covers = [cov for t in TASKS if (cov := c.coverage(t, g)) is not None]
+            covers = [cov for t in self.tasks if (cov := c.coverage(t, g)) is not None]
             for source, seq in c.trimmed(g).items():
                 assert any(cov.get(source, 0) >= seq for cov in covers), (g, source, seq)
 
@@ -214,7 +216,7 @@ class MigrationMachine(RuleBasedStateMachine):
         assert not c.moving, c.moving
         for g in range(GROUPS):
             owner = c.owner(g)
-            live = {t for t in TASKS if c.coordinators[t].phase(g) in LIVE}
+            live = {t for t in self.tasks if c.coordinators[t].phase(g) in LIVE}
             assert live == {owner}, (g, live, owner)
             m = c.coordinators[owner].machine(g)
             assert m.phase is Phase.ACTIVE
@@ -224,7 +226,7 @@ class MigrationMachine(RuleBasedStateMachine):
             assert {s: m.state.applied.get(s, 0) for s in expected} == expected
             assert m.state.items() == self.fold(g, expected)
             # Only the controller's replica shadows the group, and exactly.
-            shadows = {t for t in TASKS if c.coordinators[t].phase(g) is Phase.REPLICA}
+            shadows = {t for t in self.tasks if c.coordinators[t].phase(g) is Phase.REPLICA}
             replica = c.control.replicas.get(g)
             assert shadows == ({replica} if replica is not None else set()), (g, shadows)
             if replica is not None:

@@ -314,6 +314,27 @@ def test_node_watch_counts_a_node_active_only_after_it_settled() -> None:
     assert watch.nodes.draining == ("s1",)
 
 
+def test_a_joining_node_is_active_only_once_its_tasks_restarted_in_its_worker() -> None:
+    from elastorm.zk.layout import ZnodeLayout
+    from elastorm.zk.scaling import NodeWatch
+
+    watch = NodeWatch(client=None, layout=ZnodeLayout("t"))  # type: ignore[arg-type]
+    tasks = {"node0": [3, 7], "node1": [4, 8], "node2": [5, 9]}
+    watch._clock = lambda: 0.0
+    watch._on_placement(b'{"binding": ["s0", "s1", null]}', None)
+    # The first binding's nodes started with the topology: no report needed.
+    assert watch.state(1.0, 0.0, tasks.get).active == frozenset({"node0", "node1"})
+    watch.task_started(5, 9.0)  # node2's task, still in the idle worker: before the binding
+    watch._clock = lambda: 10.0
+    watch._on_placement(b'{"binding": ["s0", "s1", "s2"]}', None)
+    assert "node2" not in watch.state(30.0, 5.0, tasks.get).active  # nobody restarted yet
+    watch.task_started(5, 31.0)
+    assert "node2" not in watch.state(32.0, 5.0, tasks.get).active  # one operator's only
+    watch.task_started(9, 33.0)
+    assert "node2" in watch.state(33.5, 5.0, tasks.get).active
+    assert "node2" in watch.state(33.5, 5.0).active  # without tasks: settle time only
+
+
 def test_provisioner_spec_is_checked(tmp_path) -> None:
     import dataclasses
     from pathlib import Path

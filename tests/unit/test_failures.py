@@ -78,9 +78,15 @@ class FakeRuntime:
     """What the bolt uses of ``ControllerRuntime``: decisions loaded, commands durable."""
 
     def __init__(self) -> None:
-        self.client = SimpleNamespace(connected=True, DataWatch=lambda path, func: None)
+        self.znodes: dict[str, bytes] = {}
+        self.client = SimpleNamespace(
+            connected=True, DataWatch=lambda path, func: None, set=self.znodes.__setitem__
+        )
         self.layout = ZnodeLayout("t")
-        self.watcher = SimpleNamespace(events=[], poll_events=self._poll, live=dict)
+        self.incarnations: dict[int, int] = {}
+        self.watcher = SimpleNamespace(
+            events=[], poll_events=self._poll, live=dict, incarnations=self.incarnations.copy
+        )
 
     def _poll(self) -> list:
         out, self.watcher.events = self.watcher.events, []
@@ -175,3 +181,43 @@ def test_a_request_to_migrate_onto_a_lost_task_is_refused(controller) -> None:
     bolt.carry_out_requests("op", board)
     assert refused == ["task 11 is lost (declared by the controller)"] and sent == []
     assert bolt.controls["op"].owner(group) == 10
+
+
+def test_a_closed_liveness_connection_declares_the_task_lost_without_its_znode_leaving(
+    controller,
+) -> None:
+    """kill -9 closes the task's liveness connection at once; its znode stays until its
+    session expires. The controller declares it lost on the connection alone (after the
+    grace that follows its own start), fences that incarnation and restores its groups."""
+    bolt, runtime, sent, fenced = controller
+    assert runtime.znodes[runtime.layout.liveness] == bolt.liveness.address.encode()
+    control = bolt.controls["op"]
+    for g in range(6):  # every holder has the newest checkpoint of its group
+        control.on_checkpoint_stored(
+            control.holders[g], CheckpointStored(key_group=g, checkpoint=(0, 1))
+        )
+    runtime.incarnations.update({10: 3, 11: 5, 12: 7})  # every znode still there
+    bolt.detect_failures(100.0)  # starts the grace
+    bolt.drops.append((11, 5))
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert fenced == [(11, 5)]
+    assert any(isinstance(s.message, Migrate) for s in sent)
+    assert 11 not in {control.owner(g) for g in range(6)}
+    assert bolt.detector.declared == {11}
+    # That incarnation is turned away if it connects again (it was only cut off) ...
+    assert bolt._fenced(11, 5) and not bolt._fenced(11, 6) and not bolt._fenced(10, 3)
+    # ... and its znode leaving later declares nothing twice.
+    fenced.clear()
+    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=5)]
+    bolt.detect_failures(200.0)
+    assert fenced == []
+
+
+def test_a_connection_of_an_older_incarnation_or_of_a_blip_declares_nothing(controller) -> None:
+    bolt, runtime, sent, fenced = controller
+    runtime.incarnations.update({10: 3, 11: 9, 12: 7})  # 11 re-registered as zxid 9
+    bolt.detect_failures(100.0)
+    bolt.drops.append((11, 5))  # its old connection closing
+    bolt.drops.append((99, 1))  # not a keyed task
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert fenced == [] and bolt.detector.declared == frozenset()

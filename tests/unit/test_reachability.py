@@ -41,6 +41,7 @@ CALLBACKS = [
     "auto_fail",
     "outputs",
     "config",
+    "process_element",  # PyFlink's KeyedProcessFunction (bench/pyflink/keyed_sum.py)
 ]
 #: Python calls it: a module's lazy ``__getattr__`` (``elastorm``'s public names).
 PROTOCOL = ["__getattr__"]

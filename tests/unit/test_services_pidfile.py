@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,11 @@ def cfg(tmp_path: Path):
 def nimbus_like():
     """A live process whose command line carries ``-Ddaemon.name=nimbus``, as the JVM's does."""
     proc = subprocess.Popen([sys.executable, "-c", SLEEP, "-Ddaemon.name=nimbus"])
+    # Until the child has exec'd, /proc shows the parent's command line (seen under load).
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while b"-Ddaemon.name=nimbus" not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield proc.pid
     proc.kill()
     proc.wait()

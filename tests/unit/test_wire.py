@@ -68,7 +68,8 @@ messages = st.one_of(
 @given(messages)
 def test_every_message_round_trips_through_the_wire(message) -> None:
     text = to_wire(message)
-    assert isinstance(text, str)
+    # a Data is its flat list (encoded once, with the tuple); the rest JSON text
+    assert isinstance(text, list if isinstance(message, Data) else str)
     assert from_wire(text) == message == from_json(to_json(message))
     # the adapter's string survives the multilang JSON around it
     assert from_wire(json.loads(json.dumps([text, 3]))[0]) == message
@@ -76,7 +77,8 @@ def test_every_message_round_trips_through_the_wire(message) -> None:
 
 def test_data_is_a_flat_array_and_the_rest_objects_type_first() -> None:
     data = Data(key_group=6, item=DataTuple(source="op1:4", seq=1, key="N1", value=[0, 11], ts=5))
-    assert to_wire(data) == '[6,"op1:4",1,"N1",[0,11],5]'
+    assert to_json(data) == '[6,"op1:4",1,"N1",[0,11],5]'
+    assert to_wire(data) == [6, "op1:4", 1, "N1", [0, 11], 5]
     trim = to_wire(Trim(key_group=7, watermarks={"u": 2}))
     assert trim.startswith('{"type":"Trim","key_group":7,')
 
@@ -128,6 +130,19 @@ def test_trusted_constructors_build_the_same_values() -> None:
 def test_malformed_wire_text_is_refused_with_a_reason(text: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         from_wire(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ([1, 2, 3], r"a Data message is \[key_group, source, seq, key, value, ts\]"),
+        ([-1, "u", 1, "k", 0, 0], "key_group must be an int >= 0"),
+        ([1, "u", 0, "k", 0, 0], "seq must be an int >= 1"),
+    ],
+)
+def test_a_malformed_data_list_is_refused_with_a_reason(value: list, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        from_wire(value)
 
 
 def test_non_text_is_refused() -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
+from collections import deque
 
 from streamparse import Bolt
 
@@ -39,9 +41,11 @@ from elastorm.storm.elastic import (
     _Sending,
     initial_routing,
     operators_of,
+    task_zones,
     tasks_of,
 )
-from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence
+from elastorm.storm.liveness import LivenessServer
+from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence, write_liveness
 from elastorm.zk.scaling import NodeWatch
 from elastorm.zk.view import TaskJoined, TaskLeft
 
@@ -82,6 +86,7 @@ class MigrationControllerBolt(_Sending, Bolt):
                 tasks=tasks,
                 emitters=tasks_of(context, operators[op]),
                 routing=initial_routing(config, op, tasks),
+                zones=task_zones(config, tasks),
             )
             for op, tasks in self.operator_tasks.items()
         }
@@ -106,6 +111,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.tentative: frozenset[str] = frozenset()  # operators told their outputs are
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
+        self.drops: deque[tuple[int, int]] = deque()  # liveness connections closed
+        self.liveness = self._listen(conf) if config.controller.liveness_connections else None
         threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
 
     @property
@@ -123,21 +130,52 @@ class MigrationControllerBolt(_Sending, Bolt):
             except Exception:
                 log.exception("controller: failure detection step failed")
 
+    def _listen(self, conf) -> LivenessServer | None:
+        """Take the keyed tasks' liveness connections (``elastorm.storm.liveness``) on this
+        worker's host, and publish where; ``None`` (logged) if that fails: detection then
+        waits for the ZooKeeper session timeout."""
+        host = str(conf.get("storm.local.hostname") or socket.gethostname())
+        try:
+            server = LivenessServer(host, on_drop=self._dropped, fenced=self._fenced)
+            write_liveness(self.runtime.client, self.runtime.layout, server.address)
+        except (OSError, *ZK_ERRORS) as exc:
+            log.error("controller: no liveness connections (%r); detection by session only", exc)
+            return None
+        log.info("controller: liveness connections at %s", server.address)
+        return server.start()
+
+    def _dropped(self, task: int, incarnation: int) -> None:
+        self.drops.append((task, incarnation))  # the server's thread: just record
+
+    def _fenced(self, task: int, incarnation: int) -> bool:
+        with self._lock:
+            return self.detector.declared_as(task, incarnation)
+
     def detect_failures(self, now: float) -> None:
-        """Feed the watcher's joins and leaves to the detector; recover what it declares
-        lost, every operator's lost tasks in one plan (restores run in parallel)."""
+        """Feed the watcher's joins and leaves and the closed liveness connections to the
+        detector; recover what it declares lost, every operator's lost tasks in one plan
+        (restores run in parallel)."""
         for event in self.runtime.watcher.poll_events():
             if isinstance(event, TaskLeft) and event.operator in self.controls:
                 log.warning("controller: task %s of %s is gone", event.task_id, event.operator)
                 self.detector.left(event.task_id, event.operator, event.incarnation)
             elif isinstance(event, TaskJoined):
                 self.detector.joined(event.task_id)
+        live = self.runtime.watcher.incarnations()
+        while self.drops:
+            task, incarnation = self.drops.popleft()
+            op = self.operator_of.get(task)
+            reconnected = self.liveness is not None and self.liveness.connected(task, incarnation)
+            if op is None or reconnected or live.get(task, incarnation) != incarnation:
+                continue  # not keyed, a blip, or an older incarnation's connection
+            log.warning("controller: task %s of %s closed its liveness connection", task, op)
+            self.detector.left(task, op, incarnation)
         if not self.runtime.ready(now):
             return
-        live = self.runtime.watcher.live()
         for op, lost in self.detector.due(now, connected=self.runtime.client.connected).items():
-            back = [t for t, _ in lost if t in live]  # a new incarnation registered meanwhile
-            lost = [(t, inc) for t, inc in lost if t not in live]
+            # A new incarnation registered meanwhile: it is back (and started empty).
+            back = [t for t, inc in lost if live.get(t, inc) != inc]
+            lost = [(t, inc) for t, inc in lost if live.get(t, inc) == inc]
             if back:
                 log.warning("controller: tasks %s of %s are back already", back, op)
             if not lost:
@@ -179,6 +217,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         elif isinstance(report, CheckpointStored):
             control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
+            self.nodes.task_started(report.task, time.time())
             if report.restarted:
                 self.restarted.append((op, report.task))
                 self.recover_restarted()
@@ -283,7 +322,10 @@ class MigrationControllerBolt(_Sending, Bolt):
     def rescale(self, now: float) -> None:
         """A round of scale-out / scale-in when the scheduler binds the topology's logical
         nodes (``ControllerLoop.rescale`` decides); drained nodes are released."""
-        state = self.nodes.state(now, self.join_settle)
+        tasks = self.loop.placement.tasks
+        state = self.nodes.state(
+            now, self.join_settle, lambda node: [t[node] for t in tasks.values() if node in t]
+        )
         records = list(self.runtime.watcher.live().values())
         if state is None or not records:
             return

@@ -1,7 +1,9 @@
 """Failure detection: which keyed tasks the controller declares lost, each once.
 
 Sans-IO. Fed what the :class:`~elastorm.zk.watcher.ClusterWatcher` saw (a task's
-ephemeral znode gone: ``left``; back: ``joined``) and whether the controller's own
+ephemeral znode gone: ``left``; back: ``joined``), the liveness connections that
+closed (``elastorm.storm.liveness``: also ``left``, milliseconds after the process
+died), and whether the controller's own
 ZooKeeper connection is up; :meth:`FailureDetector.due` returns the tasks to declare
 lost now, grouped by operator. A task's znode disappears one session timeout after
 its process stopped talking (kill -9, a dead node, a cut network), so that is the
@@ -28,7 +30,7 @@ class FailureDetector:
 
     grace: float
     _absent: dict[int, tuple[str, int]] = field(default_factory=dict)  # task -> (op, incarnation)
-    _declared: set[int] = field(default_factory=set)
+    _declared: dict[int, int] = field(default_factory=dict)  # task -> incarnation declared
     _connected_at: float | None = None
 
     def left(self, task: int, operator: str, incarnation: int) -> None:
@@ -39,7 +41,7 @@ class FailureDetector:
     def joined(self, task: int) -> None:
         """``task``'s znode is back: a re-registration, or a restarted (empty) task."""
         self._absent.pop(task, None)
-        self._declared.discard(task)
+        self._declared.pop(task, None)
 
     def due(self, now: float, *, connected: bool) -> dict[str, list[tuple[int, int]]]:
         """The ``(task, incarnation)`` to declare lost now, by operator (each task
@@ -54,7 +56,7 @@ class FailureDetector:
         out: dict[str, list[tuple[int, int]]] = {}
         for task, (operator, incarnation) in sorted(self._absent.items()):
             out.setdefault(operator, []).append((task, incarnation))
-        self._declared.update(self._absent)
+        self._declared.update((t, inc) for t, (_, inc) in self._absent.items())
         self._absent.clear()
         return out
 
@@ -62,3 +64,7 @@ class FailureDetector:
     def declared(self) -> frozenset[int]:
         """Tasks declared lost and not back yet."""
         return frozenset(self._declared)
+
+    def declared_as(self, task: int, incarnation: int) -> bool:
+        """Whether ``task``'s ``incarnation`` is the one declared lost (a newer one is not)."""
+        return self._declared.get(task) == incarnation

@@ -172,7 +172,8 @@ class LoopSettings:
     first checkpoint;
     ``theta``: score drift that triggers re-optimisation;
     ``adapt``: whether to plan migrations (after the warm-up too); ``background``: external CPU
-    share per node (0..1) added to its measured CPU. The defaults are
+    share per node (0..1) added to its measured CPU; ``zones``: each node's fault zone
+    (a node not named is a zone of its own). The defaults are
     :class:`elastorm.config.ControllerConfig`'s (``strategy="none"``, ``adapt=False``:
     the controller then only carries out requests, ``elastorm migrate``); a topology's
     settings come from its config through :meth:`from_config`.
@@ -196,6 +197,7 @@ class LoopSettings:
     replan_secs: float = _DEFAULTS.replan_secs
     operators: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     joins: tuple[str, ...] = ()
+    zones: Mapping[NodeId, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -222,7 +224,7 @@ class LoopSettings:
     @classmethod
     def from_config(cls, config: TopologyConfig) -> LoopSettings:
         """The loop's settings from a topology's config: its ``controller`` section,
-        plus ``external_load`` as the nodes' background CPU."""
+        plus ``external_load`` as the nodes' background CPU and ``fault_zones``."""
         c = config.controller
         return cls(
             strategy=c.strategy,
@@ -250,6 +252,7 @@ class LoopSettings:
             replan_secs=c.replan_secs,
             operators=dict(config.operators),
             joins=tuple(config.join_operators),
+            zones=dict(config.fault_zones),
         )
 
 
@@ -272,11 +275,13 @@ def build_view(
     placement: Placement,
     now: float,
     background: Mapping[NodeId, float] | None = None,
+    zones: Mapping[NodeId, str] | None = None,
 ) -> ClusterView:
     """The controller's ``ClusterView``: its routing and holders, the tasks' loads.
 
     Node CPU = the summed process CPU of its live tasks plus ``background``
-    (external load); queue = their summed queue estimates. A key group's load is
+    (external load); queue = their summed queue estimates; ``zones`` names each node's
+    fault zone (unnamed: its own). A key group's load is
     its input rate times its reporting task's :func:`per_tuple_cpu`; its state
     size and replay size come from the heartbeats. ``O(T + K)``.
     """
@@ -304,6 +309,7 @@ def build_view(
         NodeInfo(
             node_id=n,
             background_load=bg.get(n, 0.0),
+            zone=(zones or {}).get(n),
             queue_length=queue[n],
             cpu=cpu[n] + bg.get(n, 0.0),
         )
@@ -419,6 +425,7 @@ def recovery_view(
     placement: Placement,
     now: float,
     loads: ClusterView | None = None,
+    zones: Mapping[NodeId, str] | None = None,
 ) -> ClusterView:
     """The one operator's cluster as the recovery planner needs it after the ``dead``
     tasks lost their state (lost, or restarted empty).
@@ -435,7 +442,7 @@ def recovery_view(
     nodes = (
         [n for n in loads.nodes if n.node_id in placement.nodes]
         if loads is not None
-        else [NodeInfo(node_id=n) for n in placement.nodes]
+        else [NodeInfo(node_id=n, zone=(zones or {}).get(n)) for n in placement.nodes]
     )
     kgs, holders = [], {}
     for g in range(control.num_key_groups):
@@ -631,6 +638,7 @@ class ControllerLoop:
             placement=self.placement,
             now=now,
             background=self.settings.background,
+            zones=self.settings.zones,
         )
 
     def _sample(self, records: Iterable[TaskRecord], now: float) -> None:
@@ -824,7 +832,13 @@ class ControllerLoop:
         control = self.controls[operator]
         nodes = sorted({self.placement.node_of(d) for d in dead})
         view = recovery_view(
-            control, operator, dead, placement=self.placement, now=now, loads=self.last_view
+            control,
+            operator,
+            dead,
+            placement=self.placement,
+            now=now,
+            loads=self.last_view,
+            zones=self.settings.zones,
         )
         correlated = self.settings.strategy == "correlated" and self.allocation is not None
         plan = plan_recovery(

@@ -11,7 +11,8 @@ rules below are written once:
 * CPA / CPAL only to the group's holder, and only if it reported
   (``CheckpointStored``) the group's newest checkpoint since the group last
   changed owner, else DIRECT (Madsen & Zhou 2015: the target must hold the newest
-  checkpoint);
+  checkpoint); the newest stays the newest when its holder dies, so an older copy
+  that survives never passes for it (buffers may be trimmed past that copy);
 * after a migration the old owner becomes the holder; after a restore, the next
   live task after the new owner does;
 * a crashed task restarts empty, with ``stale_through`` = the epoch at the crash;
@@ -33,7 +34,7 @@ rules below are written once:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
@@ -48,14 +49,30 @@ def next_task(tasks: Iterable[int], task: int, skip: Iterable[int] = ()) -> int:
     return min(others, key=lambda t: (t < task, t))
 
 
-def initial_holders(routing: RoutingTable, tasks: Iterable[int]) -> dict[int, int]:
-    """Where each key group checkpoints at start: the next task after its owner.
+def initial_holders(
+    routing: RoutingTable, tasks: Iterable[int], zones: Sequence[str] | None = None
+) -> dict[int, int]:
+    """Where each key group checkpoints at start: the next task after its owner that is
+    outside the owner's fault zone.
 
-    Every task of a keyed operator computes this on its own at start, as does
-    the controller, so no message is needed before the first checkpoint.
+    ``zones[i]`` is the zone of the ``i``-th task by id (``None``: each task is a zone of
+    its own); if every other task shares the owner's zone, the next task is taken. Every
+    task of a keyed operator computes this on its own at start, as does the controller,
+    so no message is needed before the first checkpoint. O(K x tasks).
+
+    >>> initial_holders(RoutingTable.round_robin(3, [7, 8, 9]), [7, 8, 9], ["a", "a", "b"])
+    {0: 9, 1: 9, 2: 7}
     """
     ordered = sorted(set(tasks))
-    return {g: next_task(ordered, routing.owner(g)) for g in range(routing.num_key_groups)}
+    zone = dict(zip(ordered, zones, strict=True)) if zones is not None else {}
+    holders = {}
+    for g in range(routing.num_key_groups):
+        owner = routing.owner(g)
+        same = [t for t in ordered if t != owner and zone.get(t, t) == zone.get(owner, owner)]
+        if len(same) == len(ordered) - 1:
+            same = []  # one zone only: the zone rule cannot hold, keep a copy anyway
+        holders[g] = next_task(ordered, owner, skip=same)
+    return holders
 
 
 class MigrationRefused(ValueError):
@@ -126,7 +143,7 @@ class MigrationController:
     """Controller of one keyed operator on ``tasks`` fed by ``emitters``.
 
     ``routing`` defaults to round robin; each group's holder starts as the next
-    task after its owner.
+    task after its owner outside its fault zone (``zones``, see :func:`initial_holders`).
     """
 
     def __init__(
@@ -136,6 +153,7 @@ class MigrationController:
         tasks: Iterable[int],
         emitters: Iterable[int],
         routing: RoutingTable | None = None,
+        zones: Sequence[str] | None = None,
     ) -> None:
         self.tasks = sorted(set(tasks))
         if len(self.tasks) < 2:
@@ -144,12 +162,12 @@ class MigrationController:
         self.num_key_groups = num_key_groups
         self.routing = routing or RoutingTable.round_robin(num_key_groups, self.tasks)
         self.epoch = self.routing.epoch
-        self.holders = initial_holders(self.routing, self.tasks)
+        self.holders = initial_holders(self.routing, self.tasks, zones)
         self.moving: dict[int, Moving] = {}
         self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
         self.replicas: dict[int, int] = {}  # key group -> its active replica's task
-        # The newest checkpoint reported of each group since it last changed owner, even
-        # if its holder died since: its ack may have trimmed the upstream buffers.
+        # group -> newest checkpoint reported since it last changed owner, wherever it
+        # is now (its holder may have died since: the copy is then lost, not replaced)
         self.newest: dict[int, CheckpointId] = {}
         self.stats: Counter[str] = Counter()
 
@@ -176,21 +194,26 @@ class MigrationController:
         return True
 
     def has_newest(self, task: int, key_group: int) -> bool:
-        """Whether ``task`` reported the newest checkpoint of ``key_group`` (and has
-        not since turned it into state or crashed).
+        """Whether ``task`` reported the newest checkpoint of ``key_group`` since the
+        group last changed owner (and has not since turned it into state or crashed).
 
-        The newest ever reported since the group last changed owner, not the newest
-        among the holders still alive: when the holder of the newest checkpoint dies,
-        an older copy elsewhere is not enough (that checkpoint's ack may already have
-        trimmed the upstream buffers past it, and a CPA, restore or replica started
-        from it would wait forever for the trimmed tuples). Then no task has the newest
-        until the owner checkpoints again."""
-        reports = self.reports[key_group]
-        return task in reports and reports[task] == self.newest.get(key_group)
+        The newest of all reports, not of the surviving ones: when the task holding
+        the newest copy dies, no older copy becomes the newest, since the owner may
+        have trimmed the upstream buffers to the lost one.
+        """
+        newest = self.newest.get(key_group)
+        return newest is not None and self.reports[key_group].get(task) == newest
 
     def can_migrate(self, key_group: int) -> bool:
         """Neither moving nor replicated (drop a group's replica before moving it)."""
         return key_group not in self.moving and key_group not in self.replicas
+
+    def _change_owner(self, key_group: int, owner: int) -> None:
+        """Route ``key_group`` to ``owner`` at the current epoch. A new lineage of
+        checkpoints starts: the old one's copies stop being bases for CPA."""
+        self.routing = self.routing.with_moves({key_group: owner}, epoch=self.epoch)
+        self.reports[key_group].clear()
+        self.newest.pop(key_group, None)
 
     # -- orders ----------------------------------------------------------------------
     def migrate(
@@ -224,10 +247,7 @@ class MigrationController:
         )
         recipients = [source] if protocol is Protocol.DIRECT else self.emitters
         sends = [Send(to_task=r, message=cmd) for r in recipients]
-        self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
-        # Ownership changes: copies of the old lineage stop being bases for CPA.
-        self.reports[g].clear()
-        self.newest.pop(g, None)
+        self._change_owner(g, target)
         self.holders[g] = source
         sends.append(Send(to_task=target, message=SetHolder(key_group=g, holder=source)))
         self.moving[g] = Moving(
@@ -375,9 +395,7 @@ class MigrationController:
                 key_group=g, epoch=self.epoch, protocol=Protocol.RESTORE, source=None, target=target
             )
             sends += [Send(to_task=u, message=cmd) for u in self.emitters]
-            self.routing = self.routing.with_moves({g: target}, epoch=self.epoch)
-            self.reports[g].clear()
-            self.newest.pop(g, None)
+            self._change_owner(g, target)
             self.replicas.pop(g, None)
             self.moving[g] = Moving(
                 Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now

@@ -528,8 +528,12 @@ garbage collector paused: their many small lists and tuples would otherwise
 trigger collections that cost more than the decoding itself."""
 
 
-def from_json(text: str) -> Message:
-    """Inverse of :func:`to_json`; ``ValueError`` naming the fault on anything malformed."""
+def from_json(text: str | list) -> Message:
+    """Inverse of :func:`to_json`; ``ValueError`` naming the fault on anything malformed.
+
+    A ``Data`` may also come as its flat list, already decoded with the multilang
+    message around it (the Storm adapter's wire): it is checked, not decoded again.
+    """
     if isinstance(text, str) and len(text) > _BIG_TEXT and gc.isenabled():
         gc.disable()
         try:
@@ -539,11 +543,14 @@ def from_json(text: str) -> Message:
     return _from_json(text)
 
 
-def _from_json(text: str) -> Message:
-    try:
-        data = _loads(text)
-    except (TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not an elastorm message: {exc}") from None
+def _from_json(text: str | list) -> Message:
+    if type(text) is list:
+        data = text
+    else:
+        try:
+            data = _loads(text)
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not an elastorm message: {exc}") from None
     try:
         if type(data) is list:
             return _decode_data(data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from elastorm.config import FLOAT, INT, STR, Section, above, at_least, option, share
+from elastorm.config import BOOL, FLOAT, INT, STR, Section, above, at_least, option, share
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +164,31 @@ class SyntheticOptions(Section):
     batch: int = option(
         "elastorm.synthetic.batch", INT, 20, "tuples the spout emits per call", check=at_least(0)
     )
+    # The migration bench sets its replay size by asking for the hot group's checkpoints;
+    # false: the hot group checkpoints on the interval like the others.
+    hot_on_request: bool = option(
+        "elastorm.synthetic.hot_on_request", BOOL, True, "checkpoint the hot group when asked"
+    )
+    work_us: float = option(
+        "elastorm.synthetic.work_us", FLOAT, 0.0,
+        "CPU microseconds the counter spends on each tuple (the operator's cost)",
+        check=at_least(0),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThroughputOptions(Section):
+    """``elastorm.throughput.*``: the keyed-count throughput benchmark (bench/throughput.py)."""
+
+    rate: float = option(
+        "elastorm.throughput.rate", FLOAT, 0.0,
+        "tuples/s the spout emits at the start (0: as fast as it can)",
+        check=at_least(0),
+    )  # fmt: skip
+    keys: int = option("elastorm.throughput.keys", INT, 1000, "distinct keys", check=at_least(1))
+    batch: int = option(
+        "elastorm.throughput.batch", INT, 100, "tuples the spout emits per call", check=at_least(1)
+    )
 
 
 #: Every example job's section: what ``check_conf`` accepts besides elastorm's own.
@@ -173,4 +198,5 @@ EXAMPLE_SECTIONS: tuple[type[Section], ...] = (
     ShiftOptions,
     FlightsLoadOptions,
     SyntheticOptions,
+    ThroughputOptions,
 )

@@ -74,8 +74,8 @@ def run_topology(
         try:
             driver.wait(str(output_dir), timeout, progress)
             elapsed = time.monotonic() - started
-        finally:
-            nimbus.kill(cfg.project, env, name)
+        finally:  # the driver's topology: a driver that resubmits names the new one
+            nimbus.kill(cfg.project, env, driver.topology)
     outcome = driver.outcome(str(output_dir))
     outcome.facts["seconds"] = round(elapsed, 1)
     outcome.facts["output_dir"] = str(output_dir)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from kazoo.exceptions import ConnectionLoss
+
 from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import connect
 from elastorm.runtime.provision import provisioner
@@ -20,6 +22,7 @@ from elastorm.runtime.scale import (
     wait_settled,
 )
 from elastorm.zk.layout import ZnodeLayout
+from elastorm.zk.requests import ZK_ERRORS
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -91,15 +94,24 @@ def _autoscale(args: argparse.Namespace) -> int:
     began = time.monotonic()
     try:
         while args.duration is None or time.monotonic() - began < args.duration:
-            target = scaler.decide(progress(client, layout), time.monotonic())
-            if target is not None:
-                change = plan_scale(client, layout, target, nodes)
+            try:
+                if not client.connected:  # a call now would wait for the connection
+                    raise ConnectionLoss()
+                target = scaler.decide(progress(client, layout), time.monotonic())
+                if target is not None:
+                    change = plan_scale(client, layout, target, nodes)
+                    print(
+                        f"[{time.monotonic() - began:6.0f} s] scale to {target}: start "
+                        f"{list(change.start)}, drain {list(change.drain)}",
+                        flush=True,
+                    )
+                    carry_out(client, layout, change, nodes, args.timeout)
+            except ZK_ERRORS as exc:  # the client reconnects by itself; so do we
                 print(
-                    f"[{time.monotonic() - began:6.0f} s] scale to {target}: start "
-                    f"{list(change.start)}, drain {list(change.drain)}",
+                    f"[{time.monotonic() - began:6.0f} s] ZooKeeper unavailable "
+                    f"({type(exc).__name__}); trying again",
                     flush=True,
                 )
-                carry_out(client, layout, change, nodes, args.timeout)
             time.sleep(1.0)
     finally:
         client.stop()

@@ -96,12 +96,13 @@ def running_pid(cfg: ElastormConfig, name: str) -> int | None:
 def _is_daemon(pid: int, name: str) -> bool:
     """True if process ``pid`` was started by ``daemon_command`` for daemon ``name``."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:
         return False
     except OSError:  # no procfs here: trust the pid file, as before
         return True
-    return f"-Ddaemon.name={name}".encode() in args
+    # Empty while the process is between fork and exec: not known yet, trust the file.
+    return not cmdline or f"-Ddaemon.name={name}".encode() in cmdline.split(b"\0")
 
 
 def java_env(cfg: ElastormConfig) -> dict[str, str]:

@@ -19,9 +19,13 @@ replay size each ``Migrate`` found, handling times), and the final state totals
 (which must equal the tuples emitted: exactly once through every migration).
 
 Measures per migration (``analyse``): **pause** = highest output latency of the
-group's tuples output in ``[started, done + after]`` minus the group's median
+group's tuples output in ``[started, started + window]`` minus the group's median
 latency before (median of 100 ms bucket means over the ``before`` seconds before
-``started``); **completion** = ``done - started`` on the controller's clock;
+``started``). Idle windows are measured the same way over the same length, so the
+noise floor and a migration's pause are maxima over equally many buckets (a
+longer window finds a higher maximum in noise alone); a migration that is not
+done ``after`` seconds before its window ends is flagged (``covered`` False);
+**completion** = ``done - started`` on the controller's clock;
 **pickup** = ``started`` - the request's creation (the controller polls requests
 on its 1 s tick). The same pause measured from the emitter's stamp (``hop_pause_ms``)
 leaves out the tuples' wait in the emitter's queue (e.g. while it builds a toState).
@@ -57,8 +61,13 @@ BUCKET_SECS = 0.1  # bolts.synthetic.BUCKET_SECS (not imported: no streamparse h
 class Step:
     """One step of a plan: ``kind`` is ``keys``, ``migrate``, ``idle``, ``scale`` (to
     ``nodes`` nodes, through ``elastorm.runtime.scale``: needs the driver's
-    ``provisioner``) or ``rebalance`` (start nodes up to ``nodes``, then Storm's
-    ``rebalance`` onto ``nodes`` workers waiting ``wait`` s, then watch ``seconds``)."""
+    ``provisioner``), ``rebalance`` (start nodes up to ``nodes``, then Storm's
+    ``rebalance`` onto ``nodes`` workers waiting ``wait`` s, then watch ``seconds``) or
+    ``resubmit`` (start nodes up to ``nodes``, stop the job with a savepoint, submit it
+    again on ``nodes`` nodes from the savepoint, watch ``seconds`` from its first
+    output: Flink's way; needs the driver's ``provisioner``, ``killer`` and
+    ``resubmitter``) or ``ramp`` (change the input rate linearly to ``rate`` over
+    ``seconds``, sampling the controller's node count every ``sample`` s)."""
 
     kind: str
     protocol: str = ""
@@ -67,10 +76,13 @@ class Step:
     seconds: float = 2.0  # idle: the window watched
     nodes: int = 0  # scale, rebalance: nodes wanted
     wait: int = 30  # rebalance: Storm's wait_secs (its default: the message timeout)
+    rate: float = 0.0  # ramp: the input rate to reach
+    sample: float = 2.0  # ramp: seconds between samples of the node count
     tag: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("keys", "migrate", "idle", "scale", "rebalance"):
+        kinds = ("keys", "migrate", "idle", "scale", "rebalance", "resubmit", "ramp")
+        if self.kind not in kinds:
             raise ValueError(f"unknown step kind {self.kind!r}")
         if self.kind == "migrate" and self.protocol not in ("direct", "cpa", "cpal"):
             raise ValueError(f"unknown protocol {self.protocol!r}")
@@ -88,7 +100,8 @@ class Settings:
     trim_wait: float = 1.0
     settle: float = 2.5
     before: float = 5.0
-    after: float = 1.0
+    after: float = 1.0  # a pause window must reach this far past the migration's done
+    window: float = 2.5  # every pause window, idle or migration: [started, started + window]
     steady_ms: float = 50.0  # a baseline above this: the group was backlogged, no pause
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -143,15 +156,15 @@ def merge_buckets(rows: Iterable[list[float]]) -> dict[int, list[float]]:
 def pause_of(
     buckets: dict[int, list[float]],
     started: float,
-    done: float,
+    end: float,
     *,
     width: float = BUCKET_SECS,
     before: float = 5.0,
-    after: float = 1.0,
 ) -> dict[str, float | None]:
-    """Baseline (median bucket mean before), window max and pause, in ms; the same
-    measured from the emitter's stamp (``hop_``: without the emitter's queue)."""
-    lo, hi = int(started / width), int((done + after) / width)
+    """Baseline (median bucket mean before ``started``), max over the window
+    ``[started, end]`` and pause, in ms; the same measured from the emitter's stamp
+    (``hop_``: without the emitter's queue)."""
+    lo, hi = int(started / width), int(end / width)
     first = int((started - before) / width)
     prior = [v for b, v in buckets.items() if first <= b < lo and v[1] > 0]
     window = [v for b, v in buckets.items() if lo <= b <= hi and v[1] > 0]
@@ -163,6 +176,21 @@ def pause_of(
         out[f"{prefix}window_max_ms"] = top
         out[f"{prefix}pause_ms"] = None if baseline is None or top is None else top - baseline
     return out
+
+
+def first_output(pattern: str, seen: dict[str, int], since: float = 0.0) -> float | None:
+    """The earliest second of output from ``since`` on in what the counters appended to
+    their output logs (``pattern``) after the sizes in ``seen`` (flushed on their 1 s
+    tick: a stopped job's last outputs may be appended after ``seen`` was taken), or
+    None."""
+    seconds = []
+    for path in glob.glob(pattern):
+        with open(path, encoding="utf-8") as f:
+            f.seek(seen.get(path, 0))
+            for line in f:
+                if line.endswith("\n"):
+                    seconds += [sec for sec, _, _ in json.loads(line)["lat"] if sec >= since]
+    return float(min(seconds)) if seconds else None
 
 
 def read_jsonl(pattern: str) -> list[Any]:
@@ -179,13 +207,14 @@ def analyse(output_dir: str, records: list[dict[str, Any]], settings: Settings) 
     events = read_jsonl(os.path.join(output_dir, "events-*.jsonl"))
     migrates = {e["epoch"]: e for e in events if e["type"] == "Migrate" and "epoch" in e}
     for r in records:
-        r.update(
-            pause_of(buckets, r["started"], r["done"], before=settings.before, after=settings.after)
-        )
+        end = r["started"] + settings.window
+        r.update(pause_of(buckets, r["started"], end, before=settings.before))
+        r["window_s"] = settings.window
         base = r["baseline_ms"]
         r["steady"] = base is not None and base <= settings.steady_ms
         if r["kind"] != "migrate":
             continue
+        r["covered"] = r["done"] + settings.after <= end
         r["completion_ms"] = round((r["done"] - r["started"]) * 1000, 1)
         r["pickup_ms"] = round((r["started"] - r["submitted"]) * 1000, 1)
         found = migrates.get(r["epoch"])
@@ -222,6 +251,11 @@ class SyntheticDriver:
         self.provisioner = None
         self.assignments: Callable[[], dict[str, Any]] | None = None
         self.rebalancer: Callable[[int, int], None] | None = None  # (wait_secs, workers)
+        # For ``resubmit`` steps: kill a topology by name; submit one (name, options).
+        self.killer: Callable[[str], None] | None = None
+        self.resubmitter: Callable[[str, dict[str, object]], None] | None = None
+        self.submitted: dict[str, object] = {}  # the options of the first submit
+        self.emitted_before = 0  # tuples the spouts of stopped topologies emitted
 
     def options(self, output_dir: str) -> dict[str, object]:
         from elastorm.examples.synthetic_control import write_control
@@ -230,7 +264,7 @@ class SyntheticDriver:
         self.output_dir = output_dir
         self.control = {"rate": s.rate, "keys": s.keys, "hot_share": s.hot_share, "checkpoint": 0}
         write_control(output_dir, self.control)
-        return (
+        self.submitted = (
             TopologyConfig.overrides(
                 output_dir=output_dir, key_groups=20, checkpoint_interval_secs=s.checkpoint_interval
             )
@@ -243,6 +277,7 @@ class SyntheticDriver:
             )
             | s.extra
         )
+        return self.submitted
 
     # -- files ------------------------------------------------------------------
     def _counts(self, component: str) -> list[dict[str, Any]]:
@@ -303,7 +338,8 @@ class SyntheticDriver:
 
         s = self.settings
         self._client = connect(self.zk_hosts)
-        self._tasks = len(self._status(timeout=min(timeout, 120))["tasks"])
+        # Workers start in minutes, not seconds, on a crowded machine.
+        self._tasks = len(self._status(timeout=min(timeout, 300))["tasks"])
         self._until("the initial preload", lambda: self._loaded(s.keys), timeout)
         time.sleep(s.warmup)
         for i, step in enumerate(self.plan):
@@ -327,9 +363,13 @@ class SyntheticDriver:
                         "load": os.getloadavg()[0],
                     }
                 )
-                time.sleep(s.after + 0.2)
+                time.sleep(max(0.0, s.window - step.seconds) + 0.2)  # the window, then a gap
             elif step.kind == "rebalance":
                 self.records.append(self._rebalance(step))
+            elif step.kind == "resubmit":
+                self.records.append(self._resubmit(step, timeout))
+            elif step.kind == "ramp":
+                self.records.append(self._ramp(step))
             elif step.kind == "scale":
                 self.records.append(self._scale(step, timeout))
                 time.sleep(s.settle)
@@ -357,7 +397,7 @@ class SyntheticDriver:
         ):
             return None
         return {
-            "emitted": spouts[0]["out"]["default"],
+            "emitted": self.emitted_before + spouts[0]["out"]["default"],
             "state_total": sum(c["extra"]["state_total"] for c in counters),
             "hot_keys": [c["extra"]["hot_keys"] for c in counters if c["extra"]["hot_keys"]],
             "emitter": self._counts("emitter")[0]["extra"].get("stats", {}),
@@ -421,6 +461,134 @@ class SyntheticDriver:
             "done": time.time(),
             "assignment_before": before,
             "assignment_after": self.assignments() if self.assignments else None,
+            "load": os.getloadavg()[0],
+        }
+
+    def _resubmit(self, step: Step, timeout: float) -> dict[str, Any]:
+        """Flink's way to use a new node: start it; stop the job with a savepoint (stop
+        reading the input, drain, every counter task writes its key groups,
+        ``elastorm.storm.savepoint``); kill the topology; submit it again on ``nodes``
+        nodes restoring the savepoint; watch ``seconds`` from its first output.
+
+        The input keeps falling due while the job is down, as in a topic nobody reads:
+        the new spout sends that backlog first, each tuple stamped when it fell due
+        (``resume_from``), so the downtime shows in the latencies."""
+        if self.provisioner is None or self.killer is None or self.resubmitter is None:
+            raise UserError("a resubmit step needs the driver's provisioner, killer, resubmitter")
+        missing = step.nodes - len(self.provisioner.live())
+        started_nodes = self.provisioner.spare(max(0, missing))
+        self.provisioner.start(started_nodes, 120)
+        before = self.assignments() if self.assignments else None
+        started = time.time()
+        self._set(rate=0.0, final=True)  # stop reading the input; counters report totals
+
+        def drained_totals() -> dict[str, Any] | None:
+            totals = self._final_totals(started)
+            spouts = self._counts("generator")  # written since the spout stopped sending
+            if not totals or not spouts or spouts[0]["written_at"] <= started + 1.0:
+                return None
+            return totals if totals["emitted"] == totals["state_total"] else None
+
+        drained = self._until("the job drained (totals = tuples emitted)", drained_totals, 120)
+
+        def saved_by() -> int:
+            return sum(
+                c["extra"].get("savepoint", {}).get("dir") == savepoint
+                for c in self._counts(OPERATOR)
+            )
+
+        savepoint = os.path.join(self.output_dir, "savepoint")
+        self._set(savepoint=savepoint)
+        self._until(
+            "every counter task's savepoint",
+            lambda: saved_by() >= self._tasks,
+            60,
+            step=0.2,
+        )
+        saved = time.time()
+        self.emitted_before = drained["emitted"]
+        old = self.topology
+        self.killer(old)
+        killed = time.time()
+        self._set(
+            rate=self.settings.rate,
+            final=False,
+            savepoint=None,
+            preloaded=self.control["keys"],
+            resume_from=started,
+        )
+        self.topology = f"{old}-r"
+        options = self.submitted | TopologyConfig.overrides(
+            restore_from=savepoint, initial_nodes={OPERATOR: list(range(step.nodes))}
+        )
+        pattern = os.path.join(self.output_dir, "outputs-*.jsonl")
+        seen = {path: os.path.getsize(path) for path in glob.glob(pattern)}
+        self.resubmitter(self.topology, options)
+        submitted = time.time()
+        first = self._until(
+            "the resubmitted job's first output",
+            lambda: first_output(pattern, seen, submitted),
+            timeout,
+            step=0.5,
+        )
+        time.sleep(max(0.0, first + step.seconds - time.time()))
+        return {
+            "kind": "resubmit",
+            "tag": step.tag,
+            "nodes": step.nodes,
+            "keys": self.control["keys"],
+            "started_nodes": list(started_nodes),
+            "submitted": started,
+            "started": started,
+            "drained": drained,
+            "saved": saved,
+            "killed": killed,
+            "resubmitted": submitted,
+            "first_output": first,
+            "done": time.time(),
+            "topology": self.topology,
+            "assignment_before": before,
+            "assignment_after": self.assignments() if self.assignments else None,
+            "load": os.getloadavg()[0],
+        }
+
+    def _ramp(self, step: Step) -> dict[str, Any]:
+        """Change the input rate linearly to ``step.rate`` over ``step.seconds`` (the
+        control file, rewritten each second); every ``step.sample`` s record the time,
+        the rate, the nodes the topology is bound to and how many are active, the
+        controller's wish (``want``) and whether a rescale is under way."""
+        from elastorm.runtime.scale import progress
+        from elastorm.zk.layout import ZnodeLayout
+        from elastorm.zk.requests import ZK_ERRORS
+
+        layout = ZnodeLayout(self.topology)
+        start_rate = float(self.control["rate"])
+        started = time.time()
+        samples: list[list[Any]] = []
+        next_sample = started
+        while (now := time.time()) < started + step.seconds:
+            share = (now - started) / step.seconds if step.seconds else 1.0
+            rate = round(start_rate + (step.rate - start_rate) * share, 1)
+            self._set(rate=rate)
+            if now >= next_sample:
+                next_sample = now + step.sample
+                try:
+                    p = progress(self._client, layout)
+                except ZK_ERRORS:  # ZooKeeper away for a moment: a sample without it
+                    samples.append([round(now, 2), rate, None, None, None, []])
+                    continue
+                busy = bool(p.draining or p.joining or p.moving or p.pending)
+                samples.append([round(now, 2), rate, p.active, p.want, busy, sorted(p.owned)])
+            time.sleep(min(1.0, max(0.0, next_sample - time.time())))
+        self._set(rate=step.rate)
+        return {
+            "kind": "ramp",
+            "tag": step.tag,
+            "from": start_rate,
+            "to": step.rate,
+            "started": started,
+            "done": time.time(),
+            "samples": samples,
             "load": os.getloadavg()[0],
         }
 
@@ -489,7 +657,7 @@ class SyntheticDriver:
             f"replayed {r.get('replayed')!s:>6}  pause {_ms(r['pause_ms'])}  "
             f"completion {_ms(r.get('completion_ms'))}  pickup {_ms(r.get('pickup_ms'))}"
             for r in self.records
-            if r["kind"] not in ("scale", "rebalance")
+            if r["kind"] in ("migrate", "idle", "keys")
         ]
         lines.append(
             f"exactly once: {self.final.get('emitted')} tuples emitted, state totals "
@@ -518,29 +686,82 @@ def output_gaps(rows: Iterable[dict[str, Any]], start: float, end: float) -> dic
     ``[start, end]`` (s), from the counters' ``outputs-*.jsonl`` rows merged across tasks
     (a key group's outputs move between tasks when it migrates).
 
-    A gap is the time between two consecutive ``OUTPUT_BUCKET_SECS`` buckets with an
-    output (resolution 20 ms; a group's gap at the window's edges counts from the edge).
-    Returns ``{"max_group_gap_ms", "group", "job_gap_ms", "groups"}``.
+    Three measures, all at ``OUTPUT_BUCKET_SECS`` resolution (20 ms; at the window's
+    edges a gap counts from the edge):
+
+    * ``max_group_gap_ms``: between two consecutive buckets with an output of one group.
+      It is at least the group's own *input* gap, ``max_input_gap_ms`` (between two
+      consecutive stamps of its tuples): a group with 30 tuples/s at random has gaps of
+      a few hundred ms with nothing to output;
+    * ``max_group_stall_ms``: the longest a group's output stopped *while it had input
+      waiting*: for each bucket with an output, the time since the later of the group's
+      previous output and the earliest stamp output in this bucket, the part of it
+      inside the window (outputs outside the window count as neighbours); after a
+      group's last output of all, the rest of the window. A pause of the group (a
+      migration, a restart) shows here whatever the input rate; in steady state it is
+      about the group's highest latency;
+    * ``job_gap_ms`` and ``job_stall_ms``: the same over all groups together.
+
+    Rows without stamps (``out`` pairs) give the gaps only.
     """
-    lo, hi = int(start / OUTPUT_BUCKET_SECS), int(end / OUTPUT_BUCKET_SECS)
-    by_group: dict[int, set[int]] = {}
+    step = OUTPUT_BUCKET_SECS
+    lo, hi = int(start / step), int(end / step)
+    outs: dict[int, dict[int, int]] = {}  # group -> output bucket -> earliest stamp bucket
+    every: dict[int, dict[int, int]] = {}  # the same, outside the window too (stalls)
+    stamps: dict[int, set[int]] = {}
     for row in rows:
-        for g, b in row["out"]:
+        for g, b, *sb in row["out"]:
+            first = sb[0] if sb else b
+            got = every.setdefault(int(g), {})
+            got[b] = min(first, got.get(b, first))
             if lo <= b <= hi:
-                by_group.setdefault(int(g), set()).add(int(b))
-    worst, worst_group = 0, None
-    for g, buckets in sorted(by_group.items()):
+                outs.setdefault(int(g), {})[b] = got[b]
+        for g, sb in row.get("in", ()):
+            if lo <= sb <= hi:
+                stamps.setdefault(int(g), set()).add(int(sb))
+
+    def gap(buckets: Iterable[int]) -> int:
         seq = [lo, *sorted(buckets), hi]
-        gap = max(b - a for a, b in zip(seq, seq[1:], strict=False))
-        if gap > worst:
-            worst, worst_group = gap, g
-    union = [lo, *sorted(set().union(*by_group.values())), hi] if by_group else [lo, hi]
-    job = max(b - a for a, b in zip(union, union[1:], strict=False))
+        return max(b - a for a, b in zip(seq, seq[1:], strict=False))
+
+    def stall(firsts: dict[int, int]) -> int:
+        worst, prev = 0, None
+        for b in sorted(firsts):
+            if b > lo:
+                since = firsts[b] if prev is None else max(prev, firsts[b])
+                worst = max(worst, min(b, hi) - max(since, lo))
+            if b > hi:
+                return worst
+            prev = b
+        return max(worst, hi - max(prev if prev is not None else lo, lo))
+
+    worst = worst_stall = worst_input = 0
+    worst_group = stall_group = None
+    for g, buckets in sorted(outs.items()):
+        if (got := gap(buckets)) > worst:
+            worst, worst_group = got, g
+        if g in stamps:
+            worst_input = max(worst_input, gap(stamps[g]))
+    for g, buckets in sorted(every.items()):  # a group silent all through the window too
+        if (got := stall(buckets)) > worst_stall:
+            worst_stall, stall_group = got, g
+    job: dict[int, int] = {}
+    for buckets in every.values():
+        for b, sb in buckets.items():
+            job[b] = min(sb, job.get(b, sb))
+
+    def ms(buckets: int) -> int:
+        return round(buckets * step * 1000)
+
     return {
-        "max_group_gap_ms": round(worst * OUTPUT_BUCKET_SECS * 1000),
+        "max_group_gap_ms": ms(worst),
         "group": worst_group,
-        "job_gap_ms": round(job * OUTPUT_BUCKET_SECS * 1000),
-        "groups": len(by_group),
+        "max_input_gap_ms": ms(worst_input) if stamps else None,
+        "max_group_stall_ms": ms(worst_stall),
+        "stall_group": stall_group,
+        "job_gap_ms": ms(gap(b for b in job if lo <= b <= hi)),
+        "job_stall_ms": ms(stall(job)),
+        "groups": len(outs),
     }
 
 

@@ -6,7 +6,8 @@ straight from it. ``resources/`` holds the installed ``elastorm`` package (where
 it is installed: a wheel in site-packages or this checkout) and every top-level
 package or module under the project's own ``src/`` (streamparse's layout:
 ``src/bolts``, ``src/spouts``, ...). The only Java inside is
-``elastorm.jvm.MultilangSerializer`` and ``elastorm.jvm.TaskFieldGrouping``
+``elastorm.jvm.MultilangSerializer`` (with its ``MsgpackCodec`` and the classes of
+``org.msgpack:msgpack-core``) and ``elastorm.jvm.TaskFieldGrouping``
 (``elastorm/jvm/multilang``, built by ``elastorm setup``); config.json names the
 serializer as ``topology.multilang.serializer``: Storm 2.8's own serializer breaks
 direct emits from Python.

@@ -58,7 +58,7 @@ from elastorm.core.actions import (
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.messages import Message, Protocol, Trim, from_json, to_json
+from elastorm.core.messages import Data, Message, Protocol, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.replay import ReplayTracker, RestartPoint
@@ -68,8 +68,10 @@ from elastorm.storm.load import (
     LoadMeter,
     resident_bytes,
     start_heartbeats,
+    start_liveness,
 )
 from elastorm.storm.replay import REWIND_STREAM
+from elastorm.storm.wire import use_elastorm_wire
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +94,22 @@ REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
 RELAY_STREAM = Stream(fields=["to_task", "message", "sender"], name=RELAY)
 
 
-def to_wire(message: Message) -> str:
-    """A protocol message as the single string field of an ``elastorm`` tuple
-    (``elastorm.core.messages.to_json``: a ``Data`` is a flat JSON array, the rest objects)."""
+def to_wire(message: Message) -> str | list:
+    """A protocol message as the message field of an ``elastorm`` tuple.
+
+    A ``Data`` (one per tuple) is its flat list ``[key_group, source, seq, key,
+    value, ts]``, encoded once with the multilang message around it (no JSON text
+    inside JSON); every other message is its JSON text (``to_json``), opaque to the
+    JVM (a checkpoint or a toState can be large and is rare).
+    """
+    if type(message) is Data:
+        return [message.key_group, *message.item]
     return to_json(message)
 
 
-def from_wire(text: str) -> Message:
+def from_wire(value: str | list) -> Message:
     """Inverse of :func:`to_wire`; ``ValueError`` on anything malformed."""
-    return from_json(text)
+    return from_json(value)
 
 
 def carrier_fields(fields: Iterable[str]) -> list[str]:
@@ -175,6 +184,15 @@ def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int])
     return RoutingTable.round_robin(config.key_groups, chosen)
 
 
+def task_zones(config: TopologyConfig, tasks: Iterable[int]) -> list[str]:
+    """The fault zone of each task of a keyed operator, by id: node ``i``'s zone from
+    ``elastorm.fault_zones``, else the node itself (one zone per node)."""
+    from elastorm.controller.loop import node_name
+
+    names = [node_name(i) for i in range(len(set(tasks)))]
+    return [config.fault_zones.get(n, n) for n in names]
+
+
 class KeyedEmitting(_Sending):
     """Mixin for a spout or bolt that feeds keyed operators (those that name its
     component in ``elastorm.operators``).
@@ -187,6 +205,7 @@ class KeyedEmitting(_Sending):
     """
 
     def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+        use_elastorm_wire(self, conf)
         self._senders(context)
         task = int(context["taskid"])
         component = context["componentid"]
@@ -382,13 +401,14 @@ class KeyedOperator(_Sending):
         from elastorm.controller.loop import node_name
         from elastorm.zk.requests import task_start
 
+        use_elastorm_wire(self, conf)
         self._senders(context)
         task = int(context["taskid"])
         component = context["componentid"]
         tasks = tasks_of(context, component)
         config = TopologyConfig.from_conf(conf)
         routing = initial_routing(config, component, tasks)
-        holders = initial_holders(routing, tasks)
+        holders = initial_holders(routing, tasks, task_zones(config, tasks))
         incarnation, epoch = task_start(conf, component, task, component)
         self.incarnation = incarnation
         restarted = incarnation > 1
@@ -410,12 +430,19 @@ class KeyedOperator(_Sending):
             stale_through=epoch if restarted else -1,
             stall_after=config.stall_secs,
         )
+        if config.restore_from and not restarted:
+            from elastorm.storm.savepoint import restore_savepoint
+
+            restored = restore_savepoint(config.restore_from, component, self.coordinator)
+            log.info("task %s: key groups %s restored from %s", task, restored, config.restore_from)
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._epoch = routing.epoch
         self.heartbeats = None
         if config.heartbeats:
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
+        if self.heartbeats is not None and config.controller.liveness_connections:
+            start_liveness(self.heartbeats, task)
         self._last_heartbeat = None
         # Key groups this task took over: when (wall clock), and when it first applied a
         # tuple of each afterwards (how long the group's output stopped, seen from here).
@@ -556,6 +583,9 @@ class RelayBolt(Bolt):
 
     outputs = [MESSAGE_STREAM]
     auto_anchor = False
+
+    def initialize(self, conf, context):
+        use_elastorm_wire(self, conf)
 
     def process(self, tup):
         to_task, message, sender = tup.values

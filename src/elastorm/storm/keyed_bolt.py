@@ -145,4 +145,4 @@ class KeyRouter(KeyedEmitting, Bolt):
                 tup.values,
             )
             return
-        self.emit_keyed(str(tup.values[index]), list(tup.values), time.time())
+        self.emit_keyed(str(tup.values[index]), tup.values, time.time())

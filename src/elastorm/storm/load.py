@@ -126,6 +126,21 @@ def resident_bytes() -> float | None:
     return float(pages * os.sysconf("SC_PAGE_SIZE"))
 
 
+def start_liveness(publisher, task: int):
+    """Hold a liveness connection to the controller (``elastorm.storm.liveness``) under
+    the incarnation ``publisher`` registered; a ``fenced`` answer fences the publisher
+    (the task then stops, ``KeyedOperator.stop_if_fenced``)."""
+    from elastorm.storm.liveness import LivenessClient
+    from elastorm.zk.requests import read_liveness
+
+    return LivenessClient(
+        task,
+        address=lambda: read_liveness(publisher.client, publisher.layout),
+        incarnation=lambda: publisher.incarnation,
+        on_fenced=lambda: publisher.fence("declared lost while its liveness connection was down"),
+    ).start()
+
+
 def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat):
     """Start a ``HeartbeatPublisher`` for a keyed task in the topology's ZooKeeper.
 

@@ -49,6 +49,7 @@ from elastorm.storm.elastic import (
 )
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
 from elastorm.storm.replay import REWIND_STREAM, ReplayableSpout
+from elastorm.storm.wire import ACKERS_KEY, with_encoding
 
 TICK_KEY = "topology.tick.tuple.freq.secs"
 DEFAULT_TICK_SECS = 1  # checkpoints, heartbeats and the controller's rounds run on ticks
@@ -235,10 +236,16 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     if replay_sources:
         config[TopologyConfig.key("replay_sources")] = replay_sources
     config.setdefault(TICK_KEY, DEFAULT_TICK_SECS)
+    # elastorm's own sequence numbers, buffers and checkpoints give exactly-once;
+    # Storm's acking would track nothing (spouts emit without ids) at a message per
+    # tuple. Without ackers the JVM releases inputs itself (elastorm.storm.wire).
+    config.setdefault(ACKERS_KEY, 0)
     try:  # a bad elastorm.* option fails at submit, not in a worker
-        TopologyConfig.from_conf(config)
+        checked = TopologyConfig.from_conf(config)
     except ConfigError as exc:
         raise WiringError(f"{classname}: {exc}") from None
+    for spec in (*specs.values(), *added.values()):
+        with_encoding(spec, checked.multilang_encoding)
     class_dict["config"] = config
 
 

@@ -130,6 +130,24 @@ class HeartbeatPublisher(BackgroundLoop):
         """The registration state (never blocks)."""
         return self._state
 
+    @property
+    def incarnation(self) -> int | None:
+        """The creation zxid of the znode last registered (``None`` before the first)."""
+        return self._czxid
+
+    @property
+    def client(self) -> KazooClient:
+        return self._client
+
+    @property
+    def layout(self) -> ZnodeLayout:
+        return self._layout
+
+    def fence(self, detail: str) -> None:
+        """Go ``FENCED`` for good: the controller declared this incarnation lost (told
+        over another channel than the fence znode, e.g. ``elastorm.storm.liveness``)."""
+        self._set_state(PublisherState.FENCED, detail)
+
     def health(self) -> dict[str, int]:
         """Counts since start, for the task's counters file: heartbeats ``published``,
         ZooKeeper ``failures``, ``callback_errors`` (a heartbeat republished) and

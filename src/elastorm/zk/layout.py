@@ -86,6 +86,11 @@ class ZnodeLayout:
         return f"{self.controller}/leader"
 
     @property
+    def liveness(self) -> str:
+        """``host:port`` where the controller takes the keyed tasks' liveness connections."""
+        return f"{self.controller}/liveness"
+
+    @property
     def term(self) -> str:
         return f"{self.controller}/term"
 

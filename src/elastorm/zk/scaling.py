@@ -86,7 +86,8 @@ def update_node_set(
 
 class NodeWatch:
     """The controller's live view of the node set and the binding (kazoo data watches,
-    so a tick never blocks on ZooKeeper), with the time each logical node was bound."""
+    so a tick never blocks on ZooKeeper), with the time each logical node was bound and
+    the time each keyed task last (re)started (its ``TaskStarted`` report)."""
 
     def __init__(self, client: KazooClient, layout: ZnodeLayout) -> None:
         self.client = client
@@ -94,6 +95,8 @@ class NodeWatch:
         self.nodes = NodeSet()
         self.binding = Binding()
         self.bound_at: dict[str, float] = {}  # logical node -> when its name was first seen
+        self.first: frozenset[str] | None = None  # bound in the first binding seen
+        self.started_at: dict[int, float] = {}  # keyed task -> its latest TaskStarted
         self._clock: Callable[[], float] | None = None
         self._published: bytes | None = None
 
@@ -122,12 +125,36 @@ class NodeWatch:
                 self.bound_at[node] = now
         if binding.nodes != self.binding.nodes:
             log.info("scheduler binding: %s", binding.nodes)
+        if self.first is None and binding.bound:
+            self.first = frozenset(
+                logical_node(i) for i, n in enumerate(binding.nodes) if n is not None
+            )
         self.binding = binding
 
-    def state(self, now: float, settle: float) -> NodeState | None:
-        """The active and draining logical nodes (a node bound less than ``settle`` s ago
-        is neither: its tasks are restarting in their new worker); None before the
-        scheduler placed the topology (not elastically scheduled)."""
+    def task_started(self, task: int, now: float) -> None:
+        """Keyed task ``task`` reported that it started (or restarted) at ``now``."""
+        self.started_at[task] = now
+
+    def _restarted_since_bound(self, node: str, tasks: Iterable[int]) -> bool:
+        """Whether every one of ``tasks`` (the logical node's) has started since ``node``
+        was bound: a joining node's tasks move out of the idle worker into the node's
+        own, so they restart; until they have, a key group moved onto one would be lost
+        with the old process. Nodes of the first binding seen started with the topology."""
+        if self.first is not None and node in self.first:
+            return True
+        bound = self.bound_at.get(node, float("inf"))
+        return all(self.started_at.get(t, float("-inf")) >= bound for t in tasks)
+
+    def state(
+        self,
+        now: float,
+        settle: float,
+        tasks_of: Callable[[str], Iterable[int]] | None = None,
+    ) -> NodeState | None:
+        """The active and draining logical nodes; None before the scheduler placed the
+        topology (not elastically scheduled). A node bound less than ``settle`` s ago is
+        neither, and so is one whose keyed tasks (``tasks_of(node)``, if given) have not
+        all reported a start since it was bound: they are restarting in its worker."""
         if not self.binding.bound:
             return None
         active, draining = set(), set()
@@ -137,7 +164,9 @@ class NodeWatch:
                 continue
             if name in self.nodes.draining:
                 draining.add(node)
-            elif now - self.bound_at.get(node, now) >= settle:
+            elif now - self.bound_at.get(node, now) >= settle and (
+                tasks_of is None or self._restarted_since_bound(node, tasks_of(node))
+            ):
                 active.add(node)
         if not active:
             return None

@@ -82,6 +82,11 @@ class ClusterWatcher(BackgroundLoop):
         with self._lock:
             return {e.record.task_id: e.record for e in self._entries.values()}
 
+    def incarnations(self) -> dict[int, int]:
+        """Task id -> incarnation (its znode's creation zxid) of every live task."""
+        with self._lock:
+            return {e.record.task_id: e.incarnation for e in self._entries.values()}
+
     def stop(self, timeout: float = 2.0) -> None:
         """Stop watching (and close the client if the watcher owns it)."""
         self._halt(timeout)

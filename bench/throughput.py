@@ -1,0 +1,415 @@
+"""Per-task throughput and latency of a keyed count bolt on a real local Storm.
+
+Usage::
+
+    .venv/bin/python bench/throughput.py [--repeats R] [--variants plain,elastic,...]
+        [--warmup S] [--window S] [--json FILE]
+
+Variants (each a whole topology on a fresh LocalCluster, run in turn within each
+repeat so machine noise hits them alike):
+
+* ``plain``: plain streamparse, as a streamparse user has it today: spout ->
+  fields grouping -> one ``PlainCounter`` task, Storm's own multilang
+  ``JsonSerializer``, pystorm JSON, one ``ack`` per tuple;
+* ``elastorm_plain``: the same topology on elastorm's multilang wire (the
+  serializer of ``config.json``; the spout and the counter call
+  ``use_elastorm_wire``: batched emits, and with ``topology.acker.executors`` = 0,
+  as ``ElasticTopology`` sets it, no acks);
+* ``elastic``: ``topologies/throughput_elastic.py``: one ``KeyedCounter`` task on
+  20 key groups fed through a ``KeyRouter``, checkpoints every 5 s, the relay and
+  the controller beside it;
+* ``elastic_unbatched``: the same with ``elastorm.multilang.batch_size`` = 1 (no
+  batches either way; acks still off);
+* ``elastic_json``: ``topologies/throughput_elastic_json.py``, the elastic job
+  with ``elastorm.multilang.encoding`` = json (msgpack by default) on both ends of
+  every pipe. (In the raw files of 2026-11-24 before the default changed,
+  ``elastic`` ran JSON and ``elastic_msgpack`` msgpack.)
+* ``pyflink``, ``pyflink_thread``: not Storm: the same keyed count in PyFlink's
+  Python DataStream API (``bench/pyflink/keyed_sum.py``: a Python map makes the
+  ``(key, stamp)`` pairs, ``key_by``, a ``KeyedProcessFunction`` counts in
+  ``ValueState``; parallelism 1), on a local Flink mini-cluster in PyFlink's own
+  virtualenv (``apache-flink`` from PyPI, built under ``.elastorm/pyflink-venv``
+  on first use), in PyFlink's process mode (Beam workers, the default) or thread
+  mode (``python.execution-mode: thread``). Its CPU is that of the job's process
+  tree (the client, the Flink JVM, the Python workers).
+
+Each run has three phases. **Saturation**: the spout emits as fast as Storm lets
+it (backpressure bounds the queues); after ``--warmup`` s the counter task's
+tuples are counted over ``--window`` s: that is the per-task throughput, and
+the CPU each process used in that window (``/proc``: the LocalRunner JVM and
+each Python component) per 1,000 tuples. Then the spout pauses (1 tuple/s) for
+``--settle`` s to drain the backlog, and is throttled to **50%** and **90%** of
+that rate (``throughput-control.json``), and after ``--settle`` s the end-to-end
+latency (counter's clock minus the spout's stamp, same machine) is read over
+``--window`` s: p50 / p99 from the counter's histogram (0.1 ms buckets below 10 ms, 1 ms below
+100 ms, 10 ms above).
+All figures are printed as ratios to ``plain`` measured in the same repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from flights_throughput import read_procs, with_descendants  # noqa: E402
+
+from elastorm.config import TopologyConfig  # noqa: E402
+from elastorm.examples.options import ThroughputOptions  # noqa: E402
+from elastorm.examples.throughput_control import CONTROL_FILE  # noqa: E402
+from elastorm.runtime.config import load_config  # noqa: E402
+from elastorm.runtime.errors import UserError  # noqa: E402
+from elastorm.runtime.files import write_json_atomic  # noqa: E402
+from elastorm.runtime.outcome import Outcome  # noqa: E402
+from elastorm.runtime.run import run_topology  # noqa: E402
+
+STARTUP_SECS = 180.0
+STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
+
+VARIANTS = {
+    # name: (topology, extra topology options)
+    "plain": ("throughput_plain", {"topology.multilang.serializer": STOCK_STORM_JSON}),
+    "elastorm_plain": ("throughput_plain", {"topology.acker.executors": 0}),
+    "elastic": ("throughput_elastic", {}),
+    # the elastic job with batches of one (acks still off): what batching does
+    "elastic_unbatched": ("throughput_elastic", TopologyConfig.overrides(multilang_batch_size=1)),
+    # the elastic job with JSON on the wire instead of msgpack (the default)
+    "elastic_json": ("throughput_elastic_json", {}),
+}
+# name: PyFlink's python.execution-mode
+PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}
+PYFLINK_JOB = ROOT / "bench" / "pyflink" / "keyed_sum.py"
+
+
+class CpuSnapshot:
+    """CPU seconds of the LocalRunner JVM of this project and its descendants, by kind."""
+
+    def __init__(self, project: str) -> None:
+        self.project = project.encode()
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def take(self) -> dict[int, tuple[str, float]]:
+        procs = read_procs(self.tick)
+        runners = {
+            pid
+            for pid, (_, _, cmd) in procs.items()
+            if b"LocalRunner" in cmd and self.project in cmd
+        }
+        mine = with_descendants(procs, runners)
+        return {pid: (kind(procs[pid][2]), procs[pid][1]) for pid in mine}
+
+
+class TreeCpu(CpuSnapshot):
+    """CPU seconds of one process and its descendants (a PyFlink job), by kind."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def take(self) -> dict[int, tuple[str, float]]:
+        procs = read_procs(self.tick)
+        mine = with_descendants(procs, {self.root})
+        return {pid: (pyflink_kind(procs[pid][2]), procs[pid][1]) for pid in mine}
+
+
+def kind(cmdline: bytes) -> str:
+    """``jvm``, or the component class a ``streamparse_run`` process runs."""
+    args = cmdline.rstrip(b"\0").split(b"\0")
+    if b"java" in args[0]:
+        return "jvm"
+    return args[-1].decode(errors="replace").rsplit(".", 1)[-1]
+
+
+def pyflink_kind(cmdline: bytes) -> str:
+    """``jvm``, ``pyflink_client`` (the job's own script) or ``pyflink_worker``."""
+    args = cmdline.rstrip(b"\0").split(b"\0")
+    if b"java" in args[0]:
+        return "jvm"
+    return "pyflink_client" if str(PYFLINK_JOB).encode() in args else "pyflink_worker"
+
+
+def cpu_by_kind(before: dict, after: dict) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid, (k, seconds) in after.items():
+        out[k] = out.get(k, 0.0) + seconds - before.get(pid, (k, 0.0))[1]
+    return out
+
+
+def percentile(histogram: dict[str, int], q: float) -> float | None:
+    """The ``q`` quantile of a counter's histogram (keys: bucket upper edges in ms)."""
+    total = sum(histogram.values())
+    if total == 0:
+        return None
+    want, seen = q * total, 0
+    for edge in sorted(histogram, key=float):
+        seen += histogram[edge]
+        if seen >= want:
+            return float(edge)
+    return None
+
+
+class ThroughputDriver:
+    """Runs the three phases against one submitted topology (``run_topology``'s driver)."""
+
+    def __init__(self, name: str, args, cpu: CpuSnapshot) -> None:
+        self.name = name
+        self.args = args
+        self.cpu = cpu
+        self.tasks = 2 if name.startswith("throughput_elastic") else 1  # + the idle holder
+        self.result: dict = {}
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        return TopologyConfig.overrides(output_dir=output_dir) | ThroughputOptions.overrides(
+            rate=0.0, batch=self.args.batch
+        )
+
+    def _read(self, output_dir: str) -> dict | None:
+        """The counter tasks' files summed (an elastic run has an idle holder task)."""
+        files = glob.glob(os.path.join(output_dir, "throughput-[0-9]*.json"))
+        if len(files) < self.tasks:
+            return None
+        total: dict = {"at": 0.0, "tuples": 0, "histogram": {}, "worst": {}}
+        try:
+            parts = [json.loads(Path(f).read_text()) for f in files]
+        except ValueError:
+            return None
+        for part in parts:
+            total["at"] = max(total["at"], part["at"]) if part["tuples"] else total["at"]
+            total["tuples"] += part["tuples"]
+            for b, n in part["histogram"].items():
+                total["histogram"][b] = total["histogram"].get(b, 0) + n
+            for s, ms in part.get("worst", {}).items():
+                total["worst"][s] = max(ms, total["worst"].get(s, 0.0))
+        if total["at"] == 0.0:
+            total["at"] = max(p["at"] for p in parts)
+        return total
+
+    def _fresh(self, output_dir: str, after: float, timeout: float = 30.0) -> dict:
+        """The counter's next file written after ``after`` (wall clock)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            got = self._read(output_dir)
+            if got is not None and got["at"] > after:
+                return got
+            time.sleep(0.1)
+        raise RuntimeError(f"the counter wrote no file for {timeout:.0f} s")
+
+    def _window(self, output_dir: str, seconds: float) -> tuple[dict, dict, dict, dict]:
+        start = self._fresh(output_dir, time.time())
+        cpu0 = self.cpu.take()
+        time.sleep(seconds)
+        end = self._fresh(output_dir, time.time())
+        cpu1 = self.cpu.take()
+        return start, end, cpu0, cpu1
+
+    @staticmethod
+    def _stats(start: dict, end: dict) -> dict:
+        tuples = end["tuples"] - start["tuples"]
+        hist = {b: n - start["histogram"].get(b, 0) for b, n in end["histogram"].items()}
+        return {
+            "tuples": tuples,
+            "seconds": round(end["at"] - start["at"], 3),
+            "rate": tuples / (end["at"] - start["at"]),
+            "p50_ms": percentile(hist, 0.50),
+            "p99_ms": percentile(hist, 0.99),
+            # the highest latency of each whole second inside the window (placing a tail)
+            "worst_by_second": {
+                s: ms for s, ms in end["worst"].items() if start["at"] < int(s) < end["at"] - 1
+            },
+        }
+
+    def wait(self, output_dir: str, timeout: float, progress) -> None:
+        a = self.args
+        write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 0.0})
+        # The counter is up: five Python processes to start, slow on a busy machine.
+        self._fresh(output_dir, 0, timeout=STARTUP_SECS)
+        time.sleep(a.warmup)
+        start, end, cpu0, cpu1 = self._window(output_dir, a.window)
+        sat = self._stats(start, end)
+        cpu = cpu_by_kind(cpu0, cpu1)
+        sat["cpu_ms_per_ktuple"] = {
+            k: round(1e6 * s / max(sat["tuples"], 1), 2) for k, s in sorted(cpu.items())
+        }
+        sat["cpu_ms_per_ktuple_all"] = round(1e6 * sum(cpu.values()) / max(sat["tuples"], 1), 2)
+        self.result = {"saturation": sat}
+        progress(f"saturation {sat['rate']:,.0f}/s")
+        # Drain the saturation backlog (queues full) before measuring latency.
+        write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 1.0})
+        time.sleep(a.settle)
+        fixed = [float(r) for r in a.rates.split(",")] if a.rates else [None, None]
+        for share, fixed_rate in zip((0.5, 0.9), fixed, strict=True):
+            rate = fixed_rate or round(share * sat["rate"], 1)
+            write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": rate})
+            time.sleep(a.settle)
+            start, end, _, _ = self._window(output_dir, a.window)
+            phase = self._stats(start, end)
+            phase["target_rate"] = rate
+            self.result[f"at_{int(share * 100)}"] = phase
+
+    def outcome(self, output_dir: str) -> Outcome:
+        return Outcome(summary=json.dumps(self.result), ok=bool(self.result), facts={})
+
+
+def pyflink_python() -> Path:
+    """The PyFlink virtualenv's interpreter (``bench/pyflink/venv.py``, loaded by path:
+    a ``pyflink`` folder on ``sys.path`` would shadow the real package)."""
+    spec = importlib.util.spec_from_file_location("pyflink_venv", PYFLINK_JOB.parent / "venv.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.python()
+
+
+def run_pyflink(mode: str, args, run_dir: Path) -> dict:
+    """One run of the keyed count on PyFlink (``mode``: its python.execution-mode),
+    through the same three phases as a Storm variant; the job is killed after."""
+    exe = pyflink_python()
+    out = run_dir / f"pyflink-{mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True)
+    log = open(out / "job.log", "w")  # noqa: SIM115 (closed below)
+    env = os.environ | {"PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        [str(exe), str(PYFLINK_JOB), str(out), "--mode", mode],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    driver = ThroughputDriver("pyflink", args, TreeCpu(proc.pid))
+    try:
+        driver.wait(str(out), 600, lambda text: print(f"  pyflink {mode}: {text}", flush=True))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    return driver.result
+
+
+def run_variant(v: str, args, cfg, cpu: CpuSnapshot, extra: dict) -> dict:
+    """One run of variant ``v``: a Storm topology on a fresh LocalCluster, or PyFlink."""
+    if v in PYFLINK_VARIANTS:
+        return run_pyflink(PYFLINK_VARIANTS[v], args, cfg.home / "runs")
+    topology, options = VARIANTS[v]
+    driver = ThroughputDriver(topology, args, cpu)
+    run_topology(cfg, "local", driver, timeout=600, extra_options=options | extra)
+    return driver.result
+
+
+def describe(r: dict) -> str:
+    """One run's line: saturation rate and CPU, latency at saturation, 50% and 90%."""
+    s = r["saturation"]
+    return (
+        f"saturation {fmt(s['rate'])} tuples/s/task, "
+        f"CPU {s['cpu_ms_per_ktuple_all']} ms per 1k tuples {s['cpu_ms_per_ktuple']}; "
+        f"latency p50/p99 ms: sat {fmt(s['p50_ms'], '.1f')}/{fmt(s['p99_ms'], '.1f')}, "
+        + ", ".join(
+            f"{p} ({fmt(r[p]['rate'])}/s) {fmt(r[p]['p50_ms'], '.1f')}/{fmt(r[p]['p99_ms'], '.1f')}"
+            for p in ("at_50", "at_90")
+        )
+    )
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
+def fmt(x, spec=",.0f"):
+    return "-" if x is None else format(x, spec)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="runs per variant (2)")
+    parser.add_argument(
+        "--variants", default="plain,elastorm_plain,elastic",
+        help="comma-separated, first is the baseline (from "
+        f"{','.join(VARIANTS | PYFLINK_VARIANTS)})",
+    )  # fmt: skip
+    parser.add_argument("--warmup", type=float, default=10.0, help="s before measuring (10)")
+    parser.add_argument("--window", type=float, default=15.0, help="s per measured window (15)")
+    parser.add_argument("--settle", type=float, default=6.0, help="s after a rate change (6)")
+    parser.add_argument("--batch", type=int, default=100, help="tuples per spout call (100)")
+    parser.add_argument(
+        "--rates", default=None, metavar="LOW,HIGH",
+        help="measure latency at these two rates (tuples/s) instead of 50%%/90%% of saturation",
+    )  # fmt: skip
+    parser.add_argument(
+        "--storm-option", action="append", default=[], metavar="VARIANT:KEY=VALUE",
+        help="extra topology option for one variant (repeatable; VALUE as JSON if it parses)",
+    )  # fmt: skip
+    parser.add_argument("--json", default=None, help="append every result to this JSONL file")
+    args = parser.parse_args()
+    variants = args.variants.split(",")
+    extra: dict[str, dict] = {v: {} for v in variants}
+    for text in args.storm_option:
+        variant, _, kv = text.partition(":")
+        key, _, raw = kv.partition("=")
+        try:
+            extra[variant][key] = json.loads(raw)
+        except ValueError:
+            extra[variant][key] = raw
+    cfg = load_config()
+    cpu = CpuSnapshot(str(cfg.project))
+    # variant -> repeat -> result; a run that fails (a service not up in time on a
+    # loaded machine) is reported and left out, the others still run
+    results: dict[str, dict[int, dict]] = {v: {} for v in variants}
+    for i in range(args.repeats):
+        for v in variants:
+            load = os.getloadavg()[0]
+            try:
+                result = run_variant(v, args, cfg, cpu, extra[v])
+            except (UserError, RuntimeError) as exc:
+                print(f"[{v} #{i + 1}] FAILED: {exc}; load {load:.1f}", flush=True)
+                continue
+            r = result | {"variant": v, "repeat": i + 1, "load_before": load}
+            results[v][i] = r
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+            print(f"[{v} #{i + 1}] {describe(r)}; load {load:.1f}", flush=True)
+    base = variants[0]
+    print(f"\nmedians over the runs that completed; ratios to {base} of the same repeat")
+    for v in variants:
+        runs = list(results[v].values())
+        if not runs:
+            print(f"{v:15s} no run completed")
+            continue
+        rates = [r["saturation"]["rate"] for r in runs]
+        cpus = [r["saturation"]["cpu_ms_per_ktuple_all"] for r in runs]
+        pairs = [(r, results[base][i]) for i, r in results[v].items() if i in results[base]]
+        ratios = [r["saturation"]["rate"] / b["saturation"]["rate"] for r, b in pairs]
+        cpu_ratios = [
+            r["saturation"]["cpu_ms_per_ktuple_all"] / b["saturation"]["cpu_ms_per_ktuple_all"]
+            for r, b in pairs
+        ]
+        lat = {
+            p: (
+                statistics.median(r[p]["p50_ms"] for r in runs),
+                statistics.median(r[p]["p99_ms"] for r in runs),
+            )
+            for p in ("at_50", "at_90")
+        }
+        print(
+            f"{v:15s} {statistics.median(rates):>9,.0f} tuples/s/task "
+            f"(x{_median(ratios)}; runs {', '.join(f'{x:,.0f}' for x in rates)}), "
+            f"CPU {statistics.median(cpus):.0f} ms/1k tuples (x{_median(cpu_ratios)}), "
+            f"p50/p99 at 50%: {lat['at_50'][0]:.1f}/{lat['at_50'][1]:.1f} ms, "
+            f"at 90%: {lat['at_90'][0]:.1f}/{lat['at_90'][1]:.1f} ms"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

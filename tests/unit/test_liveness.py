@@ -1,0 +1,92 @@
+"""The liveness channel on real loopback sockets (no Storm): a task's connection
+closing reaches the controller at once, a re-registered task connects anew under its
+new incarnation, and a task declared lost is told ``fenced`` when it comes back."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from elastorm.storm import liveness
+from elastorm.storm.liveness import LivenessClient, LivenessServer, parse_hello
+
+
+def wait(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def server():
+    drops: list[tuple[int, int]] = []
+    declared: set[tuple[int, int]] = set()
+    srv = LivenessServer(
+        "127.0.0.1",
+        on_drop=lambda t, i: drops.append((t, i)),
+        fenced=lambda t, i: (t, i) in declared,
+    ).start()
+    yield srv, drops, declared
+    srv.close()
+
+
+def test_a_closed_connection_is_reported_with_its_incarnation(server) -> None:
+    import socket
+
+    srv, drops, _ = server
+    host, port = srv.address.rsplit(":", 1)
+    conn = socket.create_connection((host, int(port)))
+    conn.sendall(b"11 5\n")
+    wait(lambda: srv.connected(11, 5))
+    began = time.monotonic()
+    conn.close()  # what the kernel does when the process dies
+    wait(lambda: drops == [(11, 5)])
+    assert time.monotonic() - began < 1.0
+    assert not srv.connected(11, 5)
+
+
+def test_a_client_follows_its_incarnation_and_stops_when_fenced(server, monkeypatch) -> None:
+    monkeypatch.setattr(liveness, "RECHECK_SECS", 0.05)
+    srv, drops, declared = server
+    incarnation = [5]
+    fenced = threading.Event()
+    LivenessClient(
+        11, address=lambda: srv.address, incarnation=lambda: incarnation[0], on_fenced=fenced.set
+    ).start()
+    wait(lambda: srv.connected(11, 5))
+    incarnation[0] = 6  # its session expired and it registered again
+    wait(lambda: srv.connected(11, 6))
+    assert drops == [(11, 5)]  # the old incarnation's connection, closed by the task
+    declared.add((11, 6))  # the controller declared it lost meanwhile
+    incarnation[0] = 7
+    wait(lambda: srv.connected(11, 7))
+    incarnation[0] = 6  # ... and a connection under the declared incarnation is fenced
+    wait(fenced.is_set)
+
+
+def test_a_client_waits_for_an_address_and_an_incarnation(server) -> None:
+    srv, _, _ = server
+    address: list[str | None] = [None]
+    incarnation: list[int | None] = [None]
+    LivenessClient(
+        12, address=lambda: address[0], incarnation=lambda: incarnation[0], on_fenced=lambda: None
+    ).start()
+    time.sleep(0.3)
+    address[0], incarnation[0] = srv.address, 4
+    wait(lambda: srv.connected(12, 4))
+
+
+def test_a_malformed_hello_is_counted_and_dropped(server) -> None:
+    import socket
+
+    srv, drops, _ = server
+    host, port = srv.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as conn:
+        conn.sendall(b"not a hello\n")
+        wait(lambda: srv.malformed == 1)
+    assert drops == []
+    with pytest.raises(ValueError):
+        parse_hello(b"11\n")

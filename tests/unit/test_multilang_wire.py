@@ -1,0 +1,175 @@
+"""elastorm's side of the multilang pipe (``elastorm.storm.wire``): emits batched in
+order, flushed before anything else is written and before a read could block;
+acks and anchors dropped only where the JVM releases inputs itself."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from elastorm.config import TopologyConfig
+from elastorm.storm.wire import (
+    ACKERS_KEY,
+    ELASTORM_SERIALIZER,
+    SERIALIZER_KEY,
+    BatchingSerializer,
+    released_on_delivery,
+    use_elastorm_wire,
+)
+
+
+class Pipe:
+    """A pystorm serializer stand-in: records what is sent; reads from a real pipe."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self.input_stream = os.fdopen(self.read_fd, "rb", buffering=0)
+        self.output_stream = None
+        self.sent: list[dict] = []
+
+    def send_message(self, msg: dict) -> None:
+        self.sent.append(msg)
+
+    def read_message(self) -> str:
+        return "message"  # what arrived; the flush decision looks at the OS pipe only
+
+    def serialize_dict(self, msg: dict) -> str:
+        return repr(msg)
+
+
+def emit(n: int, task: int | None = None) -> dict:
+    return {"command": "emit", "tuple": [n], "task": task, "need_task_ids": False}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_emits_go_out_as_one_batch_when_full_in_order() -> None:
+    pipe = Pipe()
+    wire = BatchingSerializer(pipe, max_batch=3, linger_secs=1.0, clock=Clock())
+    for n in range(7):
+        wire.send_message(emit(n, task=n % 2))
+    assert pipe.sent == [
+        {"command": "batch", "batch": [emit(0, 0), emit(1, 1), emit(2, 0)]},
+        {"command": "batch", "batch": [emit(3, 1), emit(4, 0), emit(5, 1)]},
+    ]
+    assert wire.pending == [emit(6, 0)]
+
+
+def test_any_other_message_flushes_the_batch_first_so_order_holds() -> None:
+    pipe = Pipe()
+    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=1.0, clock=Clock())
+    wire.send_message(emit(1))
+    wire.send_message({"command": "sync"})
+    needs_ids = {"command": "emit", "tuple": [2]}  # pystorm leaves need_task_ids out
+    wire.send_message(needs_ids)
+    assert pipe.sent == [{"command": "batch", "batch": [emit(1)]}, {"command": "sync"}, needs_ids]
+
+
+def test_linger_bounds_how_long_an_emit_waits() -> None:
+    pipe, clock = Pipe(), Clock()
+    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=0.005, clock=clock)
+    wire.send_message(emit(1))
+    clock.now = 0.004
+    wire.send_message(emit(2))
+    assert pipe.sent == []
+    clock.now = 0.0051
+    wire.send_message(emit(3))
+    assert pipe.sent == [{"command": "batch", "batch": [emit(1), emit(2), emit(3)]}]
+
+
+def test_a_read_that_could_block_flushes_first() -> None:
+    pipe = Pipe()
+    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=1.0, clock=Clock())
+    wire.send_message(emit(1))
+    os.write(pipe.write_fd, b"a")  # input waiting: the read will not block, keep batching
+    assert wire.read_message() == "message"
+    assert pipe.sent == []
+    os.read(pipe.read_fd, 1)  # nothing waiting: flushed before the read
+    assert wire.read_message() == "message"
+    assert pipe.sent == [{"command": "batch", "batch": [emit(1)]}]
+
+
+class Component:
+    auto_ack = True
+    auto_anchor = True
+
+    def __init__(self) -> None:
+        self.serializer = Pipe()
+
+
+def test_the_wire_is_used_only_with_the_elastorm_serializer() -> None:
+    stock = {SERIALIZER_KEY: "org.apache.storm.multilang.JsonSerializer", ACKERS_KEY: 0}
+    component = Component()
+    use_elastorm_wire(component, stock)
+    assert not released_on_delivery(stock)
+    assert component.auto_ack and isinstance(component.serializer, Pipe)
+
+    tracked = {SERIALIZER_KEY: ELASTORM_SERIALIZER}  # ackers: Storm's default
+    use_elastorm_wire(component, tracked)
+    assert component.auto_ack and component.auto_anchor
+    assert isinstance(component.serializer, BatchingSerializer)
+
+    released = {SERIALIZER_KEY: ELASTORM_SERIALIZER, ACKERS_KEY: 0}
+    component = Component()
+    use_elastorm_wire(component, released | TopologyConfig.overrides(multilang_batch_size=1))
+    assert not component.auto_ack and not component.auto_anchor
+    assert isinstance(component.serializer, Pipe)  # batches of one: not wrapped
+
+
+def test_a_batch_from_the_jvm_is_read_one_tuple_at_a_time() -> None:
+    tuples = [
+        {"id": str(n), "comp": "c", "stream": "default", "task": 1, "tuple": [n]} for n in (1, 2)
+    ]
+    pipe = Pipe()
+    incoming = [{"command": "batch", "batch": tuples}, [7]]  # then task ids
+    pipe.read_message = lambda: incoming.pop(0)
+    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=1.0, clock=Clock())
+    assert [wire.read_message() for _ in range(3)] == [*tuples, [7]]
+
+
+def test_the_jvm_is_told_once_that_this_side_unpacks_batches() -> None:
+    component = Component()
+    pipe = component.serializer
+    conf = {SERIALIZER_KEY: ELASTORM_SERIALIZER}
+    use_elastorm_wire(component, conf)
+    use_elastorm_wire(component, conf)
+    assert pipe.sent == [{"command": "elastorm_wire"}]
+
+
+def test_an_elastic_topology_starts_every_python_component_with_its_encoding():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "topologies" / "throughput_elastic_json.py"
+    spec = importlib.util.spec_from_file_location("throughput_elastic_json", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    topology = module.ThroughputElasticJson
+    scripts = [b.bolt_object.shell.script for b in topology.thrift_bolts.values()]
+    scripts += [s.spout_object.shell.script for s in topology.thrift_spouts.values()]
+    assert len(scripts) == 5  # spout, router, counter, relay, controller
+    assert all(script.startswith("-s json ") for script in scripts)
+    default = importlib.util.spec_from_file_location(
+        "throughput_elastic", path.with_name("throughput_elastic.py")
+    )
+    module = importlib.util.module_from_spec(default)
+    default.loader.exec_module(module)
+    bolts = module.ThroughputElastic.thrift_bolts.values()
+    assert all(b.bolt_object.shell.script.startswith("-s msgpack ") for b in bolts)
+
+
+def test_the_encoding_is_one_of_pystorms_serializers():
+    from elastorm.config import ConfigError
+
+    assert TopologyConfig.overrides(multilang_encoding="msgpack") == {
+        "elastorm.multilang.encoding": "msgpack"
+    }
+    with pytest.raises(ConfigError, match="elastorm.multilang.encoding"):
+        TopologyConfig.overrides(multilang_encoding="protobuf")

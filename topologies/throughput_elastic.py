@@ -1,0 +1,23 @@
+"""Keyed-count throughput benchmark on key groups (bench/throughput.py).
+
+spout --keyed("key")--> (router) --elastorm, direct--> counter: 2 tasks, all 20
+key groups owned by the first (``elastorm.initial_nodes``), the second holds their
+checkpoints (every 5 s); ``ElasticTopology`` adds the router, the relay and the
+controller.
+"""
+
+from __future__ import annotations
+
+from bolts.common import topology_config
+from bolts.throughput import KeyedCounter
+from elastorm import ElasticTopology, keyed
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import ThroughputOptions
+from spouts.throughput import ThroughputSpout
+
+
+class ThroughputElastic(ElasticTopology):
+    config = topology_config(TopologyConfig(initial_nodes={"counter": [0]}), ThroughputOptions())
+
+    spout = ThroughputSpout.spec(par=1)
+    counter = KeyedCounter.spec(inputs={spout: keyed("key")}, par=2)

@@ -1,0 +1,24 @@
+"""``topologies/throughput_elastic.py`` on the JSON wire (bench/throughput.py's
+``elastic_json``): every Python component started with ``-s json``
+(``elastorm.multilang.encoding``; msgpack by default), and elastorm's JVM serializer
+with it.
+"""
+
+from __future__ import annotations
+
+from bolts.common import topology_config
+from bolts.throughput import KeyedCounter
+from elastorm import ElasticTopology, keyed
+from elastorm.config import TopologyConfig
+from elastorm.examples.options import ThroughputOptions
+from spouts.throughput import ThroughputSpout
+
+
+class ThroughputElasticJson(ElasticTopology):
+    config = topology_config(
+        TopologyConfig(initial_nodes={"counter": [0]}, multilang_encoding="json"),
+        ThroughputOptions(),
+    )
+
+    spout = ThroughputSpout.spec(par=1)
+    counter = KeyedCounter.spec(inputs={spout: keyed("key")}, par=2)
