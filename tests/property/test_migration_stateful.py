@@ -142,7 +142,8 @@ class MigrationMachine(RuleBasedStateMachine):
         """Sets of one or two tasks whose crash together loses nothing: a copy of every
         group they are involved in survives (losing an owner and every copy of its
         group together is data loss by design)."""
-        sets = [(t,) for t in self.tasks] + [(a, b) for a in self.tasks for b in self.tasks if a < b]
+        tasks = self.tasks
+        sets = [(t,) for t in tasks] + [(a, b) for a in tasks for b in tasks if a < b]
         return [s for s in sets if self.cluster.survives(s)]
 
     @precondition(lambda self: self.survivable())

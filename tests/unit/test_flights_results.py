@@ -81,6 +81,20 @@ def test_compare_catches_lost_error_reports(run):
     assert names == ["sink got the spout's malformed rows"]
 
 
+def test_keyed_errors_from_a_killed_tasks_earlier_life_do_not_hold_completion(run):
+    """A keyed op2 task that was killed and restarted counts its errors from 0 again,
+    while the sink kept the rejections its earlier life sent: that run is complete
+    (the planned replication arm waited forever on it). Fewer than sent is not."""
+    out, _ = run
+    _edit_sink(out, lambda d: d["errors"].setdefault("op2", {}).update({"rejected": 23}))
+    result = read_results(str(out))
+    assert "sink received 23 of 0 op2 errors" in completeness(result)
+    assert completeness(result, frozenset({"op2"})) == []
+    _edit_sink(out, lambda d: d["errors"].pop("op1"))
+    unmet = completeness(read_results(str(out)), frozenset({"op2"}))
+    assert "sink received 0 of 1 op1 errors" in unmet
+
+
 def _op4_result(samples, delayed, ids):
     sink = {"totals": {"op4": {"*": {"2013": [samples, delayed]}}}, "sample_ids": ids}
     return FlightsResult(output_dir="x", sinks=[sink])

@@ -198,7 +198,9 @@ def completeness(
 
     For a role in ``keyed`` (an elastic operator whose key groups move between
     tasks, so per-task ``seen`` counts include replays) the sink must instead hold
-    totals whose flight counts add up to what op1 forwarded.
+    totals whose flight counts add up to what op1 forwarded, and at least the errors
+    its tasks' counters say they sent (a killed task's counters restart from 0 while
+    the sink keeps what it sent before: waiting for equality there waited forever).
 
     ``replayed``: the spout or op1 may have been restarted and replayed rows. Every
     count still holds (each row is counted once: the spout by its furthest row,
@@ -232,7 +234,9 @@ def completeness(
         unmet.append(f"{pending} op1 task(s) hold a sample not yet sent")
     for role in ROLES[:-1]:
         sent, got = result.out(role, "errors"), sum(result.sink_errors(role).values())
-        if sent != got:
+        # A keyed task killed and restarted starts its counters again, while the sink
+        # keeps the errors its earlier life sent: there the sink may hold more.
+        if got < sent or (got > sent and role not in keyed):
             unmet.append(f"sink received {got} of {sent} {role} errors")
     return unmet
 
