@@ -498,6 +498,13 @@ class ControllerConfig(Section):
         "seconds between replication plans from the current rates",
         check=above(0),
     )  # fmt: skip
+    replan_min_gain: float = option(
+        p + "replan_min_gain", FLOAT, 0.05,
+        "a new replication plan replaces the current one only if its predicted Output "
+        "Fidelity is higher by more than this (hysteresis: near-equal rates do not move "
+        "replicas back and forth)",
+        check=at_least(0),
+    )  # fmt: skip
     join_settle_secs: float = option(
         p + "join_settle_secs", FLOAT, 15.0,
         "seconds after the scheduler binds a node before key groups move onto it "

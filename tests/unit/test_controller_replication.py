@@ -24,9 +24,11 @@ from elastorm.controller.model import (
 from elastorm.controller.replication import (
     PLANNERS,
     downstream_operators,
+    keyed_tasks,
     place_replicas,
     plan_replicas,
     predicted_fidelity,
+    replan,
     running_graph,
 )
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role
@@ -141,7 +143,7 @@ def test_downstream_operators_and_planner_names() -> None:
     assert doctest.testmod(replication).failed == 0
 
 
-def loop(budget: int) -> ControllerLoop:
+def loop(budget: int, **settings: float) -> ControllerLoop:
     def control(tasks: dict[str, int], emitter: int) -> MigrationController:
         return MigrationController(
             num_key_groups=G,
@@ -158,6 +160,7 @@ def loop(budget: int) -> ControllerLoop:
         replication_planner="dp",
         operators=OPERATORS,
         joins=("join",),
+        **settings,
     )
     placement = Placement({"left": LEFT, "right": RIGHT, "join": JOIN})
     return ControllerLoop(controls=controls, placement=placement, settings=settings, started_at=0)
@@ -275,3 +278,44 @@ def test_the_budget_and_planner_are_options() -> None:
     s = LoopSettings.from_config(config)
     assert (s.replication_budget, s.replication_planner, s.joins) == (2, "greedy", ("join",))
     assert s.operators["join"] == ("left", "right") and s.active
+
+
+def join_rates(r30: float, r31: float) -> list[TaskRecord]:
+    """:func:`records` with the join's two busy tasks at ``r30`` and ``r31`` per group."""
+    out = [r for r in records() if r.identity.operator != "join"]
+    return out + [
+        rec(30, "join", "node0", {0: r30, 2: r30}),
+        rec(31, "join", "node1", {1: r31, 3: r31}),
+        rec(32, "join", "node2", {}),
+    ]
+
+
+@pytest.mark.parametrize("min_gain", [0.05, 0.0])
+def test_a_rate_flicker_does_not_move_the_replicas_a_real_shift_does(min_gain: float) -> None:
+    """Budget 3 buys one complete tree: a left task, a right task and a join task. With
+    the join's tasks near-equal, the planner's pick follows the busier one from round
+    to round; the hysteresis keeps the plan until the other tree gains more than
+    ``replan_min_gain`` of Output Fidelity (with 0, every flicker moves the replicas)."""
+    lp = loop(budget=3, replan_secs=1.0, replan_min_gain=min_gain)
+    lp.round(join_rates(10.2, 10.0), 0.0)
+    lp.round(join_rates(10.2, 10.0), 1.0)
+    first = lp.replication_plan
+    assert "join:30" in first and len(first) == 3
+    lp.round(join_rates(10.0, 10.2), 2.5)  # a flicker: the other tree gains 0.0025
+    assert ("join:30" in lp.replication_plan) is (min_gain > 0.0025)
+    lp.round(join_rates(5.0, 15.0), 4.0)  # a real shift: it gains 0.125
+    assert "join:31" in lp.replication_plan and len(lp.replication_plan) == 3
+
+
+def test_a_plan_whose_task_left_the_graph_is_replaced_whatever_the_gain() -> None:
+    graph = running_graph(join_rates(10.0, 10.0), OPERATORS, joins=("join",))
+    assert graph is not None
+    failed = keyed_tasks(graph, OPERATORS)
+    new = plan_replicas(graph, 3, failed, planner="dp")
+    stale = {"left:10", "right:20", "join:32"}  # join:32 gets no input: not in the graph
+    assert replan(graph, failed, stale, new, budget=3, min_gain=1.0) == new
+    assert replan(graph, failed, new, stale & new, budget=3, min_gain=1.0) == new
+    with pytest.raises(ValueError, match="min_gain"):
+        replan(graph, failed, new, new, budget=3, min_gain=-0.1)
+    over = new | {"left:11"}
+    assert replan(graph, failed, over, new, budget=3, min_gain=1.0) == new

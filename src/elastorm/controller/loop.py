@@ -71,6 +71,7 @@ from elastorm.controller.replication import (
     place_replicas,
     plan_replicas,
     predicted_fidelity,
+    replan,
     running_graph,
     task_name,
 )
@@ -195,6 +196,7 @@ class LoopSettings:
     replication_budget: int = _DEFAULTS.replication_budget
     replication_planner: str = _DEFAULTS.replication_planner
     replan_secs: float = _DEFAULTS.replan_secs
+    replan_min_gain: float = _DEFAULTS.replan_min_gain
     operators: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     joins: tuple[str, ...] = ()
     zones: Mapping[NodeId, str] = field(default_factory=dict)
@@ -250,6 +252,7 @@ class LoopSettings:
             replication_budget=c.replication_budget,
             replication_planner=c.replication_planner,
             replan_secs=c.replan_secs,
+            replan_min_gain=c.replan_min_gain,
             operators=dict(config.operators),
             joins=tuple(config.join_operators),
             zones=dict(config.fault_zones),
@@ -748,8 +751,16 @@ class ControllerLoop:
             due = self._replanned_at is None or now - self._replanned_at >= s.replan_secs
             if due:
                 scenario = keyed_tasks(graph, self.controls)
-                self.replication_plan = plan_replicas(
+                candidate = plan_replicas(
                     graph, s.replication_budget, scenario, planner=s.replication_planner
+                )
+                self.replication_plan = replan(
+                    graph,
+                    scenario,
+                    self.replication_plan,
+                    candidate,
+                    budget=s.replication_budget,
+                    min_gain=s.replan_min_gain,
                 )
                 self._replanned_at = now
         primaries = []

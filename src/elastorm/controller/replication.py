@@ -146,6 +146,43 @@ def predicted_fidelity(
     return output_fidelity(graph, set(failed) - set(replicated))
 
 
+def replan(
+    graph: TaskGraph,
+    failed: Collection[str],
+    current: Collection[str],
+    candidate: Collection[str],
+    *,
+    budget: int,
+    min_gain: float,
+) -> frozenset[str]:
+    """The plan to apply: ``candidate`` (the planner's answer for today's rates) only if
+    its predicted Output Fidelity beats ``current``'s by more than ``min_gain``;
+    otherwise ``current`` stays (hysteresis, Su & Zhou 2016's re-planning as rates
+    drift): with near-equal task rates the planner's choice flips from round to round,
+    and each flip drops replicas and starts others from full checkpoints for no gain.
+
+    ``current`` is replaced whatever the gain when it is no longer a valid plan: a task
+    of it left the graph or the scenario (it died, or stopped getting input), or it
+    exceeds ``budget``. A plan with spare budget is kept only if the candidate gains
+    no more than ``min_gain`` either. O(|V| + |E|).
+
+    >>> g = TaskGraph(
+    ...     operators=(Operator(name="s", tasks=("s",)), Operator(name="a", tasks=("a:1", "a:2"))),
+    ...     streams=(Stream(source="s", target="a:1", rate=1.02),
+    ...              Stream(source="s", target="a:2", rate=1.0)),
+    ... )
+    >>> sorted(replan(g, {"a:1", "a:2"}, {"a:2"}, {"a:1"}, budget=1, min_gain=0.05))
+    ['a:2']
+    """
+    if min_gain < 0:
+        raise ValueError(f"min_gain must be >= 0, got {min_gain}")
+    new, old = frozenset(candidate), frozenset(current)
+    if not old or len(old) > budget or not old <= set(failed) or not old <= set(graph.tasks):
+        return new
+    gain = predicted_fidelity(graph, failed, new) - predicted_fidelity(graph, failed, old)
+    return new if gain > min_gain else old
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReplicaPlacement:
     """What to change: replicas to start (key group -> node) and key groups whose
