@@ -71,6 +71,7 @@ class Cluster:
         # flights job's op2 does (``elastorm.core.outputs``), here at once after each step.
         self.latest = {t: LatestValues() for t in self.tasks}
         self.outputs: list[tuple[int, str, Any]] = []  # (task, key, value) in send order
+        self.tentative: dict[str, bool] = {}  # key -> its newest update was tentative
         self.rejected: list[tuple[int, Rejected]] = []
         self.stats: Counter[str] = Counter()
         # key group -> source -> highest watermark any emitter was told to trim to
@@ -132,12 +133,19 @@ class Cluster:
             elif isinstance(action, MigrationDone):
                 self.control.on_migration_done(action)
                 if latest is not None:
-                    latest.reported(action, self.coordinators[actor].state(action.key_group))
+                    m = self.coordinators[actor].machine(action.key_group)
+                    latest.reported(action, m.state, tentative=m.tentative)
             elif isinstance(action, CheckpointStored):
                 self.control.on_checkpoint_stored(actor, action)
             self.stats[type(action).__name__] += 1
+        coordinator = self.coordinators.get(actor)
+        if latest is not None and coordinator is not None:
+            latest.settle(coordinator)  # rectify what is no longer tentative
         if latest:
-            self.outputs.extend((actor, k, v) for k, v in latest.take().items())
+            values, marked = latest.take_marked()
+            self.outputs.extend((actor, k, v) for k, v in values.items())
+            for k in values:  # whether the newest update of each key is tentative
+                self.tentative[k] = k in marked
 
     # -- driving -------------------------------------------------------------------
     def emit(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:

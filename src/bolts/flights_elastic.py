@@ -160,23 +160,26 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         # last update may be missing a tuple, elastorm.core.outputs explains how), and after
         # a RESTORE of every key (the old owner's unflushed updates died with it).
         if isinstance(report, MigrationDone):
-            self.latest.reported(report, self.coordinator.state(report.key_group))
+            m = self.coordinator.machine(report.key_group)
+            self.latest.reported(report, m.state, tentative=m.tentative)
 
     def on_protocol_error(self, message, exc) -> None:
         self.emit_error(None, "protocol_error", f"{type(message).__name__}: {exc}")
 
     def flush(self) -> None:
+        self.latest.settle(self.coordinator)  # rectify what is no longer tentative
         if not self.latest:
             return
+        values, marked = self.latest.take_marked()
         updates = [
             [key, int(year), *totals]
-            for key, by_year in self.latest.take().items()
+            for key, by_year in values.items()
             for year, totals in by_year.items()
         ]
         # The sink drops an update whose ``seen`` is not above the last from this task;
         # a restarted task counts from 0 again, so its incarnation leads.
         seen = self.incarnation * 10**12 + self.counters.tuples_in
-        self.emit([self.role, seen, updates, []])
+        self.emit([self.role, seen, updates, [], sorted(marked)])
         self.counters.out["default"] += 1
         self.flushed_at = self.applied
 

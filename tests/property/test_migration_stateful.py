@@ -238,6 +238,8 @@ class MigrationMachine(RuleBasedStateMachine):
                 if key_group(key, GROUPS) == g and value[1] > sent.get(key, (0, 0))[1]:
                     sent[key] = value
             assert sent == self.fold(g, expected), (g, "sink")
+            # Rectified: no key's newest update is still a tentative one.
+            assert not [k for k in sent if c.tentative.get(k)], (g, "tentative left")
 
     def teardown(self) -> None:
         if hasattr(self, "cluster"):

@@ -175,6 +175,48 @@ def test_outputs_are_tentative_while_restoring_or_while_upstream_recovers() -> N
     assert not owner.machine(0).tentative and not owner.machine(1).tentative
 
 
+def test_tentative_updates_are_marked_then_rectified_with_final_values() -> None:
+    """What a sink sees (``Cluster.tentative``: whether a key's newest update is
+    tentative): updates made while the group restores are marked, the restore's end
+    re-sends the key final; updates made while state upstream recovers are marked,
+    and once told it is over the task re-sends each such key's value, final, even
+    with no new tuple of the key; after a RESTORE that ends while upstream still
+    recovers, the group's values stay tentative until then."""
+    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
+    c.emit(10, KEY0, 1)
+    c.run_until_quiet()
+    c.checkpoint(0, 0)
+    c.run_until_quiet()
+    c.crash(0)  # restored on 1 from its checkpoint
+    c.deliver((-1, 10))
+    c.deliver((10, 1))  # emitter 10's toState: 11's is still to come
+    c.emit(10, KEY0, 2)
+    c.deliver((10, 1))
+    assert c.outputs[-1] == (1, KEY0, 3) and c.tentative[KEY0]
+    c.run_until_quiet()  # 11's toState: the restore ends, every key re-sent final
+    assert c.outputs[-1] == (1, KEY0, 3) and not c.tentative[KEY0]
+    owner = c.coordinators[1]
+    c.perform(1, owner.receive(-1, UpstreamRecovery(key_group=0, recovering=True)))
+    c.emit(10, KEY0, 4)
+    c.run_until_quiet()
+    assert c.outputs[-1] == (1, KEY0, 7) and c.tentative[KEY0]
+    sent = len(c.outputs)
+    c.perform(1, owner.receive(-1, UpstreamRecovery(key_group=0, recovering=False)))
+    assert c.outputs[sent:] == [(1, KEY0, 7)] and not c.tentative[KEY0]
+    # A restore that completes while upstream still recovers: tentative until it ends.
+    c.perform(1, owner.receive(-1, UpstreamRecovery(key_group=0, recovering=True)))
+    c.checkpoint(1, 0)
+    c.checkpoint(1, 1)
+    c.run_until_quiet()
+    c.crash(1)
+    c.perform(2, c.coordinators[2].receive(-1, UpstreamRecovery(key_group=0, recovering=True)))
+    c.run_until_quiet()
+    assert c.owner(0) == 2 and c.outputs[-1] == (2, KEY0, 7) and c.tentative[KEY0]
+    sent = len(c.outputs)
+    c.perform(2, c.coordinators[2].receive(-1, UpstreamRecovery(key_group=0, recovering=False)))
+    assert c.outputs[sent:] == [(2, KEY0, 7)] and not c.tentative[KEY0]
+
+
 def test_trims_reach_every_emitter() -> None:
     c = replicated()
     c.checkpoint(0, 0)
