@@ -13,6 +13,7 @@ from typing import Any
 from elastorm.config import TopologyConfig
 from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.errors import UserError
+from elastorm.runtime.flights_results import read_results
 from elastorm.runtime.outcome import Outcome
 
 
@@ -297,8 +298,12 @@ class NodeLossDriver(ElasticCrashDriver):
         return sorted(set(owners))
 
     def outcome(self, output_dir: str) -> Outcome:
+        """Adds ``losses`` and the sink's ``tentative_updates`` of op2 (updates made while
+        state was recovering, Su & Zhou 2016; the run passes only if none is left)."""
         out = super().outcome(output_dir)
-        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"losses": self.losses})
+        tentative = read_results(output_dir).tentative_updates("op2")
+        facts = {"losses": self.losses, "tentative_updates": tentative}
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
 
     def _migrations_ok(self) -> bool:
         return len(self.migrations) == self.scripted and all(
