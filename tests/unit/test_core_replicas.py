@@ -145,13 +145,20 @@ def test_stale_drop_is_ignored_by_an_emitter_and_a_drop_first_stops_a_late_start
     assert idle.receive(10, late) == [] and idle.phase(1) is Phase.IDLE
 
 
-def test_outputs_are_tentative_while_restoring_or_while_upstream_recovers() -> None:
+def restoring_on_1() -> Cluster:
+    """Group 0's owner, task 0, crashed after a checkpoint held on task 1 and one
+    tuple: the group is being restored on 1 (the emitters' toStates in flight)."""
     c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
     c.emit(10, KEY0, 1)
     c.run_until_quiet()
     c.checkpoint(0, 0)
     c.run_until_quiet()
-    c.crash(0)  # restored on 1 from its checkpoint
+    c.crash(0)
+    return c
+
+
+def test_outputs_are_tentative_while_restoring_or_while_upstream_recovers() -> None:
+    c = restoring_on_1()
     drain_one = c.channels[(-1, 10)]
     assert drain_one
     c.deliver((-1, 10))
@@ -182,12 +189,7 @@ def test_tentative_updates_are_marked_then_rectified_with_final_values() -> None
     and once told it is over the task re-sends each such key's value, final, even
     with no new tuple of the key; after a RESTORE that ends while upstream still
     recovers, the group's values stay tentative until then."""
-    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
-    c.emit(10, KEY0, 1)
-    c.run_until_quiet()
-    c.checkpoint(0, 0)
-    c.run_until_quiet()
-    c.crash(0)  # restored on 1 from its checkpoint
+    c = restoring_on_1()
     c.deliver((-1, 10))
     c.deliver((10, 1))  # emitter 10's toState: 11's is still to come
     c.emit(10, KEY0, 2)
