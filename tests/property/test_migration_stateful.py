@@ -157,13 +157,16 @@ class MigrationMachine(RuleBasedStateMachine):
         moving = sorted(g for g, m in c.moving.items() if {m.source, m.target} & set(dead))
         replica_hit = any(r in dead for r in c.control.replicas.values())
         before = c.stats["promoted"]
-        c.crash(*dead)
+        restored = c.crash(*dead)
+        promoted = c.stats["promoted"] - before
         event(
             ("crash during recovery" if restoring else "crash mid-migration" if moving else "crash")
             + f" of {len(dead)}"
-            + (", promoted" if c.stats["promoted"] > before else "")
+            + (", promoted" if promoted else "")
             + (", replica lost" if replica_hit else "")
         )
+        if 0 < promoted < len(restored):
+            event("some lost groups promoted, others restored from checkpoints")
 
     @rule()
     def settle(self) -> None:
