@@ -219,6 +219,23 @@ def test_tentative_updates_are_marked_then_rectified_with_final_values() -> None
     assert c.outputs[sent:] == [(2, KEY0, 7)] and not c.tentative[KEY0]
 
 
+def test_a_group_moved_while_upstream_recovers_is_rectified_by_its_new_owner() -> None:
+    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
+    recovering = [UpstreamRecovery(key_group=0, recovering=r) for r in (True, False)]
+    for t in c.tasks:
+        c.perform(t, c.coordinators[t].receive(-1, recovering[0]))
+    c.emit(10, KEY0, 1)
+    c.run_until_quiet()
+    assert c.outputs[-1] == (0, KEY0, 1) and c.tentative[KEY0]
+    c.migrate(0, 1, Protocol.DIRECT)
+    c.run_until_quiet()
+    assert c.owner(0) == 1 and c.tentative[KEY0]
+    sent = len(c.outputs)
+    for t in c.tasks:
+        c.perform(t, c.coordinators[t].receive(-1, recovering[1]))
+    assert c.outputs[sent:] == [(1, KEY0, 1)] and not c.tentative[KEY0]
+
+
 def test_trims_reach_every_emitter() -> None:
     c = replicated()
     c.checkpoint(0, 0)

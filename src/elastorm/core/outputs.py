@@ -33,7 +33,9 @@ not replayed yet. :class:`LatestValues` marks such updates (:meth:`take_marked`)
 remembers, per key group, the keys whose last update was tentative. Once the group
 is no longer tentative, :meth:`rectify` queues each such key's current value again,
 this time final, so a receiver that lets the latest update of a key win ends with
-final values only. A RESTORE's completion sends every key of the group, final.
+final values only. A RESTORE's completion sends every key of the group, final. A group
+taken over by a migration while state upstream recovers gets every key rectified by
+its new owner (its old owner no longer has it to rectify).
 """
 
 from __future__ import annotations
@@ -106,9 +108,14 @@ class LatestValues:
                 self.pending_tentative.update(values)
             else:
                 self._final(report.key_group, values)
-        else:
-            for key in quiet:
-                self.pending[key] = state.get(key)
+            return
+        for key in quiet:
+            self.pending[key] = state.get(key)
+        if tentative:
+            # Taken over while state upstream recovers: the old owner may have sent
+            # tentative values of any key, and it will not rectify a group it no longer
+            # has; this task does, for every key, once recovery ends.
+            self._tentative.setdefault(report.key_group, set()).update(state.items())
 
     def rectify(self, key_group: int, state: KeyGroupState | None) -> None:
         """``key_group``'s outputs are no longer tentative (its restore and every
