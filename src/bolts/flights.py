@@ -328,10 +328,10 @@ class ResultsSink(CountingBolt):
             if role != "op2" or old is None or rest[1] >= old[1]:
                 by_year[str(year)] = rest
                 held = self.tentative.setdefault(role, set())  # keys held tentative
-                if key in marked:
-                    held.add(key)
-                else:
+                if key not in marked:
                     held.discard(key)
+                elif old is None or role != "op2" or rest[1] > old[1]:
+                    held.add(key)  # (an equal count reflects the same tuples: mark kept)
         seen_by_task[task] = seen
         if ids:
             self.sample_ids.extend(ids)

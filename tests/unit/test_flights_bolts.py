@@ -212,6 +212,11 @@ def test_sink_shows_which_totals_are_tentative_until_a_final_update_wins(conf, t
     data = json.loads((tmp_path / "sink-1.json").read_text())
     assert data["tentative"] == {} and data["totals"]["op2"]["N1"]["2013"] == [5, 2]
     assert data["tentative_updates"] == {"op2": 1}
+    # A late tentative update from a dead restore target, with the same flights: the
+    # total it carries is the one held (same tuples), and it stays final.
+    sink.process(tup(["op2", 9, [["N1", 2013, 5, 2]], [], ["N1"]], task=5))
+    data = json.loads((tmp_path / "sink-1.json").read_text())
+    assert data["tentative"] == {} and data["tentative_updates"] == {"op2": 2}
 
 
 def test_counts_file_written_on_tick_not_per_tuple(conf, tmp_path):
