@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import ROOT, commit
+from bench_common import ROOT, commit, node_loss_cluster
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # NodeLossDriver lives with the tests
 
@@ -170,18 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or any(n < 1 or n >= args.tasks for n in args.lose):
         parser.error("--rounds >= 1 and 1 <= --lose < --tasks")
 
-    from elastorm.runtime.cluster import down, up
-    from elastorm.runtime.config import load_config
+    from elastorm.runtime.cluster import down
     from elastorm.runtime.run import run_topology
 
-    os.environ["ELASTORM_PARALLELISM"] = "1"
-    os.environ["ELASTORM_KEYED_TASKS"] = str(args.tasks)
-    out = args.out or ROOT / "docs" / "raw" / f"recovery_{commit()}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
     print(f"commit {commit()}, {vars(args)}; 1-min load average {os.getloadavg()[0]:.1f}")
-    cfg = load_config()
-    down(cfg, wipe=True)
-    up(cfg, supervisors=args.supervisors, slots=args.slots)
+    cfg, out = node_loss_cluster(
+        "recovery", args.out, tasks=args.tasks, supervisors=args.supervisors, slots=args.slots
+    )
     records: list[dict] = []
     failed = False
     try:

@@ -10,7 +10,7 @@ Storm controller bolt uses, whose rules are listed there.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from elastorm.core.actions import (
@@ -25,6 +25,7 @@ from elastorm.core.control import MigrationController, Moving, next_task
 from elastorm.core.messages import Message, Protocol, Trim
 from elastorm.core.migration.coordinator import EMITTER_MESSAGES, TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
+from elastorm.core.migration.table import Phase
 from elastorm.core.outputs import LatestValues
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step, sum_step
@@ -70,6 +71,7 @@ class Cluster:
         # flights job's op2 does (``elastorm.core.outputs``), here at once after each step.
         self.latest = {t: LatestValues() for t in self.tasks}
         self.outputs: list[tuple[int, str, Any]] = []  # (task, key, value) in send order
+        self.tentative: dict[str, bool] = {}  # key -> its newest update was tentative
         self.rejected: list[tuple[int, Rejected]] = []
         self.stats: Counter[str] = Counter()
         # key group -> source -> highest watermark any emitter was told to trim to
@@ -119,6 +121,10 @@ class Cluster:
             if isinstance(action, Send):
                 self._send(actor, action.to_task, action.message)
             elif isinstance(action, Applied):
+                coordinator = self.coordinators.get(actor)
+                if action.emit_output and coordinator is not None:
+                    phase = coordinator.phase(action.key_group)
+                    assert phase is not Phase.REPLICA, (actor, action)  # outputs suppressed
                 self.applied.append((actor, action))
                 if latest is not None:
                     latest.applied(action)
@@ -127,12 +133,19 @@ class Cluster:
             elif isinstance(action, MigrationDone):
                 self.control.on_migration_done(action)
                 if latest is not None:
-                    latest.reported(action, self.coordinators[actor].state(action.key_group))
+                    m = self.coordinators[actor].machine(action.key_group)
+                    latest.reported(action, m.state, tentative=m.tentative)
             elif isinstance(action, CheckpointStored):
                 self.control.on_checkpoint_stored(actor, action)
             self.stats[type(action).__name__] += 1
+        coordinator = self.coordinators.get(actor)
+        if latest is not None and coordinator is not None:
+            latest.settle(coordinator)  # rectify what is no longer tentative
         if latest:
-            self.outputs.extend((actor, k, v) for k, v in latest.take().items())
+            values, marked = latest.take_marked()
+            self.outputs.extend((actor, k, v) for k, v in values.items())
+            for k in values:  # whether the newest update of each key is tentative
+                self.tentative[k] = k in marked
 
     # -- driving -------------------------------------------------------------------
     def emit(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
@@ -190,7 +203,7 @@ class Cluster:
     def can_migrate(self, key_group: int) -> bool:
         return self.control.can_migrate(key_group)
 
-    def restore_target(self, key_group: int, dead: int) -> int:
+    def restore_target(self, key_group: int, dead: Collection[int]) -> int:
         """The simulator's recovery rule: the first surviving copy (by task id).
 
         The Storm controller asks ``elastorm.controller.recovery.plan_recovery``
@@ -198,9 +211,9 @@ class Cluster:
         fixed rule, enough to check the protocols survive any choice of copy.
         Raises ``RuntimeError`` when no copy survives.
         """
-        copies = self.control.surviving_copies(key_group, (dead,))
+        copies = self.control.surviving_copies(key_group, dead)
         if not copies:
-            raise RuntimeError(f"group {key_group}: no checkpoint survives task {dead}")
+            raise RuntimeError(f"group {key_group}: no checkpoint survives tasks {sorted(dead)}")
         return copies[0]
 
     def involved(self, key_group: int, task: int) -> bool:
@@ -217,28 +230,41 @@ class Cluster:
         self.stats[f"migrate.{used.value}"] += 1
         return used
 
-    def crash(self, task: int) -> list[int]:
-        """Kill ``task`` (losing its state, copies and inbox), restart it empty and
-        restore what it owned or was moving. Returns the restored groups."""
-        dead = task
-        for ch in [ch for ch in self.channels if ch[1] == dead]:
+    def crash(self, task: int, *more: int) -> list[int]:
+        """Kill ``task`` and ``more`` at once (a correlated failure: each loses its state,
+        copies and inbox), restart them empty and restore what they owned or were
+        moving (a group with an active replica is promoted on it). Returns the
+        restored groups."""
+        dead = {task, *more}
+        for ch in [ch for ch in self.channels if ch[1] in dead]:
             self.stats["lost_in_flight"] += len(self.channels.pop(ch))
         control = self.control
-        restores = {g: self.restore_target(g, dead) for g in control.lost_key_groups(dead)}
+        lost = sorted({g for d in dead for g in control.lost_key_groups(d)})
+        restores = {g: self.restore_target(g, dead) for g in lost}
         holders = {}
         for g in range(control.num_key_groups):
             owner = restores.get(g, control.owner(g))
-            if control.holders[g] in (dead, owner):
-                holders[g] = next_task(control.tasks, owner)
-        plan = control.recover((dead,), restores=restores, holders=holders, now=self.now)
+            if control.holders[g] in (*dead, owner):
+                holders[g] = next_task(control.tasks, owner, skip=dead)
+        plan = control.recover(dead, restores=restores, holders=holders, now=self.now)
         self._send_all(plan.sends)
-        self.coordinators[dead] = self._new_task(dead, owned=False, floor=plan.stale_through)
-        self.latest[dead] = LatestValues()
+        for d in dead:
+            self.coordinators[d] = self._new_task(d, owned=False, floor=plan.stale_through)
+            self.latest[d] = LatestValues()
         for t, c in self.coordinators.items():
-            if t != dead:
-                self.perform(t, c.peer_down(dead))
-        self.stats["crashes"] += 1
+            if t not in dead:
+                for d in sorted(dead):
+                    self.perform(t, c.peer_down(d))
+        self.stats["crashes"] += len(dead)
+        self.stats["promoted"] += len(plan.promoted)
         return list(plan.restored)
+
+    def replicate(self, key_group: int, replica: int) -> None:
+        """Start an active replica of ``key_group`` on ``replica`` (its holder)."""
+        self._send_all(self.control.replicate(key_group, replica, now=self.now))
+
+    def drop_replica(self, key_group: int) -> None:
+        self._send_all(self.control.drop_replica(key_group))
 
     # -- inspection ----------------------------------------------------------------
     def coverage(self, task: int, key_group: int) -> dict[str, int] | None:
@@ -255,11 +281,14 @@ class Cluster:
         delivered to them)."""
         return dict(self._trims.get(key_group, {}))
 
-    def survives(self, dead: int) -> bool:
-        """God's view: can every group ``dead`` is involved in be restored by
+    def survives(self, dead: int | Collection[int]) -> bool:
+        """God's view: can every group the ``dead`` tasks are involved in be restored by
         :meth:`restore_target` without losing a trimmed tuple?"""
+        dead = {dead} if isinstance(dead, int) else set(dead)
+        if not set(self.tasks) - dead:
+            return False
         for g in range(self.num_key_groups):
-            if not self.involved(g, dead):
+            if not any(self.involved(g, d) for d in dead):
                 continue
             try:
                 target = self.restore_target(g, dead)

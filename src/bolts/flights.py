@@ -5,14 +5,17 @@ the paper's evaluation on the 2013 flights data).
 key = tailnum), op4 SampledDelayShare (samples) -> ResultsSink``.
 
 op2-op4 keep cumulative totals and send them to the sink as *update* tuples
-``(role, seen, updates, ids)``: ``seen`` is how many input tuples the sending task
-has processed, ``updates`` the current totals ``[key, year, *totals]`` of every
-key changed since the previous update, ``ids`` the row ids op4 sampled since its
-previous update (empty for op2/op3). Updates go out every ``flush_every`` input
-tuples and on every tick, so the sink holds exact totals once the last update of
-each task has arrived, which the runner detects by comparing ``seen`` with the
-upstream counts (see ``elastorm.runtime.flights_results``). Totals are idempotent (the
-latest wins), so a later update repairs a lost one for the keys it carries.
+``(role, seen, updates, ids, tentative)``: ``seen`` is how many input tuples the
+sending task has processed, ``updates`` the current totals ``[key, year, *totals]``
+of every key changed since the previous update, ``ids`` the row ids op4 sampled
+since its previous update (empty for op2/op3), ``tentative`` the keys of
+``updates`` whose totals are tentative (the elastic op2 while state it depends on
+is being recovered, Su & Zhou 2016; it sends them again, final, afterwards).
+Updates go out every ``flush_every`` input tuples and on every tick, so the sink
+holds exact totals once the last update of each task has arrived, which the runner
+detects by comparing ``seen`` with the upstream counts (see
+``elastorm.runtime.flights_results``). Totals are idempotent (the latest wins), so a
+later update repairs a lost one for the keys it carries.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from elastorm.examples.flights_schema import TUPLE_FIELDS
 from elastorm.examples.options import FlightsOptions
 
 SAMPLE_STREAM = "sample"
-UPDATE_FIELDS = ["role", "seen", "updates", "ids"]
+UPDATE_FIELDS = ["role", "seen", "updates", "ids", "tentative"]
 
 ERROR_EXAMPLES = 5  # per (role, reason) kept by the sink
 
@@ -156,7 +159,7 @@ class TotalsBolt(OperatorBolt):
             return
         totals = self.totals
         updates = [[key, year, *totals[key, year]] for key, year in self.dirty]
-        self.emit([self.role, seen, updates, self.ids])
+        self.emit([self.role, seen, updates, self.ids, []])
         self.counters.out["default"] += 1
         self.dirty = set()
         self.ids = []
@@ -253,7 +256,10 @@ class ResultsSink(CountingBolt):
     ``error_examples[role][reason] = [[id, detail], ...]``, ``sample_ids`` and
     ``na_arr_delay_by_plane[tailnum]``: op1's NA ``arr_delay`` rows per plane (their
     ``detail`` is the tailnum), so a plane whose every flight has an NA delay, and
-    which therefore has no op2/op3 totals, is still reported by name.
+    which therefore has no op2/op3 totals, is still reported by name;
+    ``tentative[role]``: the keys whose total held now came from a tentative update
+    (empty once recovery rectified them) and ``tentative_updates[role]``: how many
+    tentative key updates arrived.
     An update older than one already applied from the same task is skipped and
     counted as ``stale_update``.
     """
@@ -271,6 +277,8 @@ class ResultsSink(CountingBolt):
         self.error_examples: dict[str, dict[str, list[list[Any]]]] = {}
         self.sample_ids: list[int] = []
         self.na_arr_delay_by_plane: dict[str, int] = {}
+        self.tentative: dict[str, set[str]] = {}  # role -> keys whose total is tentative
+        self.tentative_updates: dict[str, int] = {}  # role -> tentative key updates received
         self.error_positions = Positions()
         self.write()
 
@@ -300,13 +308,16 @@ class ResultsSink(CountingBolt):
                 by_plane = self.na_arr_delay_by_plane
                 by_plane[detail] = by_plane.get(detail, 0) + 1
             return
-        role, seen, updates, ids = tup.values
+        role, seen, updates, ids, tentative = tup.values
         seen_by_task = self.seen.setdefault(role, {})
         task = str(tup.task)
         if seen <= seen_by_task.get(task, -1):
             self.counters.error("stale_update")
             return
         totals = self.totals.setdefault(role, {})
+        marked = set(tentative)
+        if marked:
+            self.tentative_updates[role] = self.tentative_updates.get(role, 0) + len(marked)
         for key, year, *rest in updates:
             by_year = totals.get(key)
             if by_year is None:
@@ -316,6 +327,11 @@ class ResultsSink(CountingBolt):
             # matters when a key group moves: its old and new owner both send updates.
             if role != "op2" or old is None or rest[1] >= old[1]:
                 by_year[str(year)] = rest
+                held = self.tentative.setdefault(role, set())  # keys held tentative
+                if key not in marked:
+                    held.discard(key)
+                elif old is None or role != "op2" or rest[1] > old[1]:
+                    held.add(key)  # (an equal count reflects the same tuples: mark kept)
         seen_by_task[task] = seen
         if ids:
             self.sample_ids.extend(ids)
@@ -339,6 +355,8 @@ class ResultsSink(CountingBolt):
                 "error_examples": self.error_examples,
                 "sample_ids": self.sample_ids,
                 "na_arr_delay_by_plane": self.na_arr_delay_by_plane,
+                "tentative": {r: sorted(keys) for r, keys in self.tentative.items() if keys},
+                "tentative_updates": self.tentative_updates,
             },
         )
         self.unwritten = 0

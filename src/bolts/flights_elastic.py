@@ -139,6 +139,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.setup_keyed(conf, self.context, fold(add_delay))
         self.latest = LatestValues()  # key -> totals owed to the sink
         self.applied = 0
+        self.outputs = 0  # applied tuples whose outputs were this task's to send
         self.flushed_at = 0
 
     def handle(self, tup):
@@ -148,6 +149,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
 
     def on_applied(self, applied: Applied) -> None:
         self.applied += 1
+        self.outputs += applied.emit_output  # an active replica's are suppressed
         self.latest.applied(applied)
 
     def on_rejected(self, rejected: Rejected) -> None:
@@ -158,23 +160,26 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         # last update may be missing a tuple, elastorm.core.outputs explains how), and after
         # a RESTORE of every key (the old owner's unflushed updates died with it).
         if isinstance(report, MigrationDone):
-            self.latest.reported(report, self.coordinator.state(report.key_group))
+            m = self.coordinator.machine(report.key_group)
+            self.latest.reported(report, m.state, tentative=m.tentative)
 
     def on_protocol_error(self, message, exc) -> None:
         self.emit_error(None, "protocol_error", f"{type(message).__name__}: {exc}")
 
     def flush(self) -> None:
+        self.latest.settle(self.coordinator)  # rectify what is no longer tentative
         if not self.latest:
             return
+        values, marked = self.latest.take_marked()
         updates = [
             [key, int(year), *totals]
-            for key, by_year in self.latest.take().items()
+            for key, by_year in values.items()
             for year, totals in by_year.items()
         ]
         # The sink drops an update whose ``seen`` is not above the last from this task;
         # a restarted task counts from 0 again, so its incarnation leads.
         seen = self.incarnation * 10**12 + self.counters.tuples_in
-        self.emit([self.role, seen, updates, []])
+        self.emit([self.role, seen, updates, [], sorted(marked)])
         self.counters.out["default"] += 1
         self.flushed_at = self.applied
 
@@ -182,6 +187,8 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.tick_keyed()
         self.flush()
         self.counters.extra["owned"] = list(self.coordinator.owned())
+        self.counters.extra["outputs"] = self.outputs
+        self.counters.extra["replicas"] = list(self.coordinator.replicas())
         self.counters.extra["held"] = sorted(self.coordinator.held)
         self.counters.extra["heartbeats"] = self.heartbeat_health()
         # [took over at, first tuple applied at] (wall clock) per key group taken over

@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Self
 
 PREFIX = "elastorm."
 STRATEGIES = ("none", "baseline", "even", "correlated")
+REPLICATION_PLANNERS = ("dp", "greedy", "structure_aware")
 ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
 
 
@@ -126,6 +127,14 @@ def _operator_emitters(raw: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _names(raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, str):  # Storm may hand a list over as JSON text, or one name
+        raw = json.loads(raw) if raw.startswith("[") else [raw]
+    if isinstance(raw, bytes) or not isinstance(raw, Iterable):
+        raise TypeError
+    return tuple(_str(n) for n in raw)
+
+
 INT = Kind("integer", _int)
 FLOAT = Kind("number", _float)
 BOOL = Kind("true/false", _bool)
@@ -134,6 +143,7 @@ NODE_SHARES = Kind("{node: share}", _node_shares)
 NODE_LISTS = Kind("{operator: [node index, ...]}", _node_lists)
 NODE_ZONES = Kind("{node: zone}", _node_zones)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
+NAMES = Kind("[name, ...]", _names)
 EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
 
 
@@ -471,6 +481,30 @@ class ControllerConfig(Section):
         "migrations a rescale runs at once (never two sharing a source or target task)",
         check=at_least(1),
     )  # fmt: skip
+    replication_budget: int = option(
+        p + "replication_budget", INT, 0,
+        "keyed tasks that get an active replica (Su & Zhou 2016), chosen to keep the most "
+        "Output Fidelity; 0: none",
+        check=at_least(0),
+    )  # fmt: skip
+    replication_planner: str = option(
+        p + "replication_planner", STR, "structure_aware",
+        "which tasks get the replicas: `dp` (optimal, slow for big budgets), `greedy` or "
+        "`structure_aware`",
+        check=one_of(*REPLICATION_PLANNERS),
+    )  # fmt: skip
+    replan_secs: float = option(
+        p + "replan_secs", FLOAT, 30.0,
+        "seconds between replication plans from the current rates",
+        check=above(0),
+    )  # fmt: skip
+    replan_min_gain: float = option(
+        p + "replan_min_gain", FLOAT, 0.05,
+        "a new replication plan replaces the current one only if its predicted Output "
+        "Fidelity is higher by more than this (hysteresis: near-equal rates do not move "
+        "replicas back and forth)",
+        check=at_least(0),
+    )  # fmt: skip
     join_settle_secs: float = option(
         p + "join_settle_secs", FLOAT, 15.0,
         "seconds after the scheduler binds a node before key groups move onto it "
@@ -492,8 +526,8 @@ class ControllerConfig(Section):
 
     @property
     def active(self) -> bool:
-        """Whether the loop has anything to decide (allocation or adaptation)."""
-        return self.adapt or self.strategy != "none"
+        """Whether the loop has anything to decide (allocation, adaptation or replicas)."""
+        return self.adapt or self.strategy != "none" or self.replication_budget > 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -573,6 +607,11 @@ class TopologyConfig(Section):
     operators: Mapping[str, tuple[str, ...]] = option(
         "elastorm.operators", OPERATOR_EMITTERS, {},
         "each keyed operator and the components that emit to it; set by ElasticTopology",
+    )  # fmt: skip
+    join_operators: tuple[str, ...] = option(
+        "elastorm.join_operators", NAMES, (),
+        "keyed operators that join their inputs (correlated-input in the Output Fidelity "
+        "model); the rest take the union",
     )  # fmt: skip
     replay_sources: Mapping[str, tuple[str, ...]] = option(
         "elastorm.replay_sources", EMITTER_SOURCES, {},

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import threading
 import time
 from typing import Any
 
 from elastorm.config import TopologyConfig
 from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.errors import UserError
+from elastorm.runtime.flights_results import read_results
 from elastorm.runtime.outcome import Outcome
 
 
@@ -302,13 +305,156 @@ class NodeLossDriver(ElasticCrashDriver):
         return sorted(set(owners))
 
     def outcome(self, output_dir: str) -> Outcome:
+        """Adds ``losses`` and the sink's ``tentative_updates`` of op2 (updates made while
+        state was recovering, Su & Zhou 2016; the run passes only if none is left)."""
         out = super().outcome(output_dir)
-        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"losses": self.losses})
+        tentative = read_results(output_dir).tentative_updates("op2")
+        facts = {"losses": self.losses, "tentative_updates": tentative}
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
 
     def _migrations_ok(self) -> bool:
         return len(self.migrations) == self.scripted and all(
             m["state"] == "restored" for m in self.migrations
         )
+
+
+class ReplicaLossDriver(NodeLossDriver):
+    """:class:`NodeLossDriver` with active replicas (Su & Zhou 2016): the controller plans
+    a replica for ``budget`` op2 tasks (every one by default) and the ``lose`` tasks
+    killed at once are ones whose every key group has a live replica on a survivor.
+    Their groups must be promoted on the replicas (no restore from a checkpoint), and
+    every plane's totals still equal pandas'. ``facts["promoted"]``: the groups that
+    were replicated when the kill came."""
+
+    def __init__(self, limit: int | None = None, *, budget: int = 99, **kwargs: Any) -> None:
+        super().__init__(limit, **kwargs)
+        self.budget = budget
+        self.promoted: list[int] = []
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.config import ControllerConfig
+
+        return super().options(output_dir) | ControllerConfig.overrides(
+            replication_budget=self.budget, warmup_secs=5.0, replan_secs=5.0
+        )
+
+    def _victims(self, status: dict[str, Any]) -> list[int]:
+        """``lose`` tasks whose every group has a started replica on a task outside them."""
+        import itertools
+
+        owners, replicas = status["owners"], status.get("replicas", {})
+        moving = set(status["moving"])
+        for combo in itertools.combinations(sorted(set(owners)), self.lose):
+            mine = [g for g, o in enumerate(owners) if o in combo]
+            if all(
+                str(g) in replicas and replicas[str(g)] not in combo and g not in moving
+                for g in mine
+            ):
+                self.promoted = mine
+                return list(combo)
+        return []
+
+    def outcome(self, output_dir: str) -> Outcome:
+        out = super().outcome(output_dir)
+        try:
+            with open(os.path.join(output_dir, "controller-metrics.json"), encoding="utf-8") as fh:
+                metrics = json.load(fh)
+        except (OSError, ValueError):
+            metrics = {}
+        facts = {
+            "replicated": self.promoted,
+            "recoveries": metrics.get("recoveries", []),
+            "replication": metrics.get("replication"),
+        }
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
+
+
+BEFORE = 10.0  # seconds of output before the kill that make the baseline rate
+AFTER = 40  # one-second bins after the kill
+
+
+def op2_counts(output_dir: str) -> dict[int, tuple[float, int, list[int], list[int]]]:
+    """op2 task -> (written_at, outputs, owned groups, replicated groups) from its counts."""
+    out = {}
+    for path in glob.glob(os.path.join(output_dir, "counts", "sum_delays-*.json")):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        extra = data.get("extra", {})
+        task = int(path.rsplit("-", 1)[1].split(".")[0])
+        owned, shadows = extra.get("owned", []), extra.get("replicas", [])
+        out[task] = (float(data["written_at"]), int(extra.get("outputs", 0)), owned, shadows)
+    return out
+
+
+class Sampler(threading.Thread):
+    """Reads the op2 counts every 0.25 s: per task, the outputs at each write."""
+
+    def __init__(self, output_dir: str, until: float) -> None:
+        super().__init__(daemon=True)
+        self.output_dir, self.until = output_dir, until
+        self.samples: dict[int, dict[float, int]] = {}  # task -> written_at -> outputs
+        self.snapshot: dict[int, tuple[float, int, list[int], list[int]]] = {}
+
+    def run(self) -> None:
+        while time.time() < self.until:
+            counts = op2_counts(self.output_dir)
+            self.snapshot = counts
+            for task, (at, outputs, _, _) in counts.items():
+                self.samples.setdefault(task, {})[at] = outputs
+            time.sleep(0.25)
+
+    def rate_bins(self, since: float, until: float) -> list[float]:
+        """Outputs per second in one-second bins over [since, until), summed over tasks;
+        a task that restarted (its count fell) counts from its new life's start."""
+        bins = [0.0] * max(0, int(until - since))
+        for series in self.samples.values():
+            points = sorted(series.items())
+            for (_, n0), (t1, n1) in zip(points, points[1:], strict=False):
+                grew = n1 - n0 if n1 >= n0 else n1
+                i = int(t1 - since)
+                if 0 <= i < len(bins):
+                    bins[i] += grew
+        return bins
+
+
+class CompletenessDriver(ReplicaLossDriver):
+    """For ``bench/replication_runtime.py``: the ``lose`` busiest op2 tasks (most outputs
+    so far) whose groups all have their holder (a replica is its group's holder) on a
+    survivor are killed, whatever the budget, so every arm loses the same kind of
+    tasks and none loses state; op2's outputs are sampled from ``BEFORE`` s before the
+    kill to ``AFTER`` s after it (:class:`Sampler`). The controller loop runs in every
+    arm (``strategy=baseline``), so each writes its metrics."""
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.config import ControllerConfig
+
+        return super().options(output_dir) | ControllerConfig.overrides(strategy="baseline")
+
+    def _victims(self, status: dict[str, Any]) -> list[int]:
+        import itertools
+
+        owners, holders = status["owners"], status["holders"]
+        newest, moving = status["assisted"], set(status["moving"])
+        replicas = status.get("replicas", {})
+        busy = {t: c[1] for t, c in op2_counts(self.output_dir).items()}
+        best: list[int] = []
+        for combo in itertools.combinations(sorted(set(owners)), self.lose):
+            mine = [g for g, o in enumerate(owners) if o in combo]
+            ok = all(holders[g] not in combo and newest[g] and g not in moving for g in mine)
+            if ok and sum(busy.get(t, 0) for t in combo) > sum(busy.get(t, 0) for t in best):
+                best = list(combo)
+        if best:
+            mine = [g for g, o in enumerate(owners) if o in best]
+            self.replicated_at_kill = {g: replicas[str(g)] for g in mine if str(g) in replicas}
+            self.owners_at_kill = list(owners)
+            self.sampler = Sampler(self.output_dir, time.time() + BEFORE + AFTER + 5)
+            self.sampler.start()
+            time.sleep(BEFORE)  # let the sampler see the baseline
+            self.killed_at = time.time()
+        return best
 
 
 class SupervisorLossDriver(NodeLossDriver):

@@ -1,9 +1,16 @@
 """Stateful property test: the migration protocols against a single-threaded model.
 
-Several upstream emitters feed an operator of a few key groups on three tasks.
+Several upstream emitters feed an operator of a few key groups on four tasks.
 Hypothesis picks data, channel deliveries (any interleaving that keeps each
-channel FIFO), checkpoints, migrations of random groups by each protocol, and
-crashes. The model is the plain fold of every emitted tuple.
+channel FIFO), checkpoints, migrations of random groups by each protocol, active
+replicas (Su & Zhou 2016) started on a group's holder and dropped again, and
+correlated failures that kill one or two tasks at once (owners, replicas and
+holders alike): a group whose owner dies while its replica lives is promoted on
+the replica, the others are restored from their checkpoints. The model is the
+plain fold of every emitted tuple: whatever the interleaving, no copy ever holds a
+tuple twice or skips one, a replica never sends an output (``sim.Cluster``
+checks), and once everything is delivered the owner, every replica and the sink
+below equal the fold.
 
 Values are ``(sum, count)`` per key, and the tasks send ``key -> current value``
 updates as the flights job's op2 does (``elastorm.core.outputs``, modelled in
@@ -27,7 +34,7 @@ from elastorm.core.migration.table import LIVE, Phase
 from elastorm.core.state import fold
 
 GROUPS = 4
-TASKS = (0, 1, 2)
+TASKS = (0, 1, 2, 3)  # the default; replayed examples may run on fewer
 EMITTERS = (10, 11)
 KEYS = tuple(f"k{i}" for i in range(8))
 
@@ -39,10 +46,12 @@ def sum_count(current: tuple[int, int] | None, value: int) -> tuple[int, int]:
 
 
 class MigrationMachine(RuleBasedStateMachine):
+    tasks: tuple[int, ...] = TASKS
+
     @initialize()
     def setup(self) -> None:
         self.cluster = Cluster(
-            num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count)
+            num_key_groups=GROUPS, tasks=self.tasks, emitters=EMITTERS, step=fold(sum_count)
         )
         # model: per (group, source) the values of its tuples in sequence order
         self.log: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
@@ -82,7 +91,7 @@ class MigrationMachine(RuleBasedStateMachine):
         c = self.cluster
         group = data.draw(st.sampled_from(self.movable()), label="group")
         if protocol is Protocol.DIRECT:
-            others = [t for t in TASKS if t != c.owner(group)]
+            others = [t for t in self.tasks if t != c.owner(group)]
             target = data.draw(st.sampled_from(others), label="target")
         else:
             target = c.holders[group]
@@ -106,23 +115,58 @@ class MigrationMachine(RuleBasedStateMachine):
         assert used is protocol
         event(f"migrate {used.value}")
 
-    def survivable(self) -> list[int]:
-        """Tasks whose crash loses nothing: a copy of every group they are involved in
-        survives (losing an owner and its only copy together is data loss by design)."""
-        return [t for t in TASKS if self.cluster.survives(t)]
+    def replicable(self) -> list[int]:
+        c = self.cluster
+        return [g for g in range(GROUPS) if c.control.can_replicate(g, c.holders[g])]
+
+    @precondition(lambda self: self.replicable())
+    @rule(data=st.data())
+    def replicate(self, data: st.DataObject) -> None:
+        """Start an active replica of a group on its holder."""
+        group = data.draw(st.sampled_from(self.replicable()), label="group")
+        self.cluster.replicate(group, self.cluster.holders[group])
+        event("replicate")
+
+    def droppable(self) -> list[int]:
+        c = self.cluster
+        return [g for g in sorted(c.control.replicas) if g not in c.moving]
+
+    @precondition(lambda self: self.droppable())
+    @rule(data=st.data())
+    def drop_replica(self, data: st.DataObject) -> None:
+        group = data.draw(st.sampled_from(self.droppable()), label="group")
+        self.cluster.drop_replica(group)
+        event("drop replica")
+
+    def survivable(self) -> list[tuple[int, ...]]:
+        """Sets of one or two tasks whose crash together loses nothing: a copy of every
+        group they are involved in survives (losing an owner and every copy of its
+        group together is data loss by design)."""
+        tasks = self.tasks
+        sets = [(t,) for t in tasks] + [(a, b) for a in tasks for b in tasks if a < b]
+        return [s for s in sets if self.cluster.survives(s)]
 
     @precondition(lambda self: self.survivable())
     @rule(data=st.data())
     def crash_and_restore(self, data: st.DataObject) -> None:
-        """A crash at any time, a second one while an earlier recovery runs included."""
+        """A crash of one or two tasks at once at any time, a second one while an earlier
+        recovery runs included."""
         c = self.cluster
-        task = data.draw(st.sampled_from(self.survivable()), label="task")
+        dead = data.draw(st.sampled_from(self.survivable()), label="dead")
         restoring = any(m.protocol is Protocol.RESTORE for m in c.moving.values())
-        moving = sorted(g for g, m in c.moving.items() if task in (m.source, m.target))
+        moving = sorted(g for g, m in c.moving.items() if {m.source, m.target} & set(dead))
+        replica_hit = any(r in dead for r in c.control.replicas.values())
+        before = c.stats["promoted"]
+        restored = c.crash(*dead)
+        promoted = c.stats["promoted"] - before
         event(
-            "crash during recovery" if restoring else "crash mid-migration" if moving else "crash"
+            ("crash during recovery" if restoring else "crash mid-migration" if moving else "crash")
+            + f" of {len(dead)}"
+            + (", promoted" if promoted else "")
+            + (", replica lost" if replica_hit else "")
         )
-        c.crash(task)
+        if 0 < promoted < len(restored):
+            event("some lost groups promoted, others restored from checkpoints")
 
     @rule()
     def settle(self) -> None:
@@ -159,9 +203,16 @@ class MigrationMachine(RuleBasedStateMachine):
             return
         c = self.cluster
         for g in range(GROUPS):
-            covers = [cov for t in TASKS if (cov := c.coverage(t, g)) is not None]
+            covers = [cov for t in self.tasks if (cov := c.coverage(t, g)) is not None]
             for source, seq in c.trimmed(g).items():
                 assert any(cov.get(source, 0) >= seq for cov in covers), (g, source, seq)
+
+    @invariant()
+    def a_replica_is_never_its_groups_owner(self) -> None:
+        if not hasattr(self, "cluster"):
+            return
+        c = self.cluster
+        assert all(r != c.owner(g) for g, r in c.control.replicas.items())
 
     def check_settled(self) -> None:
         c = self.cluster
@@ -169,7 +220,7 @@ class MigrationMachine(RuleBasedStateMachine):
         assert not c.moving, c.moving
         for g in range(GROUPS):
             owner = c.owner(g)
-            live = {t for t in TASKS if c.coordinators[t].phase(g) in LIVE}
+            live = {t for t in self.tasks if c.coordinators[t].phase(g) in LIVE}
             assert live == {owner}, (g, live, owner)
             m = c.coordinators[owner].machine(g)
             assert m.phase is Phase.ACTIVE
@@ -178,12 +229,20 @@ class MigrationMachine(RuleBasedStateMachine):
             expected = {s: len(self.log[(g, s)]) for (gg, s) in self.log if gg == g}
             assert {s: m.state.applied.get(s, 0) for s in expected} == expected
             assert m.state.items() == self.fold(g, expected)
+            # Only the controller's replica shadows the group, and exactly.
+            shadows = {t for t in self.tasks if c.coordinators[t].phase(g) is Phase.REPLICA}
+            replica = c.control.replicas.get(g)
+            assert shadows == ({replica} if replica is not None else set()), (g, shadows)
+            if replica is not None:
+                assert c.coordinators[replica].state(g).items() == m.state.items()
             # The sink: per key, the update reflecting the most tuples (any arrival order).
             sent: dict[str, tuple[int, int]] = {}
             for _, key, value in c.outputs:
                 if key_group(key, GROUPS) == g and value[1] > sent.get(key, (0, 0))[1]:
                     sent[key] = value
             assert sent == self.fold(g, expected), (g, "sink")
+            # Rectified: no key's newest update is still a tentative one.
+            assert not [k for k in sent if c.tentative.get(k)], (g, "tentative left")
 
     def teardown(self) -> None:
         if hasattr(self, "cluster"):

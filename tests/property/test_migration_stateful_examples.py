@@ -46,10 +46,17 @@ DRAWING = {"migrate_assisted", "crash_and_restore", "deliver"}
 but its protocol)."""
 
 
+class ThreeTasks(MigrationMachine):
+    """The machine as it was when these were found: three tasks, crashes of one."""
+
+    tasks = (0, 1, 2)
+
+
 def run(program: list[tuple[Any, ...]]) -> list[int]:
-    """Play ``program`` (``(rule, arguments...)``) on a fresh machine; returns the
-    indices of the steps skipped as impossible."""
-    m = MigrationMachine()
+    """Play ``program`` (``(rule, arguments...)``) on a fresh three-task machine; a
+    crash of task ``t`` is drawn as the one-task set ``(t,)``. Returns the indices of
+    the steps skipped as impossible."""
+    m = ThreeTasks()
     m.setup()
     skipped = []
     for i, (rule, *args) in enumerate(program):
@@ -60,6 +67,8 @@ def run(program: list[tuple[Any, ...]]) -> list[int]:
         try:
             if rule == "migrate":
                 function(protocol=args[0], data=Draws(*args[1:]))
+            elif rule == "crash_and_restore":
+                function(data=Draws((args[0],)))
             elif rule in DRAWING:
                 function(*args[:-1], data=Draws(args[-1]))
             else:
@@ -176,5 +185,9 @@ def test_newest_copy_lost_in_a_crash(
     when its holder dies (``MigrationController.has_newest``)."""
     monkeypatch.setattr(test_migration_stateful, "event", lambda *_: None)  # outside @given
     skipped = run(program)
-    # The old copy is no CPA/CPAL target any more: that step cannot be taken.
-    assert [program[i][0] for i in skipped] == ["migrate_assisted"]
+    # The old copy is no CPA/CPAL target any more: that step cannot be taken. Later
+    # deliveries may find no channel pending in this core (one replay ends with no
+    # message in flight there); nothing else is skipped.
+    rules = [program[i][0] for i in skipped]
+    assert rules[:1] == ["migrate_assisted"]
+    assert set(rules[1:]) <= {"deliver", "deliver_round"}

@@ -48,6 +48,29 @@ def test_resume_takes_newer_routing_and_holders_only() -> None:
     assert resume(fresh, empty, Placement(TASKS)) == []
 
 
+def test_resume_takes_the_replicas_as_their_groups_holders() -> None:
+    """A restarted controller that forgot its replicas would migrate replicated groups
+    and restore them from checkpoints instead of promoting the replicas (the emitters
+    keep feeding them)."""
+    cs = controls()
+    replicas = Allocation({KeyGroupId("op", 0): ("node1",), KeyGroupId("op", 2): ("node2",)})
+    saved = Decisions(routing=decisions().routing, checkpoints=None, replicas=replicas)
+    assert resume(cs, saved, Placement(TASKS)) == ["op"]
+    c = cs["op"]
+    # group 2's owner (6, epoch 4) is not node2's task 7: kept; group 0's replica on 6
+    assert c.replicas == {0: 6, 2: 7} and c.holders[0] == 6 and c.holders[2] == 7
+    assert not c.can_migrate(0) and c.surviving_copies(0, [7]) == (6,)
+    # a replica that would be its group's owner is ignored
+    own = Decisions(
+        routing=decisions().routing,
+        checkpoints=None,
+        replicas=Allocation({KeyGroupId("op", 1): ("node2",)}),  # group 1's owner is 7
+    )
+    other = controls()
+    resume(other, own, Placement(TASKS))
+    assert other["op"].replicas == {}
+
+
 class FakeStore:
     def __init__(self) -> None:
         self.state = StoreStatus.STANDBY
@@ -75,6 +98,9 @@ class FakeStore:
 
     def set_checkpoints(self, allocation) -> None:
         self.written.append("checkpoints")
+
+    def set_replicas(self, replicas) -> None:
+        self.written.append(("replicas", replicas))
 
 
 class FakeWatcher:
@@ -123,6 +149,7 @@ def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
     settle = loop.settings.settle_secs  # but first it hears the holders' reports
     assert not loop.warm(11.0 + settle - 0.5) and loop.warm(11.0 + settle)
     assert ("op", 4) in store.written and "checkpoints" in store.written
+    assert ("replicas", Allocation({})) in store.written  # none yet, but recorded
     assert rt.tick(11.5) == [] and rt.rounds == 1  # not yet a round due
 
 

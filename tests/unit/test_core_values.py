@@ -97,7 +97,7 @@ def test_messages_round_trip_through_json(message) -> None:
 
 
 def test_every_message_type_is_registered_for_decoding() -> None:
-    assert len(MESSAGE_TYPES) == 13
+    assert len(MESSAGE_TYPES) == 15
 
 
 def test_messages_are_validated_on_construction() -> None:

@@ -110,12 +110,12 @@ def test_op2_sums_per_plane_year_and_batches_updates(conf):
     op2.process(tup(row(1, "N1", -4)))
     assert drain(op2) == []
     op2.process(tup(row(2, "N2", 7, year=2014)))
-    (stream, (role, seen, updates, ids)), *rest = drain(op2)
-    assert (stream, role, seen, ids, rest) == ("default", "op2", 3, [], [])
+    (stream, (role, seen, updates, ids, tentative)), *rest = drain(op2)
+    assert (stream, role, seen, ids, tentative, rest) == ("default", "op2", 3, [], [], [])
     assert sorted(updates) == [["N1", 2013, 6, 2], ["N2", 2014, 7, 1]]
     op2.process(tup(row(3, "N2", 1, year=2014)))
     op2.process_tick(TICK)
-    assert drain(op2) == [("default", ["op2", 4, [["N2", 2014, 8, 2]], []])]
+    assert drain(op2) == [("default", ["op2", 4, [["N2", 2014, 8, 2]], [], []])]
     op2.process_tick(TICK)  # nothing new: no empty update
     assert drain(op2) == []
 
@@ -127,7 +127,7 @@ def test_op3_counts_na_air_time_and_sums_minutes(conf):
     op3.process(tup(row(2, "N1", air_time=50)))
     op3.process(tup(row(3, "N2", air_time=None)))
     op3.process_tick(TICK)
-    [(_, (_, seen, updates, _))] = drain(op3)
+    [(_, (_, seen, updates, _, _))] = drain(op3)
     assert seen == 4
     assert sorted(updates) == [["N1", 2013, 150, 2, 1], ["N2", 2013, 0, 0, 1]]
 
@@ -138,7 +138,7 @@ def test_op3_garbage_air_time_is_an_error_not_a_phantom_plane(conf):
     op3.process_tick(TICK)
     out = drain(op3)
     assert out[0][0] == "errors" and out[0][1][2] == "bad_tuple"
-    assert out[1] == ("default", ["op3", 1, [], []])  # seen advances, no totals
+    assert out[1] == ("default", ["op3", 1, [], [], []])  # seen advances, no totals
     assert op3.totals == {}
 
 
@@ -158,9 +158,9 @@ def test_op4_counts_delayed_samples_and_sends_ids(conf):
     op4.process(tup(row(12, arr_delay=-3), stream="sample"))
     out = [v for _, v in drain(op4)]
     assert out == [
-        ["op4", 1, [["*", 2013, 1, 1]], [10]],
-        ["op4", 2, [["*", 2013, 2, 1]], [11]],
-        ["op4", 3, [["*", 2013, 3, 1]], [12]],
+        ["op4", 1, [["*", 2013, 1, 1]], [10], []],
+        ["op4", 2, [["*", 2013, 2, 1]], [11], []],
+        ["op4", 3, [["*", 2013, 3, 1]], [12], []],
     ]
 
 
@@ -169,11 +169,11 @@ def test_op4_counts_delayed_samples_and_sends_ids(conf):
 
 def test_sink_keeps_latest_totals_errors_and_writes_atomically(conf, tmp_path):
     sink = make(ResultsSink, {**conf, "elastorm.sink.write_every": "1000"}, task=9)
-    sink.process(tup(["op2", 2, [["N1", 2013, 6, 2]], []], component="sum_delays", task=3))
-    sink.process(tup(["op2", 5, [["N1", 2013, 9, 5], ["N2", 2013, 1, 1]], []], task=3))
-    sink.process(tup(["op2", 4, [["N1", 2013, 8, 4]], []], task=3))  # stale: skipped
-    sink.process(tup(["op2", 1, [["N3", 2013, 2, 1]], []], task=4))
-    sink.process(tup(["op4", 1, [["*", 2013, 1, 0]], [77]], task=5))
+    sink.process(tup(["op2", 2, [["N1", 2013, 6, 2]], [], []], component="sum_delays", task=3))
+    sink.process(tup(["op2", 5, [["N1", 2013, 9, 5], ["N2", 2013, 1, 1]], [], []], task=3))
+    sink.process(tup(["op2", 4, [["N1", 2013, 8, 4]], [], []], task=3))  # stale: skipped
+    sink.process(tup(["op2", 1, [["N3", 2013, 2, 1]], [], []], task=4))
+    sink.process(tup(["op4", 1, [["*", 2013, 1, 0]], [77], []], task=5))
     for i in range(7):
         sink.process(tup([i, "spout", "missing_tailnum", f"row {i}"], stream="errors"))
     sink.process(tup(["only", "two"]))  # bad input: counted, not fatal
@@ -196,10 +196,27 @@ def test_sink_keeps_latest_totals_errors_and_writes_atomically(conf, tmp_path):
 
 def test_sink_writes_every_n_tuples(conf, tmp_path):
     sink = make(ResultsSink, {**conf, "elastorm.sink.write_every": "2"})
-    sink.process(tup(["op2", 1, [["N1", 2013, 1, 1]], []]))
-    sink.process(tup(["op2", 2, [["N1", 2013, 2, 2]], []]))
+    sink.process(tup(["op2", 1, [["N1", 2013, 1, 1]], [], []]))
+    sink.process(tup(["op2", 2, [["N1", 2013, 2, 2]], [], []]))
     data = json.loads((tmp_path / "sink-1.json").read_text())
     assert data["totals"]["op2"]["N1"]["2013"] == [2, 2]
+
+
+def test_sink_shows_which_totals_are_tentative_until_a_final_update_wins(conf, tmp_path):
+    sink = make(ResultsSink, {**conf, "elastorm.sink.write_every": "1"})
+    sink.process(tup(["op2", 1, [["N1", 2013, 5, 2], ["N2", 2013, 2, 1]], [], ["N1"]], task=3))
+    sink.process(tup(["op2", 2, [["N1", 2013, 4, 1]], [], []], task=4))  # fewer flights: loses
+    data = json.loads((tmp_path / "sink-1.json").read_text())
+    assert data["tentative"] == {"op2": ["N1"]} and data["tentative_updates"] == {"op2": 1}
+    sink.process(tup(["op2", 3, [["N1", 2013, 5, 2]], [], []], task=3))  # the rectified total
+    data = json.loads((tmp_path / "sink-1.json").read_text())
+    assert data["tentative"] == {} and data["totals"]["op2"]["N1"]["2013"] == [5, 2]
+    assert data["tentative_updates"] == {"op2": 1}
+    # A late tentative update from a dead restore target, with the same flights: the
+    # total it carries is the one held (same tuples), and it stays final.
+    sink.process(tup(["op2", 9, [["N1", 2013, 5, 2]], [], ["N1"]], task=5))
+    data = json.loads((tmp_path / "sink-1.json").read_text())
+    assert data["tentative"] == {} and data["tentative_updates"] == {"op2": 2}
 
 
 def test_counts_file_written_on_tick_not_per_tuple(conf, tmp_path):
@@ -232,7 +249,7 @@ def test_bolt_speaks_multilang(conf):
         {"command": "ack", "id": "a"},
         {
             "command": "emit",
-            "tuple": ["op2", 1, [["N1", 2013, 10, 1]], []],
+            "tuple": ["op2", 1, [["N1", 2013, 10, 1]], [], []],
             "anchors": [],
             "need_task_ids": False,
         },

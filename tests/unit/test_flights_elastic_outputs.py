@@ -219,3 +219,38 @@ def test_counters_file_shows_the_heartbeat_publishers_health(tmp_path, monkeypat
 
     assert extra(publishing)["heartbeats"] == health
     assert extra(quiet)["heartbeats"] is None
+
+
+def test_outputs_made_during_a_restore_reach_the_sink_tentative_then_final(
+    tmp_path, monkeypatch
+) -> None:
+    """After the migration above, the new owner dies and the group is restored on the
+    old owner (its holder). A flight applied there while only the fast op1's toState
+    has arrived makes an update the sink holds as tentative; the slow op1's toState
+    ends the restore, every key of the group goes out again final, and the sink ends
+    with the exact total and nothing tentative."""
+    w = direct_migration_with_late_to_state(tmp_path, monkeypatch)
+    dead = w.owner()
+    holder = next(t for t in OP2_TASKS if t != dead and w.op2[t].coordinator.held.get(G))
+    restore = Migrate(key_group=G, epoch=2, protocol=Protocol.RESTORE, source=None, target=holder)
+    fast, slow = OP1_TASKS
+    for t in (fast, slow):  # the controller's RESTORE goes to the emitters
+        w.command(t, restore)
+        w.deliver(CONTROLLER_SENDER, t)
+    w.queues = {ch: q for ch, q in w.queues.items() if dead not in ch}  # it is gone
+    w.deliver(fast, holder)  # the fast op1's toState: still REPLAYING
+    w.emit(fast, 140000, 5)
+    w.deliver(fast, holder)
+    w.tick()
+    *_, (_, tentative) = [u for u in w.updates if u[0] == holder]
+    assert tentative[4] == [PLANE] and tentative[2] == [[PLANE, 2013, 6, 4]]
+    w.deliver(slow, holder)  # the restore ends
+    w.tick()
+    assert not any(w.queues.values()), w.queues
+    for task, values in w.updates:
+        w.sink.process(tup(values, component=OP2, task=task))
+    w.sink.write()
+    with open(w.sink.path, encoding="utf-8") as fh:
+        sink = json.load(fh)
+    assert sink["totals"]["op2"][PLANE] == {"2013": [6, 4]}
+    assert sink["tentative"] == {} and sink["tentative_updates"] == {"op2": 1}

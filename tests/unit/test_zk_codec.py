@@ -19,10 +19,12 @@ from elastorm.zk.codec import (
     ZnodeTooLargeError,
     decode_checkpoints,
     decode_leader,
+    decode_replicas,
     decode_routing,
     decode_task,
     encode_checkpoints,
     encode_leader,
+    encode_replicas,
     encode_routing,
     encode_task,
     encode_term,
@@ -193,6 +195,17 @@ def test_checkpoints_round_trip_and_refuse_constraint_1_breaks() -> None:
         decode_checkpoints(_edit(data, entries=[["a", 0, ["n2"]], ["a", 0, ["n3"]]]))
     with pytest.raises(ZnodeSchemaError):
         decode_checkpoints(_edit(data, entries=[["a", -1, ["n2"]]]))
+
+
+def test_replicas_round_trip_and_are_not_taken_for_checkpoints() -> None:
+    replicas = Allocation({KeyGroupId("a", 0): ("n2",), KeyGroupId("b", 5): ("n1",)})
+    data = encode_replicas(replicas, controller="c")
+    assert decode_replicas(data) == replicas
+    assert decode_replicas(encode_replicas(Allocation({}), controller="c")) == Allocation({})
+    with pytest.raises(ZnodeSchemaError):
+        decode_checkpoints(data)  # another kind of znode
+    with pytest.raises(ZnodeSchemaError, match="twice"):
+        decode_replicas(_edit(data, entries=[["a", 0, ["n2"]], ["a", 0, ["n3"]]]))
 
 
 def test_too_large_values_are_refused_before_zookeeper_sees_them() -> None:

@@ -34,7 +34,7 @@ from elastorm.core.actions import (
     decode_report,
 )
 from elastorm.core.control import MigrationController, MigrationRefused
-from elastorm.core.messages import PeerDown
+from elastorm.core.messages import PeerDown, UpstreamRecovery
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     REPORTS,
@@ -108,6 +108,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.restarted: list[tuple[str, int]] = []
         self.detector = FailureDetector(grace=config.zookeeper_session_secs + GRACE_MARGIN)
         self.recover_lost = config.controller.recover_lost
+        self.tentative: frozenset[str] = frozenset()  # operators told their outputs are
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
         self.drops: deque[tuple[int, int]] = deque()  # liveness connections closed
@@ -252,10 +253,12 @@ class MigrationControllerBolt(_Sending, Bolt):
         recovery = self.loop.recover(op, dead, time.time(), rejoined=rejoined)
         plan, crash = recovery.plan, recovery.crash
         log.warning(
-            "tasks %s %s: restoring key groups %s (%d checkpoints re-placed)",
+            "tasks %s %s: restoring key groups %s (%d promoted on their active replicas; "
+            "%d checkpoints re-placed)",
             dead,
             "restarted empty" if rejoined else "lost",
             crash.restored,
+            len(crash.promoted),
             len(plan.checkpoint_moves),
         )
         if plan.unrecoverable:
@@ -295,8 +298,26 @@ class MigrationControllerBolt(_Sending, Bolt):
             self.rescale(now)
         for send in self.runtime.tick(time.time()):
             self.send(send)
+        self.mark_tentative()
         for op, board in self.boards.items():
             board.publish_status(self.controls[op], lost=self.detector.declared)
+
+    def mark_tentative(self) -> None:
+        """Tell the tasks of each keyed operator whose tentativeness changed (state
+        upstream of it began or ended restoring) with ``UpstreamRecovery``."""
+        now = self.loop.tentative_operators()
+        changed = sorted(now ^ self.tentative)
+        if not changed:
+            return
+        self.tentative = now
+        sends = [
+            Send(to_task=t, message=UpstreamRecovery(key_group=0, recovering=op in now))
+            for op in changed
+            for t in self.operator_tasks.get(op, ())
+        ]
+        log.warning("controller: outputs of %s are %s", changed, "tentative" if now else "final")
+        for send in self.runtime.order(sends):
+            self.send(send)
 
     def rescale(self, now: float) -> None:
         """A round of scale-out / scale-in when the scheduler binds the topology's logical

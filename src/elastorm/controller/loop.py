@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import (
@@ -64,6 +65,16 @@ from elastorm.controller.model import (
     TaskRecord,
 )
 from elastorm.controller.recovery import RecoveryPlan, plan_recovery
+from elastorm.controller.replication import (
+    downstream_operators,
+    keyed_tasks,
+    place_replicas,
+    plan_replicas,
+    predicted_fidelity,
+    replan,
+    running_graph,
+    task_name,
+)
 from elastorm.controller.scaling import (
     RescaleStep,
     RescaleView,
@@ -74,6 +85,7 @@ from elastorm.controller.scaling import (
 from elastorm.core.actions import MigrationDone, Send
 from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
 from elastorm.core.messages import Protocol
+from elastorm.replication.model import TaskGraph
 
 _DEFAULTS = ControllerConfig()
 _TO_WIRE = {
@@ -181,6 +193,12 @@ class LoopSettings:
     seed: int = _DEFAULTS.seed
     thresholds: Thresholds = field(default_factory=Thresholds)
     background: Mapping[NodeId, float] = field(default_factory=dict)
+    replication_budget: int = _DEFAULTS.replication_budget
+    replication_planner: str = _DEFAULTS.replication_planner
+    replan_secs: float = _DEFAULTS.replan_secs
+    replan_min_gain: float = _DEFAULTS.replan_min_gain
+    operators: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    joins: tuple[str, ...] = ()
     zones: Mapping[NodeId, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -202,8 +220,8 @@ class LoopSettings:
 
     @property
     def active(self) -> bool:
-        """Whether there is anything to decide (allocation or adaptation)."""
-        return self.adapt or self.strategy != "none"
+        """Whether there is anything to decide (allocation, adaptation or replicas)."""
+        return self.adapt or self.strategy != "none" or self.replication_budget > 0
 
     @classmethod
     def from_config(cls, config: TopologyConfig) -> LoopSettings:
@@ -231,6 +249,12 @@ class LoopSettings:
                 scale_in=c.scale_in,
             ),
             background=dict(config.external_load),
+            replication_budget=c.replication_budget,
+            replication_planner=c.replication_planner,
+            replan_secs=c.replan_secs,
+            replan_min_gain=c.replan_min_gain,
+            operators=dict(config.operators),
+            joins=tuple(config.join_operators),
             zones=dict(config.fault_zones),
         )
 
@@ -341,6 +365,49 @@ class Round:
     refused: tuple[tuple[Move, str], ...] = ()
     holders_moved: tuple[tuple[KeyGroupId, NodeId, NodeId], ...] = ()
     allocated: bool = False
+    replicas_started: tuple[tuple[KeyGroupId, NodeId], ...] = ()
+    replicas_dropped: tuple[KeyGroupId, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicationStatus:
+    """The replication plan and what it buys, for the metrics and the dashboard.
+
+    ``plan``: the planned primary tasks (``"<operator>:<task>"``); ``replicas``: each
+    replicated key group's replica node; ``fidelity_planned``: the Output Fidelity if
+    every keyed task failed at once and the planned tasks survived on their replicas
+    (Su & Zhou 2016's worst case); ``fidelity_now``: the Output Fidelity right now,
+    over the task graph of the last round (rates as last measured), with the tasks
+    that died while owning key groups still being restored from checkpoints counted
+    as failed; ``graph``: that task graph (operators with their kind, streams with
+    their rates), so any failure can be predicted from it.
+    """
+
+    plan: tuple[str, ...] = ()
+    replicas: Mapping[KeyGroupId, NodeId] = field(default_factory=dict)
+    fidelity_planned: float | None = None
+    fidelity_now: float | None = None
+    graph: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "plan": list(self.plan),
+            "replicas": {str(kg): node for kg, node in sorted(self.replicas.items())},
+            "fidelity_planned": self.fidelity_planned,
+            "fidelity_now": self.fidelity_now,
+            "graph": self.graph,
+        }
+
+
+def graph_json(graph: TaskGraph) -> dict[str, Any]:
+    """A task graph as JSON-able data: operators (name, kind, tasks) and streams."""
+    return {
+        "operators": [
+            {"name": op.name, "kind": op.kind.value, "tasks": list(op.tasks)}
+            for op in graph.operators
+        ],
+        "streams": [[s.source, s.target, round(s.rate, 3)] for s in graph.streams],
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -478,6 +545,12 @@ class ControllerLoop:
         self.node_state: NodeState | None = None
         # Nodes the adaptation manager wants (``scaling.scale_hint``), for the autoscaler.
         self.scale_hint: int | None = None
+        # Partially active replication (Su & Zhou 2016): the last plan and its graph.
+        self.replication_plan: frozenset[str] = frozenset()
+        self.replication_graph: TaskGraph | None = None
+        self._replanned_at: float | None = None
+        self._restoring: dict[str, set[KeyGroupId]] = {}  # dead task -> groups restoring
+        self.recoveries: list[dict[str, Any]] = []  # each recovery: restored, promoted
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -513,6 +586,11 @@ class ControllerLoop:
         usable = usable_checkpoint_share(view, self.settings.thresholds)
         if usable is not None:
             self.usable_samples.append((now, usable))
+        started: tuple[tuple[KeyGroupId, NodeId], ...] = ()
+        dropped: tuple[KeyGroupId, ...] = ()
+        if self.settings.replication_budget > 0 and self.warm(now):
+            started, dropped, replica_sends = self._replicate(records, view, now)
+            sends += replica_sends
         moves, refused = [], []
         if self.settings.adapt and self.warm(now) and not self.rescaling:
             bound = bound_view(view, self.node_state)
@@ -552,6 +630,8 @@ class ControllerLoop:
             refused=tuple(refused),
             holders_moved=tuple(holders_moved),
             allocated=allocated,
+            replicas_started=started,
+            replicas_dropped=dropped,
         )
 
     def view(self, records: Iterable[TaskRecord], now: float) -> ClusterView:
@@ -654,6 +734,95 @@ class ControllerLoop:
                 sends += out
         return moved, sends
 
+    # -- partially active replication ---------------------------------------------------
+    def _replicate(
+        self, records: Iterable[TaskRecord], view: ClusterView, now: float
+    ) -> tuple[tuple[tuple[KeyGroupId, NodeId], ...], tuple[KeyGroupId, ...], list[Send]]:
+        """Re-plan every ``replan_secs`` from the current rates (Su & Zhou 2016's future
+        work: rates drift), then apply exactly :func:`place_replicas`'s changes: drop the
+        replicas no longer wanted; for each one to start, make its node the group's
+        holder first (the replica starts from the holder's checkpoint), then, once that
+        holder reported the newest checkpoint, start it. Returns the replicas started,
+        those dropped and the commands."""
+        s = self.settings
+        graph = running_graph(records, s.operators, joins=s.joins)
+        if graph is not None:
+            self.replication_graph = graph  # the rates now: what fidelity_now is over
+            due = self._replanned_at is None or now - self._replanned_at >= s.replan_secs
+            if due:
+                scenario = keyed_tasks(graph, self.controls)
+                candidate = plan_replicas(
+                    graph, s.replication_budget, scenario, planner=s.replication_planner
+                )
+                self.replication_plan = replan(
+                    graph,
+                    scenario,
+                    self.replication_plan,
+                    candidate,
+                    budget=s.replication_budget,
+                    min_gain=s.replan_min_gain,
+                )
+                self._replanned_at = now
+        primaries = []
+        for name in sorted(self.replication_plan):
+            op, _, task = name.rpartition(":")
+            primaries.append((op, self.placement.node_of(int(task))))
+        current = self.replicas()
+        placed = place_replicas(view, primaries, current)
+        sends: list[Send] = []
+        dropped, started = [], []
+        for kg in placed.drop:
+            try:
+                out = self.controls[kg.operator].drop_replica(kg.index)
+            except MigrationRefused:
+                continue  # still starting: dropped next round
+            dropped.append(kg)
+            sends += out
+        for kg, node in placed.start:
+            control = self.controls[kg.operator]
+            task = self.placement.task_on(kg.operator, node)
+            if kg.index in control.replicas:
+                continue  # its old replica is being dropped
+            if control.holders[kg.index] != task:
+                out = control.set_holder(kg.index, task)
+                if out:
+                    self._holder_set[kg] = now
+                sends += out
+            elif control.can_replicate(kg.index, task):
+                sends += control.replicate(kg.index, task, now=now)
+                started.append((kg, node))
+        return tuple(started), tuple(dropped), sends
+
+    def tentative_operators(self) -> frozenset[str]:
+        """Keyed operators whose outputs are tentative now: downstream of an operator
+        with key groups still being restored from checkpoints."""
+        recovering = {kg.operator for groups in self._restoring.values() for kg in groups}
+        return downstream_operators(self.settings.operators, recovering)
+
+    def replicas(self) -> dict[KeyGroupId, NodeId]:
+        """Each key group with an active replica (started or starting) -> its node."""
+        return {
+            KeyGroupId(op, g): self.placement.node_of(task)
+            for op, control in self.controls.items()
+            for g, task in sorted(control.replicas.items())
+        }
+
+    def replication_status(self) -> ReplicationStatus:
+        """The plan, the replicas and the Output Fidelity (see :class:`ReplicationStatus`).
+        O(|V| + |E|) of the last plan's graph."""
+        graph = self.replication_graph
+        if graph is None:
+            return ReplicationStatus(replicas=self.replicas())
+        scenario = keyed_tasks(graph, self.controls)
+        down = {t for t, groups in self._restoring.items() if groups} & set(graph.tasks)
+        return ReplicationStatus(
+            plan=tuple(sorted(self.replication_plan)),
+            replicas=self.replicas(),
+            fidelity_planned=predicted_fidelity(graph, scenario, self.replication_plan),
+            fidelity_now=predicted_fidelity(graph, down, ()),
+            graph=graph_json(graph),
+        )
+
     # -- recovery ------------------------------------------------------------------------
     def recover(
         self, operator: str, dead: Collection[int], now: float, *, rejoined: bool
@@ -697,9 +866,24 @@ class ControllerLoop:
             m.key_group.index: self.placement.task_on(operator, m.target)
             for m in plan.checkpoint_moves
         }
+        lost = {d: control.lost_key_groups(d) for d in dead}
         crash = control.recover(dead, restores=restores, holders=holders, now=now)
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
+        self.recoveries.append(
+            {
+                "t": now,
+                "operator": operator,
+                "dead": sorted(dead),
+                "restored": list(crash.restored),
+                "promoted": list(crash.promoted),
+                "replicas_lost": list(crash.replicas_lost),
+            }
+        )
+        for d, groups in lost.items():  # from checkpoints (promoted replicas: at once)
+            self._restoring[task_name(operator, d)] = {
+                KeyGroupId(operator, g) for g in groups if g in restores and g not in crash.promoted
+            }
         return Recovery(operator=operator, plan=plan, crash=crash)
 
     # -- scale-out and scale-in ------------------------------------------------------------
@@ -841,6 +1025,9 @@ class ControllerLoop:
         """Feed one end's report; True (and a metrics record) when the migration ended."""
         if not self.controls[operator].on_migration_done(done):
             return False
+        if done.protocol is Protocol.RESTORE:
+            for groups in self._restoring.values():
+                groups.discard(KeyGroupId(operator, done.key_group))
         started = self._running.pop(KeyGroupId(operator, done.key_group), None)
         if started is not None:
             self.records.append(

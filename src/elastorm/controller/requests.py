@@ -51,8 +51,8 @@ class MigrationRequest:
             raise RequestError(f"key group must be an int >= 0, got {self.key_group!r}")
         if not (self.target == HOLDER or (isinstance(self.target, int) and self.target >= 0)):
             raise RequestError(f"target must be a task id or {HOLDER!r}, got {self.target!r}")
-        if self.protocol is Protocol.RESTORE:
-            raise RequestError("restore is not a migration protocol one can request")
+        if self.protocol in (Protocol.RESTORE, Protocol.REPLICATE):
+            raise RequestError(f"{self.protocol.value} is not a migration protocol one can request")
 
     def with_state(self, state: RequestState, now: float, **changes: Any) -> MigrationRequest:
         """This request moved to ``state`` at time ``now``."""

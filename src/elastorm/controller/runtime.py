@@ -49,11 +49,15 @@ FLUSH_WAIT = 0.5  # s a tick waits for its decisions to reach ZooKeeper before s
 def resume(
     controls: Mapping[str, MigrationController], decisions: Decisions, placement: Placement
 ) -> list[str]:
-    """Take over routing tables and holders a previous controller persisted.
+    """Take over routing tables, holders and active replicas a previous controller
+    persisted.
 
     A routing table is taken only if newer than the start-up one (a fresh topology
     has none); the holders whenever an allocation was persisted (an allocation
-    does not bump the routing epoch). Returns the operators resumed.
+    does not bump the routing epoch); the replicas likewise, each its group's holder
+    (so the emitters, which keep feeding them, and this controller agree; without
+    them a restarted controller would migrate replicated groups and never promote
+    their replicas). Returns the operators resumed.
     """
     resumed = []
     for op, control in controls.items():
@@ -71,6 +75,13 @@ def resume(
                     if task != control.owner(g) and control.holders[g] != task:
                         control.holders[g] = task
                         took = True
+        if decisions.replicas is not None:
+            for g in range(control.num_key_groups):
+                nodes = decisions.replicas.holders(KeyGroupId(op, g))
+                task = placement.task_on(op, nodes[0]) if nodes else None
+                if task is not None and task != control.owner(g):
+                    took = took or control.replicas.get(g) != task
+                    control.replicas[g] = control.holders[g] = task
         if took:
             resumed.append(op)
     return resumed
@@ -290,6 +301,8 @@ class ControllerRuntime:
             for op, control in self.loop.controls.items():
                 self.store.set_routing(op, control.routing)
             self.store.set_checkpoints(holders_allocation(self.loop.controls, self.loop.placement))
+            replicas = self.loop.replicas()
+            self.store.set_replicas(Allocation({kg: (n,) for kg, n in replicas.items()}))
         except StoreError as exc:  # not loaded yet, or deposed: decisions stay in memory
             log.debug("controller: decisions not persisted yet (%s)", exc)
 
@@ -355,6 +368,8 @@ class ControllerRuntime:
                 "history": self.history[-600:],
                 "store": self.store.status().value,
                 "allocation": allocation_summary(self.loop, view),
+                "replication": self.loop.replication_status().to_json(),
+                "recoveries": self.loop.recoveries[-100:],
             },
         )
 

@@ -37,12 +37,18 @@ class Applied:
     ``emit_output`` is False when another task already produced this tuple's
     outputs (replays during CPA/CPAL, CPAL shadow processing): the adapter then
     still advances the output counters but emits nothing.
+
+    ``tentative`` is True while some state this output depends on is still being
+    restored (the group's own, replaying after its owner died, or an upstream
+    operator's): the output may lack tuples a replay will bring, so the adapter
+    marks it tentative and sends the final value once recovery ends (Su & Zhou 2016).
     """
 
     key_group: int
     item: DataTuple
     result: Any
     emit_output: bool
+    tentative: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -20,6 +20,12 @@ rules below are written once:
   (:meth:`surviving_copies`); *which* copy, and where lost checkpoints go, the
   controller's recovery planner decides (``elastorm.controller.recovery``), and
   :meth:`recover` only carries that out;
+* an active replica (Su & Zhou 2016) starts only on the group's holder, once it
+  reported the newest checkpoint (the REPLICATE toState brings it up to date, as
+  CPAL's does), and never while the group moves; a replicated group is not
+  migrated (drop its replica first). When the owner dies, the live replica is the
+  group's only surviving copy (:meth:`surviving_copies`), so it is promoted by the
+  restore; when the replica dies, the upstreams stop feeding it;
 * a migration or restore never hangs unseen: one that has not completed within a
   time limit is reported once as stuck, naming the tasks it still waits for
   (:meth:`overdue`); it still completes if they answer later.
@@ -32,7 +38,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
-from elastorm.core.messages import CheckpointId, Migrate, Protocol, SetHolder
+from elastorm.core.messages import CheckpointId, DropReplica, Migrate, Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
 
 
@@ -129,6 +135,8 @@ class CrashPlan:
     stale_through: int  # restart ``dead`` empty with this floor
     restored: tuple[int, ...]  # groups restored elsewhere
     sends: tuple[Send, ...]  # commands, in order
+    promoted: tuple[int, ...] = ()  # of ``restored``: taken over by their active replica
+    replicas_lost: tuple[int, ...] = ()  # groups whose replica died (upstreams told)
 
 
 class MigrationController:
@@ -157,6 +165,7 @@ class MigrationController:
         self.holders = initial_holders(self.routing, self.tasks, zones)
         self.moving: dict[int, Moving] = {}
         self.reports: dict[int, dict[int, CheckpointId]] = {g: {} for g in range(num_key_groups)}
+        self.replicas: dict[int, int] = {}  # key group -> its active replica's task
         # group -> newest checkpoint reported since it last changed owner, wherever it
         # is now (its holder may have died since: the copy is then lost, not replaced)
         self.newest: dict[int, CheckpointId] = {}
@@ -196,7 +205,8 @@ class MigrationController:
         return newest is not None and self.reports[key_group].get(task) == newest
 
     def can_migrate(self, key_group: int) -> bool:
-        return key_group not in self.moving
+        """Neither moving nor replicated (drop a group's replica before moving it)."""
+        return key_group not in self.moving and key_group not in self.replicas
 
     def _change_owner(self, key_group: int, owner: int) -> None:
         """Route ``key_group`` to ``owner`` at the current epoch. A new lineage of
@@ -220,12 +230,14 @@ class MigrationController:
         if target not in self.tasks:
             raise MigrationRefused(f"task {target} is not a task of this operator {self.tasks}")
         source = self.owner(g)
+        if g in self.replicas:
+            raise MigrationRefused(f"key group {g} has an active replica; drop it first")
         if not self.can_migrate(g):
             raise MigrationRefused(f"key group {g} is already moving")
         if target == source:
             raise MigrationRefused(f"task {target} already owns key group {g}")
-        if protocol is Protocol.RESTORE:
-            raise MigrationRefused("restores follow a crash, they are not ordered")
+        if protocol in (Protocol.RESTORE, Protocol.REPLICATE):
+            raise MigrationRefused(f"{protocol.value} is not a migration one can order")
         assisted = self.holders[g] == target and self.has_newest(target, g)
         if protocol is not Protocol.DIRECT and not assisted:
             protocol = Protocol.DIRECT
@@ -244,18 +256,75 @@ class MigrationController:
         self.stats[f"migrate.{protocol.value}"] += 1
         return protocol, sends
 
+    def can_replicate(self, key_group: int, replica: int) -> bool:
+        """Whether an active replica of ``key_group`` can start on ``replica`` now: the
+        group is not moving nor replicated, ``replica`` is its holder (not its owner)
+        and reported its newest checkpoint."""
+        g = key_group
+        return (
+            g not in self.moving
+            and g not in self.replicas
+            and self.holders[g] == replica != self.owner(g)
+            and self.has_newest(replica, g)
+        )
+
+    def replicate(self, key_group: int, replica: int, *, now: float) -> list[Send]:
+        """Start an active replica of ``key_group`` on ``replica`` (its holder) at time
+        ``now``: the upstreams send it their buffers and then every tuple of the group.
+
+        The routing does not change; the epoch does (it names the replica). Done when
+        the replica reports ``MigrationDone`` (every upstream's buffer is in). Raises
+        ``MigrationRefused`` unless :meth:`can_replicate`.
+        """
+        g = key_group
+        if not self.can_replicate(g, replica):
+            raise MigrationRefused(
+                f"cannot replicate key group {g} on task {replica}: it must be the group's "
+                "holder with the newest checkpoint, and the group neither moving nor replicated"
+            )
+        self.epoch += 1
+        owner = self.owner(g)
+        cmd = Migrate(
+            key_group=g, epoch=self.epoch, protocol=Protocol.REPLICATE, source=owner, target=replica
+        )
+        self.replicas[g] = replica
+        self.moving[g] = Moving(Protocol.REPLICATE, owner, replica, self.epoch, {Role.TARGET}, now)
+        self.stats["replicate"] += 1
+        return [Send(to_task=u, message=cmd) for u in self.emitters]
+
+    def drop_replica(self, key_group: int, *, alive: bool = True) -> list[Send]:
+        """Stop ``key_group``'s active replica: the upstreams stop feeding it and (if
+        ``alive``) it keeps its shadow as the group's held copy. Nothing without a
+        replica; ``MigrationRefused`` while it is still starting."""
+        g = key_group
+        replica = self.replicas.get(g)
+        if replica is None:
+            return []
+        moving = self.moving.get(g)
+        if alive and moving is not None:
+            raise MigrationRefused(f"key group {g}'s replica is still starting")
+        if moving is not None and moving.protocol is Protocol.REPLICATE:
+            del self.moving[g]
+        del self.replicas[g]
+        self.epoch += 1
+        drop = DropReplica(key_group=g, epoch=self.epoch, replica=replica)
+        to = [*self.emitters, replica] if alive else self.emitters
+        self.stats["drop_replica"] += 1
+        return [Send(to_task=t, message=drop) for t in to]
+
     def set_holder(self, key_group: int, holder: int) -> list[Send]:
         """Move ``key_group``'s checkpoint to ``holder`` (checkpoint allocation).
 
         Returns the ``SetHolder`` for the owner (its next checkpoint is then full),
-        or nothing while the group moves or if ``holder`` is its owner or already
-        its holder. The new holder is no CPA target until it reports a checkpoint.
+        or nothing while the group moves or has an active replica, or if ``holder``
+        is its owner or already its holder. The new holder is no CPA target until it
+        reports a checkpoint.
         """
         g = key_group
         if holder not in self.tasks:
             raise MigrationRefused(f"task {holder} is not a task of this operator {self.tasks}")
-        if g in self.moving or holder in (self.owner(g), self.holders[g]):
-            return []
+        if g in self.moving or g in self.replicas or holder in (self.owner(g), self.holders[g]):
+            return []  # an active replica stays the holder: its acks alone trim the buffers
         self.holders[g] = holder
         self.stats["set_holder"] += 1
         return [Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder))]
@@ -270,7 +339,13 @@ class MigrationController:
         the newest checkpoint. Empty when no copy survives.
         """
         g = key_group
+        replica = self.replicas.get(g)
+        if replica is not None and replica not in dead:
+            # Its live shadow covers every trimmed tuple (it acks no further).
+            return (replica,)
         moving = self.moving.get(g)
+        if moving is not None and moving.protocol is Protocol.REPLICATE:
+            moving = None  # a replica starting is no migration: the owner has the group
         if moving is not None and moving.protocol is not Protocol.RESTORE:
             if moving.target in dead:
                 assert moving.source is not None
@@ -308,6 +383,10 @@ class MigrationController:
         """
         floor = self.epoch
         sends: list[Send] = []
+        lost_replicas = sorted(g for g, r in self.replicas.items() if r in dead)
+        for g in lost_replicas:
+            sends += self.drop_replica(g, alive=False)
+        promoted = tuple(g for g, t in sorted(restores.items()) if self.replicas.get(g) == t)
         for g, target in sorted(restores.items()):
             if target not in self.tasks or target in dead:
                 raise MigrationRefused(f"cannot restore key group {g} on task {target}")
@@ -317,6 +396,7 @@ class MigrationController:
             )
             sends += [Send(to_task=u, message=cmd) for u in self.emitters]
             self._change_owner(g, target)
+            self.replicas.pop(g, None)
             self.moving[g] = Moving(
                 Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
             )
@@ -331,11 +411,14 @@ class MigrationController:
             for task in dead:
                 reports.pop(task, None)
         self.stats["crashes"] += len(dead)
+        self.stats["promoted"] += len(promoted)
         return CrashPlan(
             dead=tuple(sorted(dead)),
             stale_through=floor,
             restored=tuple(sorted(restores)),
             sends=tuple(sends),
+            promoted=promoted,
+            replicas_lost=tuple(lost_replicas),
         )
 
     def overdue(self, now: float, limit: float) -> list[Overdue]:

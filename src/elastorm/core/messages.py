@@ -28,12 +28,18 @@ from typing import Any, NamedTuple
 
 
 class Protocol(Enum):
-    """How a key group moves. ``RESTORE`` is recovery after its owner died."""
+    """How a key group moves. ``RESTORE`` is recovery after its owner died.
+
+    ``REPLICATE`` moves nothing: it starts an active replica of the group (Su & Zhou
+    2016) on the group's holder, which then shadows the owner; a replica is promoted
+    by a ``RESTORE`` to it, and ended by :class:`DropReplica`.
+    """
 
     DIRECT = "direct"
     CPA = "cpa"
     CPAL = "cpal"
     RESTORE = "restore"
+    REPLICATE = "replicate"
 
 
 def _check_group(key_group: int) -> None:
@@ -325,6 +331,36 @@ class SetHolder(Message):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DropReplica(Message):
+    """Controller -> every upstream and the replica: stop feeding ``replica`` with
+    ``key_group``'s tuples; the replica turns its shadow state into a held copy (fast).
+
+    ``epoch`` is the routing epoch the controller issued for it, so a drop that an
+    emitter receives after a later command of the group is recognised as stale.
+    """
+
+    key_group: int
+    epoch: int
+    replica: int
+
+    def __post_init__(self) -> None:
+        _check_group_and_epoch(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UpstreamRecovery(Message):
+    """Controller -> every task of a keyed operator: whether some state upstream of
+    it (or of its own operator) is being restored, so the outputs it makes now are
+    tentative (Su & Zhou 2016). Not about one key group (``key_group`` is 0)."""
+
+    key_group: int
+    recovering: bool
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PeerDown(Message):
     """Controller to every task: task ``task`` died and restarted empty.
 
@@ -354,6 +390,8 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         Trim,
         Migrate,
         SetHolder,
+        DropReplica,
+        UpstreamRecovery,
         PeerDown,
     )
 }

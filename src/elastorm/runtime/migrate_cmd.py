@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     parser.add_argument("--to", default="holder", help="target task id, or 'holder' (default)")
     parser.add_argument(
         "--protocol",
-        choices=[p.value for p in Protocol if p is not Protocol.RESTORE],
+        choices=[p.value for p in Protocol if p not in (Protocol.RESTORE, Protocol.REPLICATE)],
         default="cpal",
         help="migration protocol (default: cpal)",
     )

@@ -58,7 +58,7 @@ from elastorm.core.actions import (
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.messages import Data, Message, Trim, from_json, to_json
+from elastorm.core.messages import Data, Message, Protocol, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.replay import ReplayTracker, RestartPoint
@@ -358,8 +358,9 @@ class KeyedEmitting(_Sending):
         task = sender
         if sender == CONTROLLER_SENDER:
             task = getattr(message, "target", None)
-            if task is None:
-                task = getattr(message, "task", None)
+            for name in ("task", "replica"):  # PeerDown, DropReplica
+                if task is None:
+                    task = getattr(message, name, None)
         op = self._operator_of.get(task) if task is not None else None
         if op is None:
             if len(self.emitters) == 1:
@@ -504,6 +505,8 @@ class KeyedOperator(_Sending):
 
         sample = self.load_meter.sample()
         owned = self.coordinator.owned()
+        shadowed = set(self.coordinator.replicas())  # an active replica's input is not load
+        rates = tuple((g, r) for g, r in sample.rates.items() if g not in shadowed)
         sizes = []
         for g in owned:
             state = self.coordinator.state(g)
@@ -511,7 +514,7 @@ class KeyedOperator(_Sending):
         return Heartbeat(
             key_groups=owned,
             checkpoints=tuple(self.coordinator.held),
-            input_rates=tuple(sample.rates.items()),
+            input_rates=rates,
             queue_length=sample.queue,
             cpu=sample.cpu,
             memory=resident_bytes(),
@@ -550,7 +553,11 @@ class KeyedOperator(_Sending):
                         action.seconds,
                         action.awaited,
                     )
-                if isinstance(action, MigrationDone) and action.role is Role.TARGET:
+                if (
+                    isinstance(action, MigrationDone)
+                    and action.role is Role.TARGET
+                    and action.protocol is not Protocol.REPLICATE  # shadowing, not owning
+                ):
                     self._taking[action.key_group] = time.time()
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)

@@ -33,6 +33,7 @@ MAX_ZNODE_BYTES = 1_000_000
 TASK = "elastorm.task"
 ROUTING = "elastorm.routing"
 CHECKPOINTS = "elastorm.checkpoints"
+REPLICAS = "elastorm.replicas"
 LEADER = "elastorm.leader"
 TERM = "elastorm.term"
 RESTART = "elastorm.restart"
@@ -256,28 +257,47 @@ def decode_routing(data: bytes | None) -> tuple[str, RoutingTable]:
 
 def encode_checkpoints(allocation: Allocation, *, controller: str) -> bytes:
     """Checkpoint allocation as ``[[operator, index, [holder, ...]], ...]`` in key-group order."""
-    entries = [[kg.operator, kg.index, list(nodes)] for kg, nodes in allocation.entries]
-    return _dump(_head(CHECKPOINTS, entries=entries, controller=controller))
+    return _encode_nodes(CHECKPOINTS, allocation, controller)
 
 
 def decode_checkpoints(data: bytes | None) -> Allocation:
     """Znode bytes -> ``Allocation``."""
-    o = _load(data, CHECKPOINTS)
+    return _decode_nodes(CHECKPOINTS, data)
+
+
+def encode_replicas(replicas: Allocation, *, controller: str) -> bytes:
+    """Active replicas (Su & Zhou 2016) as ``[[operator, index, [node]], ...]``: each
+    replicated key group and the node of its replica, in key-group order."""
+    return _encode_nodes(REPLICAS, replicas, controller)
+
+
+def decode_replicas(data: bytes | None) -> Allocation:
+    """Znode bytes -> ``Allocation`` (key group -> its replica's node)."""
+    return _decode_nodes(REPLICAS, data)
+
+
+def _encode_nodes(kind: str, allocation: Allocation, controller: str) -> bytes:
+    entries = [[kg.operator, kg.index, list(nodes)] for kg, nodes in allocation.entries]
+    return _dump(_head(kind, entries=entries, controller=controller))
+
+
+def _decode_nodes(kind: str, data: bytes | None) -> Allocation:
+    o = _load(data, kind)
     pairs = []
-    for item in _list(o.get("entries"), "checkpoints.entries"):
+    for item in _list(o.get("entries"), f"{kind}.entries"):
         if not isinstance(item, list) or len(item) != 3:
-            raise ZnodeSchemaError(f"checkpoint entry {item!r} must be [operator, index, holders]")
-        holders = tuple(_str(h, "holder") for h in _list(item[2], "holders"))
+            raise ZnodeSchemaError(f"{kind} entry {item!r} must be [operator, index, nodes]")
+        nodes = tuple(_str(h, "node") for h in _list(item[2], "nodes"))
         try:
-            pairs.append((KeyGroupId(item[0], item[1]), holders))
+            pairs.append((KeyGroupId(item[0], item[1]), nodes))
         except ValueError as exc:
-            raise ZnodeSchemaError(f"{CHECKPOINTS}: {exc}") from None
+            raise ZnodeSchemaError(f"{kind}: {exc}") from None
     if len({kg for kg, _ in pairs}) != len(pairs):
-        raise ZnodeSchemaError(f"{CHECKPOINTS}: a key group appears twice")
+        raise ZnodeSchemaError(f"{kind}: a key group appears twice")
     try:
         return Allocation(pairs)
     except ValueError as exc:
-        raise ZnodeSchemaError(f"{CHECKPOINTS}: {exc}") from None
+        raise ZnodeSchemaError(f"{kind}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- leader / term

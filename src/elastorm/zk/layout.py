@@ -9,6 +9,7 @@ One root per topology, ``/elastorm/<topology>``::
     controller/term              durable fencing counter, bumped by each new leader
     controller/routing/<op>      durable routing table of an operator, with epoch
     controller/checkpoints       durable checkpoint allocation
+    controller/replicas          durable active replicas: key group -> its replica's node
     controller/status/<op>       the controller's live view: holders, migrations in flight
     controller/rescale           the rescale in progress: joining nodes, key groups to move
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
@@ -104,6 +105,10 @@ class ZnodeLayout:
     @property
     def checkpoints(self) -> str:
         return f"{self.controller}/checkpoints"
+
+    @property
+    def replicas(self) -> str:
+        return f"{self.controller}/replicas"
 
     def status(self, operator: str) -> str:
         return f"{self.controller}/status/{check_name(operator, 'operator')}"

@@ -132,8 +132,9 @@ class RequestBoard:
 
     def publish_status(self, control, lost: Collection[int] = ()) -> None:
         """Write holders, moving groups, which groups a CPA/CPAL could move right now
-        (``assisted``: the holder reported the newest checkpoint) and the tasks declared
-        lost (``lost``) to ``controller/status/<operator>`` whenever any of it changes.
+        (``assisted``: the holder reported the newest checkpoint), the tasks declared
+        lost (``lost``) and each key group's active replica (``replicas``, Su & Zhou 2016)
+        to ``controller/status/<operator>`` whenever any of it changes.
         The routing table itself is the store's (``controller/routing/<operator>``)."""
         if not self.client.connected:
             return
@@ -145,6 +146,7 @@ class RequestBoard:
             "tasks": control.tasks,
             "emitters": control.emitters,
             "moving": sorted(control.moving),
+            "replicas": {str(g): t for g, t in sorted(control.replicas.items())},
             "migrations": [
                 {
                     "key_group": g,

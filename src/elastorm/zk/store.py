@@ -1,5 +1,5 @@
-"""The controller's durable decisions in ZooKeeper: routing tables and checkpoint
-allocation, with leader election and fencing.
+"""The controller's durable decisions in ZooKeeper: routing tables, checkpoint
+allocation and active replicas, with leader election and fencing.
 
 * **Leader**: ``controller/leader`` is an ephemeral znode; a controller with the
   same ``controller_id`` (its own earlier incarnation) takes it over, any other
@@ -46,9 +46,11 @@ from elastorm.zk.codec import (
     ZnodeSchemaError,
     decode_checkpoints,
     decode_leader,
+    decode_replicas,
     decode_routing,
     encode_checkpoints,
     encode_leader,
+    encode_replicas,
     encode_routing,
     encode_term,
 )
@@ -86,10 +88,12 @@ class StoreEvent:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Decisions:
     """The controller's decisions: routing table per operator, checkpoint allocation
-    (``None`` if never written)."""
+    and active replicas (key group -> its replica's node; each ``None`` if never
+    written)."""
 
     routing: Mapping[str, RoutingTable]
     checkpoints: Allocation | None
+    replicas: Allocation | None = None
 
 
 class StoreError(RuntimeError):
@@ -144,6 +148,7 @@ class ControllerStore(BackgroundLoop):
         self._loaded = False
         self._routing: dict[str, RoutingTable] = {}
         self._checkpoints: Allocation | None = None
+        self._replicas: Allocation | None = None
         self._versions: dict[str, int] = {}  # path -> version in ZooKeeper (absent: no znode)
         self._pending: dict[str, tuple[bytes | None, int]] = {}  # path -> (data or delete, seq)
         # path -> data of commits whose reply never came (they may have landed)
@@ -166,6 +171,7 @@ class ControllerStore(BackgroundLoop):
             return Decisions(
                 routing=MappingProxyType(dict(self._routing)),
                 checkpoints=self._checkpoints,
+                replicas=self._replicas,
             )
 
     def load(self, timeout: float = 10.0) -> Decisions:
@@ -240,6 +246,15 @@ class ControllerStore(BackgroundLoop):
             data = encode_checkpoints(allocation, controller=self._id)
             self._checkpoints = allocation
             self._put(self._layout.checkpoints, data)
+
+    def set_replicas(self, replicas: Allocation) -> None:
+        """Record the active replicas (key group -> its replica's node)."""
+        with self._lock:
+            self._writable()
+            if replicas == self._replicas:
+                return
+            self._replicas = replicas
+            self._put(self._layout.replicas, encode_replicas(replicas, controller=self._id))
 
     def _writable(self) -> None:
         if not self._loaded:
@@ -369,20 +384,28 @@ class ControllerStore(BackgroundLoop):
                 if op != name:
                     raise ZnodeSchemaError(f"routing/{name} holds operator {op}")
                 routing[op], versions[lay.routing(name)] = table, stat.version
-            try:
-                data, stat = self._call(self._client.get_async(lay.checkpoints))
-                checkpoints = decode_checkpoints(data)
-                versions[lay.checkpoints] = stat.version
-            except NoNodeError:
-                checkpoints = None
+            checkpoints = self._read_optional(lay.checkpoints, decode_checkpoints, versions)
+            replicas = self._read_optional(lay.replicas, decode_replicas, versions)
         except ZnodeSchemaError as exc:
             # Never overwrite decisions we cannot read.
             self._set_status(StoreStatus.CONFLICT, f"malformed decision znode: {exc}")
             return
         with self._lock:
             self._routing, self._checkpoints = routing, checkpoints
+            self._replicas = replicas
             self._versions = versions
             self._loaded = True
+
+    def _read_optional(
+        self, path: str, decode: Callable[[bytes], Allocation], versions: dict[str, int]
+    ) -> Allocation | None:
+        """``decode`` of ``path``'s data, its version recorded; None if there is no znode."""
+        try:
+            data, stat = self._call(self._client.get_async(path))
+        except NoNodeError:
+            return None
+        versions[path] = stat.version
+        return decode(data)
 
     def _commit(self) -> None:
         with self._lock:

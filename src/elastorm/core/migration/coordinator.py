@@ -29,6 +29,7 @@ from elastorm.core.messages import (
     Message,
     PeerDown,
     SetHolder,
+    UpstreamRecovery,
 )
 from elastorm.core.migration.keygroup import KeyGroupMachine
 from elastorm.core.migration.table import LIVE, Phase
@@ -79,6 +80,7 @@ class TaskCoordinator:
         self.stall_after = stall_after
         self._gaps: dict[tuple[int, str, int], float] = {}  # gap -> first tick that saw it
         self._reported_gaps: set[tuple[int, str, int]] = set()
+        self.upstream_recovering = False
         for g in owned:
             self._check_group(g)
             self._machines[g] = self._new_machine(g, owned=True)
@@ -94,7 +96,7 @@ class TaskCoordinator:
 
     # -- access --------------------------------------------------------------
     def _new_machine(self, g: int, owned: bool = False) -> KeyGroupMachine:
-        return KeyGroupMachine(
+        machine = KeyGroupMachine(
             key_group=g,
             task=self.task,
             upstreams=lambda: self.upstreams,
@@ -103,6 +105,8 @@ class TaskCoordinator:
             epoch=self.stale_through + 1,
             owned=owned,
         )
+        machine.upstream_recovering = self.upstream_recovering
+        return machine
 
     def _check_group(self, g: int) -> None:
         if not 0 <= g < self.num_key_groups:
@@ -127,6 +131,10 @@ class TaskCoordinator:
     def owned(self) -> tuple[int, ...]:
         """Groups this task owns outright (``ACTIVE``)."""
         return tuple(g for g, m in sorted(self._machines.items()) if m.phase is Phase.ACTIVE)
+
+    def replicas(self) -> tuple[int, ...]:
+        """Groups this task shadows as their active replica."""
+        return tuple(g for g, m in sorted(self._machines.items()) if m.phase is Phase.REPLICA)
 
     def live(self) -> tuple[int, ...]:
         """Groups with live state here (owner, or either end of a migration)."""
@@ -160,6 +168,9 @@ class TaskCoordinator:
             return self._on_delta(sender, message)
         if isinstance(message, PeerDown):
             return self.peer_down(message.task)
+        if isinstance(message, UpstreamRecovery):
+            self.set_upstream_recovering(message.recovering)
+            return []
         if isinstance(message, SetHolder):
             self.machine(message.key_group).set_holder(message.holder)
             return []
@@ -211,6 +222,13 @@ class TaskCoordinator:
         self._reported_gaps &= set(seen)
         return actions
 
+    def set_upstream_recovering(self, recovering: bool) -> None:
+        """Whether state upstream of this operator is being restored: outputs made
+        meanwhile are tentative (``Applied.tentative``). O(machines), on a change only."""
+        self.upstream_recovering = recovering
+        for m in self._machines.values():
+            m.upstream_recovering = recovering
+
     def peer_down(self, task: int) -> list[Action]:
         """Task ``task`` is gone (its ephemeral znode vanished, say)."""
         self.upstreams.discard(task)
@@ -225,6 +243,8 @@ class TaskCoordinator:
     # -- holder side -----------------------------------------------------------
     def _on_delta(self, sender: int, delta: CheckpointDelta) -> list[Action]:
         g = delta.key_group
+        if self.machine(g).phase is Phase.REPLICA:  # the owner checkpoints to its replica
+            return self.machine(g).receive(sender, delta)
         if self.machine(g).phase in LIVE:
             # We own (or are taking over) the group: an old owner's checkpoint is moot.
             self.stats["stale_deltas"] += 1

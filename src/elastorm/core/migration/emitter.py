@@ -5,7 +5,9 @@ Looks each tuple's key group up in its routing table, numbers it per
 covers it, and plays the upstream part of the protocols: send toState and
 redirect (CPA, Alg. 1 l.3-5), duplicate to source and target until the target
 has replayed everything (CPAL, Alg. 2 l.3-4, 11-13), replay after a crash
-(RESTORE).
+(RESTORE), and feed an active replica (REPLICATE, Su & Zhou 2016): its buffer
+once, then every tuple to the owner and the replica with the same sequence
+number, until the replica is promoted (a RESTORE to it) or dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from elastorm.core.keygroups import key_group as key_group_of
 from elastorm.core.messages import (
     Data,
     DataTuple,
+    DropReplica,
     Message,
     Migrate,
     ProcessedAllReplay,
@@ -57,6 +60,7 @@ class Route(Enum):
 
     OWNER = "owner"  # to the routing table's owner
     DUPLICATE = "duplicate"  # CPAL: to source and target
+    REPLICATED = "replicated"  # to the owner and its active replica
     FAILED = "failed"
 
 
@@ -89,6 +93,12 @@ EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
     (Route.OWNER, "ProcessedAllReplay"): ("_ignore", frozenset({Route.OWNER})),
     (Route.DUPLICATE, "ToStateAck"): ("_on_to_state_ack", frozenset({Route.DUPLICATE})),
     (Route.OWNER, "ToStateAck"): ("_ignore_ack", frozenset({Route.OWNER})),  # stale
+    (Route.OWNER, "replicate"): ("_on_replicate", frozenset({Route.REPLICATED})),
+    (Route.REPLICATED, "restore"): ("_on_restore", frozenset({Route.OWNER})),
+    (Route.REPLICATED, "DropReplica"): ("_on_drop_replica", frozenset({Route.OWNER})),
+    (Route.OWNER, "DropReplica"): ("_on_drop_replica", frozenset({Route.OWNER})),  # moot
+    (Route.REPLICATED, "ProcessedAllReplay"): ("_ignore", frozenset({Route.REPLICATED})),
+    (Route.REPLICATED, "ToStateAck"): ("_ignore_ack", frozenset({Route.REPLICATED})),
 }
 """``(route, event) -> (handler, allowed next routes)``; events are the protocol of
 a ``Migrate`` command or a message type name. Missing pairs are illegal."""
@@ -194,6 +204,11 @@ class Emitter:
             return self._dispatch(message.key_group, "ProcessedAllReplay", message)
         if isinstance(message, ToStateAck):
             return self._dispatch(message.key_group, "ToStateAck", message)
+        if isinstance(message, DropReplica):
+            if message.epoch <= self._epoch.get(message.key_group, self._initial_epoch):
+                self.stats["stale_commands"] += 1
+                return []
+            return self._dispatch(message.key_group, "DropReplica", message)
         return self._reject(sender, message, "not an emitter message")
 
     def command(self, message: Migrate) -> list[Action]:
@@ -304,6 +319,23 @@ class Emitter:
                 message=ToCheckpoint(key_group=g, epoch=dup.epoch, protocol=Protocol.CPAL),
             ),
         ]
+
+    def _on_replicate(self, m: Migrate) -> list[Action]:
+        """Start feeding an active replica: it holds the newest checkpoint, so the
+        buffer (everything not covered by a held checkpoint) brings it up to date;
+        every later tuple goes to both, numbered once."""
+        assert m.source is not None
+        g = m.key_group
+        self._epoch[g] = m.epoch
+        self._dup[g] = _Duplication(source=m.source, target=m.target, epoch=m.epoch)
+        self._route[g] = Route.REPLICATED
+        return [self._to_state(m)]
+
+    def _on_drop_replica(self, m: DropReplica) -> list[Action]:
+        self._epoch[m.key_group] = m.epoch
+        self._dup.pop(m.key_group, None)
+        self._route[m.key_group] = Route.OWNER
+        return []
 
     def _on_restore(self, m: Migrate) -> list[Action]:
         self._dup.pop(m.key_group, None)

@@ -23,9 +23,11 @@ from elastorm.core.checkpoint import CheckpointHolder, checkpoint_to_state, stat
 from elastorm.core.errors import Hint, MigrationProtocolError
 from elastorm.core.messages import (
     CheckpointAck,
+    CheckpointDelta,
     CheckpointNack,
     Data,
     DataTuple,
+    DropReplica,
     Message,
     Migrate,
     ProcessedAllReplay,
@@ -36,11 +38,13 @@ from elastorm.core.messages import (
     ToStateAck,
     Trim,
 )
-from elastorm.core.migration.table import LIVE, TRANSITIONS, Phase
+from elastorm.core.migration.table import LIVE, QUIET, TRANSITIONS, Phase
 from elastorm.core.state import KeyGroupState, Step
 
 
-def _applied(key_group: int, item: DataTuple, result: object, emit: bool) -> Applied:
+def _applied(
+    key_group: int, item: DataTuple, result: object, emit: bool, tentative: bool
+) -> Applied:
     """``Applied(...)`` built field by field (it has no checks to skip; this only
     saves the keyword-argument call once per tuple)."""
     action = _new_object(Applied)
@@ -48,11 +52,20 @@ def _applied(key_group: int, item: DataTuple, result: object, emit: bool) -> App
     _set_field(action, "item", item)
     _set_field(action, "result", result)
     _set_field(action, "emit_output", emit)
+    _set_field(action, "tentative", tentative)
     return action
 
 
 _new_object = object.__new__
 _set_field = object.__setattr__
+
+_TARGET_PHASE = {
+    Protocol.CPA: Phase.REPLAYING,
+    Protocol.RESTORE: Phase.REPLAYING,
+    Protocol.CPAL: Phase.SHADOW,
+    Protocol.REPLICATE: Phase.REPLICA,
+}
+"""The phase a task enters as the target of a toState of each protocol."""
 
 
 class KeyGroupMachine:
@@ -92,6 +105,9 @@ class KeyGroupMachine:
         self._parked: dict[str, dict[int, tuple[DataTuple, bool]]] = {}
         self._direct: tuple[int, int] | None = None  # (epoch, checkpoint number) awaited
         self._direct_target: int | None = None
+        self._replica_ready = False  # REPLICA: every upstream's replicate toState is in
+        self._primary_checkpoint = 0  # REPLICA: owner epoch of the last checkpoint acked
+        self.upstream_recovering = False  # set by the coordinator (UpstreamRecovery)
         self.rejected = 0
 
     # -- entry points ------------------------------------------------------
@@ -186,6 +202,8 @@ class KeyGroupMachine:
         # owner folds them in (dedup drops what it has); everything else is moot.
         if isinstance(message, ToState) and self.phase in LIVE:
             return self._replay(message.items, emit=True)
+        if isinstance(message, ToState) and self.phase is Phase.REPLICA:
+            return self._replay(message.items, emit=False)
         return []
 
     def receive_data(self, sender: int, message: Data) -> list[Action]:
@@ -195,9 +213,18 @@ class KeyGroupMachine:
             return self._admit(message.item, True)
         return self.receive(sender, message)
 
+    @property
+    def tentative(self) -> bool:
+        """Whether outputs made now are tentative: the group is being restored (a
+        RESTORE target still replaying) or state upstream of it is."""
+        return self.upstream_recovering or (
+            self.phase is Phase.REPLAYING and self.protocol is Protocol.RESTORE
+        )
+
     def _admit(self, item: DataTuple, emit: bool) -> list[Action]:
         state = self.state
         assert state is not None
+        tentative = self.tentative
         # state.admission(item), inlined: this runs once per tuple.
         source, seq = item.source, item.seq
         last = state.applied.get(source, 0)
@@ -206,13 +233,15 @@ class KeyGroupMachine:
         if seq != last + 1:  # Admission.EARLY: an earlier tuple of this source is in flight
             self._parked.setdefault(source, {})[seq] = (item, emit)
             return []
-        actions: list[Action] = [_applied(self.key_group, item, state.apply_next(item), emit)]
+        result = state.apply_next(item)
+        actions: list[Action] = [_applied(self.key_group, item, result, emit, tentative)]
         parked = self._parked.get(source) if self._parked else None
         while parked:
             nxt = parked.pop(state.applied[source] + 1, None)
             if nxt is None:
                 break
-            actions.append(_applied(self.key_group, nxt[0], state.apply_next(nxt[0]), nxt[1]))
+            result = state.apply_next(nxt[0])
+            actions.append(_applied(self.key_group, nxt[0], result, nxt[1], tentative))
         return actions
 
     def _replay(self, items: tuple[DataTuple, ...], *, emit: bool) -> list[Action]:
@@ -260,6 +289,11 @@ class KeyGroupMachine:
             self.phase = Phase.ACTIVE
             self._holder_store.drop(self.key_group)
             return self._done(Role.TARGET)
+        if self.phase is Phase.REPLICA:
+            if self._replica_ready:
+                return []
+            self._replica_ready = True  # shadowing from now on: tell the controller once
+            return self._done(Role.TARGET)
         if self.phase is Phase.SHADOW:
             self.phase = Phase.SYNCING
             self._pending = set(self._upstreams())
@@ -289,7 +323,7 @@ class KeyGroupMachine:
         return [Rejected(sender=sender, message=message, reason="not the owner")]
 
     def _on_data(self, sender: int, message: Data) -> list[Action]:
-        return self._admit(message.item, self.phase is not Phase.SHADOW)
+        return self._admit(message.item, self.phase not in QUIET)
 
     def _on_data_syncing(self, sender: int, message: Data) -> list[Action]:
         if sender in self._synced:
@@ -303,6 +337,7 @@ class KeyGroupMachine:
         self._pending = set(self._upstreams())
         self._replay_emits = message.protocol is Protocol.RESTORE
         self._synced = set()
+        self._replica_ready = False
 
     def _on_to_state_idle(self, sender: int, message: ToState) -> list[Action]:
         copy = self._holder_store.get(self.key_group)
@@ -314,13 +349,23 @@ class KeyGroupMachine:
         self._holder_store.take(self.key_group)
         self.state = checkpoint_to_state(copy, epoch=message.epoch, step=self._step)
         self._start_target(message)
-        self.phase = Phase.SHADOW if message.protocol is Protocol.CPAL else Phase.REPLAYING
+        self.phase = _TARGET_PHASE[message.protocol]
         return self._on_to_state(sender, message)
 
     def _on_to_state(self, sender: int, message: ToState) -> list[Action]:
         if message.epoch != self.epoch:
             if message.protocol is Protocol.RESTORE:
                 return self._on_restore(sender, message)
+            if self.phase is Phase.REPLICA and message.epoch > self.epoch:
+                # Dropped, then made a replica or a CPA/CPAL target here again, before
+                # the drop arrived (it comes on the controller's channel, this on an
+                # emitter's). The shadow is a per-source prefix covering every trim (it
+                # acked no further), as good as the held copy it would have become.
+                if message.protocol is not Protocol.REPLICATE:
+                    self._own_shadow(message.epoch)
+                self._start_target(message)
+                self.phase = _TARGET_PHASE[message.protocol]
+                return self._on_to_state(sender, message)
             return self._fail(f"toState of epoch {message.epoch} during epoch {self.epoch}")
         if message.more:  # a chunk: more of this upstream's buffer follows
             actions = self._replay(message.items, emit=self._replay_emits)
@@ -329,6 +374,15 @@ class KeyGroupMachine:
         self._pending.discard(sender)
         actions = self._replay(message.items, emit=self._replay_emits)
         return actions + self._maybe_complete()
+
+    def _own_shadow(self, epoch: int) -> None:
+        """The shadow becomes the group's state from routing epoch ``epoch``: its
+        checkpoints are numbered in that epoch, as a state made from a held copy is
+        (``checkpoint_to_state``), so a holder keeping an older lineage's copy takes
+        them; the first is full."""
+        assert self.state is not None
+        self.state.checkpoint = (epoch, 0)
+        self.state.needs_full = True
 
     def _on_restore(self, sender: int, message: ToState) -> list[Action]:
         """A RESTORE toState at a task that still has live state: keep that state
@@ -341,6 +395,8 @@ class KeyGroupMachine:
             )
         queued, self._queue = self._queue, []
         self._direct = None
+        if self.phase is Phase.REPLICA:
+            self._own_shadow(message.epoch)
         self._start_target(message)
         self.phase = Phase.REPLAYING
         actions = self._replay(tuple(queued), emit=True)
@@ -399,6 +455,37 @@ class KeyGroupMachine:
         return actions
 
     def _ignore(self, sender: int, message: Message) -> list[Action]:
+        return []
+
+    def _on_primary_checkpoint(self, sender: int, delta: CheckpointDelta) -> list[Action]:
+        """The owner checkpointed to its active replica: nothing to store (the replica's
+        live shadow is the copy), but ack what the shadow already covers, so the
+        upstream buffers are trimmed by the primary's progress as far as the replica
+        has kept up (the elementwise minimum of both)."""
+        assert self.state is not None
+        applied = self.state.applied
+        marks = {s: min(seq, applied.get(s, 0)) for s, seq in delta.watermarks.items()}
+        self._primary_checkpoint = delta.checkpoint[0]
+        ack = CheckpointAck(key_group=self.key_group, checkpoint=delta.checkpoint, watermarks=marks)
+        return [Send(to_task=sender, message=ack)]
+
+    def _on_drop_replica(self, sender: int, message: DropReplica) -> list[Action]:
+        """The replica is dropped: its shadow becomes this task's held copy (the group's
+        checkpoint, as new as the shadow; the owner's next delta is refused, so its
+        next checkpoint here is full)."""
+        assert self.state is not None
+        self.epoch = message.epoch
+        copy = state_to_checkpoint(self.state, epoch=self._primary_checkpoint)
+        self._holder_store.put(copy)
+        self.state = None
+        self._parked.clear()
+        self.phase = Phase.IDLE
+        return []
+
+    def _on_drop_idle(self, sender: int, message: DropReplica) -> list[Action]:
+        """A drop before the replica started here: later toStates of that replica are
+        stale from now on, so it never starts."""
+        self.epoch = max(self.epoch, message.epoch)
         return []
 
     def _on_nack(self, sender: int, message: CheckpointNack) -> list[Action]:

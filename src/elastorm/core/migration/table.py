@@ -22,6 +22,7 @@ class Phase(Enum):
     REPLAYING = "replaying"  # CPA/RESTORE target: processing replays and new data
     SHADOW = "shadow"  # CPAL target: replays + duplicated data, outputs suppressed
     SYNCING = "syncing"  # CPAL target: sent processedAllReplay, awaiting syncGroup
+    REPLICA = "replica"  # active replica (Su & Zhou 2016): shadow state, outputs suppressed
     FAILED = "failed"
 
 
@@ -35,7 +36,11 @@ LIVE = frozenset(
         Phase.SYNCING,
     }
 )
-"""Phases in which the task holds live state for the group."""
+"""Phases in which the task holds live state for the group (as its owner or an end
+of a migration; a ``REPLICA`` holds a shadow, not the group)."""
+
+QUIET = frozenset({Phase.SHADOW, Phase.REPLICA})
+"""Phases that apply data without sending its outputs: another task sends them."""
 
 P = Phase
 _OWNERISH = (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.REPLAYING)
@@ -43,12 +48,12 @@ _OWNERISH = (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.REPLAYING)
 TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     # data
     (P.IDLE, "Data"): ("_reject_data", frozenset({P.IDLE})),
-    **{(p, "Data"): ("_on_data", frozenset({p})) for p in _OWNERISH + (P.SHADOW,)},
+    **{(p, "Data"): ("_on_data", frozenset({p})) for p in _OWNERISH + (P.SHADOW, P.REPLICA)},
     (P.SYNCING, "Data"): ("_on_data_syncing", frozenset({P.SYNCING})),
     # toState: start or continue being a target
     (P.IDLE, "ToState"): (
         "_on_to_state_idle",
-        frozenset({P.REPLAYING, P.SHADOW, P.SYNCING, P.ACTIVE}),
+        frozenset({P.REPLAYING, P.SHADOW, P.SYNCING, P.ACTIVE, P.REPLICA}),
     ),
     (P.REPLAYING, "ToState"): ("_on_to_state", frozenset({P.REPLAYING, P.ACTIVE})),
     (P.SHADOW, "ToState"): (
@@ -59,6 +64,14 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
         (p, "ToState"): ("_on_restore", frozenset({P.REPLAYING, P.ACTIVE}))
         for p in (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.SYNCING)
     },
+    # active replica: more replicate toStates, or promotion (a RESTORE toState)
+    (P.REPLICA, "ToState"): (
+        "_on_to_state",
+        frozenset({P.REPLICA, P.REPLAYING, P.ACTIVE, P.SHADOW, P.SYNCING}),
+    ),
+    (P.REPLICA, "CheckpointDelta"): ("_on_primary_checkpoint", frozenset({P.REPLICA})),
+    (P.REPLICA, "DropReplica"): ("_on_drop_replica", frozenset({P.IDLE})),
+    (P.IDLE, "DropReplica"): ("_on_drop_idle", frozenset({P.IDLE})),  # not started (yet)
     # toCheckpoint: be a source
     (P.ACTIVE, "ToCheckpoint"): ("_on_to_checkpoint", frozenset({P.DRAINING, P.IDLE})),
     (P.DRAINING, "ToCheckpoint"): ("_on_to_checkpoint", frozenset({P.DRAINING, P.IDLE})),
