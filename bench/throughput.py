@@ -24,6 +24,8 @@ repeat so machine noise hits them alike):
   with ``elastorm.multilang.encoding`` = json (msgpack by default) on both ends of
   every pipe. (In the raw files of 2026-11-24 before the default changed,
   ``elastic`` ran JSON and ``elastic_msgpack`` msgpack.)
+* ``elastic_pygc``: the elastic job with ``elastorm.gc.full_every_secs`` = 0,
+  Python's own schedule of full GC collections (``elastorm.storm.pygc``);
 * ``pyflink``, ``pyflink_thread``: not Storm: the same keyed count in PyFlink's
   Python DataStream API (``bench/pyflink/keyed_sum.py``: a Python map makes the
   ``(key, stamp)`` pairs, ``key_by``, a ``KeyedProcessFunction`` counts in
@@ -86,6 +88,9 @@ VARIANTS = {
     "elastic_unbatched": ("throughput_elastic", TopologyConfig.overrides(multilang_batch_size=1)),
     # the elastic job with JSON on the wire instead of msgpack (the default)
     "elastic_json": ("throughput_elastic_json", {}),
+    # the elastic job with Python's own GC schedule (full collections every few
+    # seconds over the router's buffer; elastorm.storm.pygc), as before issue 15's p99 fix
+    "elastic_pygc": ("throughput_elastic", TopologyConfig.overrides(gc_full_every_secs=0)),
 }
 # name: PyFlink's python.execution-mode
 PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}

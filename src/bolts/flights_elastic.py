@@ -106,7 +106,7 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
 
     def on_tick(self) -> None:
         super().on_tick()
-        self.replay_tick()
+        self.tick_emitting()
         self.counters.extra["emitter"] = self.emitter_health()
 
     def forward(self, values) -> None:

@@ -66,6 +66,9 @@ class ShiftEmitter(KeyedEmitting, CountingBolt):
         except (ValueError, MigrationProtocolError):
             self.counters.error("bad_control")
 
+    def on_tick(self) -> None:
+        self.tick_emitting()
+
 
 class ShiftCounter(KeyedOperator, CountingBolt):
     """Counts tuples per key in key groups; see the module docstring."""

@@ -288,6 +288,7 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
             self.events.flush()
 
     def on_tick(self) -> None:
+        self.tick_emitting()
         self.counters.extra["buffer_hot"] = self.emitter.buffer.size(self.hot)
         self.counters.extra["buffered"] = len(self.emitter.buffer)
         self.counters.extra["stats"] = dict(self.emitter.stats)

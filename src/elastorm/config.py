@@ -647,6 +647,13 @@ class TopologyConfig(Section):
         "(streamparse_run -s), fixed when its class is built",
         check=one_of(*ENCODINGS),
     )  # fmt: skip
+    gc_full_every_secs: float = option(
+        "elastorm.gc.full_every_secs", FLOAT, 60.0,
+        "seconds between full collections of Python's cyclic garbage collector in "
+        "emitters and keyed tasks, run on a tick instead of Python's automatic ones, "
+        "which traverse every buffered tuple every few seconds (0: Python's schedule)",
+        check=at_least(0),
+    )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
 
     @classmethod

@@ -173,3 +173,47 @@ def test_the_encoding_is_one_of_pystorms_serializers():
     }
     with pytest.raises(ConfigError, match="elastorm.multilang.encoding"):
         TopologyConfig.overrides(multilang_encoding="protobuf")
+
+
+def test_a_missing_msgpack_is_a_clear_error_at_submit_and_at_start(monkeypatch) -> None:
+    """pystorm without msgpack maps ``-s msgpack`` to a serializer whose reads raise
+    NotImplementedError ("pipe broken" in the worker log): elastorm names the cause."""
+    import io
+    import sys
+
+    from streamparse import Spout
+
+    from elastorm import ElasticTopology, KeyedBolt, keyed
+    from elastorm.storm.elastic import RelayBolt
+    from elastorm.storm.keyed_bolt import KeyRouter
+    from elastorm.storm.topology import WiringError
+    from elastorm.storm.wire import EncodingUnavailable, require_encoding
+
+    class Words(Spout):
+        outputs = ["word"]
+
+    class Count(KeyedBolt):
+        pass
+
+    def start(cls, encoding: str):
+        return cls(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None,
+                   serializer=encoding)  # fmt: skip
+
+    require_encoding("msgpack")  # installed here: no error
+    start(KeyRouter, "msgpack")
+    monkeypatch.setitem(sys.modules, "msgpack", None)  # import msgpack now fails
+    require_encoding("json")
+    for cls in (KeyRouter, RelayBolt, Count):
+        with pytest.raises(EncodingUnavailable, match="cannot import msgpack.*or set the option"):
+            start(cls, "msgpack")
+        start(cls, "json")
+    with pytest.raises(WiringError, match="Job: elastorm.multilang.encoding is 'msgpack' but"):
+
+        class Job(ElasticTopology):
+            words = Words.spec()
+            counts = Count.spec(inputs={words: keyed("word")}, par=2)
+
+    class JsonJob(ElasticTopology):
+        config = TopologyConfig.overrides(multilang_encoding="json")
+        words = Words.spec()
+        counts = Count.spec(inputs={words: keyed("word")}, par=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,17 @@ def test_every_subcommand_has_help(capsys) -> None:
             cli.main([name, "--help"])
         assert exc.value.code == 0
         assert "usage: elastorm " + name in capsys.readouterr().out
+
+
+def test_check_names_a_missing_msgpack(project: Path, monkeypatch, capsys) -> None:
+    """Without msgpack pystorm falls back to a serializer that cannot read: check says so."""
+    monkeypatch.setenv("ELASTORM_PROJECT", str(project))
+    monkeypatch.chdir(project)
+    monkeypatch.setattr("shutil.which", lambda tool: f"/usr/bin/{tool}")
+    assert cli.main(["check"]) == 0
+    assert "default multilang encoding, msgpack" in capsys.readouterr().out
+    monkeypatch.setitem(sys.modules, "msgpack", None)  # import msgpack now fails
+    assert cli.main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert "elastorm.multilang.encoding is 'msgpack' but" in err
+    assert "cannot import msgpack" in err

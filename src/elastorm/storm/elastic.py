@@ -70,8 +70,9 @@ from elastorm.storm.load import (
     start_heartbeats,
     start_liveness,
 )
+from elastorm.storm.pygc import full_collections
 from elastorm.storm.replay import REWIND_STREAM
-from elastorm.storm.wire import use_elastorm_wire
+from elastorm.storm.wire import CheckedEncoding, use_elastorm_wire
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def operators_of(config: TopologyConfig) -> dict[str, tuple[str, ...]]:
     return dict(config.operators)
 
 
-class _Sending:
+class _Sending(CheckedEncoding):
     """Mixin: perform ``Send`` actions as direct emits on the ``elastorm`` stream."""
 
     def _senders(self, context: Mapping[str, Any]) -> None:
@@ -236,6 +237,7 @@ class KeyedEmitting(_Sending):
             source = emitter.source
             emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
         self.emitter = self.emitters[operators[0]]
+        self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
         self._max_buffered = config.max_buffered
         self._holding = False
         self.held_back = 0  # tuples after which this emitter slowed down (buffer full)
@@ -282,10 +284,12 @@ class KeyedEmitting(_Sending):
         (``resumed_state`` after a restart); override it. JSON-able."""
         return {}
 
-    def replay_tick(self) -> None:
-        """Publish the newest durable restart point (never blocks)."""
+    def tick_emitting(self) -> None:
+        """Call on every tick: publish the newest durable restart point (never
+        blocks) and run a full GC collection if one is due (``pygc``)."""
         if self.replay is not None:
             self._restart_points.offer(self.replay.durable())
+        self._full_gc.tick(time.monotonic())
 
     def _hold_back(self, emitter: Emitter) -> None:
         """Backpressure: the output buffer is full (no checkpoint has trimmed it), so
@@ -437,6 +441,7 @@ class KeyedOperator(_Sending):
             log.info("task %s: key groups %s restored from %s", task, restored, config.restore_from)
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
+        self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
         self._epoch = routing.epoch
         self.heartbeats = None
         if config.heartbeats:
@@ -475,6 +480,7 @@ class KeyedOperator(_Sending):
             self.emit([json.dumps(encode_report(self._started))], stream=REPORTS)
             self._started = None
         self.perform(self.coordinator.on_tick(self.clock()))
+        self._full_gc.tick(time.monotonic())
         self._last_heartbeat = self.measure()
         if self.heartbeats is not None:
             self.heartbeats.publish_now()
@@ -575,7 +581,7 @@ class KeyedOperator(_Sending):
         """Called when a message broke its key group's protocol."""
 
 
-class RelayBolt(Bolt):
+class RelayBolt(CheckedEncoding, Bolt):
     """Forwards what keyed tasks send (``elastorm_relay``) to its target on ``elastorm``.
 
     One task; keeps each sender's order (one FIFO in, one FIFO out per target).

@@ -146,3 +146,6 @@ class KeyRouter(KeyedEmitting, Bolt):
             )
             return
         self.emit_keyed(str(tup.values[index]), tup.values, time.time())
+
+    def process_tick(self, tup):
+        self.tick_emitting()

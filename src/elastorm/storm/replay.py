@@ -18,6 +18,7 @@ from streamparse import Stream
 
 from elastorm.config import TopologyConfig
 from elastorm.core.replay import ALL, replay_start
+from elastorm.storm.wire import CheckedEncoding
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def _tasks_of(context: Mapping[str, Any], component: str) -> list[int]:
     return sorted(int(t) for t, c in context["task->component"].items() if c == component)
 
 
-class ReplayableSpout:
+class ReplayableSpout(CheckedEncoding):
     """Mixin for a spout that can replay from a position (see the module docstring).
 
     Call :meth:`setup_replay` from ``initialize``: it returns the position to start

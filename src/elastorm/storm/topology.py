@@ -49,7 +49,7 @@ from elastorm.storm.elastic import (
 )
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
 from elastorm.storm.replay import REWIND_STREAM, ReplayableSpout
-from elastorm.storm.wire import ACKERS_KEY, with_encoding
+from elastorm.storm.wire import ACKERS_KEY, EncodingUnavailable, require_encoding, with_encoding
 
 TICK_KEY = "topology.tick.tuple.freq.secs"
 DEFAULT_TICK_SECS = 1  # checkpoints, heartbeats and the controller's rounds run on ticks
@@ -242,7 +242,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     config.setdefault(ACKERS_KEY, 0)
     try:  # a bad elastorm.* option fails at submit, not in a worker
         checked = TopologyConfig.from_conf(config)
-    except ConfigError as exc:
+        require_encoding(checked.multilang_encoding)
+    except (ConfigError, EncodingUnavailable) as exc:
         raise WiringError(f"{classname}: {exc}") from None
     for spec in (*specs.values(), *added.values()):
         with_encoding(spec, checked.multilang_encoding)

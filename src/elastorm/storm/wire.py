@@ -25,7 +25,9 @@ and releases on the Java side:
 
 from __future__ import annotations
 
+import importlib
 import select
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -103,6 +105,44 @@ class BatchingSerializer:
 
     def serialize_dict(self, msg: dict) -> Any:
         return self.inner.serialize_dict(msg)
+
+
+ENCODING_PACKAGES = {"msgpack": "msgpack"}  # pystorm serializer -> the package it needs
+
+
+class EncodingUnavailable(RuntimeError):
+    """The multilang encoding asked for needs a package this Python cannot import."""
+
+
+def require_encoding(encoding: str) -> None:
+    """Raise :class:`EncodingUnavailable` if this interpreter lacks what ``encoding`` needs.
+
+    Why: without msgpack, pystorm maps ``-s msgpack`` to its base ``Serializer``
+    without a word, whose every read raises ``NotImplementedError``; the component
+    then dies at the handshake and the worker log says only "pipe broken". Called at
+    submit (``ElasticTopology``), by ``elastorm check`` and when elastorm's
+    components start (:class:`CheckedEncoding`), so the cause is named instead.
+    """
+    package = ENCODING_PACKAGES.get(encoding)
+    if package is None:
+        return
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        raise EncodingUnavailable(
+            f"{TopologyConfig.key('multilang_encoding')} is {encoding!r} but {sys.executable} "
+            f"cannot import {package}: install it (pip install '{package}>=1.0', a dependency "
+            "of elastorm) where the components run, or set the option to 'json'"
+        ) from None
+
+
+class CheckedEncoding:
+    """Mixin for a pystorm component: a missing encoding package stops it at start
+    with :func:`require_encoding`'s message, before pystorm's silent fallback."""
+
+    def __init__(self, *args: Any, serializer: str = "json", **kwargs: Any) -> None:
+        require_encoding(serializer)
+        super().__init__(*args, serializer=serializer, **kwargs)
 
 
 def with_encoding(spec: Any, encoding: str) -> None:
