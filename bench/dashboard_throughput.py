@@ -14,7 +14,7 @@ config.json ports), ``--runs`` times, one of two jobs (no migrations):
   (``topologies/throughput_elastic.py``: one keyed counter task on 20 key groups, its
   checkpoints on a second task, the router, relay and controller), its spout at full
   speed for as long as the windows last; throughput = tuples the counter applied
-  (its ``throughput-<task>.json`` files).
+  (its ``throughput-<task>.json`` files, timed by the time each was written).
 
 Once the job runs, ``elastorm dashboard`` and a headless Chromium are
 started on this same machine; after 5 s, windows of ``--window`` seconds follow in
@@ -62,8 +62,9 @@ ABBA = ("closed", "open", "open", "closed")
 
 
 class Windows:
-    """The ABBA windows of one run over a job's cumulative count (``count(output_dir)``;
-    ``finished(output_dir)`` when its input ran out)."""
+    """The ABBA windows of one run over a job's cumulative count (``count(output_dir)``:
+    the count and the wall-clock time it was counted at; ``finished(output_dir)`` when
+    its input ran out)."""
 
     def __init__(self, run: int, args: argparse.Namespace, count, finished) -> None:
         self.run, self.args = run, args
@@ -100,7 +101,7 @@ class Windows:
         from playwright.sync_api import sync_playwright
 
         deadline = time.monotonic() + timeout
-        while self.count(output_dir) == 0:
+        while self.count(output_dir)[0] == 0:
             if time.monotonic() > deadline:
                 raise TimeoutError("the job never counted a tuple")
             time.sleep(0.5)
@@ -116,9 +117,9 @@ class Windows:
                         self._switch(state, dash, page)
                         current = state
                         time.sleep(self.args.settle)
-                    r0, t0 = self.count(output_dir), time.monotonic()
+                    r0, t0 = self.count(output_dir)
                     time.sleep(self.args.window)
-                    r1, t1 = self.count(output_dir), time.monotonic()
+                    r1, t1 = self.count(output_dir)
                     exhausted = self.finished(output_dir)
                     row = {
                         "run": self.run,
@@ -147,7 +148,7 @@ class OpenClosed(ElasticFlightsDriver):
         self.windows = Windows(
             run,
             args,
-            lambda d: read_results(d).spout_total("rows_read"),
+            lambda d: (read_results(d).spout_total("rows_read"), time.time()),
             lambda d: read_results(d).exhausted,
         )
 
@@ -165,9 +166,14 @@ class OpenClosedCounter(ThroughputDriver):
         super().__init__("throughput_elastic", args, cpu=None)
         self.windows = Windows(run, args, self._tuples, lambda _d: False)
 
-    def _tuples(self, output_dir: str) -> int:
-        got = self._read(output_dir)
-        return got["tuples"] if got else 0
+    def _tuples(self, output_dir: str) -> tuple[int, float]:
+        """The counter's next files written from now on, and when they were written: at
+        full speed a task's ticks queue behind data, so its files come irregularly, and
+        a window is timed by the files' own clocks (as bench/throughput.py does)."""
+        if self._read(output_dir) is None:
+            return 0, time.time()
+        got = self._fresh(output_dir, time.time(), timeout=60)
+        return got["tuples"], got["at"]
 
     def wait(self, output_dir: str, timeout: float, progress) -> None:
         self.windows.measure(output_dir, timeout, self.topology, self.zk_hosts)
