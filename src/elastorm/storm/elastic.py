@@ -39,6 +39,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from streamparse import Bolt, Grouping, Stream
@@ -61,6 +62,8 @@ from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.messages import Data, Message, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
+from elastorm.core.migration.pause import PauseMeter
+from elastorm.core.migration.table import Phase
 from elastorm.core.replay import ReplayTracker, RestartPoint
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
@@ -447,6 +450,7 @@ class KeyedOperator(_Sending):
         # tuple of each afterwards (how long the group's output stopped, seen from here).
         self._taking: dict[int, float] = {}
         self.takeovers: dict[int, tuple[float, float]] = {}
+        self.pauses = PauseMeter()  # each takeover's pause, reported with MigrationDone
 
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
@@ -454,6 +458,7 @@ class KeyedOperator(_Sending):
         epoch = getattr(message, "epoch", None)
         if isinstance(epoch, int) and epoch > self._epoch:
             self._epoch = epoch
+        before = None if type(message) is Data else self._phase_of(message.key_group)
         try:
             actions = self.coordinator.receive(self.sender_of(tup), message)
         except MigrationProtocolError as exc:
@@ -461,8 +466,31 @@ class KeyedOperator(_Sending):
             log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
             self.on_protocol_error(message, exc)
             return
+        if before is not None:
+            actions = self._with_pause(message.key_group, before, began, actions)
         self.perform(actions)
         self.load_meter.worked(time.monotonic() - began)
+
+    def _phase_of(self, key_group: int) -> Phase | None:
+        if 0 <= key_group < self.coordinator.num_key_groups:
+            return self.coordinator.phase(key_group)
+        return None
+
+    def _with_pause(
+        self, key_group: int, before: Phase, began: float, actions: list[Action]
+    ) -> list[Action]:
+        """Time the group's phases (``PauseMeter``) and put the measured pause into the
+        target's ``MigrationDone``, so it reaches the controller with the completion."""
+        after = self.coordinator.phase(key_group)
+        if after is before:
+            return actions
+        self.pauses.observe(key_group, before, after, began=began, ended=time.monotonic())
+        return [
+            replace(a, pause=self.pauses.take(key_group))
+            if isinstance(a, MigrationDone) and a.role is Role.TARGET
+            else a
+            for a in actions
+        ]
 
     def send(self, action: Send) -> None:
         """Through the relay (see the module docstring): a keyed task must never block."""
