@@ -92,7 +92,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         }
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
-        self.pauses: dict[tuple[str, int], float] = {}  # the targets' measured pauses
+        # (operator, key group, migration epoch) -> the pause its target measured
+        self.pauses: dict[tuple[str, int, int], float] = {}
         self.migration_timeout = config.migration_timeout_secs
         self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
         self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
@@ -212,10 +213,10 @@ class MigrationControllerBolt(_Sending, Bolt):
         if isinstance(report, MigrationDone):
             key = (op, report.key_group)
             if report.pause is not None:  # the target's; the source may report last
-                self.pauses[key] = report.pause
+                self.pauses[(*key, report.epoch)] = report.pause
             if self.loop.on_migration_done(op, report, time.time()):
                 name = self.active.pop(key, None)
-                pause = self.pauses.pop(key, None)
+                pause = self.pauses.pop((*key, report.epoch), None)
                 if name is not None:
                     self.boards[op].finish(name, pause=pause)
         elif isinstance(report, CheckpointStored):

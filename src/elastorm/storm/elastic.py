@@ -63,7 +63,7 @@ from elastorm.core.messages import Data, Message, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.migration.pause import PauseMeter
-from elastorm.core.migration.table import Phase
+from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.replay import ReplayTracker, RestartPoint
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
@@ -77,6 +77,9 @@ from elastorm.storm.replay import REWIND_STREAM
 from elastorm.storm.wire import use_elastorm_wire
 
 log = logging.getLogger(__name__)
+
+_MACHINE_EVENTS = frozenset(event for _, event in TRANSITIONS)
+"""Messages a key group's machine handles (``core.migration.table``)."""
 
 STREAM = "elastorm"
 REPORTS = "elastorm_reports"
@@ -458,7 +461,7 @@ class KeyedOperator(_Sending):
         epoch = getattr(message, "epoch", None)
         if isinstance(epoch, int) and epoch > self._epoch:
             self._epoch = epoch
-        before = None if type(message) is Data else self._phase_of(message.key_group)
+        before = self._phase_of(message)
         try:
             actions = self.coordinator.receive(self.sender_of(tup), message)
         except MigrationProtocolError as exc:
@@ -471,9 +474,14 @@ class KeyedOperator(_Sending):
         self.perform(actions)
         self.load_meter.worked(time.monotonic() - began)
 
-    def _phase_of(self, key_group: int) -> Phase | None:
-        if 0 <= key_group < self.coordinator.num_key_groups:
-            return self.coordinator.phase(key_group)
+    def _phase_of(self, message: Message) -> Phase | None:
+        """The phase of the group a control message goes to its machine for (the ones
+        that can change it; not per tuple, and no machine created for anything else)."""
+        name = type(message).__name__
+        if name == "Data" or name not in _MACHINE_EVENTS:
+            return None
+        if 0 <= message.key_group < self.coordinator.num_key_groups:
+            return self.coordinator.phase(message.key_group)
         return None
 
     def _with_pause(
