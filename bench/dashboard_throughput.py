@@ -1,20 +1,30 @@
-"""Does the dashboard slow the job down? The elastic flights job's throughput with the
-dashboard open and closed, in the same run, interleaved.
+"""Does the dashboard slow the job down? A job's throughput with the dashboard open and
+closed, in the same run, interleaved.
 
-    .venv/bin/python bench/dashboard_throughput.py [--runs 2] [--window 6] [--settle 3]
+    .venv/bin/python bench/dashboard_throughput.py [--job flights|counter] [--runs 2]
+        [--window 6] [--settle 3]
 
 On the single-machine cluster (brought up if needed, with this checkout's
-config.json ports), the elastic flights job runs at full speed or capped at
-``--max-rate`` rows/s (no migrations), ``--runs`` times (each run reads the 336,776 rows
-once). Once the spout reads, ``elastorm dashboard`` and a headless Chromium are
+config.json ports), ``--runs`` times, one of two jobs (no migrations):
+
+* ``flights`` (default): the elastic flights job at full speed or capped at
+  ``--max-rate`` rows/s; each run reads the 336,776 rows once (about a minute at full
+  speed), throughput = rows the spout read;
+* ``counter``: the keyed-count job of bench/throughput.py
+  (``topologies/throughput_elastic.py``: one keyed counter task on 20 key groups, its
+  checkpoints on a second task, the router, relay and controller), its spout at full
+  speed for as long as the windows last; throughput = tuples the counter applied
+  (its ``throughput-<task>.json`` files, timed by the time each was written).
+
+Once the job runs, ``elastorm dashboard`` and a headless Chromium are
 started on this same machine; after 5 s, windows of ``--window`` seconds follow in
 blocks of four, ABBA: closed (the dashboard process stopped with SIGSTOP, so it uses
 no CPU and reads nothing, and the browser on a blank page), open (the dashboard
 resumed and its page open in the browser, whose CPU counts against the job too),
 open, closed; so a steady drift of the job's speed weighs on both states alike. Each
 state change is followed by ``--settle`` seconds outside any window. Throughput of a
-window = rows the spout read in it / its length (the spout's counts file, written
-every second). Per block: open mean / closed mean. Results: every window as a JSON
+window = what the job's counts file (written every second) counted in it / its
+length. Per block: open mean / closed mean. Results: every window as a JSON
 line, and one JSON line per invocation appended to ``--out``; docs/benchmarks.md.
 """
 
@@ -31,6 +41,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from throughput import ThroughputDriver  # noqa: E402
 
 from elastorm.runtime.cluster import up  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
@@ -49,19 +61,20 @@ CHROMIUM_ARGS = [
 ABBA = ("closed", "open", "open", "closed")
 
 
-class OpenClosed(ElasticFlightsDriver):
-    def __init__(self, run: int, args: argparse.Namespace) -> None:
-        super().__init__(None, script=(), max_rate=args.max_rate)
+class Windows:
+    """The ABBA windows of one run over a job's cumulative count (``count(output_dir)``:
+    the count and the wall-clock time it was counted at; ``finished(output_dir)`` when
+    its input ran out)."""
+
+    def __init__(self, run: int, args: argparse.Namespace, count, finished) -> None:
         self.run, self.args = run, args
+        self.count, self.finished = count, finished
         self.rows: list[dict] = []
 
-    def _rows(self, output_dir: str) -> int:
-        return read_results(output_dir).spout_total("rows_read")
-
-    def _start(self, pw):
+    def _start(self, pw, topology: str, zk_hosts: str):
         cmd = [
             sys.executable, "-m", "elastorm.runtime.cli", "dashboard",
-            "--topology", self.topology, "--zookeeper", self.zk_hosts,
+            "--topology", topology, "--zookeeper", zk_hosts,
             "--port", str(self.args.port), "-e", "cluster",
         ]  # fmt: skip
         dash = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -83,16 +96,17 @@ class OpenClosed(ElasticFlightsDriver):
             page.goto("about:blank")
             dash.send_signal(signal.SIGSTOP)
 
-    def wait(self, output_dir: str, timeout: float, progress) -> None:
+    def measure(self, output_dir: str, timeout: float, topology: str, zk_hosts: str) -> None:
+        """Wait until the job counts, then run the windows (kept in ``rows``)."""
         from playwright.sync_api import sync_playwright
 
         deadline = time.monotonic() + timeout
-        while self._rows(output_dir) == 0:
+        while self.count(output_dir)[0] == 0:
             if time.monotonic() > deadline:
-                raise TimeoutError("the spout never read a row")
+                raise TimeoutError("the job never counted a tuple")
             time.sleep(0.5)
         with sync_playwright() as pw:
-            dash, browser, page = self._start(pw)
+            dash, browser, page = self._start(pw, topology, zk_hosts)
             try:
                 self._switch("closed", dash, page)
                 time.sleep(5)
@@ -103,10 +117,10 @@ class OpenClosed(ElasticFlightsDriver):
                         self._switch(state, dash, page)
                         current = state
                         time.sleep(self.args.settle)
-                    r0, t0 = self._rows(output_dir), time.monotonic()
+                    r0, t0 = self.count(output_dir)
                     time.sleep(self.args.window)
-                    r1, t1 = self._rows(output_dir), time.monotonic()
-                    exhausted = read_results(output_dir).exhausted
+                    r1, t1 = self.count(output_dir)
+                    exhausted = self.finished(output_dir)
                     row = {
                         "run": self.run,
                         "window": i,
@@ -125,8 +139,47 @@ class OpenClosed(ElasticFlightsDriver):
                 dash.terminate()
                 dash.wait(10)
 
+
+class OpenClosed(ElasticFlightsDriver):
+    """The flights job: rows the spout read, until it has read them all."""
+
+    def __init__(self, run: int, args: argparse.Namespace) -> None:
+        super().__init__(None, script=(), max_rate=args.max_rate)
+        self.windows = Windows(
+            run,
+            args,
+            lambda d: (read_results(d).spout_total("rows_read"), time.time()),
+            lambda d: read_results(d).exhausted,
+        )
+
+    def wait(self, output_dir: str, timeout: float, progress) -> None:
+        self.windows.measure(output_dir, timeout, self.topology, self.zk_hosts)
+
     def outcome(self, output_dir: str) -> Outcome:
-        return Outcome(summary="", ok=True, facts={"windows": self.rows})
+        return Outcome(summary="", ok=True, facts={"windows": self.windows.rows})
+
+
+class OpenClosedCounter(ThroughputDriver):
+    """The keyed-count job at full speed: tuples its counter applied; never runs out."""
+
+    def __init__(self, run: int, args: argparse.Namespace) -> None:
+        super().__init__("throughput_elastic", args, cpu=None)
+        self.windows = Windows(run, args, self._tuples, lambda _d: False)
+
+    def _tuples(self, output_dir: str) -> tuple[int, float]:
+        """The counter's next files written from now on, and when they were written: at
+        full speed a task's ticks queue behind data, so its files come irregularly, and
+        a window is timed by the files' own clocks (as bench/throughput.py does)."""
+        if self._read(output_dir) is None:
+            return 0, time.time()
+        got = self._fresh(output_dir, time.time(), timeout=60)
+        return got["tuples"], got["at"]
+
+    def wait(self, output_dir: str, timeout: float, progress) -> None:
+        self.windows.measure(output_dir, timeout, self.topology, self.zk_hosts)
+
+    def outcome(self, output_dir: str) -> Outcome:
+        return Outcome(summary="", ok=True, facts={"windows": self.windows.rows})
 
 
 def spread(values: list[float], digits: int = 1) -> dict:
@@ -161,6 +214,7 @@ def block_ratios(windows: list[dict]) -> list[float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--job", choices=("flights", "counter"), default="flights")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument(
         "--max-rate",
@@ -172,6 +226,7 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=6.0)
     ap.add_argument("--settle", type=float, default=3.0)
     ap.add_argument("--windows", type=int, default=40, help="at most, per run")
+    ap.add_argument("--batch", type=int, default=100, help="counter job: tuples per spout call")
     ap.add_argument("--port", type=int, default=28082)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -179,7 +234,8 @@ def main() -> int:
     up(cfg)
     windows: list[dict] = []
     for run in range(args.runs):
-        outcome = run_topology(cfg, "cluster", OpenClosed(run, args), timeout=1200)
+        driver = (OpenClosed if args.job == "flights" else OpenClosedCounter)(run, args)
+        outcome = run_topology(cfg, "cluster", driver, timeout=1200)
         windows += outcome.facts["windows"]
     by = {s: [w["rows_per_s"] for w in windows if w["state"] == s] for s in ("closed", "open")}
     ratios = block_ratios(windows)

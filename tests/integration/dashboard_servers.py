@@ -46,8 +46,15 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, what: str, timeout:
 
 
 @contextmanager
-def dashboard_process(topology: str, zk_hosts: str, workdir: Path, port: int = DASHBOARD_PORT):
-    """``elastorm dashboard`` for ``topology``; yields its base URL and the process."""
+def dashboard_process(
+    topology: str,
+    zk_hosts: str,
+    workdir: Path,
+    port: int = DASHBOARD_PORT,
+    token: str | None = None,
+):
+    """``elastorm dashboard`` for ``topology`` (with actions behind ``token`` if given);
+    yields its base URL and the process."""
     if port_open(port):
         raise RuntimeError(f"port {port} is taken (set ELASTORM_DASHBOARD_PORT)")
     log = workdir / "dashboard.log"
@@ -55,8 +62,12 @@ def dashboard_process(topology: str, zk_hosts: str, workdir: Path, port: int = D
         sys.executable, "-m", "elastorm.runtime.cli", "dashboard", "--topology", topology,
         "--zookeeper", zk_hosts, "--port", str(port), "-e", "cluster",
     ]  # fmt: skip
+    env = dict(os.environ)
+    if token is not None:
+        cmd.append("--enable-actions")
+        env["ELASTORM_DASHBOARD_TOKEN"] = token
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_port(port, proc, log, "elastorm dashboard", 30)
         yield f"http://127.0.0.1:{port}", proc

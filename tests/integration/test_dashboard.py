@@ -4,11 +4,13 @@ a real Prometheus.
 Talks to: the single-machine cluster's real ZooKeeper, Nimbus and supervisors
 (``storm_cluster``), the ``elastorm dashboard`` process, a headless Chromium from the
 system packages (``/usr/bin/chromium``, driven by Playwright; no browser is
-downloaded) and the Debian package's Prometheus. A key group is migrated with
-``elastorm migrate`` and a keyed task's process is killed with SIGKILL (Storm then
-ends and restarts its worker); both must appear in the page's DOM within 2 s of
-ZooKeeper showing them (the request ``done``, the task's znode gone), and a PromQL
-query must return the migration.
+downloaded) and the Debian package's Prometheus. The job runs on three nodes (a third
+supervisor is started for it). A key group is migrated with ``elastorm migrate``, the
+third node is drained from the page's drain form, and a keyed task's process is killed
+with SIGKILL (Storm then ends and restarts its worker); the migration (with its pause)
+and the kill must appear in the page's DOM within 2 s of ZooKeeper showing them (the
+request ``done``, the task's znode gone), the node must show ``draining`` within 2 s of
+the click, and a PromQL query must return the migration.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dashboard_servers import dashboard_process, prometheus_server, promql
 from elastorm.dashboard.view import SUSPECT_AFTER
 from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.outcome import Outcome
+from elastorm.runtime.provision import LocalSupervisors
 from elastorm.runtime.run import run_topology
 
 pytestmark = pytest.mark.integration
@@ -39,6 +42,9 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 PAGE_WITHIN_MS = 2000
 OPERATOR = "sum_delays"
+TOKEN = "dashboard-test-token"
+THIRD = "supervisor-2"  # started for the test, drained from the page
+DRAINED_WITHIN_S = 240
 
 
 class DashboardScenario(ElasticFlightsDriver):
@@ -59,7 +65,7 @@ class DashboardScenario(ElasticFlightsDriver):
         zk = connect(self.zk_hosts)
         try:
             with (
-                dashboard_process(self.topology, self.zk_hosts, work) as (url, _),
+                dashboard_process(self.topology, self.zk_hosts, work, token=TOKEN) as (url, _),
                 prometheus_server(int(url.rsplit(":", 1)[1]), work) as prom,
                 sync_playwright() as pw,
             ):
@@ -68,6 +74,7 @@ class DashboardScenario(ElasticFlightsDriver):
                 page.goto(url)
                 page.wait_for_selector(f'.op[data-operator="{OPERATOR}"]', timeout=120_000)
                 self._migration(page, zk, prom, wait_until_movable)
+                self._drain(page, zk)
                 self._kill(page, zk, work)
                 self._screenshot(page, work)
                 self.facts["prometheus_failures"] = _wait_promql(
@@ -119,18 +126,56 @@ class DashboardScenario(ElasticFlightsDriver):
         )
         self.facts["prometheus_migrations"] = result
 
+    def _drain(self, page, zk) -> None:
+        """Drain the third node from the page (the drain form, keep it running): its row
+        must say ``draining`` within 2 s of the click; then wait for it to be emptied and
+        released (the ``node drained`` event), however long the migrations take."""
+        from elastorm.zk.layout import ZnodeLayout
+        from elastorm.zk.scaling import read_binding
+
+        binding = read_binding(zk, ZnodeLayout(self.topology))
+        node = f"node{binding.nodes.index(THIRD)}"
+        page.fill("#token", TOKEN)
+        page.wait_for_selector(f'#drain-form option:text-is("{THIRD}")', state="attached")
+        page.select_option("#drain-form select", THIRD)
+        clicked = time.time()
+        page.click("#drain-form button")
+        row = page.wait_for_selector(
+            f'#nodes tr[data-node="{node}"][data-state="draining"]', timeout=PAGE_WITHIN_MS
+        )
+        seen = time.time()
+        answer = page.wait_for_selector("#action-result[data-status]").inner_text()
+        self.facts["drain"] = {
+            "node": node,
+            "name": THIRD,
+            "answer": answer,
+            "row": row.inner_text(),
+            "page_after_click_s": round(seen - clicked, 3),
+        }
+        item = page.wait_for_selector(
+            f'#events li[data-kind="scaling"][data-what="node drained"][data-node="{node}"]',
+            timeout=DRAINED_WITHIN_S * 1000,
+        )
+        self.facts["drain"] |= {
+            "drained_text": item.inner_text(),
+            "drained_after_click_s": round(time.time() - clicked, 3),
+        }
+
     def _kill(self, page, zk, work: Path) -> None:
         from elastorm.zk.layout import ZnodeLayout
         from elastorm.zk.requests import read_status
 
-        owners = read_status(zk, ZnodeLayout(self.topology), OPERATOR)["owners"]
+        status = read_status(zk, ZnodeLayout(self.topology), OPERATOR)
+        owners = status["owners"]
         victim = max(set(owners), key=owners.count)
+        node = f"node{sorted(status['tasks']).index(victim)}"
         with open(work / "counts" / f"{OPERATOR}-{victim}.json", encoding="utf-8") as fh:
             pid = int(json.load(fh)["pid"])
         os.kill(pid, signal.SIGKILL)
         killed = time.time()
         row = page.wait_for_selector(
-            '#nodes tr[data-state="suspect"], #nodes tr[data-state="lost"]',
+            f'#nodes tr[data-node="{node}"][data-state="suspect"], '
+            f'#nodes tr[data-node="{node}"][data-state="lost"]',
             timeout=int((SUSPECT_AFTER + 2) * 1000),
         )
         suspect = time.time()
@@ -178,13 +223,23 @@ def _wait_promql(base: str, query: str, timeout: float) -> list[dict]:
     return result
 
 
-def test_dashboard_shows_a_migration_and_a_kill_and_prometheus_stores_them(storm_cluster):
+def test_dashboard_shows_a_migration_a_drain_and_a_kill_and_prometheus_stores_them(
+    storm_cluster,
+):
     cfg = storm_cluster[0]
-    outcome = run_topology(cfg, "cluster", DashboardScenario(), timeout=600)
+    third = LocalSupervisors(cfg, slots=2)
+    third.start([THIRD], 180)
+    try:
+        outcome = run_topology(cfg, "cluster", DashboardScenario(), timeout=900)
+    finally:
+        third.stop(THIRD)
     facts = outcome.facts
     print(outcome.summary)
-    migration, kill = facts["migration"], facts["kill"]
+    migration, kill, drain = facts["migration"], facts["kill"], facts["drain"]
     assert "cpal" in migration["page_text"] and "done" in migration["page_text"]
+    assert "paused" in migration["page_text"], migration  # the target measured its pause
+    assert drain["page_after_click_s"] <= PAGE_WITHIN_MS / 1000, drain
+    assert "202" in drain["answer"] and "node drained" in drain["drained_text"], drain
     # From when ZooKeeper showed it done (``elastorm migrate`` polls it every 50 ms and
     # returned): the controller's own done time is earlier by its write to ZooKeeper.
     assert migration["page_after_cli_s"] <= PAGE_WITHIN_MS / 1000, migration

@@ -33,9 +33,9 @@ def sends(actions, kind):
     return [a for a in actions if isinstance(a, Send) and isinstance(a.message, kind)]
 
 
-def cluster_with_checkpoint() -> Cluster:
+def cluster_with_checkpoint(cls: type[Cluster] = Cluster) -> Cluster:
     """Group 0 on task 0 with one tuple per emitter, checkpointed at its holder 1."""
-    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
+    c = cls(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
     c.emit(10, KEY0, 1)
     c.emit(11, KEY0, 2)
     c.run_until_quiet()

@@ -221,3 +221,39 @@ def test_a_connection_of_an_older_incarnation_or_of_a_blip_declares_nothing(cont
     bolt.drops.append((99, 1))  # not a keyed task
     bolt.detect_failures(100.0 + bolt.detector.grace)
     assert fenced == [] and bolt.detector.declared == frozenset()
+
+
+def test_a_requested_migration_is_finished_with_the_pause_its_target_reported(controller) -> None:
+    """The target's ``MigrationDone`` carries its pause; the source may report last: the
+    request is finished, with that pause, once both have."""
+    import json
+
+    from elastorm.controller.requests import MigrationRequest
+    from elastorm.core.actions import MigrationDone, Role, encode_report
+    from elastorm.storm.elastic import REPORTS
+
+    bolt, _, _, _ = controller
+    control = bolt.controls["op"]
+    group = next(g for g in range(6) if control.owner(g) == 10)
+    request = MigrationRequest(operator="op", key_group=group, target=12, protocol=Protocol.DIRECT)
+    finished = []
+    board = SimpleNamespace(
+        pending=lambda: [("req-1", request)],
+        start=lambda name, **kw: None,
+        finish=lambda name, pause=None: finished.append((name, pause)),
+    )
+    bolt.boards["op"] = board
+    bolt.carry_out_requests("op", board)
+    epoch = control.moving[group].epoch
+
+    def report(task: int, role: Role, pause=None):
+        done = MigrationDone(
+            key_group=group, epoch=epoch, protocol=Protocol.DIRECT, role=role, pause=pause
+        )
+        tup = SimpleNamespace(stream=REPORTS, task=task, values=[json.dumps(encode_report(done))])
+        bolt.process_report(tup)
+
+    report(12, Role.TARGET, pause=0.031)
+    assert finished == []
+    report(10, Role.SOURCE)
+    assert finished == [("req-1", 0.031)] and bolt.pauses == {}

@@ -92,6 +92,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         }
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
+        # (operator, key group, migration epoch) -> the pause its target measured
+        self.pauses: dict[tuple[str, int, int], float] = {}
         self.migration_timeout = config.migration_timeout_secs
         self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
         self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
@@ -210,10 +212,14 @@ class MigrationControllerBolt(_Sending, Bolt):
         op = self.operator_of.get(tup.task, self.operators[0])
         control = self.controls[op]
         if isinstance(report, MigrationDone):
+            key = (op, report.key_group)
+            if report.pause is not None:  # the target's; the source may report last
+                self.pauses[(*key, report.epoch)] = report.pause
             if self.loop.on_migration_done(op, report, time.time()):
-                name = self.active.pop((op, report.key_group), None)
+                name = self.active.pop(key, None)
+                pause = self.pauses.pop((*key, report.epoch), None)
                 if name is not None:
-                    self.boards[op].finish(name)
+                    self.boards[op].finish(name, pause=pause)
         elif isinstance(report, CheckpointStored):
             control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
@@ -336,7 +342,9 @@ class MigrationControllerBolt(_Sending, Bolt):
             log_move(m)
         for send in self.runtime.order(list(rnd.sends)):
             self.send(send)
-        self.nodes.publish(self.loop.joining, rnd.step.pending, self.loop.scale_hint)
+        self.nodes.publish(
+            self.loop.joining, rnd.step.pending, self.loop.scale_hint, draining=state.draining
+        )
         for node in rnd.step.released:
             try:
                 self.nodes.release(node)

@@ -45,6 +45,7 @@ class MigrationRequest:
     source: int | None = None
     detail: str = ""
     times: dict[str, float] = field(default_factory=dict)  # state name -> controller clock
+    pause: float | None = None  # done: s the group's new tuples waited at the target
 
     def __post_init__(self) -> None:
         if not isinstance(self.key_group, int) or self.key_group < 0:

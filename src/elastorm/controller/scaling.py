@@ -105,6 +105,51 @@ def decode_binding(raw: bytes | None) -> Binding:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RescaleProgress:
+    """What the controller publishes in ``controller/rescale`` after each rescale round:
+    the nodes (by name) still joining (waiting for their share of key groups) and
+    draining (being emptied; the node set's draining nodes the scheduler still binds),
+    the key groups still to move, and the node count the adaptation manager wants
+    (:func:`scale_hint`; None: no wish)."""
+
+    joining: tuple[str, ...] = ()
+    draining: tuple[str, ...] = ()
+    pending: int = 0
+    want: int | None = None
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "joining": list(self.joining),
+                "draining": list(self.draining),
+                "pending": self.pending,
+                "want": self.want,
+            }
+        ).encode()
+
+
+def decode_rescale(raw: bytes | None) -> RescaleProgress:
+    """Inverse of :meth:`RescaleProgress.encode`; nothing published yet = nothing under way.
+
+    >>> decode_rescale(RescaleProgress(draining=("supervisor-2",), pending=3).encode())
+    RescaleProgress(joining=(), draining=('supervisor-2',), pending=3, want=None)
+    """
+    if not raw:
+        return RescaleProgress()
+    try:
+        data = json.loads(raw.decode())
+        want = data.get("want")
+        return RescaleProgress(
+            joining=tuple(str(n) for n in data.get("joining") or ()),
+            draining=tuple(str(n) for n in data.get("draining") or ()),
+            pending=int(data.get("pending") or 0),
+            want=None if want is None else int(want),
+        )
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ScalingError(f"malformed rescale progress: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ScaleChange:
     """What ``elastorm scale`` does: start these nodes, then write ``nodes``; the
     controller then empties the draining ones."""

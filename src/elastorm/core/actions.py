@@ -5,7 +5,7 @@ Frozen keyword-only dataclasses. The adapter performs them in list order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from enum import Enum
 from typing import Any
 
@@ -72,12 +72,17 @@ class CheckpointStored:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MigrationDone:
-    """This task finished its part (``role``) of migration ``epoch`` of ``key_group``."""
+    """This task finished its part (``role``) of migration ``epoch`` of ``key_group``.
+
+    ``pause``: seconds the group's new tuples waited for the protocol at the target
+    (``elastorm.core.migration.pause``), filled in by the adapter, which has the clock;
+    None from a source or when not measured."""
 
     key_group: int
     epoch: int
     protocol: Protocol
     role: Role
+    pause: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,7 +177,8 @@ def decode_report(data: dict[str, Any]) -> Report:
     cls = _REPORT_TYPES.get(data.get("type", ""))
     if cls is None:
         raise ValueError(f"unknown report type {data.get('type')!r}")
-    kwargs = {name: data[name] for name in cls.__slots__}
+    optional = {f.name for f in fields(cls) if f.default is not MISSING}
+    kwargs = {name: data[name] for name in cls.__slots__ if name in data or name not in optional}
     if "checkpoint" in kwargs:
         epoch, number = kwargs["checkpoint"]
         kwargs["checkpoint"] = (int(epoch), int(number))

@@ -3,14 +3,21 @@
 Routes: ``/`` the page and ``/static/*`` its script and style (package data, nothing
 from the internet); ``/api/view`` the latest view as JSON; ``/events`` the views as
 server-sent events (one per refresh, at least one a second); ``/metrics`` Prometheus'
-text format; ``POST /api/migrate`` a migration request on the request board, only
-with actions enabled and the bearer token.
+text format. Only with actions enabled and the bearer token: ``POST /api/migrate`` a
+migration request on the request board (what ``elastorm migrate`` writes), ``POST
+/api/drain`` and ``POST /api/scale`` what ``elastorm drain`` and ``elastorm scale`` do
+(the same functions of ``elastorm.runtime.scale``: the node set is written before the
+answer, the wait for the controller and the provisioner's starts and stops go on in
+the background).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -25,17 +32,47 @@ from elastorm.controller.requests import HOLDER, MigrationRequest, RequestError
 from elastorm.core.messages import Protocol
 from elastorm.dashboard.metrics import render
 from elastorm.dashboard.source import DashboardSource
+from elastorm.runtime.errors import UserError
+from elastorm.runtime.provision import NodeProvisioner
+from elastorm.runtime.scale import carry_out, finish_drain, plan_scale, request_drain
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import ZK_ERRORS, controller_alive, submit_request
 
+log = logging.getLogger(__name__)
+
 STATIC = Path(__file__).parent / "static"
 HEARTBEAT_SECS = 1.0  # an SSE message at least this often, changed or not
+SCALE_TIMEOUT_SECS = 300.0  # as ``elastorm scale`` / ``drain`` wait by default
+
+
+def in_background(what: str, work: Callable[[], object]) -> threading.Thread:
+    """Run ``work`` on a daemon thread; its failure is logged (the page shows the outcome
+    through the controller's published state, not through this request)."""
+
+    def run() -> None:
+        try:
+            work()
+        except UserError as exc:
+            log.warning("dashboard: %s: %s", what, exc)
+        except Exception:
+            log.exception("dashboard: %s failed", what)
+
+    thread = threading.Thread(target=run, name=f"dashboard-{what}", daemon=True)
+    thread.start()
+    return thread
 
 
 def create_app(
-    source: DashboardSource, *, token: str | None = None, key_group_limit: int = 64
+    source: DashboardSource,
+    *,
+    token: str | None = None,
+    key_group_limit: int = 64,
+    nodes: NodeProvisioner | None = None,
+    scale_timeout: float = SCALE_TIMEOUT_SECS,
 ) -> Starlette:
-    """The app over ``source``; actions are enabled iff ``token`` is given."""
+    """The app over ``source``; actions are enabled iff ``token`` is given; drain and
+    scale also need ``nodes``, the provisioner that starts and stops nodes, and wait at
+    most ``scale_timeout`` s for the controller before giving up (logged)."""
 
     def current() -> dict | None:
         view = source.view()
@@ -73,12 +110,18 @@ def create_app(
         body = render(source.view(), key_group_limit=key_group_limit)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    async def migrate(request: Request) -> Response:
+    def refused(request: Request) -> Response | None:
+        """403 without actions, 401 without the right token (compared in constant time)."""
         if token is None:
             return JSONResponse({"error": "actions are disabled (--enable-actions)"}, 403)
         given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), token.encode()):
             return JSONResponse({"error": "bad or missing token"}, 401)
+        return None
+
+    async def migrate(request: Request) -> Response:
+        if (denied := refused(request)) is not None:
+            return denied
         try:
             body = await request.json()
             target = body.get("target", HOLDER)
@@ -108,6 +151,55 @@ def create_app(
             return JSONResponse({"error": f"the controller of {req.operator} is not running"}, 409)
         return JSONResponse({"request": name}, 202)
 
+    async def scaling(request: Request, read: Callable[[dict], object], act) -> Response:
+        """The common part of drain and scale: token, body, topology, provisioner, then
+        ``act(layout, value)`` on a worker thread, whose ``UserError`` is a 409."""
+        if (denied := refused(request)) is not None:
+            return denied
+        try:
+            value = read(await request.json())
+        except (ValueError, KeyError, TypeError) as exc:
+            return JSONResponse({"error": f"bad request: {exc}"}, 400)
+        topology = source.topology
+        if topology is None:
+            return JSONResponse({"error": "no topology yet"}, 409)
+        if nodes is None:
+            return JSONResponse({"error": "no node provisioner (--provisioner)"}, 501)
+        try:
+            body = await anyio.to_thread.run_sync(act, ZnodeLayout(topology), value)
+        except UserError as exc:
+            return JSONResponse({"error": str(exc)}, 409)
+        except ZK_ERRORS as exc:
+            return JSONResponse({"error": f"ZooKeeper: {exc!r}"}, 503)
+        return JSONResponse(body, 202)
+
+    def start_drain(layout: ZnodeLayout, value: tuple[str, bool]) -> dict:
+        name, keep = value
+        after = request_drain(source.client, layout, name)
+        in_background(
+            f"drain {name}",
+            lambda: finish_drain(
+                source.client, layout, name, after, nodes, scale_timeout, keep=keep
+            ),
+        )
+        return {"draining": name, "wanted": list(after.wanted or ()), "keep": keep}
+
+    def start_scale(layout: ZnodeLayout, count: int) -> dict:
+        change = plan_scale(source.client, layout, count, nodes)
+        in_background(
+            f"scale to {count}",
+            lambda: carry_out(source.client, layout, change, nodes, scale_timeout),
+        )
+        return {"nodes": count, "start": list(change.start), "drain": list(change.drain)}
+
+    async def drain(request: Request) -> Response:
+        return await scaling(
+            request, lambda b: (str(b["node"]), bool(b.get("keep", False))), start_drain
+        )
+
+    async def scale(request: Request) -> Response:
+        return await scaling(request, lambda b: int(b["nodes"]), start_scale)
+
     return Starlette(
         routes=[
             Route("/", index),
@@ -115,6 +207,8 @@ def create_app(
             Route("/events", events),
             Route("/metrics", metrics),
             Route("/api/migrate", migrate, methods=["POST"]),
+            Route("/api/drain", drain, methods=["POST"]),
+            Route("/api/scale", scale, methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
     )

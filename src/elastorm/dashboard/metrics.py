@@ -51,7 +51,8 @@ def metric_families(
     held = gauge("elastorm_node_checkpoints", "checkpoints the node holds", ["node"])
     for n in view["nodes"]:
         node = n["id"]
-        up.add_metric([topo, node, n["state"]], 1.0 if n["state"] == "alive" else 0.0)
+        fresh = n["state"] in ("alive", "draining")
+        up.add_metric([topo, node, n["state"]], 1.0 if fresh else 0.0)
         if n["cpu"] is not None:
             cpu.add_metric([topo, node], n["cpu"])
         queue.add_metric([topo, node], n["queue"])
@@ -124,6 +125,13 @@ def metric_families(
         labels=["topology", "operator", "protocol"],
     )
     out.append(durations)
+    pauses = SummaryMetricFamily(
+        "elastorm_migration_pause_seconds",
+        "pause of done migrations: s the group's new tuples waited at the target",
+        labels=["topology", "operator", "protocol"],
+    )
+    out.append(pauses)
+    paused: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     ended: collections.Counter[tuple[str, str, str]] = collections.Counter()
     took: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for r in view["requests"]:
@@ -131,10 +139,14 @@ def metric_families(
             ended[(r["operator"], r["protocol"], r["state"])] += 1
         if r["seconds"] is not None:
             took[(r["operator"], r["protocol"])].append(r["seconds"])
+        if r.get("pause") is not None:
+            paused[(r["operator"], r["protocol"])].append(r["pause"])
     for (op, protocol, outcome), n in sorted(ended.items()):
         migrations.add_metric([topo, op, protocol, outcome], n)
     for (op, protocol), values in sorted(took.items()):
         durations.add_metric([topo, op, protocol], len(values), sum(values))
+    for (op, protocol), values in sorted(paused.items()):
+        pauses.add_metric([topo, op, protocol], len(values), sum(values))
 
     counters = view["counters"]
     moves = counter(

@@ -4,8 +4,9 @@ every ``interval`` seconds, folded by a :class:`Tracker` into the latest view.
 
 It only reads: a ``ClusterWatcher`` for the task znodes (watches, so a vanished
 task shows at once), and per refresh one read of each operator's ``status``, its
-``alive`` znode, the request board (new or unfinished requests only) and the
-store's checkpoint allocation. Nimbus is asked every ``storm_interval`` seconds on
+``alive`` znode, the request board (new or unfinished requests only), the
+store's checkpoint allocation, the scheduler's binding and the controller's rescale
+progress. Nimbus is asked every ``storm_interval`` seconds on
 a thread of its own, so a slow Nimbus never delays the page.
 """
 
@@ -17,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from elastorm.controller.scaling import Binding, RescaleProgress
 from elastorm.dashboard.view import Snapshot, Tracker, build_view
 from elastorm.runtime.errors import UserError
 from elastorm.zk.client import make_client
@@ -30,6 +32,7 @@ from elastorm.zk.reader import (
     read_operator_status,
     read_requests,
     read_routing_tables,
+    read_scaling,
     status_operators,
 )
 from elastorm.zk.requests import ZK_ERRORS
@@ -147,6 +150,7 @@ class DashboardSource:
             self._watcher.start()
         connected = self.client.connected
         statuses, controllers, requests, allocation, routing = {}, {}, [], None, {}
+        binding, rescale = Binding(), RescaleProgress()
         if connected:
             for op in status_operators(self.reads, topology):
                 status = read_operator_status(self.reads, topology, op)
@@ -157,6 +161,7 @@ class DashboardSource:
             layout = ZnodeLayout(topology)
             allocation = read_checkpoint_allocation(self.reads, layout)
             routing = read_routing_tables(self.reads, layout)
+            binding, rescale = read_scaling(self.reads, layout)
         storm, storm_error = self._storm
         live = self._watcher.live()
         snap = Snapshot(
@@ -169,6 +174,8 @@ class DashboardSource:
             requests=requests,
             checkpoints=allocation,
             routing=routing,
+            binding=binding,
+            rescale=rescale,
             storm=storm,
             storm_error=storm_error,
             controller_metrics=self._controller_metrics(),

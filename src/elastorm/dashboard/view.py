@@ -2,11 +2,12 @@
 what the page and ``/metrics`` show out.
 
 A :class:`Snapshot` is one read of a topology (task records, the controllers'
-published status, the migration requests, the checkpoint allocation, Storm's
-summary). :class:`Tracker` folds successive snapshots into a timeline of events
-(migrations, failures, recoveries) and running counters; :func:`build_view` turns a
-snapshot plus the tracker into the JSON the page draws. No I/O and no clock here:
-the time of a snapshot is a field of it.
+published status, the migration requests, the checkpoint allocation, the elastic
+scheduler's binding and the controller's rescale progress, Storm's summary).
+:class:`Tracker` folds successive snapshots into a timeline of events (migrations,
+failures, recoveries, nodes starting and ending a drain) and running counters;
+:func:`build_view` turns a snapshot plus the tracker into the JSON the page draws.
+No I/O and no clock here: the time of a snapshot is a field of it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from elastorm.controller.model import Allocation, KeyGroupId, TaskRecord
 from elastorm.controller.requests import MigrationRequest
+from elastorm.controller.scaling import Binding, RescaleProgress, logical_node
 from elastorm.core.routing import RoutingTable
 
 SUSPECT_AFTER = 3.0
@@ -42,6 +44,8 @@ class Snapshot:
     requests: Sequence[tuple[str, MigrationRequest]] = ()
     checkpoints: Allocation | None = None
     routing: Mapping[str, RoutingTable] = field(default_factory=dict)
+    binding: Binding = Binding()
+    rescale: RescaleProgress = RescaleProgress()
     storm: Mapping[str, Any] | None = None
     storm_error: str | None = None
     controller_metrics: Mapping[str, Any] | None = None
@@ -69,7 +73,7 @@ class Tracker:
     """Folds snapshots into events and counters, in the order they are observed.
 
     Events are plain dicts with ``t`` (wall clock, s), ``kind`` (``migration``,
-    ``move``, ``failure``, ``recovery``) and what happened. Counters never go
+    ``move``, ``failure``, ``recovery``, ``scaling``) and what happened. Counters never go
     down, as Prometheus counters must not.
     """
 
@@ -87,6 +91,7 @@ class Tracker:
         self._request_states: dict[str, set[str]] = {}
         self._owners: dict[str, list[int]] = {}
         self._in_flight: dict[tuple[str, int], str] = {}
+        self._draining: set[str] = set()
 
     def observe(self, snap: Snapshot) -> list[dict[str, Any]]:
         """Record ``snap``; return the events it revealed (also kept in ``events``)."""
@@ -95,6 +100,7 @@ class Tracker:
         new += self._tasks(snap)
         new += self._requests(snap)
         new += self._routing(snap)
+        new += self._scaling(snap)
         new.sort(key=lambda e: e["t"])
         self.events.extend(new)
         for op, load in operator_load(snap).items():
@@ -172,6 +178,31 @@ class Tracker:
                 self._in_flight[(op, int(m["key_group"]))] = str(m["protocol"])
         return out
 
+    def _scaling(self, snap: Snapshot) -> list[dict[str, Any]]:
+        """A node that starts draining, and one that stops (drained and released, or the
+        drain withdrawn), as the controller publishes them."""
+        now = set(snap.rescale.draining)
+        before, self._draining = self._draining, now
+        nodes = node_names(snap.binding)
+        logical = {name: node for node, name in nodes.items()}
+        return [
+            {
+                "t": snap.at,
+                "kind": "scaling",
+                "what": what,
+                "node": logical.get(name, name),
+                "name": name,
+            }
+            for what, names in (("node draining", now - before), ("node drained", before - now))
+            for name in sorted(names)
+        ]
+
+
+def node_names(binding: Binding) -> dict[str, str]:
+    """Logical node (``node<i>``, as the tasks report it) -> the named node the elastic
+    scheduler bound it to; unbound logical nodes are left out."""
+    return {logical_node(i): name for i, name in enumerate(binding.nodes) if name is not None}
+
 
 def _ordered_protocols(metrics: Mapping[str, Any] | None) -> dict[tuple[str, int], str]:
     """(operator, group) -> protocol of the controller's latest order for it, from
@@ -214,6 +245,8 @@ def _request_event(name: str, req: MigrationRequest, state: str, t: float) -> di
     if state == "done" and "started" in req.times:
         event["seconds"] = round(req.times["done"] - req.times["started"], 4)
         event["assisted"] = (used or req.protocol.value) in ASSISTED
+    if state == "done" and req.pause is not None:
+        event["pause"] = round(req.pause, 4)
     if req.detail and state in ("refused", "stuck"):
         event["detail"] = req.detail
     return event
@@ -258,6 +291,9 @@ def _node_of(task: int, snap: Snapshot) -> str:
 
 
 def _nodes(snap: Snapshot, owned: Mapping[str, int], held: Mapping[str, int]) -> list[dict]:
+    """One row per node; ``draining`` (instead of ``alive``) while the controller
+    publishes it as being emptied, ``joining`` while it still waits for its share."""
+    names = node_names(snap.binding)
     by_node: dict[str, dict[str, list[TaskRecord]]] = {}
     for state, records in (("live", snap.live), ("departed", snap.departed)):
         for rec in records.values():
@@ -266,14 +302,19 @@ def _nodes(snap: Snapshot, owned: Mapping[str, int], held: Mapping[str, int]) ->
     for node in sorted(by_node, key=node_index):
         live, gone = by_node[node]["live"], by_node[node]["departed"]
         fresh = [r for r in live if snap.at - r.time <= SUSPECT_AFTER]
+        name = names.get(node)
         state = "alive" if fresh else "suspect" if live else "lost"
+        if state == "alive" and name is not None and name in snap.rescale.draining:
+            state = "draining"
         hb = [r.heartbeat for r in live]
         node_cpu = [h.node_cpu for h in hb if h.node_cpu is not None]
         cpu = max(node_cpu) if node_cpu else sum(h.cpu or 0.0 for h in hb) if hb else None
         out.append(
             {
                 "id": node,
+                "name": name,
                 "state": state,
+                "joining": name is not None and name in snap.rescale.joining,
                 "idle": bool(live) and owned.get(node, 0) == 0,
                 "cpu": None if cpu is None else round(cpu, 4),
                 "queue": round(sum(h.queue_length for h in hb), 1),
@@ -385,6 +426,7 @@ def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> di
                 if "done" in r.times and "started" in r.times
                 else None
             ),
+            "pause": None if r.pause is None else round(r.pause, 4),
         }
         for name, r in snap.requests
     ]
@@ -398,6 +440,13 @@ def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> di
         "storm_error": snap.storm_error,
         "nodes": _nodes(snap, owned, held),
         "operators": operators,
+        "scaling": {
+            "bound": len(snap.binding.bound),
+            "joining": list(snap.rescale.joining),
+            "draining": list(snap.rescale.draining),
+            "pending": snap.rescale.pending,
+            "want": snap.rescale.want,
+        },
         "requests": requests,
         "events": events,
         "operator_load": [{"name": op} | load for op, load in operator_load(snap).items()],

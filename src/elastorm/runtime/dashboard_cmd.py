@@ -9,6 +9,7 @@ import secrets
 
 from elastorm.runtime.config import env_nimbus, load_config
 from elastorm.runtime.errors import UserError
+from elastorm.runtime.provision import provisioner
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,14 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--enable-actions",
         action="store_true",
-        help=f"accept POST /api/migrate with the bearer token (${TOKEN_ENV} or a random one)",
+        help="accept POST /api/migrate, /api/drain and /api/scale with the bearer token "
+        f"(${TOKEN_ENV} or a random one)",
+    )
+    parser.add_argument(
+        "--provisioner",
+        default="local",
+        help="who starts and stops nodes for the drain and scale actions: 'local' (this "
+        "machine's cluster, default) or 'command:<script>' (as for elastorm scale)",
     )
     parser.set_defaults(func=_run)
 
@@ -76,8 +84,9 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_config()
     hosts = args.zookeeper or f"127.0.0.1:{cfg.zookeeper_port}"
     nimbus = None if args.env == "none" else env_nimbus(cfg.project, args.env)
-    token = None
+    token, nodes = None, None
     if args.enable_actions:
+        nodes = provisioner(args.provisioner, cfg)
         token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
         if TOKEN_ENV not in os.environ:
             print(f"actions enabled; token: {token}", flush=True)
@@ -89,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_file=args.metrics_file,
     )
     source.start()
-    app = create_app(source, token=token, key_group_limit=args.key_group_limit)
+    app = create_app(source, token=token, key_group_limit=args.key_group_limit, nodes=nodes)
     print(f"dashboard on http://{args.host}:{args.port}/ (ZooKeeper {hosts})", flush=True)
     try:
         # Open event streams never end by themselves: on Ctrl-C/SIGTERM give them 2 s.

@@ -92,9 +92,9 @@ def progress(client: KazooClient, layout: ZnodeLayout) -> Progress:
         owned=owned,
         draining=nodes.draining,
         moving=moving,
-        joining=tuple(rescale.get("joining", ())),
-        pending=int(rescale.get("pending", 0)),
-        want=rescale.get("want"),
+        joining=rescale.joining,
+        pending=rescale.pending,
+        want=rescale.want,
     )
 
 
@@ -173,6 +173,26 @@ def request_drain(client: KazooClient, layout: ZnodeLayout, name: str) -> NodeSe
         return update_node_set(client, layout, lambda ns: drain(name, nodes=ns, binding=binding))
     except ScalingError as exc:
         raise UserError(str(exc)) from None
+
+
+def finish_drain(
+    client: KazooClient,
+    layout: ZnodeLayout,
+    name: str,
+    after: NodeSet,
+    provisioner: NodeProvisioner,
+    timeout: float,
+    *,
+    keep: bool,
+) -> Progress:
+    """After :func:`request_drain` wrote ``after``: wait until the controller has emptied
+    and released ``name``, then stop it unless ``keep`` (``elastorm drain``, the
+    dashboard's drain action)."""
+    active = set(after.wanted or ()) - set(after.draining)
+    p = wait_settled(client, layout, active, timeout)
+    if not keep:
+        provisioner.stop(name)
+    return p
 
 
 def wait_settled(

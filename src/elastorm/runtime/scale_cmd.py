@@ -16,10 +16,10 @@ from elastorm.runtime.scale import (
     Progress,
     apply_scale,
     carry_out,
+    finish_drain,
     plan_scale,
     progress,
     request_drain,
-    wait_settled,
 )
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import ZK_ERRORS
@@ -162,10 +162,8 @@ def _drain(args: argparse.Namespace) -> int:
         print(f"{args.node} draining; node set now wanted {list(after.wanted or ())}")
         if args.no_wait:
             return 0
-        active = set(after.wanted or ()) - set(after.draining)
-        p = wait_settled(client, layout, active, args.timeout)
+        p = finish_drain(client, layout, args.node, after, nodes, args.timeout, keep=args.keep)
         if not args.keep:
-            nodes.stop(args.node)
             print(f"stopped {args.node}")
         _show(p, time.monotonic() - began)
     finally:

@@ -39,6 +39,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from streamparse import Bolt, Grouping, Stream
@@ -61,6 +62,8 @@ from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.messages import Data, Message, Protocol, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
+from elastorm.core.migration.pause import PauseMeter
+from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.replay import ReplayTracker, RestartPoint
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
@@ -75,6 +78,9 @@ from elastorm.storm.replay import REWIND_STREAM
 from elastorm.storm.wire import CheckedEncoding, use_elastorm_wire
 
 log = logging.getLogger(__name__)
+
+_MACHINE_EVENTS = frozenset(event for _, event in TRANSITIONS)
+"""Messages a key group's machine handles (``core.migration.table``)."""
 
 STREAM = "elastorm"
 REPORTS = "elastorm_reports"
@@ -453,6 +459,7 @@ class KeyedOperator(_Sending):
         # tuple of each afterwards (how long the group's output stopped, seen from here).
         self._taking: dict[int, float] = {}
         self.takeovers: dict[int, tuple[float, float]] = {}
+        self.pauses = PauseMeter()  # each takeover's pause, reported with MigrationDone
 
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
@@ -460,6 +467,7 @@ class KeyedOperator(_Sending):
         epoch = getattr(message, "epoch", None)
         if isinstance(epoch, int) and epoch > self._epoch:
             self._epoch = epoch
+        before = self._phase_of(message)
         try:
             actions = self.coordinator.receive(self.sender_of(tup), message)
         except MigrationProtocolError as exc:
@@ -467,8 +475,36 @@ class KeyedOperator(_Sending):
             log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
             self.on_protocol_error(message, exc)
             return
+        if before is not None:
+            actions = self._with_pause(message.key_group, before, began, actions)
         self.perform(actions)
         self.load_meter.worked(time.monotonic() - began)
+
+    def _phase_of(self, message: Message) -> Phase | None:
+        """The phase of the group a control message goes to its machine for (the ones
+        that can change it; not per tuple, and no machine created for anything else)."""
+        name = type(message).__name__
+        if name == "Data" or name not in _MACHINE_EVENTS:
+            return None
+        if 0 <= message.key_group < self.coordinator.num_key_groups:
+            return self.coordinator.phase(message.key_group)
+        return None
+
+    def _with_pause(
+        self, key_group: int, before: Phase, began: float, actions: list[Action]
+    ) -> list[Action]:
+        """Time the group's phases (``PauseMeter``) and put the measured pause into the
+        target's ``MigrationDone``, so it reaches the controller with the completion."""
+        after = self.coordinator.phase(key_group)
+        if after is before:
+            return actions
+        self.pauses.observe(key_group, before, after, began=began, ended=time.monotonic())
+        return [
+            replace(a, pause=self.pauses.take(key_group))
+            if isinstance(a, MigrationDone) and a.role is Role.TARGET
+            else a
+            for a in actions
+        ]
 
     def send(self, action: Send) -> None:
         """Through the relay (see the module docstring): a keyed task must never block."""

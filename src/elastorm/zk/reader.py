@@ -20,6 +20,13 @@ from kazoo.exceptions import NoNodeError
 
 from elastorm.controller.model import Allocation
 from elastorm.controller.requests import MigrationRequest, RequestError, decode_request
+from elastorm.controller.scaling import (
+    Binding,
+    RescaleProgress,
+    ScalingError,
+    decode_binding,
+    decode_rescale,
+)
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.codec import ZnodeSchemaError, decode_checkpoints, decode_routing
 from elastorm.zk.layout import DEFAULT_ROOT, ZnodeLayout
@@ -128,6 +135,25 @@ def read_routing_tables(reader: CountingReads, layout: ZnodeLayout) -> dict[str,
             continue
         tables[operator] = table
     return tables
+
+
+def read_scaling(reader: CountingReads, layout: ZnodeLayout) -> tuple[Binding, RescaleProgress]:
+    """The elastic scheduler's binding (logical node -> named node) and the controller's
+    rescale progress (joining and draining nodes); empty where nothing was published (a
+    topology not scheduled elastically) or a znode does not decode (logged)."""
+    out: list = []
+    for path, decode, empty in (
+        (layout.scheduler_placement, decode_binding, Binding()),
+        (layout.rescale, decode_rescale, RescaleProgress()),
+    ):
+        try:
+            out.append(decode(reader.get(path)))
+        except NoNodeError:
+            out.append(empty)
+        except ScalingError as exc:
+            log.warning("%s unreadable: %s", path, exc)
+            out.append(empty)
+    return out[0], out[1]
 
 
 def read_checkpoint_allocation(reader: CountingReads, layout: ZnodeLayout) -> Allocation | None:

@@ -121,8 +121,9 @@ class RequestBoard:
     def start(self, name: str, **changes: Any) -> None:
         self._update(name, RequestState.STARTED, **changes)
 
-    def finish(self, name: str) -> None:
-        self._update(name, RequestState.DONE)
+    def finish(self, name: str, pause: float | None = None) -> None:
+        """Both ends are done; ``pause`` is the one the target measured, if it did."""
+        self._update(name, RequestState.DONE, pause=pause)
 
     def refuse(self, name: str, detail: str) -> None:
         self._update(name, RequestState.REFUSED, detail=detail)

@@ -10,7 +10,6 @@ set on the znode's version, so neither loses the other's change);
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 
@@ -22,9 +21,11 @@ from elastorm.controller.model import NodeId
 from elastorm.controller.scaling import (
     Binding,
     NodeSet,
+    RescaleProgress,
     ScalingError,
     decode_binding,
     decode_node_set,
+    decode_rescale,
     encode_node_set,
     logical_node,
     release,
@@ -43,13 +44,12 @@ def read_node_set(client: KazooClient, layout: ZnodeLayout) -> NodeSet:
         return NodeSet()
 
 
-def read_rescale(client: KazooClient, layout: ZnodeLayout) -> dict:
-    """The controller's rescale progress (``{"joining": [...], "pending": n}``); empty
-    before its first rescale round."""
+def read_rescale(client: KazooClient, layout: ZnodeLayout) -> RescaleProgress:
+    """The controller's rescale progress; nothing under way before its first round."""
     try:
-        return json.loads(client.get(layout.rescale)[0].decode() or "{}")
+        return decode_rescale(client.get(layout.rescale)[0])
     except NoNodeError:
-        return {}
+        return RescaleProgress()
 
 
 def read_binding(client: KazooClient, layout: ZnodeLayout) -> Binding:
@@ -172,13 +172,24 @@ class NodeWatch:
             return None
         return NodeState(active=frozenset(active), draining=frozenset(draining))
 
-    def publish(self, joining: Iterable[NodeId], pending: int, want: int | None) -> None:
+    def publish(
+        self,
+        joining: Iterable[NodeId],
+        pending: int,
+        want: int | None,
+        draining: Iterable[NodeId] = (),
+    ) -> None:
         """Write the rescale's progress to ``controller/rescale`` when it changes:
-        the joining nodes (by name) and the key groups still to move (``elastorm scale``
-        waits for both to be empty), and the node count the adaptation manager wants
-        (``elastorm autoscale`` acts on it). Errors are logged, never raised."""
-        names = sorted(self.binding.name_of(n) or n for n in joining)
-        data = json.dumps({"joining": names, "pending": pending, "want": want}).encode()
+        the joining and draining nodes (by name) and the key groups still to move
+        (``elastorm scale`` waits for these to be empty; the dashboard shows the
+        draining nodes), and the node count the adaptation manager wants (``elastorm
+        autoscale`` acts on it). Errors are logged, never raised."""
+        data = RescaleProgress(
+            joining=tuple(sorted(self.binding.name_of(n) or n for n in joining)),
+            draining=tuple(sorted(self.binding.name_of(n) or n for n in draining)),
+            pending=pending,
+            want=want,
+        ).encode()
         if data == self._published:
             return
         try:

@@ -8,7 +8,7 @@
 const $ = (sel) => document.querySelector(sel);
 const TIMELINE_SECS = 300;
 const SERIES_SECS = 150;
-const LANES = ["failure", "recovery", "move", "migration"];
+const LANES = ["failure", "recovery", "scaling", "move", "migration"];
 const PROTOCOL_COLORS = { cpa: "#4cc38a", cpal: "#37b3e6", direct: "#f5a524", lazy_cpa: "#8fd16a",
   restore: "#80e0a0", unknown: "#a0a0c0" };
 const AXIS = { axisLine: { lineStyle: { color: "#5c677a" } }, axisLabel: { color: "#8a96a8", fontSize: 10 },
@@ -64,11 +64,19 @@ function drawNodes(v) {
   const rows = v.nodes.map((n) => {
     const cpu = n.cpu == null ? "–" : `<span class="bar" style="width:${Math.round(n.cpu * 60)}px"></span>${fmt(n.cpu * 100, 0)}%`;
     const tasks = n.tasks.join(",") + (n.lost_tasks.length ? ` <s>${n.lost_tasks.join(",")}</s>` : "");
-    return `<tr data-node="${esc(n.id)}" data-state="${n.state}"><td><span class="swatch" style="background:${nodeColor(n.id)}"></span>${esc(n.id)}</td>` +
-      `<td class="state">${n.state}${n.idle ? " (idle)" : ""}</td><td>${cpu}</td><td>${fmt(n.queue, 0)}</td>` +
+    const name = n.name ? ` <small>${esc(n.name)}</small>` : "";
+    const notes = (n.joining ? " (joining)" : "") + (n.idle ? " (idle)" : "");
+    return `<tr data-node="${esc(n.id)}" data-name="${esc(n.name ?? "")}" data-state="${n.state}"><td><span class="swatch" style="background:${nodeColor(n.id)}"></span>${esc(n.id)}${name}</td>` +
+      `<td class="state">${n.state}${notes}</td><td>${cpu}</td><td>${fmt(n.queue, 0)}</td>` +
       `<td>${fmt(n.rate, 0)}</td><td>${n.owned}</td><td>${n.held}</td><td>${tasks}</td></tr>`;
   });
   $("#nodes tbody").innerHTML = rows.join("");
+  const s = v.scaling;
+  $("#scaling").textContent = s && s.bound ? `${s.bound} nodes bound by the elastic scheduler` +
+    (s.draining.length ? `; draining ${s.draining.join(", ")}` : "") +
+    (s.joining.length ? `; joining ${s.joining.join(", ")}` : "") +
+    (s.pending ? `; ${s.pending} key groups to move` : "") +
+    (s.want != null ? `; the controller wants ${s.want}` : "") : "";
 }
 
 function lineOption(v, series, unit, format) {
@@ -178,11 +186,13 @@ function eventText(e) {
   if (e.kind === "migration") {
     return `migration ${e.what}: ${e.operator}/${e.group} task ${e.source ?? "?"} → ${e.target} by ${e.protocol}` +
       (e.seconds != null ? ` in ${fmt(e.seconds * 1000, 0)} ms${e.assisted ? " (checkpoint-assisted)" : ""}` : "") +
+      (e.pause != null ? `, paused ${ms(e.pause)}` : "") +
       (e.detail ? ` — ${e.detail}` : "");
   }
   if (e.kind === "move" || (e.kind === "recovery" && e.group != null)) {
     return `${e.what === "owner" ? "owner changed" : e.what}: ${e.operator}/${e.group} task ${e.source} → ${e.target} (${e.protocol}, epoch ${e.epoch})`;
   }
+  if (e.kind === "scaling") return `${e.what}: ${e.node}${e.name && e.name !== e.node ? ` (${e.name})` : ""}`;
   if (e.node && e.task == null) return `${e.what}: ${e.node}`;
   return `${e.what}: task ${e.task} of ${e.operator} on ${e.node} (pid ${e.pid})`;
 }
@@ -201,7 +211,8 @@ function drawTimeline(v) {
       data: recent.map((e) => ({
         value: [e.t * 1000, LANES.indexOf(e.kind)], e,
         symbol: e.kind === "failure" ? "rect" : "circle",
-        symbolSize: e.kind === "failure" ? 9 : e.what === "done" ? 10 : 6,
+        // a done migration's symbol grows with its pause (10 px up to 100 ms, at most 22)
+        symbolSize: e.kind === "failure" ? 9 : e.what === "done" ? 10 + Math.min(12, 120 * (e.pause || 0)) : 6,
         itemStyle: { color: e.kind === "failure" ? "#ff5a5a" : PROTOCOL_COLORS[e.protocol] || "#80e0a0" },
       })),
     }],
@@ -279,6 +290,7 @@ function draw(v) {
   drawAllocation(v);
   drawStorm(v);
   $("#actions-section").hidden = !v.actions;
+  if (v.actions) drawActions(v);
   // What the last draw cost, for bench/dashboard_cost.py (1,000 key groups, 50 nodes):
   // drawMs = the synchronous work (ECharts paints in setOption); frameMs = until the
   // next frame was shown (what a user waits for).
@@ -298,16 +310,39 @@ function connect() {
   };
 }
 
-$("#migrate-form").addEventListener("submit", async (e) => {
-  e.preventDefault();
-  const f = new FormData(e.target);
-  const res = await fetch("/api/migrate", {
+// The drain form lists the nodes the scheduler bound (by name); the list is rebuilt only
+// when it changes, so a choice survives the updates.
+function drawActions(v) {
+  const names = v.nodes.filter((n) => n.name).map((n) => n.name);
+  const select = $("#drain-form select");
+  if (select.dataset.names !== names.join(",")) {
+    const chosen = select.value;
+    select.innerHTML = names.map((n) => `<option${n === chosen ? " selected" : ""}>${esc(n)}</option>`).join("");
+    select.dataset.names = names.join(",");
+  }
+}
+
+// Every action: POST with the token; the answer is shown, the outcome shows in the view.
+async function act(path, body) {
+  const res = await fetch(path, {
     method: "POST",
-    headers: { "Content-Type": "application/json", Authorization: `Bearer ${f.get("token")}` },
-    body: JSON.stringify({ operator: f.get("operator"), group: +f.get("group"), target: f.get("target"), protocol: f.get("protocol") }),
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${$("#token").value}` },
+    body: JSON.stringify(body),
   });
-  $("#migrate-result").textContent = JSON.stringify(await res.json());
-});
+  const out = $("#action-result");
+  out.textContent = `${path} ${res.status}: ${JSON.stringify(await res.json())}`;
+  out.dataset.status = res.status;
+}
+
+function onSubmit(id, body) {
+  $(id).addEventListener("submit", (e) => {
+    e.preventDefault();
+    act(e.target.getAttribute("action"), body(new FormData(e.target)));
+  });
+}
+onSubmit("#migrate-form", (f) => ({ operator: f.get("operator"), group: +f.get("group"), target: f.get("target"), protocol: f.get("protocol") }));
+onSubmit("#drain-form", (f) => ({ node: f.get("node"), keep: f.get("keep") === "on" }));
+onSubmit("#scale-form", (f) => ({ nodes: +f.get("nodes") }));
 window.addEventListener("resize", () => {
   for (const c of charts.values()) c.resize();
   if (latest) drawOperators(latest);
