@@ -25,9 +25,11 @@ For every run it counts, per (plane, year), the flights in op2's and op3's final
 totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra. During
 every run ``OwnerSampler`` (``bench/owners.py``) reads the keyed tasks' heartbeats 5
 times a second and records any key group claimed by two tasks at one routing epoch
-(``two_owners``). Prints one line per run and a table per scenario; writes every run to
-``--out`` (JSON lines, default ``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any
-run lost or duplicated a tuple, saw two owners, or failed its checks.
+(``two_owners``), and any old owner still claiming a group 5 s after another task took
+it at a newer epoch (``stale_owners``). Prints one line per run and a table per
+scenario; writes every run to ``--out`` (JSON lines, default
+``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run lost or duplicated a
+tuple, saw two or stale owners, or failed its checks.
 """
 
 from __future__ import annotations
@@ -184,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         down(cfg, wipe=True)
 
-    header = ("scenario", "runs", "ok", "tuples checked", "lost", "twice", "two owners")
-    print("\n{:<12} {:>4} {:>3} {:>15} {:>5} {:>6} {:>10}".format(*header))
+    header = ("scenario", "runs", "ok", "tuples checked", "lost", "twice", "two owners", "stale")
+    print("\n{:<12} {:>4} {:>3} {:>15} {:>5} {:>6} {:>10} {:>5}".format(*header))
     bad = False
     for name in chosen:
         rs = [r for r in runs if r["scenario"] == name]
@@ -194,8 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         twice = sum(r[role]["twice"] for r in rs for role in ("op2", "op3") if role in r)
         ok = sum(r["ok"] for r in rs)
         split = sum(len(r["owners"]["two_owners"]) for r in rs)
-        bad |= ok < len(rs) or lost > 0 or twice > 0 or split > 0
-        print(f"{name:<12} {len(rs):>4} {ok:>3} {checked:>15,} {lost:>5} {twice:>6} {split:>10}")
+        stale = sum(len(r["owners"]["stale_owners"]) for r in rs)
+        bad |= ok < len(rs) or lost > 0 or twice > 0 or split > 0 or stale > 0
+        print(
+            f"{name:<12} {len(rs):>4} {ok:>3} {checked:>15,} {lost:>5} {twice:>6} {split:>10} "
+            f"{stale:>5}"
+        )
     print(f"raw: {out}")
     return 1 if bad else 0
 

@@ -10,16 +10,20 @@ a ``Claim``. ``two_owners`` then finds every (operator, group, epoch) claimed by
 than one task: the design promises one owner per key group per routing epoch
 (docs/failures.md, "Fencing"), so the harness's target is none, ever.
 
-A task cut off from ZooKeeper cannot publish, so what it claims meanwhile is not
-seen; when it comes back it is fenced before it publishes again. Claims at different
-epochs (an old owner's last heartbeat, a new owner's first) are a handover, not two
-owners.
+Claims at different epochs (an old owner's last heartbeat, a new owner's first) are a
+handover, not two owners. But a task that was cut off and came back unfenced would
+claim its old groups at its old epoch for as long as it runs, beside their new owner:
+``stale_owners`` finds a claim still published ``grace`` s after another task first
+claimed the same group at a newer epoch. Times are the heartbeats' own publish times,
+so a dead task's last znode (kept until its session ends) does not count as claiming
+on. A task cut off from ZooKeeper cannot publish, so what it applies meanwhile is not
+seen here (the totals check covers it).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +40,42 @@ class Claim:
     def __post_init__(self) -> None:
         if min(self.task, self.group, self.epoch) < 0:
             raise ValueError(f"task, group and epoch must be >= 0: {self}")
+
+
+#: Seconds a live old owner may go on publishing a group after its handover: its next
+#: tick measures a new heartbeat, and ticks queue behind data tuples on a busy machine.
+GRACE = 5.0
+
+
+def stale_owners(seen: Mapping[Claim, tuple[float, float]], grace: float = GRACE) -> list[dict]:
+    """Every claim of a group published more than ``grace`` s after another task first
+    claimed it at a newer epoch; ``seen`` maps each claim to the first and last publish
+    times (wall clock) it was seen with.
+
+    >>> old = Claim(task=1, operator="op", group=3, epoch=5)
+    >>> new = Claim(task=2, operator="op", group=3, epoch=6)
+    >>> stale_owners({old: (0.0, 11.0), new: (10.0, 30.0)})
+    []
+    >>> stale_owners({old: (0.0, 16.0), new: (10.0, 30.0)})
+    [{'operator': 'op', 'group': 3, 'task': 1, 'epoch': 5, 'newer': 2, 'seconds': 6.0}]
+    """
+    out = []
+    for old, (_, last) in sorted(seen.items(), key=lambda kv: _order(kv[0])):
+        for new, (first, _) in sorted(seen.items(), key=lambda kv: _order(kv[0])):
+            if (new.operator, new.group) != (old.operator, old.group) or new.task == old.task:
+                continue
+            if new.epoch > old.epoch and last - first > grace:
+                out.append(
+                    {"operator": old.operator, "group": old.group, "task": old.task,
+                     "epoch": old.epoch, "newer": new.task, "seconds": round(last - first, 2)}
+                )  # fmt: skip
+                break
+    return out
+
+
+def _order(c: Claim) -> tuple:
+    """Sort key: by operator, group, epoch, task (deterministic output)."""
+    return (c.operator, c.group, c.epoch, c.task)
 
 
 def two_owners(claims: Iterable[Claim]) -> list[dict]:
@@ -69,7 +109,7 @@ class OwnerSampler:
 
     def __init__(self, hosts: str, driver: Any, every: float = 0.2) -> None:
         self.hosts, self.driver, self.every = hosts, driver, every
-        self.claims: set[Claim] = set()
+        self.claims: dict[Claim, tuple[float, float]] = {}
         self.samples = self.failed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="owner-sampler", daemon=True)
@@ -88,6 +128,7 @@ class OwnerSampler:
             "failed_samples": self.failed,
             "claims": len(self.claims),
             "two_owners": two_owners(self.claims),
+            "stale_owners": stale_owners(self.claims),
         }
 
     def _run(self) -> None:
@@ -103,7 +144,9 @@ class OwnerSampler:
                     self.failed += bool(name)
                     continue
                 try:
-                    self.claims |= set(_claims(client, name))
+                    for claim, at in _claims(client, name):
+                        first, last = self.claims.get(claim, (at, at))
+                        self.claims[claim] = (min(first, at), max(last, at))
                     self.samples += 1
                 except Exception:  # ZooKeeper went away mid-sample: a lost sample
                     self.failed += 1
@@ -112,9 +155,10 @@ class OwnerSampler:
             client.close()
 
 
-def _claims(client, topology: str) -> Iterable[Claim]:
-    """The claims in the live tasks' heartbeats now (a task that left meanwhile is
-    skipped; a malformed znode raises, which the caller counts as a failed sample)."""
+def _claims(client, topology: str) -> Iterable[tuple[Claim, float]]:
+    """The claims in the live tasks' heartbeats now, each with the time its heartbeat
+    was published (a task that left meanwhile is skipped; a malformed znode raises,
+    which the caller counts as a failed sample)."""
     from kazoo.exceptions import NoNodeError
 
     from elastorm.zk.codec import decode_task
@@ -132,9 +176,10 @@ def _claims(client, topology: str) -> Iterable[Claim]:
             continue
         record = decode_task(data)
         for g in record.heartbeat.key_groups:
-            yield Claim(
+            claim = Claim(
                 task=record.task_id,
                 operator=record.identity.operator,
                 group=g,
                 epoch=record.heartbeat.epoch,
             )
+            yield claim, record.time

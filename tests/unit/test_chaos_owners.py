@@ -14,14 +14,13 @@ from elastorm.zk.layout import ZnodeLayout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from owners import Claim, _claims, two_owners  # noqa: E402
+from owners import Claim, _claims, stale_owners, two_owners  # noqa: E402
 
 
-def _record(task: int, groups: tuple[int, ...], epoch: int) -> bytes:
+def _record(task: int, groups: tuple[int, ...], epoch: int, at: float = 0.0) -> bytes:
     identity = TaskIdentity(task_id=task, operator="sum_delays", node_id="n", host="h", pid=1)
-    return encode_task(
-        TaskRecord(identity=identity, heartbeat=Heartbeat(key_groups=groups, epoch=epoch))
-    )
+    heartbeat = Heartbeat(key_groups=groups, epoch=epoch)
+    return encode_task(TaskRecord(identity=identity, heartbeat=heartbeat, time=at))
 
 
 class FakeZk:
@@ -44,7 +43,17 @@ class FakeZk:
 
 
 def _trace(*samples: FakeZk) -> set[Claim]:
-    return {c for zk in samples for c in _claims(zk, "t")}
+    return {c for zk in samples for c, _ in _claims(zk, "t")}
+
+
+def _times(*samples: FakeZk) -> dict[Claim, tuple[float, float]]:
+    """Each claim's first and last publish times, as ``OwnerSampler`` keeps them."""
+    seen: dict[Claim, tuple[float, float]] = {}
+    for zk in samples:
+        for claim, at in _claims(zk, "t"):
+            first, last = seen.get(claim, (at, at))
+            seen[claim] = (min(first, at), max(last, at))
+    return seen
 
 
 def test_a_handover_across_epochs_is_not_two_owners():
@@ -77,3 +86,22 @@ def test_claims_in_samples_never_taken_together_still_count():
     first = _trace(FakeZk({1: _record(1, (0,), 2)}))
     later = _trace(FakeZk({3: _record(3, (0,), 2)}))
     assert [c["tasks"] for c in two_owners(first | later)] == [[1, 3]]
+
+
+def test_an_old_owner_still_publishing_its_group_long_after_the_handover_is_stale():
+    # Task 1 froze owning group 2 at epoch 4; group 2 was restored on task 3 (epoch 5)
+    # at t=100. Task 1 came back unfenced: at t=130 it still claims group 2.
+    before = FakeZk({1: _record(1, (2,), 4, at=99.0), 3: _record(3, (), 4, at=99.5)})
+    handed = FakeZk({1: _record(1, (2,), 4, at=99.0), 3: _record(3, (2,), 5, at=100.0)})
+    back = FakeZk({1: _record(1, (2,), 4, at=130.0), 3: _record(3, (2,), 5, at=130.0)})
+    assert two_owners(_times(before, handed, back)) == []
+    assert stale_owners(_times(before, handed, back)) == [
+        {"operator": "sum_delays", "group": 2, "task": 1, "epoch": 4, "newer": 3,
+         "seconds": 30.0}
+    ]  # fmt: skip
+    # A dead owner's znode outlives it (same publish time): not stale; nor is a live
+    # old owner whose next heartbeat, 2 s later, has let the group go.
+    gone = FakeZk({1: _record(1, (2,), 4, at=99.0), 3: _record(3, (2,), 5, at=104.0)})
+    tick = FakeZk({1: _record(1, (2,), 4, at=102.0), 3: _record(3, (2,), 5, at=102.0)})
+    assert stale_owners(_times(before, handed, gone)) == []
+    assert stale_owners(_times(before, handed, tick)) == []
