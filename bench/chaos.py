@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import ROOT, commit
+from chaos_table import markdown, scenario_rows
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the crash drivers live with the tests
 
@@ -122,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=150_000, help="flights rows per run")
     parser.add_argument("--rate", type=float, default=1500.0, help="flights rows/s (1500)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--until", help="start no run after this UTC time, HH:MM (the cluster slot is shared)"
+    )
     args = parser.parse_args(argv)
     scenarios = _scenarios(args.limit, args.rate)
     chosen = args.scenarios or list(scenarios)
@@ -151,57 +155,50 @@ def main(argv: list[str] | None = None) -> int:
     supervisors = LocalSupervisors(cfg, slots=6)
     runs: list[dict] = []
     try:
-        for name in chosen:
-            for i in range(args.runs):
-                driver = scenarios[name]()
-                began = time.monotonic()
-                sampler = OwnerSampler(f"127.0.0.1:{cfg.zookeeper_port}", driver)
-                sampler.start()
-                try:
-                    outcome = run_topology(cfg, "cluster", driver, timeout=900)
-                    ok, output_dir, error = outcome.ok, outcome.facts["output_dir"], None
-                except Exception as exc:  # a run that never completes is a result too
-                    ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
-                finally:
-                    sampler.stop()
-                    _restart(supervisors, getattr(driver, "killed", []))
-                record: dict[str, Any] = {
-                    "commit": measured, "scenario": name, "run": i, "ok": ok,
-                    "seconds": round(time.monotonic() - began, 1), "error": error,
-                    "owners": sampler.summary(),
-                    "faults": None if error else {k: outcome.facts.get(k) for k in FAULT_FACTS},
-                }  # fmt: skip
-                if output_dir is not None:
-                    result = read_results(output_dir)
-                    for role, want, count in (
-                        ("op2", reference.delay, lambda t: t[1]),
-                        ("op3", reference.air, lambda t: t[1] + t[2]),
-                    ):
-                        checked, lost, twice = balance(result.totals(role), want, count)
-                        record[role] = {"checked": checked, "lost": lost, "twice": twice}
-                runs.append(record)
-                with out.open("a") as fh:
-                    fh.write(json.dumps(record) + "\n")
-                print(json.dumps(record), flush=True)
+        # Round by round, so a run cut short by --until has every scenario at least once.
+        for i, name in ((i, name) for i in range(args.runs) for name in chosen):
+            if args.until and time.strftime("%H:%M", time.gmtime()) >= args.until:
+                print(f"{args.until} UTC: no further runs", flush=True)
+                break
+            driver = scenarios[name]()
+            began = time.monotonic()
+            sampler = OwnerSampler(f"127.0.0.1:{cfg.zookeeper_port}", driver)
+            sampler.start()
+            try:
+                outcome = run_topology(cfg, "cluster", driver, timeout=900)
+                ok, output_dir, error = outcome.ok, outcome.facts["output_dir"], None
+            except Exception as exc:  # a run that never completes is a result too
+                ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
+            finally:
+                sampler.stop()
+                _restart(supervisors, getattr(driver, "killed", []))
+            record: dict[str, Any] = {
+                "commit": measured, "scenario": name, "run": i, "ok": ok,
+                "seconds": round(time.monotonic() - began, 1), "error": error,
+                "owners": sampler.summary(),
+                "faults": None if error else {k: outcome.facts.get(k) for k in FAULT_FACTS},
+            }  # fmt: skip
+            if output_dir is not None:
+                result = read_results(output_dir)
+                for role, want, count in (
+                    ("op2", reference.delay, lambda t: t[1]),
+                    ("op3", reference.air, lambda t: t[1] + t[2]),
+                ):
+                    checked, lost, twice = balance(result.totals(role), want, count)
+                    record[role] = {"checked": checked, "lost": lost, "twice": twice}
+            runs.append(record)
+            with out.open("a") as fh:
+                fh.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
     finally:
         down(cfg, wipe=True)
 
-    header = ("scenario", "runs", "ok", "tuples checked", "lost", "twice", "two owners", "stale")
-    print("\n{:<12} {:>4} {:>3} {:>15} {:>5} {:>6} {:>10} {:>5}".format(*header))
-    bad = False
-    for name in chosen:
-        rs = [r for r in runs if r["scenario"] == name]
-        checked = sum(r[role]["checked"] for r in rs for role in ("op2", "op3") if role in r)
-        lost = sum(r[role]["lost"] for r in rs for role in ("op2", "op3") if role in r)
-        twice = sum(r[role]["twice"] for r in rs for role in ("op2", "op3") if role in r)
-        ok = sum(r["ok"] for r in rs)
-        split = sum(len(r["owners"]["two_owners"]) for r in rs)
-        stale = sum(len(r["owners"]["stale_owners"]) for r in rs)
-        bad |= ok < len(rs) or lost > 0 or twice > 0 or split > 0 or stale > 0
-        print(
-            f"{name:<12} {len(rs):>4} {ok:>3} {checked:>15,} {lost:>5} {twice:>6} {split:>10} "
-            f"{stale:>5}"
-        )
+    rows = scenario_rows(runs)
+    print("\n" + markdown(rows))
+    bad = any(
+        r["ok"] < r["runs"] or r["lost"] or r["twice"] or r["two_owners"] or r["stale"]
+        for r in rows
+    )
     print(f"raw: {out}")
     return 1 if bad else 0
 
