@@ -16,8 +16,9 @@ a worker of its own:
   supervisor; the killed ones are started again after the run);
 * ``zk-stop``: kill -9 of one supervisor, then the project's ZooKeeper stopped right
   away and started again 10 s later (``bench/chaos_drivers.py``);
-* ``freeze-30``: one supervisor's process group stopped (SIGSTOP) for 30 s, then
-  continued: a stand-in for a network cut, see ``FrozenSupervisorDriver``.
+* ``freeze-30`` / ``freeze-10``: one supervisor's process group stopped (SIGSTOP) for
+  30 or 10 s, then continued: a stand-in for a network cut, see
+  ``FrozenSupervisorDriver``.
 
     .venv/bin/python bench/chaos.py --runs 3
 
@@ -80,6 +81,9 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
         "sup-3": lambda: lose(SupervisorLossDriver, lose=3),
         "zk-stop": lambda: lose(ZooKeeperOutageDriver, outage=10.0),
         "freeze-30": lambda: lose(FrozenSupervisorDriver, cut=30.0),
+        # Longer than a session (4 s), shorter than Storm's ShellBolt timeout (30 s): the
+        # thawed tasks must stop themselves on their fences; after 30 s Storm kills them.
+        "freeze-10": lambda: lose(FrozenSupervisorDriver, cut=10.0),
     }
 
 
