@@ -10,15 +10,27 @@ a worker of its own:
   restores its groups);
 * ``lose-1`` / ``lose-2``: kill -9 of one or two op2 workers at once (declared lost
   from ZooKeeper, restored on the checkpoint holders before Storm restarts them);
-* ``spout`` / ``op1``: kill -9 of the spout's or op1's worker (recovery by replay).
+* ``spout`` / ``op1``: kill -9 of the spout's or op1's worker (recovery by replay);
+* ``sup-1`` / ``sup-2`` / ``sup-3``: kill -9 of one, two or three supervisors at once
+  with their workers (``SupervisorLossDriver``, elastic scheduler, one op2 task per
+  supervisor; the killed ones are started again after the run);
+* ``zk-stop``: kill -9 of one supervisor, then the project's ZooKeeper stopped right
+  away and started again 10 s later (``bench/chaos_drivers.py``);
+* ``freeze-30`` / ``freeze-10``: one supervisor's process group stopped (SIGSTOP) for
+  30 or 10 s, then continued: a stand-in for a network cut, see
+  ``FrozenSupervisorDriver``.
 
     .venv/bin/python bench/chaos.py --runs 3
 
 For every run it counts, per (plane, year), the flights in op2's and op3's final
-totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra.
-Prints one line per run and a table per scenario; writes every run to ``--out``
-(JSON lines, default ``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run
-lost or duplicated a tuple or failed its checks.
+totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra. During
+every run ``OwnerSampler`` (``bench/owners.py``) reads the keyed tasks' heartbeats 5
+times a second and records any key group claimed by two tasks at one routing epoch
+(``two_owners``), and any old owner still claiming a group 5 s after another task took
+it at a newer epoch (``stale_owners``). Prints one line per run and a table per
+scenario; writes every run to ``--out`` (JSON lines, default
+``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run lost or duplicated a
+tuple, saw two or stale owners, or failed its checks.
 """
 
 from __future__ import annotations
@@ -33,31 +45,58 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import ROOT, commit
+from chaos_table import markdown, scenario_rows
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the crash drivers live with the tests
 
 
 def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
-    from crash_driver import ElasticCrashDriver, NodeLossDriver, UpstreamKillDriver
+    from chaos_drivers import FrozenSupervisorDriver, ZooKeeperOutageDriver
+    from crash_driver import (
+        ElasticCrashDriver,
+        NodeLossDriver,
+        SupervisorLossDriver,
+        UpstreamKillDriver,
+    )
 
     def crash(victim: str):
         driver = ElasticCrashDriver(limit=limit, victim=victim, max_rate=rate)
         driver.migration_timeout = 180.0
         return driver
 
-    def lose(n: int):
-        driver = NodeLossDriver(limit=limit, lose=n, max_rate=rate)
+    def lose(kind: type = NodeLossDriver, **kwargs: Any):
+        driver = kind(limit=limit, max_rate=rate, **kwargs)
         driver.migration_timeout = 120.0
         return driver
 
     return {
         "cpal-source": lambda: crash("source"),
         "cpal-target": lambda: crash("target"),
-        "lose-1": lambda: lose(1),
-        "lose-2": lambda: lose(2),
+        "lose-1": lambda: lose(lose=1),
+        "lose-2": lambda: lose(lose=2),
         "spout": lambda: UpstreamKillDriver(limit=limit, victim="spout", max_rate=rate),
         "op1": lambda: UpstreamKillDriver(limit=limit, victim="op1", max_rate=rate),
+        "sup-1": lambda: lose(SupervisorLossDriver, lose=1),
+        "sup-2": lambda: lose(SupervisorLossDriver, lose=2),
+        "sup-3": lambda: lose(SupervisorLossDriver, lose=3),
+        "zk-stop": lambda: lose(ZooKeeperOutageDriver, outage=10.0),
+        "freeze-30": lambda: lose(FrozenSupervisorDriver, cut=30.0),
+        # Longer than a session (4 s), shorter than Storm's ShellBolt timeout (30 s): the
+        # thawed tasks must stop themselves on their fences; after 30 s Storm kills them.
+        "freeze-10": lambda: lose(FrozenSupervisorDriver, cut=10.0),
     }
+
+
+#: What a run's outcome says about its faults (kills, losses and their timings, outages).
+FAULT_FACTS = ("kills", "losses", "outages", "frozen")
+
+
+def _restart(supervisors, killed: list[str]) -> None:
+    """Start the supervisors a run killed again, so the next run has all of them."""
+    for name in killed:
+        supervisors.stop(name)  # its pid file
+    if killed:
+        supervisors.start(killed, timeout=120)
 
 
 def balance(
@@ -88,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=150_000, help="flights rows per run")
     parser.add_argument("--rate", type=float, default=1500.0, help="flights rows/s (1500)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--until", help="start no run after this UTC time, HH:MM (the cluster slot is shared)"
+    )
     args = parser.parse_args(argv)
     scenarios = _scenarios(args.limit, args.rate)
     chosen = args.scenarios or list(scenarios)
@@ -95,61 +137,72 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.runs < 1:
         parser.error(f"unknown scenarios {unknown}; known: {sorted(scenarios)}; --runs >= 1")
 
+    from owners import OwnerSampler
+
     from elastorm.examples.flights_reference import compute_reference
     from elastorm.runtime.cluster import down, up
     from elastorm.runtime.config import load_config
     from elastorm.runtime.flights_results import read_results
+    from elastorm.runtime.provision import LocalSupervisors
     from elastorm.runtime.run import run_topology
 
     os.environ["ELASTORM_PARALLELISM"] = "1"  # one worker per executor costs a JVM each
-    os.environ["ELASTORM_KEYED_TASKS"] = "4"  # lose-2 needs two survivors holding copies
-    out = args.out or ROOT / "docs" / "raw" / f"chaos_{commit()}.jsonl"
+    # lose-2 needs two survivors holding copies; sup-3 a node beside the three it kills
+    os.environ["ELASTORM_KEYED_TASKS"] = "4"
+    measured = commit()  # once: commits made while the harness runs are not measured
+    out = args.out or ROOT / "docs" / "raw" / f"chaos_{measured}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     reference = compute_reference(limit=args.limit)
     cfg = load_config()
     down(cfg, wipe=True)
-    up(cfg, supervisors=2, slots=7)
+    up(cfg, supervisors=4, slots=6)  # the elastic scheduler binds one op2 task to each
+    supervisors = LocalSupervisors(cfg, slots=6)
     runs: list[dict] = []
     try:
-        for name in chosen:
-            for i in range(args.runs):
-                driver = scenarios[name]()
-                began = time.monotonic()
-                try:
-                    outcome = run_topology(cfg, "cluster", driver, timeout=900)
-                    ok, output_dir, error = outcome.ok, outcome.facts["output_dir"], None
-                except Exception as exc:  # a run that never completes is a result too
-                    ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
-                record: dict[str, Any] = {
-                    "commit": commit(), "scenario": name, "run": i, "ok": ok,
-                    "seconds": round(time.monotonic() - began, 1), "error": error,
-                }  # fmt: skip
-                if output_dir is not None:
-                    result = read_results(output_dir)
-                    for role, want, count in (
-                        ("op2", reference.delay, lambda t: t[1]),
-                        ("op3", reference.air, lambda t: t[1] + t[2]),
-                    ):
-                        checked, lost, twice = balance(result.totals(role), want, count)
-                        record[role] = {"checked": checked, "lost": lost, "twice": twice}
-                runs.append(record)
-                with out.open("a") as fh:
-                    fh.write(json.dumps(record) + "\n")
-                print(json.dumps(record), flush=True)
+        # Round by round, so a run cut short by --until has every scenario at least once.
+        for i, name in ((i, name) for i in range(args.runs) for name in chosen):
+            if args.until and time.strftime("%H:%M", time.gmtime()) >= args.until:
+                print(f"{args.until} UTC: no further runs", flush=True)
+                break
+            driver = scenarios[name]()
+            began = time.monotonic()
+            sampler = OwnerSampler(f"127.0.0.1:{cfg.zookeeper_port}", driver)
+            sampler.start()
+            try:
+                outcome = run_topology(cfg, "cluster", driver, timeout=900)
+                ok, output_dir, error = outcome.ok, outcome.facts["output_dir"], None
+            except Exception as exc:  # a run that never completes is a result too
+                ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
+            finally:
+                sampler.stop()
+                _restart(supervisors, getattr(driver, "killed", []))
+            record: dict[str, Any] = {
+                "commit": measured, "scenario": name, "run": i, "ok": ok,
+                "seconds": round(time.monotonic() - began, 1), "error": error,
+                "owners": sampler.summary(),
+                "faults": None if error else {k: outcome.facts.get(k) for k in FAULT_FACTS},
+            }  # fmt: skip
+            if output_dir is not None:
+                result = read_results(output_dir)
+                for role, want, count in (
+                    ("op2", reference.delay, lambda t: t[1]),
+                    ("op3", reference.air, lambda t: t[1] + t[2]),
+                ):
+                    checked, lost, twice = balance(result.totals(role), want, count)
+                    record[role] = {"checked": checked, "lost": lost, "twice": twice}
+            runs.append(record)
+            with out.open("a") as fh:
+                fh.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
     finally:
         down(cfg, wipe=True)
 
-    header = ("scenario", "runs", "ok", "tuples checked", "lost", "twice")
-    print("\n{:<12} {:>4} {:>3} {:>15} {:>5} {:>6}".format(*header))
-    bad = False
-    for name in chosen:
-        rs = [r for r in runs if r["scenario"] == name]
-        checked = sum(r[role]["checked"] for r in rs for role in ("op2", "op3") if role in r)
-        lost = sum(r[role]["lost"] for r in rs for role in ("op2", "op3") if role in r)
-        twice = sum(r[role]["twice"] for r in rs for role in ("op2", "op3") if role in r)
-        ok = sum(r["ok"] for r in rs)
-        bad |= ok < len(rs) or lost > 0 or twice > 0
-        print(f"{name:<12} {len(rs):>4} {ok:>3} {checked:>15,} {lost:>5} {twice:>6}")
+    rows = scenario_rows(runs)
+    print("\n" + markdown(rows))
+    bad = any(
+        r["ok"] < r["runs"] or r["lost"] or r["twice"] or r["two_owners"] or r["stale"]
+        for r in rows
+    )
     print(f"raw: {out}")
     return 1 if bad else 0
 

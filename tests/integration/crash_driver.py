@@ -488,14 +488,21 @@ class SupervisorLossDriver(NodeLossDriver):
         return sorted(set(owners))[1:]  # node0 runs everything else
 
     def _kill(self, victims: list[int]) -> list[int]:
+        groups = self._process_groups(victims)
+        names = [_daemon_name(g) for g in groups]
+        for group in groups:
+            os.killpg(group, 9)
+        self.killed += names
+        return groups
+
+    def _process_groups(self, victims: list[int]) -> list[int]:
+        """The process groups of the supervisors running ``victims`` (each launched by
+        a supervisor of its own, never node0's)."""
         keep = os.getpgid(self._pid_of("sum_delays", min(self._all_tasks())))
         groups = sorted({os.getpgid(self._pid_of("sum_delays", t)) for t in victims})
         names = [_daemon_name(g) for g in groups]
         if keep in groups or not all(n.startswith("supervisor-") for n in names):
             raise UserError(f"tasks {victims} do not run on supervisors of their own: {names}")
-        for group in groups:
-            os.killpg(group, 9)
-        self.killed += names
         return groups
 
     def _all_tasks(self) -> list[int]:

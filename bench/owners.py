@@ -1,0 +1,185 @@
+"""The chaos harness's split-brain check: did any key group ever have two owners at one
+routing epoch?
+
+While a run goes on, ``OwnerSampler`` reads every live keyed task's heartbeat
+(``tasks/<task-id>`` in ZooKeeper) several times a second. A heartbeat says which key
+groups the task owns outright (its coordinator's ``ACTIVE`` groups, i.e. the groups it
+is applying tuples of) and the newest routing epoch the task has seen, both taken at
+the same moment (``ElasticBolt.measure``). Each (task, operator, group, epoch) seen is
+a ``Claim``. ``two_owners`` then finds every (operator, group, epoch) claimed by more
+than one task: the design promises one owner per key group per routing epoch
+(docs/failures.md, "Fencing"), so the harness's target is none, ever.
+
+Claims at different epochs (an old owner's last heartbeat, a new owner's first) are a
+handover, not two owners. But a task that was cut off and came back unfenced would
+claim its old groups at its old epoch for as long as it runs, beside their new owner:
+``stale_owners`` finds a claim still published ``grace`` s after another task first
+claimed the same group at a newer epoch. Times are the heartbeats' own publish times,
+so a dead task's last znode (kept until its session ends) does not count as claiming
+on. A task cut off from ZooKeeper cannot publish, so what it applies meanwhile is not
+seen here (the totals check covers it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """Task ``task`` said it owned ``group`` of ``operator`` with routing ``epoch``."""
+
+    task: int
+    operator: str
+    group: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        if min(self.task, self.group, self.epoch) < 0:
+            raise ValueError(f"task, group and epoch must be >= 0: {self}")
+
+
+#: Seconds a live old owner may go on publishing a group after its handover: its next
+#: tick measures a new heartbeat, and ticks queue behind data tuples on a busy machine.
+GRACE = 5.0
+
+
+def stale_owners(seen: Mapping[Claim, tuple[float, float]], grace: float = GRACE) -> list[dict]:
+    """Every claim of a group published more than ``grace`` s after another task first
+    claimed it at a newer epoch; ``seen`` maps each claim to the first and last publish
+    times (wall clock) it was seen with.
+
+    >>> old = Claim(task=1, operator="op", group=3, epoch=5)
+    >>> new = Claim(task=2, operator="op", group=3, epoch=6)
+    >>> stale_owners({old: (0.0, 11.0), new: (10.0, 30.0)})
+    []
+    >>> stale_owners({old: (0.0, 16.0), new: (10.0, 30.0)})
+    [{'operator': 'op', 'group': 3, 'task': 1, 'epoch': 5, 'newer': 2, 'seconds': 6.0}]
+    """
+    out = []
+    for old, (_, last) in sorted(seen.items(), key=lambda kv: _order(kv[0])):
+        for new, (first, _) in sorted(seen.items(), key=lambda kv: _order(kv[0])):
+            if (new.operator, new.group) != (old.operator, old.group) or new.task == old.task:
+                continue
+            if new.epoch > old.epoch and last - first > grace:
+                out.append(
+                    {"operator": old.operator, "group": old.group, "task": old.task,
+                     "epoch": old.epoch, "newer": new.task, "seconds": round(last - first, 2)}
+                )  # fmt: skip
+                break
+    return out
+
+
+def _order(c: Claim) -> tuple:
+    """Sort key: by operator, group, epoch, task (deterministic output)."""
+    return (c.operator, c.group, c.epoch, c.task)
+
+
+def two_owners(claims: Iterable[Claim]) -> list[dict]:
+    """Every ``(operator, group, epoch)`` claimed by two tasks or more, sorted.
+
+    >>> two_owners([Claim(task=1, operator="op", group=3, epoch=5),
+    ...             Claim(task=2, operator="op", group=3, epoch=6)])
+    []
+    >>> two_owners([Claim(task=1, operator="op", group=3, epoch=5),
+    ...             Claim(task=2, operator="op", group=3, epoch=5)])
+    [{'operator': 'op', 'group': 3, 'epoch': 5, 'tasks': [1, 2]}]
+    """
+    owners: dict[tuple[str, int, int], set[int]] = {}
+    for c in claims:
+        owners.setdefault((c.operator, c.group, c.epoch), set()).add(c.task)
+    return [
+        {"operator": op, "group": g, "epoch": e, "tasks": sorted(tasks)}
+        for (op, g, e), tasks in sorted(owners.items())
+        if len(tasks) > 1
+    ]
+
+
+class OwnerSampler:
+    """Samples the keyed tasks' heartbeats of one topology every ``every`` s on a
+    thread of its own, from ``start()`` until ``stop()``; ``summary()`` reports them.
+
+    ``driver.topology`` names the topology once the run has submitted it (empty
+    before). A ZooKeeper outage (the ``zk-stop`` scenario) only costs samples:
+    they are counted as ``failed``.
+    """
+
+    def __init__(self, hosts: str, driver: Any, every: float = 0.2) -> None:
+        self.hosts, self.driver, self.every = hosts, driver, every
+        self.claims: dict[Claim, tuple[float, float]] = {}
+        self.samples = self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="owner-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def summary(self) -> dict:
+        """What the run's record keeps: samples, claims seen, and the two-owner cases."""
+        return {
+            "samples": self.samples,
+            "failed_samples": self.failed,
+            "claims": len(self.claims),
+            "two_owners": two_owners(self.claims),
+            "stale_owners": stale_owners(self.claims),
+        }
+
+    def _run(self) -> None:
+        from elastorm.zk.client import make_client
+        from elastorm.zk.layout import ZkSettings
+
+        client = make_client(ZkSettings(hosts=self.hosts))
+        client.start_async()  # connects (and reconnects) in the background
+        try:
+            while not self._stop.wait(self.every):
+                name = self.driver.topology
+                if not name or not client.connected:
+                    self.failed += bool(name)
+                    continue
+                try:
+                    for claim, at in _claims(client, name):
+                        first, last = self.claims.get(claim, (at, at))
+                        self.claims[claim] = (min(first, at), max(last, at))
+                    self.samples += 1
+                except Exception:  # ZooKeeper went away mid-sample: a lost sample
+                    self.failed += 1
+        finally:
+            client.stop()
+            client.close()
+
+
+def _claims(client, topology: str) -> Iterable[tuple[Claim, float]]:
+    """The claims in the live tasks' heartbeats now, each with the time its heartbeat
+    was published (a task that left meanwhile is skipped; a malformed znode raises,
+    which the caller counts as a failed sample)."""
+    from kazoo.exceptions import NoNodeError
+
+    from elastorm.zk.codec import decode_task
+    from elastorm.zk.layout import ZnodeLayout
+
+    layout = ZnodeLayout(topology)
+    try:
+        children = client.get_children(layout.tasks)
+    except NoNodeError:
+        return
+    for child in children:
+        try:
+            data, _ = client.get(f"{layout.tasks}/{child}")
+        except NoNodeError:
+            continue
+        record = decode_task(data)
+        for g in record.heartbeat.key_groups:
+            claim = Claim(
+                task=record.task_id,
+                operator=record.identity.operator,
+                group=g,
+                epoch=record.heartbeat.epoch,
+            )
+            yield claim, record.time
