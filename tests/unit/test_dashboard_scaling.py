@@ -215,3 +215,23 @@ def test_the_rescale_progress_round_trips_and_old_znodes_read_as_nothing_drainin
     assert decode_rescale(p.encode()) == p
     assert decode_rescale(b'{"joining": [], "pending": 0, "want": null}') == RescaleProgress()
     assert decode_rescale(None) == RescaleProgress()
+
+
+def test_a_node_a_drain_request_names_reads_as_draining_before_the_controller_publishes():
+    """The drain request writes ``scheduler/nodes`` before it answers; the controller's
+    progress comes on its next rescale round, and a small node can be emptied and
+    released before the dashboard reads that: the node set alone says draining."""
+    from elastorm.controller.scaling import encode_node_set
+    from elastorm.zk.reader import CountingReads, read_scaling
+
+    zk = _zk()
+    assert read_scaling(CountingReads(zk), LAYOUT)[1].draining == ()
+    requested = NodeSet(wanted=("supervisor-0", "supervisor-1"), draining=("supervisor-1",))
+    zk.create(LAYOUT.scheduler_nodes, encode_node_set(requested))
+    binding, rescale = read_scaling(CountingReads(zk), LAYOUT)
+    assert binding == BOUND and rescale.draining == ("supervisor-1",)
+    view = build_view(snap(T0, TASKS, st=ST, binding=binding, rescale=rescale), Tracker())
+    assert _node(view, "node1")["state"] == "draining"
+    published = RescaleProgress(draining=("supervisor-0",), pending=2)
+    zk.create(LAYOUT.rescale, published.encode())
+    assert read_scaling(CountingReads(zk), LAYOUT)[1].draining == ("supervisor-0", "supervisor-1")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -22,9 +22,11 @@ from elastorm.controller.model import Allocation
 from elastorm.controller.requests import MigrationRequest, RequestError, decode_request
 from elastorm.controller.scaling import (
     Binding,
+    NodeSet,
     RescaleProgress,
     ScalingError,
     decode_binding,
+    decode_node_set,
     decode_rescale,
 )
 from elastorm.core.routing import RoutingTable
@@ -140,11 +142,17 @@ def read_routing_tables(reader: CountingReads, layout: ZnodeLayout) -> dict[str,
 def read_scaling(reader: CountingReads, layout: ZnodeLayout) -> tuple[Binding, RescaleProgress]:
     """The elastic scheduler's binding (logical node -> named node) and the controller's
     rescale progress (joining and draining nodes); empty where nothing was published (a
-    topology not scheduled elastically) or a znode does not decode (logged)."""
+    topology not scheduled elastically) or a znode does not decode (logged).
+
+    A node drains from the moment a drain request names it in ``scheduler/nodes``
+    until the controller releases it there, so those count as draining too: the
+    controller publishes its progress on its rescale rounds, and a small node can be
+    emptied and released between two of the dashboard's reads."""
     out: list = []
     for path, decode, empty in (
         (layout.scheduler_placement, decode_binding, Binding()),
         (layout.rescale, decode_rescale, RescaleProgress()),
+        (layout.scheduler_nodes, decode_node_set, NodeSet()),
     ):
         try:
             out.append(decode(reader.get(path)))
@@ -153,7 +161,9 @@ def read_scaling(reader: CountingReads, layout: ZnodeLayout) -> tuple[Binding, R
         except ScalingError as exc:
             log.warning("%s unreadable: %s", path, exc)
             out.append(empty)
-    return out[0], out[1]
+    binding, rescale, nodes = out
+    draining = tuple(sorted(set(rescale.draining) | set(nodes.draining)))
+    return binding, replace(rescale, draining=draining)
 
 
 def read_checkpoint_allocation(reader: CountingReads, layout: ZnodeLayout) -> Allocation | None:
