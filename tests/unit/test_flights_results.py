@@ -50,6 +50,18 @@ def test_complete_run_passes(run):
     assert result.totals("op2") == {("N1", 2013): (7, 2), ("N2", 2013): (-1, 1)}
 
 
+def test_a_total_left_tentative_holds_completion_and_fails_the_comparison(run):
+    """A total the sink holds from a tentative update (made while state recovered, Su
+    & Zhou 2016) and never rectified: the keyed run is not complete, and a comparison
+    of such a run fails even when the value happens to be right."""
+    out, reference = run
+    _edit_sink(out, lambda d: d.setdefault("tentative", {}).update({"op2": ["N1"]}))
+    result = read_results(str(out))
+    assert "sink holds 1 tentative op2 totals" in completeness(result, frozenset({"op2"}))
+    [failed] = compare(result, reference).failed()
+    assert failed.name == "no total left tentative at the sink"
+
+
 def test_compare_catches_a_wrong_total(run):
     out, reference = run
     _edit_sink(out, lambda d: d["totals"]["op2"]["N1"].update({"2013": [8, 2]}))
