@@ -234,7 +234,12 @@ class NodeLossDriver(ElasticCrashDriver):
                 if progress is not None:
                     seen["progress"] = progress
             if now > self.migration_timeout:
-                raise UserError(f"tasks {victims}: not restored and applying after the kill")
+                raise UserError(
+                    f"tasks {victims}: not restored and applying after the kill (reached "
+                    f"{seen or 'nothing'}; groups {owned}: owners "
+                    f"{[status['owners'][g] for g in owned]}, moving "
+                    f"{sorted(set(status['moving']) & set(owned))}, lost {status.get('lost')})"
+                )
             time.sleep(0.05)
         if len(self.losses) + 1 < self.scripted:  # another round follows: let them come back
             while set(victims) & set(status.get("lost", ())):

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
 from elastorm.controller.model import Allocation, KeyGroupId
 from elastorm.controller.runtime import ControllerRuntime, holders_allocation, resume
-from elastorm.core.actions import Send
+from elastorm.core.actions import CheckpointStored, Send
 from elastorm.core.control import MigrationController
 from elastorm.core.messages import Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
@@ -71,6 +71,42 @@ def test_resume_takes_the_replicas_as_their_groups_holders() -> None:
     assert other["op"].replicas == {}
 
 
+def test_a_resumed_controller_issues_past_every_epoch_its_predecessor_issued() -> None:
+    """Starting a replica bumps the epoch without changing an owner. The emitters then
+    ignore any command of that group at or below it; a restarted controller that took
+    only the routing table's epoch (4) restored a lost group at 5 and the restore never
+    started (a stall seen on Storm after a controller restart)."""
+    saved = Decisions(
+        routing=decisions().routing, checkpoints=None, issued=MappingProxyType({"op": 9})
+    )
+    cs = controls()
+    resume(cs, saved, Placement(TASKS))
+    c = cs["op"]
+    assert c.routing.epoch == 4 and c.epoch == 9
+    crash = c.recover([7], restores={0: 5, 1: 5}, holders={}, now=1.0)
+    epochs = {s.message.key_group: s.message.epoch for s in crash.sends}
+    assert epochs == {0: 10, 1: 11}
+    # A znode written before ``issued`` existed: the table's epoch, as before.
+    older = controls()
+    resume(older, decisions(), Placement(TASKS))
+    assert older["op"].epoch == 4
+
+
+def test_the_runtime_persists_the_highest_epoch_issued_before_it_sends() -> None:
+    cs = controls()
+    loop = ControllerLoop(
+        controls=cs, placement=Placement(TASKS), settings=LoopSettings(), started_at=0.0
+    )
+    store = FakeStore()
+    store.state = StoreStatus.ONLINE
+    rt = runtime(loop, store)
+    assert rt.ready(1.0) and cs["op"].epoch == 4
+    c = cs["op"]
+    c.on_checkpoint_stored(5, CheckpointStored(key_group=0, checkpoint=(0, 1)))  # its holder
+    sends = c.replicate(0, 5, now=1.0)
+    assert rt.order(sends) == sends and store.issued == 5 and c.routing.epoch == 4
+
+
 class FakeStore:
     def __init__(self) -> None:
         self.state = StoreStatus.STANDBY
@@ -91,10 +127,11 @@ class FakeStore:
     def decisions(self) -> Decisions:
         return decisions()
 
-    def set_routing(self, op, table) -> None:
+    def set_routing(self, op, table, issued=None) -> None:
         if self.state is not StoreStatus.ONLINE:
             raise StoreError("not loaded")
         self.written.append((op, table.epoch))
+        self.issued = issued
 
     def set_checkpoints(self, allocation) -> None:
         self.written.append("checkpoints")

@@ -18,6 +18,7 @@ from elastorm.zk.codec import (
     ZnodeSchemaError,
     ZnodeTooLargeError,
     decode_checkpoints,
+    decode_issued,
     decode_leader,
     decode_replicas,
     decode_routing,
@@ -183,6 +184,20 @@ def test_routing_round_trips_with_epoch() -> None:
         decode_routing(_edit(encode_routing("d", table, controller="c"), epoch=-1))
     with pytest.raises(ZnodeSchemaError):
         decode_routing(_edit(encode_routing("d", table, controller="c"), owners=[]))
+
+
+def test_routing_carries_the_highest_epoch_issued() -> None:
+    """A replica's start bumps the epoch past the table's; the znode keeps it (never
+    below the table's own epoch, and a znode without the field reads as its epoch)."""
+    table = RoutingTable(epoch=4, owners=(3, 3, 9))
+    assert decode_issued(encode_routing("d", table, controller="c", issued=11)) == 11
+    assert decode_issued(encode_routing("d", table, controller="c", issued=2)) == 4
+    assert decode_issued(encode_routing("d", table, controller="c")) == 4
+    old = json.loads(encode_routing("d", table, controller="c"))
+    del old["issued"]
+    assert decode_issued(json.dumps(old).encode()) == 4
+    with pytest.raises(ZnodeSchemaError, match="issued"):
+        decode_issued(_edit(encode_routing("d", table, controller="c"), issued="x"))
 
 
 def test_checkpoints_round_trip_and_refuse_constraint_1_breaks() -> None:

@@ -53,7 +53,10 @@ def resume(
     persisted.
 
     A routing table is taken only if newer than the start-up one (a fresh topology
-    has none); the holders whenever an allocation was persisted (an allocation
+    has none); the next command's epoch follows the highest one the predecessor
+    issued (a replica's start or drop bumps it past the table's: an emitter that saw
+    it ignores any command at or below it, so a restore issued below it would never
+    start); the holders whenever an allocation was persisted (an allocation
     does not bump the routing epoch); the replicas likewise, each its group's holder
     (so the emitters, which keep feeding them, and this controller agree; without
     them a restarted controller would migrate replicated groups and never promote
@@ -67,6 +70,7 @@ def resume(
             control.routing = table
             control.epoch = table.epoch
             took = True
+        control.epoch = max(control.epoch, decisions.issued.get(op, control.epoch))
         if decisions.checkpoints is not None:
             for g in range(control.num_key_groups):
                 nodes = decisions.checkpoints.holders(KeyGroupId(op, g))
@@ -299,7 +303,7 @@ class ControllerRuntime:
     def _persist(self) -> None:
         try:
             for op, control in self.loop.controls.items():
-                self.store.set_routing(op, control.routing)
+                self.store.set_routing(op, control.routing, issued=control.epoch)
             self.store.set_checkpoints(holders_allocation(self.loop.controls, self.loop.placement))
             replicas = self.loop.replicas()
             self.store.set_replicas(Allocation({kg: (n,) for kg, n in replicas.items()}))

@@ -226,8 +226,13 @@ def decode_task(data: bytes | None) -> TaskRecord:
 # --------------------------------------------------------------------------- routing
 
 
-def encode_routing(operator: str, table: RoutingTable, *, controller: str) -> bytes:
-    """An operator's routing table (key group index -> owning task id) with its epoch."""
+def encode_routing(
+    operator: str, table: RoutingTable, *, controller: str, issued: int | None = None
+) -> bytes:
+    """An operator's routing table (key group index -> owning task id) with its epoch,
+    and ``issued``: the highest epoch the controller has put on a command of this
+    operator (a replica's start or drop bumps it without changing an owner), so a
+    restarted controller never issues an epoch the emitters already saw."""
     check_name(operator, "operator")
     return _dump(
         _head(
@@ -236,6 +241,7 @@ def encode_routing(operator: str, table: RoutingTable, *, controller: str) -> by
             epoch=table.epoch,
             owners=list(table.owners),
             controller=controller,
+            issued=max(table.epoch, table.epoch if issued is None else issued),
         )
     )
 
@@ -250,6 +256,15 @@ def decode_routing(data: bytes | None) -> tuple[str, RoutingTable]:
     except (ValueError, TypeError) as exc:
         raise ZnodeSchemaError(f"{ROUTING}: {exc}") from None
     return operator, table
+
+
+def decode_issued(data: bytes | None) -> int:
+    """Znode bytes of a routing table -> the highest epoch issued (see
+    :func:`encode_routing`; a znode written before the field existed: its epoch)."""
+    o = _load(data, ROUTING)
+    epoch = _int(o.get("epoch"), "routing.epoch")
+    issued = o.get("issued", epoch)
+    return max(epoch, _int(issued, "routing.issued"))
 
 
 # --------------------------------------------------------------------------- checkpoints

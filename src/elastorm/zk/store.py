@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kazoo.client import KazooClient
@@ -45,6 +45,7 @@ from elastorm.zk.codec import (
     LeaderInfo,
     ZnodeSchemaError,
     decode_checkpoints,
+    decode_issued,
     decode_leader,
     decode_replicas,
     decode_routing,
@@ -89,11 +90,13 @@ class StoreEvent:
 class Decisions:
     """The controller's decisions: routing table per operator, checkpoint allocation
     and active replicas (key group -> its replica's node; each ``None`` if never
-    written)."""
+    written), and per operator the highest epoch issued on a command (``issued``:
+    at least its routing epoch)."""
 
     routing: Mapping[str, RoutingTable]
     checkpoints: Allocation | None
     replicas: Allocation | None = None
+    issued: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class StoreError(RuntimeError):
@@ -147,6 +150,7 @@ class ControllerStore(BackgroundLoop):
         self._term_data = encode_term(self._id, incarnation=uuid.uuid4().hex)
         self._loaded = False
         self._routing: dict[str, RoutingTable] = {}
+        self._issued: dict[str, int] = {}
         self._checkpoints: Allocation | None = None
         self._replicas: Allocation | None = None
         self._versions: dict[str, int] = {}  # path -> version in ZooKeeper (absent: no znode)
@@ -172,6 +176,7 @@ class ControllerStore(BackgroundLoop):
                 routing=MappingProxyType(dict(self._routing)),
                 checkpoints=self._checkpoints,
                 replicas=self._replicas,
+                issued=MappingProxyType(dict(self._issued)),
             )
 
     def load(self, timeout: float = 10.0) -> Decisions:
@@ -222,19 +227,23 @@ class ControllerStore(BackgroundLoop):
 
     # -- decisions (write-behind)
 
-    def set_routing(self, operator: str, table: RoutingTable) -> None:
-        """Record ``operator``'s routing table; its epoch must grow."""
+    def set_routing(self, operator: str, table: RoutingTable, issued: int | None = None) -> None:
+        """Record ``operator``'s routing table, and ``issued``, the highest epoch put on
+        a command so far (default: the table's); the table's epoch must grow when the
+        table changes."""
+        issued = table.epoch if issued is None else max(issued, table.epoch)
         with self._lock:
             self._writable()
             old = self._routing.get(operator)
-            if old == table:
+            if old == table and issued <= self._issued.get(operator, table.epoch):
                 return
-            if old is not None and table.epoch <= old.epoch:
+            if old is not None and old != table and table.epoch <= old.epoch:
                 raise StoreError(
                     f"routing of {operator}: epoch {table.epoch} does not grow past {old.epoch}"
                 )
-            data = encode_routing(operator, table, controller=self._id)
+            data = encode_routing(operator, table, controller=self._id, issued=issued)
             self._routing[operator] = table
+            self._issued[operator] = issued
             self._put(self._layout.routing(operator), data)
 
     def set_checkpoints(self, allocation: Allocation) -> None:
@@ -376,7 +385,7 @@ class ControllerStore(BackgroundLoop):
 
     def _load_all(self) -> None:
         lay = self._layout
-        routing, versions = {}, {}
+        routing, issued, versions = {}, {}, {}
         try:
             for name in sorted(self._call(self._client.get_children_async(lay.routing_dir))):
                 data, stat = self._call(self._client.get_async(lay.routing(name)))
@@ -384,6 +393,7 @@ class ControllerStore(BackgroundLoop):
                 if op != name:
                     raise ZnodeSchemaError(f"routing/{name} holds operator {op}")
                 routing[op], versions[lay.routing(name)] = table, stat.version
+                issued[op] = decode_issued(data)
             checkpoints = self._read_optional(lay.checkpoints, decode_checkpoints, versions)
             replicas = self._read_optional(lay.replicas, decode_replicas, versions)
         except ZnodeSchemaError as exc:
@@ -392,6 +402,7 @@ class ControllerStore(BackgroundLoop):
             return
         with self._lock:
             self._routing, self._checkpoints = routing, checkpoints
+            self._issued = issued
             self._replicas = replicas
             self._versions = versions
             self._loaded = True
