@@ -10,6 +10,11 @@ a worker of its own:
   restores its groups);
 * ``lose-1`` / ``lose-2``: kill -9 of one or two op2 workers at once (declared lost
   from ZooKeeper, restored on the checkpoint holders before Storm restarts them);
+  ``lose-1-ctl``: one, with the controller's worker (its successor resumes from
+  ZooKeeper and recovers the task when Storm restarts it);
+* ``replica-2`` / ``replica-2-ctl``: active replicas for every op2 task, two op2
+  workers killed at once (promoted on their replicas), the second with the
+  controller's worker;
 * ``spout`` / ``op1``: kill -9 of the spout's or op1's worker (recovery by replay);
 * ``sup-1`` / ``sup-2`` / ``sup-3``: kill -9 of one, two or three supervisors at once
   with their workers (``SupervisorLossDriver``, elastic scheduler, one op2 task per
@@ -55,6 +60,7 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
     from crash_driver import (
         ElasticCrashDriver,
         NodeLossDriver,
+        ReplicaLossDriver,
         SupervisorLossDriver,
         UpstreamKillDriver,
     )
@@ -66,7 +72,9 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
 
     def lose(kind: type = NodeLossDriver, **kwargs: Any):
         driver = kind(limit=limit, max_rate=rate, **kwargs)
-        driver.migration_timeout = 120.0
+        # With the controller killed too, nothing is restored before Storm restarts its
+        # worker (115 s at load average 70 in one run).
+        driver.migration_timeout = 300.0 if kwargs.get("with_controller") else 120.0
         return driver
 
     return {
@@ -74,6 +82,9 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
         "cpal-target": lambda: crash("target"),
         "lose-1": lambda: lose(lose=1),
         "lose-2": lambda: lose(lose=2),
+        "lose-1-ctl": lambda: lose(lose=1, with_controller=True),
+        "replica-2": lambda: lose(ReplicaLossDriver, lose=2),
+        "replica-2-ctl": lambda: lose(ReplicaLossDriver, lose=2, with_controller=True),
         "spout": lambda: UpstreamKillDriver(limit=limit, victim="spout", max_rate=rate),
         "op1": lambda: UpstreamKillDriver(limit=limit, victim="op1", max_rate=rate),
         "sup-1": lambda: lose(SupervisorLossDriver, lose=1),

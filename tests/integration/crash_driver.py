@@ -186,12 +186,14 @@ class NodeLossDriver(ElasticCrashDriver):
         rounds: int = 1,
         every: float = 0.12,
         first: float = 0.3,
+        with_controller: bool = False,
         **kwargs: Any,
     ) -> None:
         script = tuple((first + i * every, f"lose{lose}") for i in range(rounds))
         ElasticFlightsDriver.__init__(self, limit, script=script, **kwargs)
         self.victim = "node"
         self.lose = lose
+        self.with_controller = with_controller
         self.kills = []
         self.losses: list[dict[str, Any]] = []
 
@@ -266,13 +268,26 @@ class NodeLossDriver(ElasticCrashDriver):
         }
 
     def _kill(self, victims: list[int]) -> list[int]:
-        """kill -9 of each victim's Python process and its worker JVM; the pids killed."""
+        """kill -9 of each victim's Python process and its worker JVM, and with
+        ``with_controller`` the controller's too (the node that hosts it is lost with
+        them: its successor resumes from ZooKeeper); the pids killed."""
         pids = []
         for task in victims:
             pid = self._pid_of("sum_delays", task)
             pids += [_parent(pid), pid]
+        if self.with_controller:
+            from elastorm.zk.codec import decode_leader
+            from elastorm.zk.layout import ZnodeLayout
+
+            data, _ = self._client.get(ZnodeLayout(self.topology).leader)
+            pid = decode_leader(data).pid
+            pids += [_parent(pid), pid]
+        pids = list(dict.fromkeys(pids))  # Storm may have put two in one worker
         for pid in pids:
-            os.kill(pid, 9)
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass  # died with its worker JVM, killed just before
         return pids
 
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:

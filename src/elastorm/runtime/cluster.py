@@ -52,6 +52,15 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
         "topology.worker.max.heap.size.mb": float(cfg.worker_heap_mb),
         "worker.childopts": f"-Xmx{cfg.worker_heap_mb}m -Djava.net.preferIPv4Stack=true",
         "supervisor.worker.start.timeout.secs": 120,
+        # Storm's own liveness timeouts, raised from 30/120/30 s: on this 2-core machine
+        # under load a starting worker took over 120 s and a busy one's heartbeat lagged
+        # 80 s, and Storm then reassigned or restarted healthy workers, packing
+        # executors two to a worker and dropping tuples in transit. elastorm detects a
+        # lost task itself, from its ZooKeeper session and liveness connection, in about
+        # a second (docs/failures.md); a dead worker's process exit is still seen at once.
+        "nimbus.task.timeout.secs": 90,
+        "nimbus.task.launch.secs": 300,
+        "supervisor.worker.timeout.secs": 90,
         "nimbus.monitor.freq.secs": 5,
         "nimbus.supervisor.timeout.secs": 30,
         # Nodes fail on purpose here (tests, experiments): a supervisor whose slots
