@@ -251,7 +251,9 @@ CONTROLLER_CHILD = """
                                                 heartbeat_interval=0.5))
     store.start()
     store.load(10)
-    store.set_routing("op", RoutingTable(epoch=3, owners=(1, 2, 1, 2)), issued=7)
+    store.set_routing(
+        "op", RoutingTable(epoch=3, owners=(1, 2, 1, 2)), issued=7, copies={0: {2: (3, 5)}}
+    )
     store.set_checkpoints(Allocation({KeyGroupId("op", 0): ("n2",)}))
     assert store.flush(10)
     print("ready", flush=True)
@@ -275,6 +277,7 @@ def test_restarted_controller_resumes_its_decisions(settings, layout) -> None:
     assert took < SESSION_TIMEOUT  # took over its predecessor's lead, did not wait it out
     assert decisions.routing == {"op": RoutingTable(epoch=3, owners=(1, 2, 1, 2))}
     assert decisions.issued == {"op": 7}  # a replica's start had bumped it past the table's
+    assert decisions.copies == {"op": {0: {2: (3, 5)}}}  # where group 0's state survives
     assert decisions.checkpoints == Allocation({KeyGroupId("op", 0): ("n2",)})
     with pytest.raises(StoreError, match="epoch"):
         store.set_routing("op", RoutingTable(epoch=3, owners=(2, 2, 2, 2)))

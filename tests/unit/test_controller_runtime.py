@@ -107,6 +107,44 @@ def test_the_runtime_persists_the_highest_epoch_issued_before_it_sends() -> None
     assert rt.order(sends) == sends and store.issued == 5 and c.routing.epoch == 4
 
 
+def test_a_resumed_controller_knows_where_each_groups_newest_checkpoint_survives() -> None:
+    """Seen on Storm: the controller's worker died with task 8; its successor had no
+    checkpoint reports, found no copy of task 8's groups and declared their state lost,
+    though the holder had it. The routing znode now carries the newest copies; a copy
+    counts only if its task's heartbeat still lists the group."""
+    before = controls()["op"]
+    before.on_checkpoint_stored(5, CheckpointStored(key_group=0, checkpoint=(0, 2)))
+    before.on_checkpoint_stored(6, CheckpointStored(key_group=0, checkpoint=(0, 1)))  # older
+    before.on_checkpoint_stored(7, CheckpointStored(key_group=1, checkpoint=(0, 3)))
+    copies = before.newest_copies()
+    assert copies == {0: {5: (0, 2)}, 1: {7: (0, 3)}}
+    saved = Decisions(
+        routing=decisions().routing,  # owners (7, 7, 6)
+        checkpoints=None,
+        copies=MappingProxyType({"op": copies}),
+    )
+    cs = controls()
+    assert resume(cs, saved, Placement(TASKS), holding=lambda t, g: True) == ["op"]
+    c = cs["op"]
+    # group 0's owner 7 dies: its state survives on 5
+    assert c.surviving_copies(0, [7]) == (5,)
+    # group 1's copy was on 7, its owner in the resumed routing: not a copy
+    assert c.surviving_copies(1, [7]) == ()
+    # Task 5 restarted empty meanwhile (its heartbeat lists nothing): no copy, and the
+    # older one on 6 does not pass for the newest.
+    gone = controls()
+    resume(gone, saved, Placement(TASKS), holding=lambda t, g: t != 5)
+    assert gone["op"].surviving_copies(0, [7]) == ()
+    # The runtime persists them with the routing table.
+    store = FakeStore()
+    store.state = StoreStatus.ONLINE
+    loop = ControllerLoop(
+        controls={"op": before}, placement=Placement(TASKS), settings=LoopSettings(), started_at=0
+    )
+    runtime(loop, store).tick(1.0)
+    assert store.copies == copies
+
+
 class FakeStore:
     def __init__(self) -> None:
         self.state = StoreStatus.STANDBY
@@ -127,11 +165,11 @@ class FakeStore:
     def decisions(self) -> Decisions:
         return decisions()
 
-    def set_routing(self, op, table, issued=None) -> None:
+    def set_routing(self, op, table, issued=None, copies=None) -> None:
         if self.state is not StoreStatus.ONLINE:
             raise StoreError("not loaded")
         self.written.append((op, table.epoch))
-        self.issued = issued
+        self.issued, self.copies = issued, copies
 
     def set_checkpoints(self, allocation) -> None:
         self.written.append("checkpoints")

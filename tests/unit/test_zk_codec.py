@@ -18,6 +18,7 @@ from elastorm.zk.codec import (
     ZnodeSchemaError,
     ZnodeTooLargeError,
     decode_checkpoints,
+    decode_copies,
     decode_issued,
     decode_leader,
     decode_replicas,
@@ -198,6 +199,19 @@ def test_routing_carries_the_highest_epoch_issued() -> None:
     assert decode_issued(json.dumps(old).encode()) == 4
     with pytest.raises(ZnodeSchemaError, match="issued"):
         decode_issued(_edit(encode_routing("d", table, controller="c"), issued="x"))
+
+
+def test_routing_carries_where_the_newest_checkpoints_are() -> None:
+    table = RoutingTable(epoch=4, owners=(3, 3, 9))
+    copies = {0: {9: (4, 12)}, 2: {3: (1, 7), 5: (1, 7)}}
+    data = encode_routing("d", table, controller="c", copies=copies)
+    assert decode_copies(data) == copies and decode_routing(data)[1] == table
+    assert decode_copies(encode_routing("d", table, controller="c")) == {}
+    old = json.loads(data)
+    del old["copies"]
+    assert decode_copies(json.dumps(old).encode()) == {}  # written before the field
+    with pytest.raises(ZnodeSchemaError, match="copies"):
+        decode_copies(_edit(data, copies=[[0, 9, 4]]))
 
 
 def test_checkpoints_round_trip_and_refuse_constraint_1_breaks() -> None:

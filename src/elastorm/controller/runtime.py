@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -47,7 +47,10 @@ FLUSH_WAIT = 0.5  # s a tick waits for its decisions to reach ZooKeeper before s
 
 
 def resume(
-    controls: Mapping[str, MigrationController], decisions: Decisions, placement: Placement
+    controls: Mapping[str, MigrationController],
+    decisions: Decisions,
+    placement: Placement,
+    holding: Callable[[int, int], bool] = lambda task, group: False,
 ) -> list[str]:
     """Take over routing tables, holders and active replicas a previous controller
     persisted.
@@ -60,7 +63,10 @@ def resume(
     does not bump the routing epoch); the replicas likewise, each its group's holder
     (so the emitters, which keep feeding them, and this controller agree; without
     them a restarted controller would migrate replicated groups and never promote
-    their replicas). Returns the operators resumed.
+    their replicas); and where each group's newest checkpoint was, for the copies
+    ``holding(task, group)`` confirms (the live tasks' heartbeats), so a group whose
+    owner dies next is restored from it instead of being reported lost. Returns the
+    operators resumed.
     """
     resumed = []
     for op, control in controls.items():
@@ -71,6 +77,7 @@ def resume(
             control.epoch = table.epoch
             took = True
         control.epoch = max(control.epoch, decisions.issued.get(op, control.epoch))
+        took = control.resume_copies(decisions.copies.get(op, {}), holding) > 0 or took
         if decisions.checkpoints is not None:
             for g in range(control.num_key_groups):
                 nodes = decisions.checkpoints.holders(KeyGroupId(op, g))
@@ -279,7 +286,13 @@ class ControllerRuntime:
         if status is not StoreStatus.ONLINE:
             return False
         decisions = self.store.decisions()
-        resumed = resume(self.loop.controls, decisions, self.loop.placement)
+        held = {t: set(r.heartbeat.checkpoints) for t, r in self.watcher.live().items()}
+        resumed = resume(
+            self.loop.controls,
+            decisions,
+            self.loop.placement,
+            holding=lambda task, group: group in held.get(task, ()),
+        )
         if resumed:
             log.warning("controller: resumed routing and holders of %s", resumed)
         if decisions.checkpoints is not None:
@@ -303,7 +316,9 @@ class ControllerRuntime:
     def _persist(self) -> None:
         try:
             for op, control in self.loop.controls.items():
-                self.store.set_routing(op, control.routing, issued=control.epoch)
+                self.store.set_routing(
+                    op, control.routing, issued=control.epoch, copies=control.newest_copies()
+                )
             self.store.set_checkpoints(holders_allocation(self.loop.controls, self.loop.placement))
             replicas = self.loop.replicas()
             self.store.set_replicas(Allocation({kg: (n,) for kg, n in replicas.items()}))

@@ -34,7 +34,7 @@ rules below are written once:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
@@ -203,6 +203,38 @@ class MigrationController:
         """
         newest = self.newest.get(key_group)
         return newest is not None and self.reports[key_group].get(task) == newest
+
+    def newest_copies(self) -> dict[int, dict[int, CheckpointId]]:
+        """Key group -> task -> id, for every task holding its group's newest checkpoint
+        (what a successor needs to know where state survives; persisted with the
+        routing table)."""
+        return {
+            g: {t: cid for t, cid in self.reports[g].items() if self.has_newest(t, g)}
+            for g in range(self.num_key_groups)
+            if g in self.newest
+        }
+
+    def resume_copies(
+        self,
+        copies: Mapping[int, Mapping[int, CheckpointId]],
+        holding: Callable[[int, int], bool],
+    ) -> int:
+        """Take over a predecessor's :meth:`newest_copies`. Each group's newest id is
+        the newest of all of them; a copy counts only if ``holding(task, group)`` says
+        that task still holds one (its heartbeat lists the group: a task restarted
+        empty meanwhile does not), so a lost newest copy never lets an older one pass
+        for it. Returns the copies taken. O(copies)."""
+        taken = 0
+        for g, by_task in copies.items():
+            if not 0 <= g < self.num_key_groups or not by_task:
+                continue
+            known = [self.newest[g]] if g in self.newest else []
+            self.newest[g] = max([*by_task.values(), *known])
+            for task, cid in by_task.items():
+                if task in self.tasks and task != self.owner(g) and holding(task, g):
+                    self.reports[g][task] = cid
+                    taken += 1
+        return taken
 
     def can_migrate(self, key_group: int) -> bool:
         """Neither moving nor replicated (drop a group's replica before moving it)."""

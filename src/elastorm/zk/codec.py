@@ -227,13 +227,23 @@ def decode_task(data: bytes | None) -> TaskRecord:
 
 
 def encode_routing(
-    operator: str, table: RoutingTable, *, controller: str, issued: int | None = None
+    operator: str,
+    table: RoutingTable,
+    *,
+    controller: str,
+    issued: int | None = None,
+    copies: Mapping[int, Mapping[int, tuple[int, int]]] | None = None,
 ) -> bytes:
-    """An operator's routing table (key group index -> owning task id) with its epoch,
-    and ``issued``: the highest epoch the controller has put on a command of this
+    """An operator's routing table (key group index -> owning task id) with its epoch;
+    ``issued``: the highest epoch the controller has put on a command of this
     operator (a replica's start or drop bumps it without changing an owner), so a
-    restarted controller never issues an epoch the emitters already saw."""
+    restarted controller never issues an epoch the emitters already saw; ``copies``:
+    key group -> task -> id of the newest checkpoint the task reported holding, so a
+    restarted controller still knows where each group's state survives. In the same
+    znode as the owners, so the two never disagree."""
     check_name(operator, "operator")
+    copies = copies or {}
+    rows = sorted([g, t, *cid] for g, by_task in copies.items() for t, cid in by_task.items())
     return _dump(
         _head(
             ROUTING,
@@ -242,6 +252,7 @@ def encode_routing(
             owners=list(table.owners),
             controller=controller,
             issued=max(table.epoch, table.epoch if issued is None else issued),
+            copies=rows,
         )
     )
 
@@ -256,6 +267,19 @@ def decode_routing(data: bytes | None) -> tuple[str, RoutingTable]:
     except (ValueError, TypeError) as exc:
         raise ZnodeSchemaError(f"{ROUTING}: {exc}") from None
     return operator, table
+
+
+def decode_copies(data: bytes | None) -> dict[int, dict[int, tuple[int, int]]]:
+    """Znode bytes of a routing table -> its ``copies`` (see :func:`encode_routing`;
+    none in a znode written before the field existed)."""
+    o = _load(data, ROUTING)
+    out: dict[int, dict[int, tuple[int, int]]] = {}
+    for row in _list(o.get("copies", []), "routing.copies"):
+        if not isinstance(row, list) or len(row) != 4:
+            raise ZnodeSchemaError(f"routing.copies entry {row!r} must be [group, task, epoch, n]")
+        g, t, e, n = (_int(x, "routing.copies[]") for x in row)
+        out.setdefault(g, {})[t] = (e, n)
+    return out
 
 
 def decode_issued(data: bytes | None) -> int:

@@ -45,6 +45,7 @@ from elastorm.zk.codec import (
     LeaderInfo,
     ZnodeSchemaError,
     decode_checkpoints,
+    decode_copies,
     decode_issued,
     decode_leader,
     decode_replicas,
@@ -91,12 +92,16 @@ class Decisions:
     """The controller's decisions: routing table per operator, checkpoint allocation
     and active replicas (key group -> its replica's node; each ``None`` if never
     written), and per operator the highest epoch issued on a command (``issued``:
-    at least its routing epoch)."""
+    at least its routing epoch) and where each group's newest checkpoint is
+    (``copies``: key group -> task -> checkpoint id)."""
 
     routing: Mapping[str, RoutingTable]
     checkpoints: Allocation | None
     replicas: Allocation | None = None
     issued: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    copies: Mapping[str, Mapping[int, Mapping[int, tuple[int, int]]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 class StoreError(RuntimeError):
@@ -151,6 +156,7 @@ class ControllerStore(BackgroundLoop):
         self._loaded = False
         self._routing: dict[str, RoutingTable] = {}
         self._issued: dict[str, int] = {}
+        self._copies: dict[str, dict[int, dict[int, tuple[int, int]]]] = {}
         self._checkpoints: Allocation | None = None
         self._replicas: Allocation | None = None
         self._versions: dict[str, int] = {}  # path -> version in ZooKeeper (absent: no znode)
@@ -177,6 +183,7 @@ class ControllerStore(BackgroundLoop):
                 checkpoints=self._checkpoints,
                 replicas=self._replicas,
                 issued=MappingProxyType(dict(self._issued)),
+                copies=MappingProxyType(dict(self._copies)),
             )
 
     def load(self, timeout: float = 10.0) -> Decisions:
@@ -227,23 +234,37 @@ class ControllerStore(BackgroundLoop):
 
     # -- decisions (write-behind)
 
-    def set_routing(self, operator: str, table: RoutingTable, issued: int | None = None) -> None:
-        """Record ``operator``'s routing table, and ``issued``, the highest epoch put on
-        a command so far (default: the table's); the table's epoch must grow when the
-        table changes."""
+    def set_routing(
+        self,
+        operator: str,
+        table: RoutingTable,
+        issued: int | None = None,
+        copies: Mapping[int, Mapping[int, tuple[int, int]]] | None = None,
+    ) -> None:
+        """Record ``operator``'s routing table, ``issued``, the highest epoch put on a
+        command so far (default: the table's), and ``copies``, where each group's
+        newest checkpoint is (key group -> task -> id); the table's epoch must grow
+        when the table changes."""
         issued = table.epoch if issued is None else max(issued, table.epoch)
+        held = {g: dict(by_task) for g, by_task in (copies or {}).items() if by_task}
         with self._lock:
             self._writable()
             old = self._routing.get(operator)
-            if old == table and issued <= self._issued.get(operator, table.epoch):
+            if (
+                old == table
+                and issued <= self._issued.get(operator, table.epoch)
+                and held == self._copies.get(operator, {})
+            ):
                 return
             if old is not None and old != table and table.epoch <= old.epoch:
                 raise StoreError(
                     f"routing of {operator}: epoch {table.epoch} does not grow past {old.epoch}"
                 )
-            data = encode_routing(operator, table, controller=self._id, issued=issued)
+            issued = max(issued, self._issued.get(operator, issued))
+            data = encode_routing(operator, table, controller=self._id, issued=issued, copies=held)
             self._routing[operator] = table
             self._issued[operator] = issued
+            self._copies[operator] = held
             self._put(self._layout.routing(operator), data)
 
     def set_checkpoints(self, allocation: Allocation) -> None:
@@ -385,7 +406,7 @@ class ControllerStore(BackgroundLoop):
 
     def _load_all(self) -> None:
         lay = self._layout
-        routing, issued, versions = {}, {}, {}
+        routing, issued, copies, versions = {}, {}, {}, {}
         try:
             for name in sorted(self._call(self._client.get_children_async(lay.routing_dir))):
                 data, stat = self._call(self._client.get_async(lay.routing(name)))
@@ -393,7 +414,7 @@ class ControllerStore(BackgroundLoop):
                 if op != name:
                     raise ZnodeSchemaError(f"routing/{name} holds operator {op}")
                 routing[op], versions[lay.routing(name)] = table, stat.version
-                issued[op] = decode_issued(data)
+                issued[op], copies[op] = decode_issued(data), decode_copies(data)
             checkpoints = self._read_optional(lay.checkpoints, decode_checkpoints, versions)
             replicas = self._read_optional(lay.replicas, decode_replicas, versions)
         except ZnodeSchemaError as exc:
@@ -402,7 +423,7 @@ class ControllerStore(BackgroundLoop):
             return
         with self._lock:
             self._routing, self._checkpoints = routing, checkpoints
-            self._issued = issued
+            self._issued, self._copies = issued, copies
             self._replicas = replicas
             self._versions = versions
             self._loaded = True
