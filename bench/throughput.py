@@ -26,6 +26,9 @@ repeat so machine noise hits them alike):
   ``elastic`` ran JSON and ``elastic_msgpack`` msgpack.)
 * ``elastic_pygc``: the elastic job with ``elastorm.gc.full_every_secs`` = 0,
   Python's own schedule of full GC collections (``elastorm.storm.pygc``);
+* ``elastic_nopark``: the elastic job with ``elastorm.max_parked`` = 0: at a full
+  output buffer the router pauses 1 ms per tuple instead of reading ahead for the
+  trim (``elastorm.core.holdback``), the design that stalled for 40 s;
 * ``pyflink``, ``pyflink_thread``: not Storm: the same keyed count in PyFlink's
   Python DataStream API (``bench/pyflink/keyed_sum.py``: a Python map makes the
   ``(key, stamp)`` pairs, ``key_by``, a ``KeyedProcessFunction`` counts in
@@ -91,6 +94,9 @@ VARIANTS = {
     # the elastic job with Python's own GC schedule (full collections every few
     # seconds over the router's buffer; elastorm.storm.pygc), as before issue 15's p99 fix
     "elastic_pygc": ("throughput_elastic", TopologyConfig.overrides(gc_full_every_secs=0)),
+    # the elastic job without read-ahead at a full output buffer (a pause per tuple,
+    # elastorm.core.holdback's first design), as before the fix of the 40 s stall
+    "elastic_nopark": ("throughput_elastic", TopologyConfig.overrides(max_parked=0)),
 }
 # name: PyFlink's python.execution-mode
 PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}
