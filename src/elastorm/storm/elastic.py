@@ -89,6 +89,7 @@ MESSAGE_FIELDS = ["message", "sender"]
 RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
 FENCED_EXIT = 75  # exit status of a keyed task that found itself declared lost
+_SEND = Admission.SEND  # (a module global: an Enum member's lookup costs on the per-tuple path)
 HOLD_BACK_SECS = 0.001  # an emitter's pause per tuple once its parked emits are over their bound
 
 CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
@@ -383,7 +384,7 @@ class KeyedEmitting(_Sending):
         if op in self._parked_since:
             self._release(op)
         admission = self._holds[op].admit((key, value, ts, carry, stream), len(emitter.buffer))
-        if admission is Admission.SEND:
+        if admission is _SEND:
             self._send_keyed(emitter, key, value, ts, carry, stream)
         else:
             self._held_back(op, admission)
