@@ -19,7 +19,7 @@ Only when the parked emits reach their own bound (``elastorm.max_parked``: a who
 input queue was read and still no trim came, i.e. checkpoints really stopped) does
 the emitter pause per tuple again, which holds its input through Storm's
 backpressure. Memory then stays at ``max_buffered + max_parked`` tuples plus one
-per pause, as before the bound's purpose demanded.
+per pause: the bound keeps its purpose.
 
 Options weighed, and why this one:
 
