@@ -50,8 +50,8 @@ def in_process_rate(limit: int | None) -> tuple[float, int]:
 class CpuMeter:
     """CPU seconds used by one topology's processes (workers and their Python children).
 
-    Polls ``/proc`` every ``interval`` s on a thread: worker JVMs whose
-    ``-Dstorm.id=`` starts with ``<topology>-`` and all their descendants; keeps each
+    Polls ``/proc`` every ``interval`` s on a thread: worker JVMs of this project
+    whose ``-Dstorm.id=`` starts with ``<topology>-`` and all their descendants; keeps each
     process's latest ``utime + stime``. On a shared machine wall-clock rates swing
     with the other jobs' load, CPU time per row much less (Linux only).
     """
@@ -80,7 +80,12 @@ class CpuMeter:
 
     def poll(self) -> None:
         procs = read_procs(self._tick)
-        workers = {pid for pid, (_, _, cmd) in procs.items() if self.marker in cmd}
+        # The project's own workers only: other checkouts on this machine run topologies
+        # of the same names (a chaos run's flights_elastic), and counting their JVMs
+        # gave more CPU seconds than two cores have (docs/benchmarks.md, 2026-11-24 23:44).
+        workers = {
+            pid for pid, (_, _, cmd) in procs.items() if self.marker in cmd and self.project in cmd
+        }
         if not workers:  # local mode: the LocalRunner JVM of this project runs the executors
             workers = {
                 pid

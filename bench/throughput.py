@@ -26,6 +26,9 @@ repeat so machine noise hits them alike):
   ``elastic`` ran JSON and ``elastic_msgpack`` msgpack.)
 * ``elastic_pygc``: the elastic job with ``elastorm.gc.full_every_secs`` = 0,
   Python's own schedule of full GC collections (``elastorm.storm.pygc``);
+* ``elastic_nopark``: the elastic job with ``elastorm.max_parked`` = 0: at a full
+  output buffer the router pauses 1 ms per tuple instead of reading ahead for the
+  trim (``elastorm.core.holdback``), the design that stalled for 40 s;
 * ``pyflink``, ``pyflink_thread``: not Storm: the same keyed count in PyFlink's
   Python DataStream API (``bench/pyflink/keyed_sum.py``: a Python map makes the
   ``(key, stamp)`` pairs, ``key_by``, a ``KeyedProcessFunction`` counts in
@@ -78,6 +81,7 @@ from elastorm.runtime.run import run_topology  # noqa: E402
 
 STARTUP_SECS = 180.0
 STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
+PHASES = ("at_50", "at_90")  # the latency phases, at 50% and 90% of saturation
 
 VARIANTS = {
     # name: (topology, extra topology options)
@@ -91,6 +95,9 @@ VARIANTS = {
     # the elastic job with Python's own GC schedule (full collections every few
     # seconds over the router's buffer; elastorm.storm.pygc), as before issue 15's p99 fix
     "elastic_pygc": ("throughput_elastic", TopologyConfig.overrides(gc_full_every_secs=0)),
+    # the elastic job without read-ahead at a full output buffer (a pause per tuple,
+    # elastorm.core.holdback's first design), as before the fix of the 40 s stall
+    "elastic_nopark": ("throughput_elastic", TopologyConfig.overrides(max_parked=0)),
 }
 # name: PyFlink's python.execution-mode
 PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}
@@ -334,6 +341,50 @@ def fmt(x, spec=",.0f"):
     return "-" if x is None else format(x, spec)
 
 
+def summarize(results: dict[str, dict[int, dict]], variants: list[str]) -> None:
+    """Print each variant's medians and its ratios to the first variant of the same repeat."""
+    base = variants[0]
+    print(f"\nmedians over the runs that completed; ratios to {base} of the same repeat")
+    for v in variants:
+        runs = list(results[v].values())
+        if not runs:
+            print(f"{v:15s} no run completed")
+            continue
+        rates = [r["saturation"]["rate"] for r in runs]
+        cpus = [r["saturation"]["cpu_ms_per_ktuple_all"] for r in runs]
+        pairs = [(r, results[base][i]) for i, r in results[v].items() if i in results[base]]
+        pairs = [(r, b) for r, b in pairs if b["saturation"]["rate"]]
+        ratios = [r["saturation"]["rate"] / b["saturation"]["rate"] for r, b in pairs]
+        cpu_ratios = [
+            r["saturation"]["cpu_ms_per_ktuple_all"] / b["saturation"]["cpu_ms_per_ktuple_all"]
+            for r, b in pairs
+        ]
+        lat = {p: (_median_ms(runs, p, "p50_ms"), _median_ms(runs, p, "p99_ms")) for p in PHASES}
+        print(
+            f"{v:15s} {statistics.median(rates):>9,.0f} tuples/s/task "
+            f"(x{_median(ratios)}; runs {', '.join(f'{x:,.0f}' for x in rates)}), "
+            f"CPU {statistics.median(cpus):.0f} ms/1k tuples (x{_median(cpu_ratios)}), "
+            f"p50/p99 at 50%: {lat['at_50'][0]}/{lat['at_50'][1]} ms, "
+            f"at 90%: {lat['at_90'][0]}/{lat['at_90'][1]} ms"
+        )
+
+
+def _median_ms(runs: list[dict], phase: str, key: str) -> str:
+    """The median of a latency over the runs that measured one (a phase with no
+    tuples, inside a stall, has none), as text."""
+    values = [r[phase][key] for r in runs if r[phase][key] is not None]
+    return f"{statistics.median(values):.1f}" if values else "-"
+
+
+def from_json(path: str) -> tuple[dict[str, dict[int, dict]], list[str]]:
+    """The results of a ``--json`` file, by variant and repeat, variants in first-seen order."""
+    results: dict[str, dict[int, dict]] = {}
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line)
+        results.setdefault(r["variant"], {})[r["repeat"] - 1] = r
+    return results, list(results)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (2)")
@@ -355,7 +406,14 @@ def main() -> int:
         help="extra topology option for one variant (repeatable; VALUE as JSON if it parses)",
     )  # fmt: skip
     parser.add_argument("--json", default=None, help="append every result to this JSONL file")
+    parser.add_argument(
+        "--summary-of", default=None, metavar="FILE",
+        help="run nothing: print the summary of the results in this --json file",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.summary_of:
+        summarize(*from_json(args.summary_of))
+        return 0
     variants = args.variants.split(",")
     extra: dict[str, dict] = {v: {} for v in variants}
     for text in args.storm_option:
@@ -384,35 +442,7 @@ def main() -> int:
                 with open(args.json, "a") as f:
                     f.write(json.dumps(r) + "\n")
             print(f"[{v} #{i + 1}] {describe(r)}; load {load:.1f}", flush=True)
-    base = variants[0]
-    print(f"\nmedians over the runs that completed; ratios to {base} of the same repeat")
-    for v in variants:
-        runs = list(results[v].values())
-        if not runs:
-            print(f"{v:15s} no run completed")
-            continue
-        rates = [r["saturation"]["rate"] for r in runs]
-        cpus = [r["saturation"]["cpu_ms_per_ktuple_all"] for r in runs]
-        pairs = [(r, results[base][i]) for i, r in results[v].items() if i in results[base]]
-        ratios = [r["saturation"]["rate"] / b["saturation"]["rate"] for r, b in pairs]
-        cpu_ratios = [
-            r["saturation"]["cpu_ms_per_ktuple_all"] / b["saturation"]["cpu_ms_per_ktuple_all"]
-            for r, b in pairs
-        ]
-        lat = {
-            p: (
-                statistics.median(r[p]["p50_ms"] for r in runs),
-                statistics.median(r[p]["p99_ms"] for r in runs),
-            )
-            for p in ("at_50", "at_90")
-        }
-        print(
-            f"{v:15s} {statistics.median(rates):>9,.0f} tuples/s/task "
-            f"(x{_median(ratios)}; runs {', '.join(f'{x:,.0f}' for x in rates)}), "
-            f"CPU {statistics.median(cpus):.0f} ms/1k tuples (x{_median(cpu_ratios)}), "
-            f"p50/p99 at 50%: {lat['at_50'][0]:.1f}/{lat['at_50'][1]:.1f} ms, "
-            f"at 90%: {lat['at_90'][0]:.1f}/{lat['at_90'][1]:.1f} ms"
-        )
+    summarize(results, variants)
     return 0
 
 

@@ -556,8 +556,16 @@ class TopologyConfig(Section):
     )  # fmt: skip
     max_buffered: int = option(
         "elastorm.max_buffered", INT, 200_000,
-        "tuples an emitter keeps for replay before it slows down (Storm's backpressure "
-        "then holds its input) until a checkpoint trims them; 0: no bound",
+        "tuples an emitter keeps for replay before it parks its further emits (reading "
+        "on, so trims still arrive) until a checkpoint trims them; 0: no bound",
+        check=at_least(0),
+    )  # fmt: skip
+    max_parked: int = option(
+        "elastorm.max_parked", INT, 50_000,
+        "emits an emitter parks behind a full output buffer while it reads on for "
+        "trims (above Storm's 32,768-tuple input queue, so a trim behind a full queue "
+        "is reached); beyond it the emitter pauses 1 ms per tuple and Storm's "
+        "backpressure holds its input; 0: pause at once",
         check=at_least(0),
     )  # fmt: skip
     stall_secs: float = option(

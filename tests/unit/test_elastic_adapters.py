@@ -109,20 +109,38 @@ def test_a_carried_row_holds_its_data_message_and_a_cpal_copy_goes_direct() -> N
     assert [a.to_task for a in e.sent if isinstance(a.message, Data)] == [target]
 
 
-def test_a_full_output_buffer_slows_the_emitter_until_a_trim_frees_it() -> None:
+def test_a_full_output_buffer_parks_emits_until_a_trim_frees_it() -> None:
     e = TwoOperators()
     e.setup_emitting({**CONF, "elastorm.max_buffered": 3}, CONTEXT)
     slept: list[float] = []
     e.hold_back_sleep = slept.append
     for _ in range(3):
         e.emit_keyed("k", 1, 0.0, operator="op2")
-    assert slept == [] and len(e.emitters["op2"].buffer) == 3
-    e.emit_keyed("k", 1, 0.0, operator="op2")  # the buffer is full: no checkpoint trimmed it
-    e.emit_keyed("k", 1, 0.0, operator="op2")
-    assert len(slept) == 2 and e.emitter_health()["held_back"] == 2
+    assert len(e.emitters["op2"].buffer) == 3 and len(e.sent) == 3
+    e.emit_keyed("k", 4, 0.0, operator="op2")  # the buffer is full: no checkpoint trimmed it
+    e.emit_keyed("k", 5, 0.0, operator="op2")
+    e.emit_keyed("k", 1, 0.0, operator="op1")  # op1's buffer has room: not held
+    health = e.emitter_health()
+    assert slept == [] and len(e.sent) == 4 and health["parked"] == 2
+    assert health["held_back"] == 0 and health["buffered"] == 4
     g = key_group("k", 4)
     source = e.emitters["op2"].source
-    trim = Trim(key_group=g, watermarks={source: 5})
+    trim = Trim(key_group=g, watermarks={source: 3})
     e.receive_elastorm(Tup(trim, e.emitters["op2"].routing.owner(g)))
-    e.emit_keyed("k", 1, 0.0, operator="op2")
-    assert len(slept) == 2 and e.emitter_health()["buffered"] == 1
+    # the trim made room: the parked emits went out at once, in order, numbered on
+    sent = [a.message for a in e.sent[4:]]
+    assert [(m.item.value, m.item.seq) for m in sent] == [(4, 4), (5, 5)]
+    health = e.emitter_health()
+    assert (health["parked"], health["parked_total"], health["buffered"]) == (0, 2, 3)
+
+
+def test_parked_emits_over_their_bound_slow_the_emitter() -> None:
+    e = TwoOperators()
+    e.setup_emitting({**CONF, "elastorm.max_buffered": 2, "elastorm.max_parked": 1}, CONTEXT)
+    slept: list[float] = []
+    e.hold_back_sleep = slept.append
+    for value in range(5):
+        e.emit_keyed("k", value, 0.0, operator="op2")
+    # 2 sent, 1 parked for free, 2 more parked after a pause each
+    assert len(e.sent) == 2 and len(slept) == 2 and e.emitter_health()["held_back"] == 2
+    assert e.emitter_health()["parked"] == 3

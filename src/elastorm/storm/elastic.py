@@ -59,6 +59,7 @@ from elastorm.core.actions import (
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
+from elastorm.core.holdback import Admission, HoldBack
 from elastorm.core.messages import Data, Message, Protocol, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
@@ -88,7 +89,8 @@ MESSAGE_FIELDS = ["message", "sender"]
 RELAY = "elastorm_relay"
 CONTROLLER_SENDER = -1  # how the machines see the controller's channel
 FENCED_EXIT = 75  # exit status of a keyed task that found itself declared lost
-HOLD_BACK_SECS = 0.001  # an emitter's pause per tuple while its output buffer is full
+_SEND = Admission.SEND  # (a module global: an Enum member's lookup costs on the per-tuple path)
+HOLD_BACK_SECS = 0.001  # an emitter's pause per tuple once its parked emits are over their bound
 
 CONTROLLER_COMPONENT = "controller"  # the component ids elastorm adds to a topology
 RELAY_COMPONENT = "relay"
@@ -242,11 +244,14 @@ class KeyedEmitting(_Sending):
             resumed = point.counters.get(op, {})
             source = emitter.source
             emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
-        self.emitter = self.emitters[operators[0]]
+        self._first = operators[0]
+        self.emitter = self.emitters[self._first]
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
-        self._max_buffered = config.max_buffered
-        self._holding = False
-        self.held_back = 0  # tuples after which this emitter slowed down (buffer full)
+        self._holds = {
+            op: HoldBack(max_buffered=config.max_buffered, max_parked=config.max_parked)
+            for op in operators
+        }
+        self._parked_since: dict[str, float] = {}  # operators whose buffer is full: since when
         self.replay: ReplayTracker | None = None
         self.resumed_state = point.state  # the bolt's own part of its restart point
         if start is not None:
@@ -281,8 +286,10 @@ class KeyedEmitting(_Sending):
         return replay.admit(f"{tup.component}:{tup.task}", tup.values[0])
 
     def replay_done(self) -> None:
-        """After an admitted input was fully handled (its emits sent)."""
-        if self.replay is not None:
+        """After an admitted input was fully handled (its emits sent). While emits
+        are parked no restart point is taken: its counters would not count them yet,
+        and a crash after it became durable would lose them."""
+        if self.replay is not None and not self._parked_since:
             self.replay.processed(self._replay_counters, self.replay_state)
 
     def replay_state(self) -> Mapping[str, Any]:
@@ -297,29 +304,52 @@ class KeyedEmitting(_Sending):
             self._restart_points.offer(self.replay.durable())
         self._full_gc.tick(time.monotonic())
 
-    def _hold_back(self, emitter: Emitter) -> None:
-        """Backpressure: the output buffer is full (no checkpoint has trimmed it), so
-        slow down; Storm's backpressure then holds this bolt's input. Trims still
-        arrive between the tuples and free the buffer."""
-        if not self._holding:
-            self._holding = True
+    def _held_back(self, operator: str, admission: Admission) -> None:
+        """Apply a ``HoldBack`` verdict other than ``SEND`` (``elastorm.core.holdback``):
+        the emit is parked there; log the episode's start, and pause on ``SLOW``
+        (Storm's backpressure then holds this bolt's input)."""
+        hold, emitter = self._holds[operator], self.emitters[operator]
+        if operator not in self._parked_since:
+            self._parked_since[operator] = time.monotonic()
             log.error(
                 "emitter task %s: %d tuples wait for a checkpoint to trim them (bound %d, "
-                "elastorm.max_buffered): slowing down until one does",
-                self._task, len(emitter.buffer), self._max_buffered,
+                "elastorm.max_buffered): parking emits, reading on for the trim",
+                self._task, len(emitter.buffer), hold.max_buffered,
             )  # fmt: skip
-        self.held_back += 1
-        self.hold_back_sleep(HOLD_BACK_SECS)
+        if admission is Admission.SLOW:
+            if hold.parked == hold.max_parked + 1:  # once per episode
+                log.error(
+                    "emitter task %s: %d emits parked (bound %d, elastorm.max_parked) and "
+                    "no trim yet: slowing down to %.0f tuples/s until one comes",
+                    self._task, hold.parked, hold.max_parked, 1 / HOLD_BACK_SECS,
+                )  # fmt: skip
+            self.hold_back_sleep(HOLD_BACK_SECS)
 
     hold_back_sleep = staticmethod(time.sleep)
 
+    def _release(self, operator: str) -> None:
+        """Send the parked emits of ``operator`` that its buffer has room for again."""
+        hold, emitter = self._holds[operator], self.emitters[operator]
+        while (item := hold.release(len(emitter.buffer))) is not None:
+            self._send_keyed(emitter, *item)
+        if not hold.parked:
+            since = self._parked_since.pop(operator)
+            log.warning(
+                "emitter task %s: output buffer below its bound again (%d tuples), parked "
+                "emits sent after %.1f s", self._task, len(emitter.buffer),
+                time.monotonic() - since,
+            )  # fmt: skip
+
     def emitter_health(self) -> dict[str, Any]:
-        """Tuples buffered for replay, how often it slowed down for a full buffer and,
-        behind a replayable spout, inputs dropped as replays, restart points written
-        and whether it waits for a rewind."""
+        """Tuples buffered for replay, emits parked now and ever behind a full buffer,
+        how often it slowed down and, behind a replayable spout, inputs dropped as
+        replays, restart points written and whether it waits for a rewind."""
+        holds = self._holds.values()
         health: dict[str, Any] = {
             "buffered": sum(len(e.buffer) for e in self.emitters.values()),
-            "held_back": self.held_back,
+            "parked": sum(h.parked for h in holds),
+            "parked_total": sum(h.parked_total for h in holds),
+            "held_back": sum(h.slowed for h in holds),
         }
         if self.replay is not None:
             health |= {
@@ -349,12 +379,20 @@ class KeyedEmitting(_Sending):
         subscribers get the row in the same tuple; any further copy (a CPAL
         target's) goes on ``elastorm`` as usual.
         """
-        emitter = self.emitter if operator is None else self.emitters[operator]
-        if self._max_buffered and len(emitter.buffer) >= self._max_buffered:
-            self._hold_back(emitter)
-        elif self._holding:
-            self._holding = False
-            log.warning("emitter task %s: output buffer below its bound again", self._task)
+        op = self._first if operator is None else operator
+        emitter = self.emitters[op]
+        if op in self._parked_since:
+            self._release(op)
+        admission = self._holds[op].admit((key, value, ts, carry, stream), len(emitter.buffer))
+        if admission is _SEND:
+            self._send_keyed(emitter, key, value, ts, carry, stream)
+        else:
+            self._held_back(op, admission)
+
+    def _send_keyed(
+        self, emitter: Emitter, key: str, value: Any, ts: float, carry: list | None, stream: str
+    ) -> None:
+        """Number and buffer one tuple (``Emitter.emit``) and emit it, carried or direct."""
         actions = emitter.emit(key, value, ts)
         if carry is not None:
             first = actions[0]
@@ -383,8 +421,8 @@ class KeyedEmitting(_Sending):
         sender, message = self.sender_of(tup), from_wire(tup.values[0])
         emitter = self._emitter_for(sender, message)
         actions = emitter.receive(sender, message)
+        op = next(op for op, e in self.emitters.items() if e is emitter)
         if self.replay is not None and isinstance(message, Trim):
-            op = next(op for op, e in self.emitters.items() if e is emitter)
             self.replay.trimmed(op, message.key_group, message.watermarks.get(emitter.source, 0))
         rest = []
         for action in actions:
@@ -392,6 +430,8 @@ class KeyedEmitting(_Sending):
                 self.send(action)
             else:
                 rest.append(action)
+        if op in self._parked_since:  # a trim may have made room: parked emits go first
+            self._release(op)
         return rest
 
 
