@@ -92,6 +92,10 @@ class Tracker:
         self._owners: dict[str, list[int]] = {}
         self._in_flight: dict[tuple[str, int], str] = {}
         self._draining: set[str] = set()
+        self._ended: set[tuple[str, int, int]] = set()
+        # (operator, protocol) -> [count, sum] of the pauses of the controller's own
+        # migrations and restores seen to end (requests' are on the durable board).
+        self.pauses: dict[tuple[str, str], list[float]] = {}
 
     def observe(self, snap: Snapshot) -> list[dict[str, Any]]:
         """Record ``snap``; return the events it revealed (also kept in ``events``)."""
@@ -100,6 +104,7 @@ class Tracker:
         new += self._tasks(snap)
         new += self._requests(snap)
         new += self._routing(snap)
+        new += self._ended_by_controller(snap)
         new += self._scaling(snap)
         new.sort(key=lambda e: e["t"])
         self.events.extend(new)
@@ -176,6 +181,41 @@ class Tracker:
             self._in_flight = {k: v for k, v in self._in_flight.items() if k[0] != op}
             for m in status.get("migrations", []):
                 self._in_flight[(op, int(m["key_group"]))] = str(m["protocol"])
+        return out
+
+    def _ended_by_controller(self, snap: Snapshot) -> list[dict[str, Any]]:
+        """The controller's own migrations and restores that ended (the ``ended`` list
+        of its status: its ``MigrationEnded`` records), each once, as a ``done`` (or
+        ``restore done``) event with the pause its target measured. Requested ones are
+        left to the request board, which carries the same pause."""
+        out = []
+        for op, status in sorted(snap.statuses.items()):
+            for e in status.get("ended", []):
+                key = (op, int(e["key_group"]), int(e["epoch"]))
+                if e.get("by") != "controller" or key in self._ended:
+                    continue
+                self._ended.add(key)
+                restore = e["protocol"] == "restore"
+                event = {
+                    "t": float(e["at"]),
+                    "kind": "recovery" if restore else "migration",
+                    "what": "restore done" if restore else "done",
+                    "by": "controller",
+                    "operator": op,
+                    "group": key[1],
+                    "protocol": e["protocol"],
+                    "source": e.get("source"),
+                    "target": e["target"],
+                    "epoch": key[2],
+                    "seconds": e.get("completion"),
+                    "assisted": e["protocol"] in ASSISTED,
+                    "pause": e.get("pause"),
+                }
+                if event["pause"] is not None:
+                    tally = self.pauses.setdefault((op, e["protocol"]), [0, 0.0])
+                    tally[0] += 1
+                    tally[1] += event["pause"]
+                out.append(event)
         return out
 
     def _scaling(self, snap: Snapshot) -> list[dict[str, Any]]:
@@ -462,5 +502,6 @@ def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> di
             "task_failures": dict(tracker.task_failures),
             "node_failures": tracker.node_failures,
             "moves": [[op, p, n] for (op, p), n in sorted(tracker.moves.items())],
+            "pauses": [[op, p, n, total] for (op, p), (n, total) in sorted(tracker.pauses.items())],
         },
     }
