@@ -265,7 +265,12 @@ def test_the_controllers_own_migration_shows_done_with_the_pause_its_target_meas
     st = dict(ST, ended=[*ended, requested])
     tracker = Tracker()
     tracker.observe(snap(T0, TASKS, st=ST))
+    owners = list(ST["owners"])
+    owners[g] = 9 - owners[g]  # task 4 <-> 5
+    st = dict(st, owners=owners)
     events = tracker.observe(snap(T0 + 1, TASKS, st=st))
+    (owner,) = [e for e in events if e["what"] == "owner"]
+    assert owner["protocol"] == "cpa"  # not seen in flight: from the ended list
     (finished,) = [e for e in events if e["what"] == "done"]
     assert (finished["by"], finished["group"], finished["protocol"]) == ("controller", g, "cpa")
     assert finished["pause"] == 0.04 and finished["t"] == T0 + 0.5

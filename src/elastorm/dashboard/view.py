@@ -151,6 +151,11 @@ class Tracker:
         out = []
         requested = _ordered_protocols(snap.controller_metrics)
         requested |= {
+            (op, int(e["key_group"])): str(e["protocol"])
+            for op, status in snap.statuses.items()
+            for e in status.get("ended", [])
+        }
+        requested |= {
             (r.operator, r.key_group): (r.protocol_used or r.protocol).value
             for _, r in snap.requests
             if r.state.value != "pending"
@@ -160,8 +165,9 @@ class Tracker:
             before = self._owners.get(op)
             for g, task in enumerate(owners):
                 if before is not None and g < len(before) and before[g] != task:
-                    # Seen in flight, else the request that asked for it (a CPAL can
-                    # start and end between two reads), else unknown.
+                    # Seen in flight, else the request that asked for it or the ended
+                    # migration the controller published (a CPAL can start and end
+                    # between two reads), else unknown.
                     protocol = self._in_flight.get((op, g)) or requested.get((op, g), "unknown")
                     self.moves[(op, protocol)] += 1
                     out.append(
