@@ -13,6 +13,7 @@ No I/O and no clock here: the time of a snapshot is a field of it.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ class Tracker:
         new += self._scaling(snap)
         new.sort(key=lambda e: e["t"])
         self.events.extend(new)
+        self._name_protocols(snap)
         for op, load in operator_load(snap).items():
             for series, value in ((self.throughput, load["rate"]), (self.latency, load["latency"])):
                 series.setdefault(op, collections.deque(maxlen=self.history)).append(
@@ -223,6 +225,24 @@ class Tracker:
                     tally[1] += event["pause"]
                 out.append(event)
         return out
+
+    def _name_protocols(self, snap: Snapshot, recent: int = 200) -> None:
+        """Fill in the protocol of owner changes shown as ``unknown`` from the ended
+        migrations the controller published: its own moves often start and end between
+        two reads and change the routing before both ends report done, so the owner
+        change is seen first. (``elastorm_key_group_moves_total`` keeps ``unknown``:
+        a counter's sample cannot move to another label.)"""
+        ended = {
+            (op, int(e["key_group"]), e["target"]): str(e["protocol"])
+            for op, status in snap.statuses.items()
+            for e in status.get("ended", [])
+        }
+        if not ended:
+            return
+        for event in itertools.islice(reversed(self.events), recent):
+            if event["kind"] == "move" and event["protocol"] == "unknown":
+                key = (event["operator"], event["group"], event["target"])
+                event["protocol"] = ended.get(key, "unknown")
 
     def _scaling(self, snap: Snapshot) -> list[dict[str, Any]]:
         """A node that starts draining, and one that stops (drained and released, or the
