@@ -197,18 +197,31 @@ def test_even_allocation_makes_only_some_migrations_assisted() -> None:
     assert loop.ordered_share() < 1.0
 
 
-def test_finished_migrations_become_metrics_records() -> None:
+@pytest.mark.parametrize("target_first", [False, True])
+def test_finished_migrations_become_metrics_records(target_first: bool) -> None:
+    """The record's pause is the one the target measured (carried in its
+    ``MigrationDone``), whichever end reports last; the completion time (order to both
+    ends done) is kept apart, not taken for the pause."""
     loop, rounds = run("correlated")
     move = next(m for r in rounds for m in r.moves)
     control = loop.controls["op2"]
     g, epoch = move.key_group.index, control.moving[move.key_group.index].epoch
-    done = MigrationDone(key_group=g, epoch=epoch, role=Role.SOURCE, protocol=Protocol.CPA)
-    assert not loop.on_migration_done("op2", done, 40.0)
-    target = MigrationDone(key_group=g, epoch=epoch, role=Role.TARGET, protocol=Protocol.CPA)
-    assert loop.on_migration_done("op2", target, 41.5)
-    assert loop.records[-1].pause == pytest.approx(41.5 - 25.0)
+    source = MigrationDone(key_group=g, epoch=epoch, role=Role.SOURCE, protocol=Protocol.CPA)
+    target = MigrationDone(
+        key_group=g, epoch=epoch, role=Role.TARGET, protocol=Protocol.CPA, pause=0.125
+    )
+    first, last = (target, source) if target_first else (source, target)
+    assert not loop.on_migration_done("op2", first, 40.0)
+    ended = loop.on_migration_done("op2", last, 41.5)
+    assert loop.records[-1].pause == 0.125
+    assert ended and ended.pause == 0.125
+    assert loop.records[-1].completion == pytest.approx(41.5 - 25.0)
     snap = loop.metrics()
     assert snap is not None and snap.migrations == 1 and snap.assisted_share == 1.0
+    assert snap.accumulated_latency == 0.125 and snap.unmeasured == 0
+    published = loop.ended["op2"][-1].to_json()
+    assert published["pause"] == 0.125 and published["by"] == "controller"
+    assert published["completion"] == pytest.approx(16.5)
 
 
 def settings_of(conf) -> LoopSettings:

@@ -235,3 +235,52 @@ def test_a_node_a_drain_request_names_reads_as_draining_before_the_controller_pu
     published = RescaleProgress(draining=("supervisor-0",), pending=2)
     zk.create(LAYOUT.rescale, published.encode())
     assert read_scaling(CountingReads(zk), LAYOUT)[1].draining == ("supervisor-0", "supervisor-1")
+
+
+def test_the_controllers_own_migration_shows_done_with_the_pause_its_target_measured():
+    """A migration the controller ordered itself (no request): its target's pause goes
+    loop -> ``MigrationEnded`` -> the published status -> a ``done`` event (once) and
+    ``/metrics``; a requested one in the same list is left to its request."""
+    from test_controller_loop import run
+
+    from elastorm.core.actions import MigrationDone, Role
+    from elastorm.core.messages import Protocol
+    from elastorm.zk.requests import RequestBoard
+
+    loop, rounds = run("correlated")
+    move = next(m for r in rounds for m in r.moves)
+    control = loop.controls["op2"]
+    g = move.key_group.index
+    epoch = control.moving[g].epoch
+    for role, pause in ((Role.TARGET, 0.04), (Role.SOURCE, None)):
+        done = MigrationDone(
+            key_group=g, epoch=epoch, role=role, protocol=Protocol.CPA, pause=pause
+        )
+        loop.on_migration_done("op2", done, T0 + 0.5)
+    zk = FakeZk({})
+    zk.connected = True
+    RequestBoard(zk, LAYOUT, "op2").publish_status(control, ended=loop.ended["op2"])
+    ended = json.loads(zk.data[LAYOUT.status("op2")])["ended"]
+    requested = dict(ended[0], by="request", key_group=g + 1, epoch=epoch + 1)
+    st = dict(ST, ended=[*ended, requested])
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS, st=ST))
+    owners = list(ST["owners"])
+    owners[g] = 9 - owners[g]  # task 4 <-> 5
+    # The routing changes before both ends report done: the owner change comes first,
+    # its protocol unknown (never seen in flight), then named by the ended list.
+    early = tracker.observe(snap(T0 + 0.5, TASKS, st=dict(ST, owners=owners)))
+    (owner,) = [e for e in early if e["what"] == "owner"]
+    assert owner["protocol"] == "unknown"
+    st = dict(st, owners=owners, ended=[dict(e, target=owners[g]) for e in st["ended"]])
+    events = tracker.observe(snap(T0 + 1, TASKS, st=st))
+    assert owner["protocol"] == "cpa" and owner in tracker.events
+    (finished,) = [e for e in events if e["what"] == "done"]
+    assert (finished["by"], finished["group"], finished["protocol"]) == ("controller", g, "cpa")
+    assert finished["pause"] == 0.04 and finished["t"] == T0 + 0.5
+    assert finished["seconds"] == round(T0 + 0.5 - 25.0, 4)  # completion, kept apart
+    s = snap(T0 + 2, TASKS, st=st)
+    assert [e for e in tracker.observe(s) if e["what"] == "done"] == []  # once
+    families = _families(render(build_view(s, tracker)))
+    assert _sample(families, "elastorm_migration_pause_seconds_sum", operator="op2") == 0.04
+    assert _sample(families, "elastorm_migration_pause_seconds_count", operator="op2") == 1

@@ -256,4 +256,6 @@ def test_a_requested_migration_is_finished_with_the_pause_its_target_reported(co
     report(12, Role.TARGET, pause=0.031)
     assert finished == []
     report(10, Role.SOURCE)
-    assert finished == [("req-1", 0.031)] and bolt.pauses == {}
+    assert finished == [("req-1", 0.031)]
+    (ended,) = bolt.loop.ended["op"]  # the same record the status publishes
+    assert (ended.pause, ended.by, ended.key_group) == (0.031, "request", group)

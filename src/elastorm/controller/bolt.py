@@ -92,8 +92,6 @@ class MigrationControllerBolt(_Sending, Bolt):
         }
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
-        # (operator, key group, migration epoch) -> the pause its target measured
-        self.pauses: dict[tuple[str, int, int], float] = {}
         self.migration_timeout = config.migration_timeout_secs
         self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
         self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
@@ -212,14 +210,11 @@ class MigrationControllerBolt(_Sending, Bolt):
         op = self.operator_of.get(tup.task, self.operators[0])
         control = self.controls[op]
         if isinstance(report, MigrationDone):
-            key = (op, report.key_group)
-            if report.pause is not None:  # the target's; the source may report last
-                self.pauses[(*key, report.epoch)] = report.pause
-            if self.loop.on_migration_done(op, report, time.time()):
-                name = self.active.pop(key, None)
-                pause = self.pauses.pop((*key, report.epoch), None)
+            ended = self.loop.on_migration_done(op, report, time.time())
+            if ended is not None:
+                name = self.active.pop((op, report.key_group), None)
                 if name is not None:
-                    self.boards[op].finish(name, pause=pause)
+                    self.boards[op].finish(name, pause=ended.pause)
         elif isinstance(report, CheckpointStored):
             control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
@@ -306,7 +301,9 @@ class MigrationControllerBolt(_Sending, Bolt):
             self.send(send)
         self.mark_tentative()
         for op, board in self.boards.items():
-            board.publish_status(self.controls[op], lost=self.detector.declared)
+            board.publish_status(
+                self.controls[op], lost=self.detector.declared, ended=self.loop.ended[op]
+            )
 
     def mark_tentative(self) -> None:
         """Tell the tasks of each keyed operator whose tentativeness changed (state

@@ -26,6 +26,7 @@ operator's tasks. Nothing here talks to Storm or ZooKeeper.
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -495,6 +496,45 @@ class _Started:
     at: float
 
 
+ENDED_KEPT = 20
+"""Ended migrations kept per operator for the published status (the dashboard reads
+them every 0.5 s, so it sees each one while at most this many end in between)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MigrationEnded:
+    """A migration (or restore) both of whose ends reported done, as the controller
+    publishes it: ``pause`` is the one its target measured (None if it reported none),
+    ``completion`` the time from the order to both ends done, ``by`` who ordered it
+    (``controller``: the loop's own moves and restores; ``request``: any other, i.e.
+    ``elastorm migrate`` and the dashboard's form)."""
+
+    operator: str
+    key_group: int
+    epoch: int
+    protocol: Protocol
+    source: int | None
+    target: int
+    at: float
+    completion: float
+    pause: float | None
+    by: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The published form (``controller/status/<operator>``'s ``ended`` list)."""
+        return {
+            "key_group": self.key_group,
+            "epoch": self.epoch,
+            "protocol": self.protocol.value,
+            "source": self.source,
+            "target": self.target,
+            "at": round(self.at, 3),
+            "completion": round(self.completion, 4),
+            "pause": None if self.pause is None else round(self.pause, 4),
+            "by": self.by,
+        }
+
+
 class ControllerLoop:
     """Decides, round by round, where checkpoints live and which key groups move.
 
@@ -529,6 +569,12 @@ class ControllerLoop:
         self.records: list[MigrationRecord] = []
         self.orders: list[Move] = []
         self._running: dict[KeyGroupId, _Started] = {}
+        # (operator, key group, epoch) -> the pause its target reported, until both
+        # ends are done (the source may report last).
+        self._pauses: dict[tuple[str, int, int], float] = {}
+        self.ended: dict[str, collections.deque[MigrationEnded]] = {
+            op: collections.deque(maxlen=ENDED_KEPT) for op in self.controls
+        }
         self.last_view: ClusterView | None = None
         self.usable_samples: list[tuple[float, float]] = []  # (time, share) while overloaded
         self.running_since: float | None = None  # first round that saw any input
@@ -1021,25 +1067,53 @@ class ControllerLoop:
         target = self.placement.task_on(move.key_group.operator, move.target)
         return control.migrate(move.key_group.index, target, _TO_WIRE[move.protocol], now=now)
 
-    def on_migration_done(self, operator: str, done: MigrationDone, now: float) -> bool:
-        """Feed one end's report; True (and a metrics record) when the migration ended."""
-        if not self.controls[operator].on_migration_done(done):
-            return False
+    def on_migration_done(
+        self, operator: str, done: MigrationDone, now: float
+    ) -> MigrationEnded | None:
+        """Feed one end's report; when the migration ended, what ended (kept in
+        ``ended``, and a metrics record for the loop's own moves), else None.
+
+        The pause is the target's (``done.pause``), kept until the other end reports
+        too; nothing here computes a pause."""
+        control = self.controls[operator]
+        g = done.key_group
+        if done.pause is not None:
+            self._pauses[(operator, g, done.epoch)] = done.pause
+        moving = control.moving.get(g)  # gone once both ends are done
+        if moving is None or not control.on_migration_done(done):
+            return None
+        pause = self._pauses.pop((operator, g, done.epoch), None)
+        for key in [k for k in self._pauses if k[:2] == (operator, g) and k[2] < done.epoch]:
+            del self._pauses[key]  # aborted migrations' reports
         if done.protocol is Protocol.RESTORE:
             for groups in self._restoring.values():
-                groups.discard(KeyGroupId(operator, done.key_group))
-        started = self._running.pop(KeyGroupId(operator, done.key_group), None)
+                groups.discard(KeyGroupId(operator, g))
+        started = self._running.pop(KeyGroupId(operator, g), None)
+        completion = max(0.0, now - (started.at if started else moving.since))
         if started is not None:
             self.records.append(
-                MigrationRecord(move=started.move, pause=max(0.0, now - started.at))
+                MigrationRecord(move=started.move, pause=pause, completion=completion)
             )
-        return True
+        ended = MigrationEnded(
+            operator=operator,
+            key_group=g,
+            epoch=done.epoch,
+            protocol=moving.protocol,
+            source=moving.source,
+            target=moving.target,
+            at=now,
+            completion=completion,
+            pause=pause,
+            by="controller" if started or moving.protocol is Protocol.RESTORE else "request",
+        )
+        if moving.protocol is not Protocol.REPLICATE:  # a replica's start moves nothing
+            self.ended[operator].append(ended)
+        return ended
 
     def metrics(self) -> MetricsSnapshot | None:
         """Madsen & Zhou 2015's section 7.3 metrics over the migrations so far and the last view.
 
-        ``accumulated_latency`` sums the migrations' completion times (order to
-        both ends done), an upper bound of the pauses they caused.
+        ``accumulated_latency`` sums the pauses the migrations' targets measured.
         """
         if self.last_view is None:
             return None

@@ -6,7 +6,9 @@
   without becoming overloaded itself;
 * accumulated migration latency (Figure 9): the sum of processing pauses.
 
-The runtime measures the pauses.
+The runtime measures the pauses: each migration's target times how long the group's
+new tuples waited (``elastorm.core.migration.pause``) and reports it in its
+``MigrationDone``; a record carries that figure, never the completion time.
 """
 
 from __future__ import annotations
@@ -26,14 +28,24 @@ from elastorm.controller.model import ClusterView, ControllerModelError, KeyGrou
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MigrationRecord:
-    """A finished migration and the pause it caused to its key group (seconds)."""
+    """A finished migration, the pause it caused to its key group and its completion
+    time (seconds).
+
+    ``pause``: how long the group's new tuples waited at the target, as the target
+    measured it; None when it did not report one. ``completion``: from the order to
+    both ends done, an upper bound of the pause (it includes the time the messages
+    queued and the source's hand-over).
+    """
 
     move: Move
-    pause: float
+    pause: float | None
+    completion: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.pause < 0:
-            raise ControllerModelError(f"{self.move.key_group}: negative pause {self.pause}")
+        for name in ("pause", "completion"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ControllerModelError(f"{self.move.key_group}: negative {name} {value}")
 
 
 def checkpoint_assisted_share(moves: Iterable[Move]) -> float | None:
@@ -80,8 +92,15 @@ def _can_absorb(view: ClusterView, node: str, kg: KeyGroupInfo, th: Thresholds) 
 
 
 def accumulated_latency(records: Iterable[MigrationRecord]) -> float:
-    """Sum of the pauses of all migrations (Figure 9's y-axis)."""
-    return float(sum(r.pause for r in records if r.move.reason is not MoveReason.RECOVERY))
+    """Sum of the measured pauses of all migrations (Figure 9's y-axis); a migration
+    without a measured pause adds nothing (``MetricsSnapshot.unmeasured`` counts them)."""
+    return float(
+        sum(
+            r.pause
+            for r in records
+            if r.move.reason is not MoveReason.RECOVERY and r.pause is not None
+        )
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,6 +112,7 @@ class MetricsSnapshot:
     assisted_share: float | None
     usable_share: float | None
     accumulated_latency: float
+    unmeasured: int = 0  # migrations whose target reported no pause
 
 
 def snapshot(
@@ -106,4 +126,5 @@ def snapshot(
         assisted_share=checkpoint_assisted_share(r.move for r in recs),
         usable_share=usable_checkpoint_share(view, thresholds),
         accumulated_latency=accumulated_latency(recs),
+        unmeasured=sum(r.pause is None for r in recs),
     )

@@ -365,7 +365,11 @@ class ControllerRuntime:
                 "started_at": self.loop.started_at,
                 "orders": self.ordered,
                 "finished": [
-                    {"key_group": str(r.move.key_group), "seconds": r.pause}
+                    {
+                        "key_group": str(r.move.key_group),
+                        "completion": r.completion,
+                        "pause": r.pause,
+                    }
                     for r in self.loop.records
                 ],
                 "ordered_assisted_share": self.loop.ordered_share(),

@@ -127,11 +127,12 @@ def metric_families(
     out.append(durations)
     pauses = SummaryMetricFamily(
         "elastorm_migration_pause_seconds",
-        "pause of done migrations: s the group's new tuples waited at the target",
+        "pause of done migrations: s the group's new tuples waited at the target "
+        "(requests; the controller's own migrations and restores since the dashboard started)",
         labels=["topology", "operator", "protocol"],
     )
     out.append(pauses)
-    paused: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    paused: dict[tuple[str, str], list[tuple[int, float]]] = collections.defaultdict(list)
     ended: collections.Counter[tuple[str, str, str]] = collections.Counter()
     took: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for r in view["requests"]:
@@ -140,13 +141,17 @@ def metric_families(
         if r["seconds"] is not None:
             took[(r["operator"], r["protocol"])].append(r["seconds"])
         if r.get("pause") is not None:
-            paused[(r["operator"], r["protocol"])].append(r["pause"])
+            paused[(r["operator"], r["protocol"])].append((1, r["pause"]))
     for (op, protocol, outcome), n in sorted(ended.items()):
         migrations.add_metric([topo, op, protocol, outcome], n)
     for (op, protocol), values in sorted(took.items()):
         durations.add_metric([topo, op, protocol], len(values), sum(values))
+    for op, protocol, n, total in view["counters"]["pauses"]:
+        paused[(op, protocol)].append((n, total))
     for (op, protocol), values in sorted(paused.items()):
-        pauses.add_metric([topo, op, protocol], len(values), sum(values))
+        pauses.add_metric(
+            [topo, op, protocol], sum(n for n, _ in values), sum(t for _, t in values)
+        )
 
     counters = view["counters"]
     moves = counter(

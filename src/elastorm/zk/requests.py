@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -30,6 +30,9 @@ from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import ZnodeSchemaError, decode_routing
 from elastorm.zk.layout import ZnodeLayout, zk_settings
+
+if TYPE_CHECKING:
+    from elastorm.controller.loop import MigrationEnded
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +134,14 @@ class RequestBoard:
     def stuck(self, name: str, detail: str) -> None:
         self._update(name, RequestState.STUCK, detail=detail)
 
-    def publish_status(self, control, lost: Collection[int] = ()) -> None:
+    def publish_status(
+        self, control, lost: Collection[int] = (), ended: Iterable[MigrationEnded] = ()
+    ) -> None:
         """Write holders, moving groups, which groups a CPA/CPAL could move right now
         (``assisted``: the holder reported the newest checkpoint), the tasks declared
-        lost (``lost``) and each key group's active replica (``replicas``, Su & Zhou 2016)
+        lost (``lost``), each key group's active replica (``replicas``, Su & Zhou 2016)
+        and the migrations that ended last, with their pauses (``ended``, the
+        controller loop's ``MigrationEnded``: requested ones and its own alike)
         to ``controller/status/<operator>`` whenever any of it changes.
         The routing table itself is the store's (``controller/routing/<operator>``)."""
         if not self.client.connected:
@@ -161,6 +168,7 @@ class RequestBoard:
                 }
                 for g, m in sorted(control.moving.items())
             ],
+            "ended": [e.to_json() for e in ended],
         }
         encoded = json.dumps(data).encode()
         if encoded == self._published:

@@ -183,8 +183,8 @@ function drawOperators(v) {
 }
 
 function eventText(e) {
-  if (e.kind === "migration") {
-    return `migration ${e.what}: ${e.operator}/${e.group} task ${e.source ?? "?"} → ${e.target} by ${e.protocol}` +
+  if (e.kind === "migration" || e.what === "restore done") {
+    return `${e.kind === "migration" ? "migration " : ""}${e.what}${e.by === "controller" ? " (controller)" : ""}: ${e.operator}/${e.group} task ${e.source ?? "?"} → ${e.target} by ${e.protocol}` +
       (e.seconds != null ? ` in ${fmt(e.seconds * 1000, 0)} ms${e.assisted ? " (checkpoint-assisted)" : ""}` : "") +
       (e.pause != null ? `, paused ${ms(e.pause)}` : "") +
       (e.detail ? ` — ${e.detail}` : "");
@@ -211,8 +211,8 @@ function drawTimeline(v) {
       data: recent.map((e) => ({
         value: [e.t * 1000, LANES.indexOf(e.kind)], e,
         symbol: e.kind === "failure" ? "rect" : "circle",
-        // a done migration's symbol grows with its pause (10 px up to 100 ms, at most 22)
-        symbolSize: e.kind === "failure" ? 9 : e.what === "done" ? 10 + Math.min(12, 120 * (e.pause || 0)) : 6,
+        // a done migration's (or restore's) symbol grows with its pause (10 px up to 100 ms, at most 22)
+        symbolSize: e.kind === "failure" ? 9 : e.what === "done" || e.pause != null ? 10 + Math.min(12, 120 * (e.pause || 0)) : 6,
         itemStyle: { color: e.kind === "failure" ? "#ff5a5a" : PROTOCOL_COLORS[e.protocol] || "#80e0a0" },
       })),
     }],
