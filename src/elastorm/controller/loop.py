@@ -68,6 +68,7 @@ from elastorm.controller.recovery import RecoveryPlan, plan_recovery
 from elastorm.controller.replication import (
     downstream_operators,
     keyed_tasks,
+    operator_inputs,
     place_replicas,
     plan_replicas,
     predicted_fidelity,
@@ -253,7 +254,7 @@ class LoopSettings:
             replication_planner=c.replication_planner,
             replan_secs=c.replan_secs,
             replan_min_gain=c.replan_min_gain,
-            operators=dict(config.operators),
+            operators=operator_inputs(config.operators, config.routed_from),
             joins=tuple(config.join_operators),
             zones=dict(config.fault_zones),
         )

@@ -245,6 +245,26 @@ def place_replicas(
     return ReplicaPlacement(wanted=wanted, start=start, drop=drop)
 
 
+def operator_inputs(
+    operators: Mapping[str, Collection[str]], routed_from: Mapping[str, Collection[str]]
+) -> dict[str, tuple[str, ...]]:
+    """Each keyed operator and the components whose output it takes, looking through
+    routers: ``operators`` (``elastorm.operators``) names a keyed bolt's router as its
+    emitter, ``routed_from`` (``elastorm.routed_from``) what feeds that router, so a
+    keyed bolt fed by another keyed bolt lists it. O(operators x emitters).
+
+    >>> operator_inputs({"a": ["a_router"], "b": ["b_router"]}, {"a": ["s"], "b": ["a"]})
+    {'a': ('s',), 'b': ('a',)}
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for op, emitters in sorted(operators.items()):
+        router = f"{op}_router"
+        feeding = tuple(routed_from.get(op, ()))
+        ups = [e for e in emitters if not (e == router and feeding)]
+        out[op] = tuple(sorted({*ups, *feeding}))
+    return out
+
+
 def downstream_operators(
     operators: Mapping[str, Collection[str]], recovering: Collection[str]
 ) -> frozenset[str]:

@@ -13,6 +13,13 @@ state are consistent when the key has one upstream router task (the default);
 with several, a CPA target may apply two routers' tuples in another order than
 the source did (see ``elastorm.core.outputs``).
 
+Tentative outputs (Su & Zhou 2016): while the key's group is being restored, or
+state upstream of it is, ``self.tentative`` is True inside :meth:`process_keyed`:
+the output may miss tuples that recovery has not replayed yet, and the bolt can say
+so in what it emits. Once the group's outputs are final again, the bolt's
+:meth:`rectify_keyed` runs for each key whose last outputs were tentative, to send
+their final values.
+
 A :class:`KeyRouter` is added by :class:`elastorm.storm.topology.ElasticTopology`
 for every keyed bolt fed by ordinary components: it reads the key field of each
 input tuple and sends the tuple through an ``Emitter`` (routing table, sequence
@@ -32,6 +39,8 @@ from streamparse import Bolt
 from elastorm.core.actions import Applied
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.keyed_state import KeyState
+from elastorm.core.keygroups import key_group
+from elastorm.core.migration.table import Phase
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY_STREAM,
@@ -57,6 +66,7 @@ class KeyedBolt(KeyedOperator, Bolt):
     outputs: list = []
     current_key_state: KeyState | None = None
     failed = 0  # tuples whose process_keyed raised
+    tentative = False  # inside process_keyed: whether this tuple's outputs are tentative
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Add elastorm's relay and report streams to the subclass's own ``outputs``."""
@@ -66,11 +76,17 @@ class KeyedBolt(KeyedOperator, Bolt):
 
     def initialize(self, conf, context):
         self._outputs: list[tuple[list, str | None]] | None = None
+        self._owed: dict[int, set[str]] = {}  # key group -> keys last sent tentative
         self.setup_keyed(conf, context, self._step)
 
     def process_keyed(self, key: str, values: list) -> None:
         """One input tuple of ``key``; ``values`` are the tuple's values as sent."""
         raise NotImplementedError
+
+    def rectify_keyed(self, key: str) -> None:
+        """``key``'s last outputs were tentative and its group's outputs are final now:
+        emit the final ones (the states read the key's current values; a write here
+        is not kept). The default emits nothing."""
 
     def emit(self, tup, stream=None, **kwargs):
         """Inside :meth:`process_keyed`: an output of the tuple (sent if it is this task's
@@ -84,6 +100,8 @@ class KeyedBolt(KeyedOperator, Bolt):
         """The core's step: run ``process_keyed`` on the key's record, collect outputs."""
         state = self.current_key_state = KeyState(key, current)
         outputs = self._outputs = []
+        coordinator = self.coordinator
+        self.tentative = coordinator.machine(key_group(key, coordinator.num_key_groups)).tentative
         try:
             self.process_keyed(key, values)
         except Exception:
@@ -95,6 +113,7 @@ class KeyedBolt(KeyedOperator, Bolt):
         finally:
             self.current_key_state = None
             self._outputs = None
+            self.tentative = False
         return state.record(), outputs
 
     def process(self, tup):
@@ -105,11 +124,34 @@ class KeyedBolt(KeyedOperator, Bolt):
 
     def process_tick(self, tup):
         self.tick_keyed()
+        self.rectify()
 
     def on_applied(self, applied: Applied) -> None:
         if applied.emit_output:
             for values, stream in applied.result:
                 super().emit(values, stream=stream)
+            if applied.tentative and applied.result:
+                self._owed.setdefault(applied.key_group, set()).add(applied.item.key)
+
+    def rectify(self) -> None:
+        """:meth:`rectify_keyed` for each key last sent tentative whose group's outputs
+        are final now, if this task still owns the group (a group that moved away
+        meanwhile is not rectified here). O(keys owed)."""
+        for g in sorted(self._owed):
+            machine = self.coordinator.machine(g)
+            if machine.tentative:
+                continue
+            keys = self._owed.pop(g)
+            if machine.phase is not Phase.ACTIVE or machine.state is None:
+                continue
+            for key in sorted(keys):
+                self.current_key_state = KeyState(key, machine.state.get(key))
+                try:
+                    self.rectify_keyed(key)
+                except Exception:
+                    log.exception("rectify_keyed failed for key %r", key)
+                finally:
+                    self.current_key_state = None
 
 
 class KeyRouter(KeyedEmitting, Bolt):
