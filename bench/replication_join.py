@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import ROOT, commit, node_loss_cluster
+from bench_common import ROOT, commit, node_loss_cluster, print_ratios_to_none
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the drivers live with the tests
 
@@ -178,17 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['arm']:<8} {pred:>7.3f}  {' '.join(f'{x:4.2f}' for x in c[:10])} | {late:4.2f}"
             f" | {r['tentative_updates']}, {r['rectified']}"
         )
-    if rows and rows[0]["arm"] == "none":
-        first = _first(rows[0])
-        for r in rows[1:]:
-            ratio = _first(r) / first if first else float("nan")
-            print(f"{r['arm']}/none: mean completeness over the first 10 s: {ratio:.2f}")
+    print_ratios_to_none(rows, 10)
     return 1 if failed else 0
-
-
-def _first(row: dict[str, Any], secs: int = 10) -> float:
-    values = [x for x in row["completeness"][:secs] if x is not None]
-    return sum(values) / len(values) if values else 0.0
 
 
 if __name__ == "__main__":
