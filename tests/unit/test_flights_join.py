@@ -11,7 +11,9 @@ from streamparse import Bolt
 import elastorm.zk.requests
 from bolts.flights_join import DailyWindows, JoinFlights, JoinWindowSink
 from elastorm.controller.replication import downstream_operators, operator_inputs
-from elastorm.core.messages import Data, DataTuple, UpstreamRecovery
+from elastorm.core.actions import Applied, Send
+from elastorm.core.messages import CheckpointAck, Data, DataTuple, Protocol, UpstreamRecovery
+from elastorm.core.migration.table import Phase
 from elastorm.examples.flights_join import (
     add_to_window,
     compute_join_reference,
@@ -182,3 +184,51 @@ def test_a_keyed_bolt_behind_another_is_downstream_of_it() -> None:
     )
     assert ops == {"join": ("split",), "win": ("join",)}
     assert downstream_operators(ops, ["join"]) == {"win"}
+
+
+class _Machine:
+    def __init__(self, phase, protocol=None) -> None:
+        self.phase, self.protocol, self.tentative = phase, protocol, False
+
+
+class _Coordinator:
+    """Stands in for the task's coordinator: group 0 in a phase the test sets."""
+
+    num_key_groups = 1
+
+    def __init__(self) -> None:
+        self.m = _Machine(Phase.REPLICA)
+
+    def machine(self, g):
+        return self.m
+
+    def phase(self, g):
+        return self.m.phase
+
+
+def _applied(seq: int, row: int, emit: bool) -> Applied:
+    item = DataTuple("r:1", seq, "N1", ["N1", row], 0.0)
+    return Applied(key_group=0, item=item, result=[(["N1", row], None)], emit_output=emit)
+
+
+def test_a_promoted_replica_first_sends_the_outputs_its_owner_had_not_covered(
+    monkeypatch, tmp_path, emitted
+) -> None:
+    bolt = _bolt(monkeypatch, tmp_path, JoinFlights)
+    bolt.coordinator = _Coordinator()
+    bolt.perform([_applied(1, 10, False), _applied(2, 11, False), _applied(3, 12, False)])
+    assert not emitted  # a replica sends nothing
+    ack = CheckpointAck(key_group=0, checkpoint=(1, 1), watermarks={"r:1": 2})
+    bolt.perform([Send(to_task=3, message=ack)])  # the owner's checkpoint covers 1-2
+    bolt.coordinator.m = _Machine(Phase.REPLAYING, Protocol.RESTORE)  # promoted
+    bolt.perform([_applied(4, 13, True)])
+    assert [v for s, v in emitted if s is None] == [["N1", 12], ["N1", 13]]
+
+
+def test_a_dropped_replica_forgets_its_outputs(monkeypatch, tmp_path, emitted) -> None:
+    bolt = _bolt(monkeypatch, tmp_path, JoinFlights)
+    bolt.coordinator = _Coordinator()
+    bolt.perform([_applied(1, 10, False)])
+    bolt.coordinator.m = _Machine(Phase.IDLE, Protocol.REPLICATE)
+    bolt.perform([])
+    assert not emitted and not bolt._shadow

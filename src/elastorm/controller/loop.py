@@ -592,6 +592,10 @@ class ControllerLoop:
         if self.settings.replication_budget > 0 and self.warm(now):
             started, dropped, replica_sends = self._replicate(records, view, now)
             sends += replica_sends
+        elif self.warm(now):  # no replicas: the graph still gives fidelity_now
+            s = self.settings
+            graph = running_graph(records, s.operators, joins=s.joins)
+            self.replication_graph = graph or self.replication_graph
         moves, refused = [], []
         if self.settings.adapt and self.warm(now) and not self.rescaling:
             bound = bound_view(view, self.node_state)

@@ -13,6 +13,12 @@ state are consistent when the key has one upstream router task (the default);
 with several, a CPA target may apply two routers' tuples in another order than
 the source did (see ``elastorm.core.outputs``).
 
+Active replicas (Su & Zhou 2016): a replica applies the owner's input with its
+outputs suppressed. It keeps those outputs until the owner's next checkpoint covers
+their tuples (the owner sent them by then); when it is promoted (the owner died)
+it sends the ones still kept first, so outputs the owner never sent are not lost
+(a receiver may see some twice and must drop repeats, as after any restore).
+
 Tentative outputs (Su & Zhou 2016): while the key's group is being restored, or
 state upstream of it is, ``self.tentative`` is True inside :meth:`process_keyed`:
 the output may miss tuples that recovery has not replayed yet, and the bolt can say
@@ -36,10 +42,11 @@ from typing import Any
 
 from streamparse import Bolt
 
-from elastorm.core.actions import Applied
+from elastorm.core.actions import Applied, Send
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.keyed_state import KeyState
 from elastorm.core.keygroups import key_group
+from elastorm.core.messages import CheckpointAck, Protocol
 from elastorm.core.migration.table import Phase
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
@@ -77,6 +84,9 @@ class KeyedBolt(KeyedOperator, Bolt):
     def initialize(self, conf, context):
         self._outputs: list[tuple[list, str | None]] | None = None
         self._owed: dict[int, set[str]] = {}  # key group -> keys last sent tentative
+        # key group -> [(source, seq, outputs)] applied as its replica, not yet covered
+        # by a checkpoint of the owner's
+        self._shadow: dict[int, list[tuple[str, int, list]]] = {}
         self.setup_keyed(conf, context, self._step)
 
     def process_keyed(self, key: str, values: list) -> None:
@@ -132,6 +142,49 @@ class KeyedBolt(KeyedOperator, Bolt):
                 super().emit(values, stream=stream)
             if applied.tentative and applied.result:
                 self._owed.setdefault(applied.key_group, set()).add(applied.item.key)
+        elif applied.result and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
+            item = applied.item
+            self._shadow.setdefault(applied.key_group, []).append(
+                (item.source, item.seq, applied.result)
+            )
+
+    def perform(self, actions: list) -> None:
+        # A replica's phase changes only on control messages, whose actions are none,
+        # or not all Applied, or (a promotion's replay) outputs of a shadowed group.
+        shadow = self._shadow
+        if shadow and (
+            not actions
+            or any(
+                not isinstance(a, Applied) or (a.emit_output and a.key_group in shadow)
+                for a in actions
+            )
+        ):
+            self._settle_shadow(actions)
+        super().perform(actions)
+
+    def _settle_shadow(self, actions: list) -> None:
+        """Forget a replica's kept outputs that the owner's checkpoint covers (its ack
+        carries the watermarks); send a promoted replica's remaining ones before any
+        output of its own; drop them when it stopped being a replica otherwise
+        (dropped, or a migration target: the source sent them). O(kept outputs)."""
+        for a in actions:
+            if isinstance(a, Send) and isinstance(a.message, CheckpointAck):
+                kept = self._shadow.get(a.message.key_group)
+                if kept:
+                    marks = a.message.watermarks
+                    kept[:] = [k for k in kept if k[1] > marks.get(k[0], 0)]
+        for g in sorted(self._shadow):
+            machine = self.coordinator.machine(g)
+            if machine.phase is Phase.REPLICA:
+                continue
+            kept = self._shadow.pop(g)
+            if machine.protocol is Protocol.RESTORE and machine.phase in (
+                Phase.REPLAYING,
+                Phase.ACTIVE,
+            ):
+                for _, _, outputs in kept:
+                    for values, stream in outputs:
+                        super().emit(values, stream=stream)
 
     def rectify(self) -> None:
         """:meth:`rectify_keyed` for each key last sent tentative whose group's outputs
