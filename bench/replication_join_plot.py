@@ -1,7 +1,8 @@
 """Plot ``bench/replication_join.py``'s raw file: completeness after the kill per arm,
 with each arm's predicted Output Fidelity as a dashed line.
 
-    .venv/bin/python bench/replication_join_plot.py docs/raw/replication_join_<commit>.jsonl docs/img/replication_join.png
+    .venv/bin/python bench/replication_join_plot.py \
+        docs/raw/replication_join_<commit>.jsonl docs/img/replication_join.png
 """
 
 from __future__ import annotations

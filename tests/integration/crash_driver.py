@@ -733,7 +733,11 @@ class JoinSupervisorLossDriver(JoinWindowDriver):
     def _tasks(self, component: str) -> list[int]:
         prefix = f"{component}-"
         names = os.listdir(os.path.join(self.output_dir, "counts"))
-        return [int(n[len(prefix) : -len(".json")]) for n in names if n.startswith(prefix)]
+        return [
+            int(n[len(prefix) : -len(".json")])
+            for n in names
+            if n.startswith(prefix) and n.endswith(".json")
+        ]
 
     def _pid_of(self, component: str, task: int) -> int:
         path = os.path.join(self.output_dir, "counts", f"{component}-{task}.json")

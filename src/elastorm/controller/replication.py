@@ -56,7 +56,9 @@ def running_graph(
     joined (correlated-input), the rest are independent-input. Vertices are the
     keyed tasks that reported a positive input rate, as :func:`task_name`, and one
     source vertex per non-keyed emitting component (a spout or router: it recovers
-    by replay, never by a replica, so it is never in a failure scenario).
+    by replay, never by a replica, so it is never in a failure scenario). A keyed
+    upstream none of whose tasks reported input this round (all restoring) stands as
+    such a source vertex too.
 
     Rates: a keyed task's input rate is the sum of its key groups' rates. Which
     upstream task sent how much is not measured, so a task's input is split over the
@@ -90,11 +92,12 @@ def running_graph(
             share = total / len(ups)
             for up in ups:
                 up_rates = rate.get(up)
-                if up_rates is None:  # a source component
+                if not up_rates:
+                    # A source component; or a keyed upstream with no task measured this
+                    # round (all restoring): it feeds as one vertex, so the task is not
+                    # left without a stream.
                     sources.add(up)
                     streams.append(Stream(source=up, target=task_name(op, t), rate=share))
-                    continue
-                if not up_rates:
                     continue
                 whole = sum(up_rates.values())
                 for u, r in sorted(up_rates.items()):
