@@ -15,6 +15,10 @@ from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
 
 SETTLE_SECS = 20.0  # after the input ends, how long totals may stay short of the reference
+# Storm ends a worker whose Python subprocess misses its heartbeats this long (default
+# 30 s): on the shared 2-core machine a busy node0 worker stalled past that and took
+# the spout, the routers, the sink and node0's tasks down with it.
+SUBPROCESS_TIMEOUT_SECS = 120
 
 
 def read_join_sink(output_dir: str) -> dict[str, Any]:
@@ -93,11 +97,15 @@ class JoinWindowDriver:
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir
-        return TopologyConfig.overrides(
-            output_dir=output_dir,
-            key_groups=self.key_groups,
-            checkpoint_interval_secs=self.checkpoint_interval,
-        ) | FlightsOptions.overrides(limit=self.limit, max_rate=self.max_rate)
+        return (
+            TopologyConfig.overrides(
+                output_dir=output_dir,
+                key_groups=self.key_groups,
+                checkpoint_interval_secs=self.checkpoint_interval,
+            )
+            | FlightsOptions.overrides(limit=self.limit, max_rate=self.max_rate)
+            | {"topology.subprocess.timeout.secs": SUBPROCESS_TIMEOUT_SECS}
+        )
 
     def reference(self):
         from elastorm.examples.flights_join import compute_join_reference
