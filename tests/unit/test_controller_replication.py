@@ -327,4 +327,9 @@ def test_a_task_whose_keyed_upstreams_all_restore_still_has_a_stream() -> None:
     idle = [r for r in records() if r.identity.operator == "join"]
     idle += [rec(10, "left", "node0", {}), rec(20, "right", "node0", {})]
     graph = running_graph(idle, OPERATORS, joins=("join",))
-    assert graph.input_streams("join:30") == {"left": {"left": 15.0}, "right": {"right": 15.0}}
+    assert graph.input_streams("join:30") == {
+        "left (restoring)": {"left (restoring)": 15.0},
+        "right (restoring)": {"right (restoring)": 15.0},
+    }
+    # never a keyed task, so never in a plan
+    assert keyed_tasks(graph, ("left", "right", "join")) == {"join:30", "join:31"}

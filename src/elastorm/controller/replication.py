@@ -94,10 +94,12 @@ def running_graph(
                 up_rates = rate.get(up)
                 if not up_rates:
                     # A source component; or a keyed upstream with no task measured this
-                    # round (all restoring): it feeds as one vertex, so the task is not
-                    # left without a stream.
-                    sources.add(up)
-                    streams.append(Stream(source=up, target=task_name(op, t), rate=share))
+                    # round (all restoring): it feeds as one source vertex, named apart
+                    # from the operator (never a keyed task, never planned), so the task
+                    # is not left without a stream.
+                    name = up if up_rates is None else f"{up} (restoring)"
+                    sources.add(name)
+                    streams.append(Stream(source=name, target=task_name(op, t), rate=share))
                     continue
                 whole = sum(up_rates.values())
                 for u, r in sorted(up_rates.items()):
