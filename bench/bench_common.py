@@ -34,3 +34,18 @@ def node_loss_cluster(name: str, out: Path | None, *, tasks: int, supervisors: i
     down(cfg, wipe=True)
     up(cfg, supervisors=supervisors, slots=slots)
     return cfg, out
+
+
+def print_ratios_to_none(rows: list[dict], secs: int) -> None:
+    """Each arm's mean completeness over the first ``secs`` s after the kill, over the
+    ``none`` arm's (when the run began with it)."""
+
+    def first(row: dict) -> float:
+        values = [x for x in row["completeness"][:secs] if x is not None]
+        return sum(values) / len(values) if values else 0.0
+
+    if rows and rows[0]["arm"] == "none":
+        base = first(rows[0])
+        for r in rows[1:]:
+            ratio = first(r) / base if base else float("nan")
+            print(f"{r['arm']}/none: mean completeness over the first {secs} s: {ratio:.2f}")

@@ -37,9 +37,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from bench_common import ROOT, commit, node_loss_cluster
+from bench_common import ROOT, commit, node_loss_cluster, print_ratios_to_none
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the drivers live with the tests
 from crash_driver import AFTER, BEFORE  # noqa: E402
@@ -161,16 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['arm']:<8} {str(r['victims']):<10} {len(r['replicated_at_kill']):>4} "
             f"{r['predicted_of']:>7.3f}  {first} | {late:4.2f}"
         )
-    if rows and rows[0]["arm"] == "none":
-        for r in rows[1:]:
-            ratio = _first(r) / _first(rows[0]) if _first(rows[0]) else float("nan")
-            print(f"{r['arm']}/none: mean completeness over the first 5 s: {ratio:.2f}")
+    print_ratios_to_none(rows, 5)
     return 1 if failed else 0
-
-
-def _first(row: dict[str, Any], secs: int = 5) -> float:
-    values = [x for x in row["completeness"][:secs] if x is not None]
-    return sum(values) / len(values) if values else 0.0
 
 
 if __name__ == "__main__":

@@ -145,6 +145,7 @@ NODE_ZONES = Kind("{node: zone}", _node_zones)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
 NAMES = Kind("[name, ...]", _names)
 EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
+ROUTER_SOURCES = Kind("{keyed operator: [component feeding its router, ...]}", _operator_emitters)
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -615,6 +616,12 @@ class TopologyConfig(Section):
     operators: Mapping[str, tuple[str, ...]] = option(
         "elastorm.operators", OPERATOR_EMITTERS, {},
         "each keyed operator and the components that emit to it; set by ElasticTopology",
+    )  # fmt: skip
+    routed_from: Mapping[str, tuple[str, ...]] = option(
+        "elastorm.routed_from", ROUTER_SOURCES, {},
+        "each keyed operator fed through a router, and the components feeding that "
+        "router (a keyed operator among them is upstream of it in the Output Fidelity "
+        "model and for tentative outputs); set by ElasticTopology",
     )  # fmt: skip
     join_operators: tuple[str, ...] = option(
         "elastorm.join_operators", NAMES, (),

@@ -14,6 +14,7 @@ from elastorm.config import TopologyConfig
 from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.flights_results import read_results
+from elastorm.runtime.join_driver import JoinWindowDriver, read_join_sink
 from elastorm.runtime.outcome import Outcome
 
 
@@ -593,3 +594,187 @@ def _parent(pid: int) -> int:
     """The parent process of ``pid`` (a ShellBolt's subprocess: its worker JVM)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
         return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+JOIN_OPERATORS = ("join_flights", "daily_windows")
+
+
+class JoinSupervisorLossDriver(JoinWindowDriver):
+    """The join-and-window job (``topologies/flights_join.py``) with ``lose`` whole nodes
+    lost at once at ``kill_at`` of the input: kill -9 of the supervisors of logical
+    nodes 1..``lose`` (each runs one task of each keyed operator under the elastic
+    scheduler), with every worker and Python process they launched.
+
+    The victims' nodes are one fault zone, so checkpoints and active replicas of their
+    groups sit on node0, which runs everything else. The kill waits until no group
+    is moving and every group the victims own has its newest checkpoint (or a started
+    replica) on node0. ``budget``: the controller's replication budget in keyed tasks
+    (0: every lost group is restored from its checkpoint). Passes if every window's
+    totals equal pandas' (``JoinWindowDriver``)."""
+
+    def __init__(
+        self,
+        limit: int | None = 60_000,
+        *,
+        lose: int = 2,
+        budget: int = 0,
+        kill_at: float = 0.3,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(limit, **kwargs)
+        self.lose, self.budget, self.kill_at = lose, budget, kill_at
+        self.killed: list[str] = []
+        self.loss: dict[str, Any] = {}
+        self._client = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.config import ControllerConfig
+        from elastorm.controller.loop import node_name
+
+        zones = {node_name(i): "rack" for i in range(1, self.lose + 1)}
+        return (
+            super().options(output_dir)
+            | TopologyConfig.overrides(fault_zones=zones)
+            | ControllerConfig.overrides(
+                strategy="baseline",
+                replication_budget=self.budget,
+                warmup_secs=5.0,
+                replan_secs=5.0,
+            )
+        )
+
+    def _statuses(self) -> dict[str, dict[str, Any]]:
+        from elastorm.runtime.migrate import connect, wait_for_status
+
+        if self._client is None:
+            self._client = connect(self.zk_hosts)
+        return {op: wait_for_status(self._client, self.topology, op, 60) for op in JOIN_OPERATORS}
+
+    def _victims(self, statuses: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
+        """Per operator, the tasks of nodes 1..lose (node ``i`` runs each operator's
+        ``i``-th task)."""
+        return {op: sorted(s["tasks"])[1 : self.lose + 1] for op, s in statuses.items()}
+
+    def _ready(self, statuses, victims) -> bool:
+        """No group moving, and each group a victim owns has its newest checkpoint or a
+        started replica outside the victims."""
+        for op, s in statuses.items():
+            dead = set(victims[op])
+            replicas = s.get("replicas", {})
+            if s["moving"]:
+                return False
+            for g, owner in enumerate(s["owners"]):
+                if owner not in dead:
+                    continue
+                replica = replicas.get(str(g))
+                held = s["holders"][g] not in dead and s["assisted"][g]
+                if not (held or (replica is not None and replica not in dead)):
+                    return False
+        return True
+
+    def on_poll(self, spout: dict[str, Any], sink: dict[str, Any]) -> None:
+        if self.killed:
+            self._watch_recovery()
+            return
+        if spout.get("rows_read", 0) < self.kill_at * (self.limit or 336_776):
+            return
+        deadline = time.monotonic() + 120
+        statuses = self._statuses()
+        victims = self._victims(statuses)
+        while not self._ready(statuses, victims):
+            if time.monotonic() > deadline:
+                raise UserError(f"no moment to kill nodes 1..{self.lose}: {statuses}")
+            time.sleep(0.2)
+            statuses = self._statuses()
+        groups = self._process_groups(victims)
+        self.loss = {
+            "victims": victims,
+            "owned": {  # operator -> victim task -> the groups it owned
+                op: {str(t): [g for g, o in enumerate(s["owners"]) if o == t] for t in victims[op]}
+                for op, s in statuses.items()
+            },
+            "replicated_at_kill": {
+                op: {g: r for g, r in s.get("replicas", {}).items()} for op, s in statuses.items()
+            },
+            "rows_read_at_kill": spout.get("rows_read", 0),
+            "replication_at_kill": self._metrics().get("replication"),
+            "loadavg_1m": round(os.getloadavg()[0], 1),
+        }
+        self.killed = [_daemon_name(g) for g in groups]
+        self.loss["killed_at"] = time.time()
+        for group in groups:
+            os.killpg(group, 9)
+        self.loss["supervisors"] = self.killed
+
+    def _process_groups(self, victims: dict[str, list[int]]) -> list[int]:
+        """The process groups of the supervisors running ``victims``: ``lose`` of them,
+        none the spout's (node0's)."""
+        where = {
+            f"{op}-{t}": os.getpgid(self._pid_of(op, t))
+            for op in JOIN_OPERATORS
+            for t in self._tasks(op)
+        }
+        keep = os.getpgid(self._pid_of("flights_spout", min(self._tasks("flights_spout"))))
+        groups = sorted({where[f"{op}-{t}"] for op in victims for t in victims[op]})
+        names = [_daemon_name(g) for g in groups]
+        if (
+            keep in groups
+            or len(groups) != self.lose
+            or not all(n.startswith("supervisor-") for n in names)
+        ):
+            seen = {k: _daemon_name(g) for k, g in sorted(where.items())}
+            raise UserError(
+                f"tasks {victims} are not on {self.lose} supervisors without the spout "
+                f"({_daemon_name(keep)}): {seen}"
+            )
+        return groups
+
+    def _watch_recovery(self) -> None:
+        """Seconds from the kill until no victim owns a group and none moves."""
+        if "restored_secs" in self.loss:
+            return
+        statuses = self._statuses()
+        victims = self.loss["victims"]
+        if all(
+            not s["moving"] and not set(s["owners"]) & set(victims[op])
+            for op, s in statuses.items()
+        ):
+            self.loss["restored_secs"] = round(time.time() - self.loss["killed_at"], 2)
+
+    def _metrics(self) -> dict[str, Any]:
+        """The controller's last published metrics (empty before its first write)."""
+        path = os.path.join(self.output_dir, "controller-metrics.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return {}
+
+    def _tasks(self, component: str) -> list[int]:
+        prefix = f"{component}-"
+        names = os.listdir(os.path.join(self.output_dir, "counts"))
+        return [
+            int(n[len(prefix) : -len(".json")])
+            for n in names
+            if n.startswith(prefix) and n.endswith(".json")
+        ]
+
+    def _pid_of(self, component: str, task: int) -> int:
+        path = os.path.join(self.output_dir, "counts", f"{component}-{task}.json")
+        with open(path, encoding="utf-8") as fh:
+            return int(json.load(fh)["pid"])
+
+    def outcome(self, output_dir: str) -> Outcome:
+        out = super().outcome(output_dir)
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+        metrics = self._metrics()
+        facts = {
+            "loss": self.loss,
+            "recoveries": metrics.get("recoveries", []),
+            "replication": metrics.get("replication"),
+            "timeline": read_join_sink(output_dir).get("timeline", {}),
+        }
+        ok = out.ok and len(self.killed) == self.lose
+        return Outcome(summary=out.summary, ok=ok, facts=out.facts | facts)

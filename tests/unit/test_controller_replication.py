@@ -319,3 +319,17 @@ def test_a_plan_whose_task_left_the_graph_is_replaced_whatever_the_gain() -> Non
         replan(graph, failed, new, new, budget=3, min_gain=-0.1)
     over = new | {"left:11"}
     assert replan(graph, failed, over, new, budget=3, min_gain=1.0) == new
+
+
+def test_a_task_whose_keyed_upstreams_all_restore_still_has_a_stream() -> None:
+    # left and right report no input (their groups are being restored), join still
+    # applies what reached it: their operators feed it as source vertices this round.
+    idle = [r for r in records() if r.identity.operator == "join"]
+    idle += [rec(10, "left", "node0", {}), rec(20, "right", "node0", {})]
+    graph = running_graph(idle, OPERATORS, joins=("join",))
+    assert graph.input_streams("join:30") == {
+        "left (restoring)": {"left (restoring)": 15.0},
+        "right (restoring)": {"right (restoring)": 15.0},
+    }
+    # never a keyed task, so never in a plan
+    assert keyed_tasks(graph, ("left", "right", "join")) == {"join:30", "join:31"}

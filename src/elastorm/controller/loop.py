@@ -69,6 +69,7 @@ from elastorm.controller.recovery import RecoveryPlan, plan_recovery
 from elastorm.controller.replication import (
     downstream_operators,
     keyed_tasks,
+    operator_inputs,
     place_replicas,
     plan_replicas,
     predicted_fidelity,
@@ -254,7 +255,7 @@ class LoopSettings:
             replication_planner=c.replication_planner,
             replan_secs=c.replan_secs,
             replan_min_gain=c.replan_min_gain,
-            operators=dict(config.operators),
+            operators=operator_inputs(config.operators, config.routed_from),
             joins=tuple(config.join_operators),
             zones=dict(config.fault_zones),
         )
@@ -637,6 +638,10 @@ class ControllerLoop:
         if self.settings.replication_budget > 0 and self.warm(now):
             started, dropped, replica_sends = self._replicate(records, view, now)
             sends += replica_sends
+        elif self.warm(now):  # no replicas: the graph still gives fidelity_now
+            s = self.settings
+            graph = running_graph(records, s.operators, joins=s.joins)
+            self.replication_graph = graph or self.replication_graph
         moves, refused = [], []
         if self.settings.adapt and self.warm(now) and not self.rescaling:
             bound = bound_view(view, self.node_state)

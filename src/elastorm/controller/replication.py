@@ -56,7 +56,9 @@ def running_graph(
     joined (correlated-input), the rest are independent-input. Vertices are the
     keyed tasks that reported a positive input rate, as :func:`task_name`, and one
     source vertex per non-keyed emitting component (a spout or router: it recovers
-    by replay, never by a replica, so it is never in a failure scenario).
+    by replay, never by a replica, so it is never in a failure scenario). A keyed
+    upstream none of whose tasks reported input this round (all restoring) stands as
+    such a source vertex too.
 
     Rates: a keyed task's input rate is the sum of its key groups' rates. Which
     upstream task sent how much is not measured, so a task's input is split over the
@@ -90,11 +92,14 @@ def running_graph(
             share = total / len(ups)
             for up in ups:
                 up_rates = rate.get(up)
-                if up_rates is None:  # a source component
-                    sources.add(up)
-                    streams.append(Stream(source=up, target=task_name(op, t), rate=share))
-                    continue
                 if not up_rates:
+                    # A source component; or a keyed upstream with no task measured this
+                    # round (all restoring): it feeds as one source vertex, named apart
+                    # from the operator (never a keyed task, never planned), so the task
+                    # is not left without a stream.
+                    name = up if up_rates is None else f"{up} (restoring)"
+                    sources.add(name)
+                    streams.append(Stream(source=name, target=task_name(op, t), rate=share))
                     continue
                 whole = sum(up_rates.values())
                 for u, r in sorted(up_rates.items()):
@@ -243,6 +248,26 @@ def place_replicas(
     start = tuple((kg, n) for kg, n in sorted(wanted.items()) if current.get(kg) != n)
     drop = tuple(kg for kg, n in sorted(current.items()) if wanted.get(kg) != n)
     return ReplicaPlacement(wanted=wanted, start=start, drop=drop)
+
+
+def operator_inputs(
+    operators: Mapping[str, Collection[str]], routed_from: Mapping[str, Collection[str]]
+) -> dict[str, tuple[str, ...]]:
+    """Each keyed operator and the components whose output it takes, looking through
+    routers: ``operators`` (``elastorm.operators``) names a keyed bolt's router as its
+    emitter, ``routed_from`` (``elastorm.routed_from``) what feeds that router, so a
+    keyed bolt fed by another keyed bolt lists it. O(operators x emitters).
+
+    >>> operator_inputs({"a": ["a_router"], "b": ["b_router"]}, {"a": ["s"], "b": ["a"]})
+    {'a': ('s',), 'b': ('a',)}
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for op, emitters in sorted(operators.items()):
+        router = f"{op}_router"
+        feeding = tuple(routed_from.get(op, ()))
+        ups = [e for e in emitters if not (e == router and feeding)]
+        out[op] = tuple(sorted({*ups, *feeding}))
+    return out
 
 
 def downstream_operators(

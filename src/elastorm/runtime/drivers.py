@@ -288,6 +288,10 @@ def driver_for(topology: str, limit: int | None, *, strategy: str = "correlated"
         return FlightsDriver(limit)
     if topology == "flights_elastic":
         return ElasticFlightsDriver(limit)
+    if topology == "flights_join":
+        from elastorm.runtime.join_driver import JoinWindowDriver
+
+        return JoinWindowDriver(limit)
     if topology == "smoke":
         return SmokeDriver(limit or 1000)
     if topology == "shift":
@@ -296,5 +300,5 @@ def driver_for(topology: str, limit: int | None, *, strategy: str = "correlated"
         return FlightsLoadDriver(strategy)
     raise UserError(
         f"unknown topology {topology!r} "
-        "(have: flights, flights_elastic, flights_load, shift, smoke)"
+        "(have: flights, flights_elastic, flights_join, flights_load, shift, smoke)"
     )

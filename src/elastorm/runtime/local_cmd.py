@@ -12,7 +12,7 @@ from elastorm.runtime.topology_jar import build_topology_jar
 
 #: What ``elastorm local`` and ``elastorm run`` accept (``topologies/synthetic.py`` is
 #: driven by ``bench/migration_bench.py`` only). The README's command table lists these.
-TOPOLOGIES = ("flights", "flights_elastic", "flights_load", "shift", "smoke")
+TOPOLOGIES = ("flights", "flights_elastic", "flights_join", "flights_load", "shift", "smoke")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,10 @@ before streamparse builds the Thrift topology:
   ``elastorm`` stream between them, the emitters and the keyed bolts (these close
   cycles, so they are named by component id);
 * the conf ``elastorm.operators``: ``{keyed bolt: [its emitters]}``, from which
-  every component learns its peers at run time, and a tick frequency.
+  every component learns its peers at run time, and a tick frequency;
+* the conf ``elastorm.routed_from``: ``{keyed bolt: [components feeding its
+  router]}``, so the controller sees a keyed bolt fed by another one through a
+  router (its Output Fidelity graph, and which outputs turn tentative).
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         raise WiringError(f"{classname}: no keyed bolt (a KeyedBolt with keyed() inputs)")
     operators: dict[str, list[str]] = {}
     added: dict[str, ComponentSpec] = {}
+    routed_from: dict[str, list[str]] = {}  # keyed bolt -> components feeding its router
     for spec in keyed_specs:
         if isinstance(spec.par, int) and spec.par < 2:
             raise WiringError(
@@ -191,6 +195,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
                     f"{grouping.key_field!r} (fields: {fields})"
                 )
             routed[stream_id] = Grouping.fields(grouping.key_field)
+            routed_from.setdefault(spec.name, []).append(upstream.name)
             router_keys[f"{upstream.name}:{stream}"] = fields.index(grouping.key_field)
             par = upstream.par if isinstance(upstream.par, int) else 1
             router_par = max(router_par, par)
@@ -235,6 +240,10 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     config[OPERATORS_KEY] = operators
     if replay_sources:
         config[TopologyConfig.key("replay_sources")] = replay_sources
+    if routed_from:
+        config[TopologyConfig.key("routed_from")] = {
+            op: sorted(set(ups)) for op, ups in routed_from.items()
+        }
     config.setdefault(TICK_KEY, DEFAULT_TICK_SECS)
     # elastorm's own sequence numbers, buffers and checkpoints give exactly-once;
     # Storm's acking would track nothing (spouts emit without ids) at a message per

@@ -1,0 +1,162 @@
+"""The join-and-window job's bolts, written with elastorm's public keyed-bolt API.
+
+``SplitFlights`` (plain) turns each flights row into its two sides; ``JoinFlights``
+(a ``KeyedBolt``, correlated-input: ``elastorm.join_operators``) joins them by plane
+on the row id; ``DailyWindows`` (a ``KeyedBolt``) keeps per plane and UTC day the
+joined flights, delay sum and air minutes and sends each window's current totals
+with a tentative mark; ``JoinWindowSink`` keeps the latest totals per window.
+
+Exactly once at the window: a restored join re-sends the joined rows it applied
+after its checkpoint. Per plane the joined rows come in row order (both sides of a
+row are sent one after the other through one router task), so the window keeps the
+highest row it applied per plane and skips any row not above it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from streamparse import Bolt, Stream
+
+from bolts.common import Counters, required_output_dir, write_json_atomic
+from elastorm import KeyedBolt, MapState, ValueState
+from elastorm.examples.flights_join import (
+    AIR,
+    ARRIVAL,
+    add_to_window,
+    join_side,
+    split_flight,
+    window_of,
+)
+
+ARRIVALS, AIRTIMES = "arrivals", "airtimes"
+JOINED_FIELDS = ["tailnum", "row", "arr_delay", "air_time", "ts"]
+WINDOW_FIELDS = ["tailnum", "day", "flights", "delay", "air", "tentative"]
+
+
+class CountedKeyedBolt(KeyedBolt):
+    """A keyed bolt that writes its counts file (pid, owned groups, outputs) on ticks,
+    as the flights bolts do, so a driver can find and watch its tasks."""
+
+    def initialize(self, conf, context):
+        self.counters = Counters.from_conf(conf, context, self.role)
+        self.outputs_sent = 0
+        super().initialize(conf, context)
+
+    def on_applied(self, applied):
+        super().on_applied(applied)
+        self.outputs_sent += len(applied.result) if applied.emit_output else 0
+
+    def process_tick(self, tup):
+        super().process_tick(tup)
+        extra = self.counters.extra
+        extra["owned"] = list(self.coordinator.owned())
+        extra["replicas"] = list(self.coordinator.replicas())
+        extra["outputs"] = self.outputs_sent
+        self.counters.write()
+
+
+class SplitFlights(Bolt):
+    """A flights row -> an arrival ``[tailnum, row, arr_delay]`` and an air time
+    ``[tailnum, row, air_time, ts]`` (each only when not NA)."""
+
+    outputs = [
+        Stream(fields=["tailnum", "row", "arr_delay"], name=ARRIVALS),
+        Stream(fields=["tailnum", "row", "air_time", "ts"], name=AIRTIMES),
+    ]
+
+    def process(self, tup):
+        row_no, tailnum, (_, arr_delay, air_time), ts = tup.values
+        arrival, air = split_flight(row_no, tailnum, arr_delay, air_time, ts)
+        if arrival is not None:
+            self.emit(arrival, stream=ARRIVALS)
+        if air is not None:
+            self.emit(air, stream=AIRTIMES)
+
+
+class JoinFlights(CountedKeyedBolt):
+    """Joins a plane's arrivals and air times on the row id."""
+
+    role = "join"
+    outputs = [Stream(fields=JOINED_FIELDS)]
+    pending = ValueState(default=None)  # row id -> [side, values...] not joined yet
+
+    def process_keyed(self, key, values):
+        side = AIR if len(values) == 4 else ARRIVAL
+        pending, joined = join_side(self.pending.value() or {}, side, values[1], values[2:])
+        if pending:
+            self.pending.update(pending)
+        else:
+            self.pending.clear()
+        if joined is not None:
+            self.emit([key, values[1], *joined])
+
+
+class DailyWindows(CountedKeyedBolt):
+    """Per plane and UTC day: joined flights, arrival delay sum, air minutes."""
+
+    role = "window"
+    outputs = [Stream(fields=WINDOW_FIELDS)]
+    last_row = ValueState(default=-1)  # the highest joined row applied for the plane
+    days = MapState()  # day start (str) -> [flights, delay, air]
+
+    def process_keyed(self, key, values):
+        _, row, arr_delay, air_time, ts = values
+        if row <= self.last_row.value():
+            return  # a joined row a restored join sent again
+        self.last_row.update(row)
+        day = str(window_of(ts))
+        totals = add_to_window(self.days.get(day), arr_delay, air_time)
+        self.days.put(day, totals)
+        self.emit([key, int(day), *totals, self.tentative])
+
+    def rectify_keyed(self, key):
+        for day, totals in sorted(self.days.items()):
+            self.emit([key, int(day), *totals, False])
+
+
+class JoinWindowSink(Bolt):
+    """The windows' latest totals (the larger flight count wins: it reflects more of
+    the window's flights; an equal count replaces the mark), written every tick to
+    ``<output_dir>/join-sink-<task>.json`` with ``tentative`` (windows whose total
+    held came from a tentative update), ``tentative_updates`` and ``rectified`` (how
+    many tentative totals a final one replaced), and ``timeline``: per wall-clock
+    second, the flights newly reflected in the totals."""
+
+    def initialize(self, conf, context):
+        out = required_output_dir(conf)
+        self.path = os.path.join(out, f"join-sink-{context['taskid']}.json")
+        self.windows: dict[str, list] = {}  # "tailnum|day" -> [flights, delay, air, tentative]
+        self.tentative_updates = 0
+        self.rectified = 0
+        self.timeline: dict[int, int] = {}
+
+    def process(self, tup):
+        tailnum, day, flights, delay, air, tentative = tup.values
+        key = f"{tailnum}|{day}"
+        old = self.windows.get(key)
+        self.tentative_updates += bool(tentative)
+        if old is not None and flights < old[0]:
+            return
+        if old is not None and flights == old[0]:
+            if old[3] and not tentative:
+                self.rectified += 1
+            tentative = old[3] and tentative
+        grew = flights - (old[0] if old else 0)
+        if grew:
+            second = int(time.time())
+            self.timeline[second] = self.timeline.get(second, 0) + grew
+        self.windows[key] = [flights, delay, air, bool(tentative)]
+
+    def process_tick(self, tup):
+        write_json_atomic(
+            self.path,
+            {
+                "written_at": time.time(),
+                "windows": self.windows,
+                "tentative_updates": self.tentative_updates,
+                "rectified": self.rectified,
+                "timeline": self.timeline,
+            },
+        )

@@ -1,0 +1,47 @@
+"""The join-and-window job: two keyed inputs joined by plane, then a tumbling window.
+
+flights_spout -> split_flights --arrivals, keyed(tailnum)--> join_flights (correlated input)
+                               --airtimes, keyed(tailnum)-->
+join_flights --keyed(tailnum)--> daily_windows (per plane and UTC day) --> join_sink
+
+Both keyed bolts are written with elastorm's public API (``KeyedBolt``, ``keyed()``;
+``bolts.flights_join``); ``ElasticTopology`` adds a router in front of each, the
+relay and the controller. ``join_flights`` is declared a join
+(``elastorm.join_operators``), so the Output Fidelity model counts a flight as
+lost when either of its sides is. ``ELASTORM_KEYED_TASKS`` tasks per keyed bolt
+(default 3).
+"""
+
+from __future__ import annotations
+
+from streamparse import Grouping
+
+from bolts.common import env_int, flights_topology_config
+from bolts.flights_join import (
+    AIRTIMES,
+    ARRIVALS,
+    DailyWindows,
+    JoinFlights,
+    JoinWindowSink,
+    SplitFlights,
+)
+from elastorm import ElasticTopology, keyed
+from spouts.flights import FlightsSpout
+
+KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=2)  # an owner and a holder at least
+
+
+class FlightsJoinTopology(ElasticTopology):
+    config = flights_topology_config(join_operators=["join_flights"])
+
+    flights_spout = FlightsSpout.spec(par=1)
+    split_flights = SplitFlights.spec(inputs={flights_spout: Grouping.fields("id")}, par=1)
+    join_flights = JoinFlights.spec(
+        inputs={
+            split_flights[ARRIVALS]: keyed("tailnum"),
+            split_flights[AIRTIMES]: keyed("tailnum"),
+        },
+        par=KEYED_TASKS,
+    )
+    daily_windows = DailyWindows.spec(inputs={join_flights: keyed("tailnum")}, par=KEYED_TASKS)
+    join_sink = JoinWindowSink.spec(inputs={daily_windows: Grouping.GLOBAL}, par=1)
