@@ -36,6 +36,13 @@ def node_loss_cluster(name: str, out: Path | None, *, tasks: int, supervisors: i
     return cfg, out
 
 
+def completeness_cells(row: dict) -> tuple[str, float]:
+    """A run's completeness as printed: its first 10 one-second bins, and the mean of
+    the bins after them (a bin with no measure counts as NaN)."""
+    c = [x if x is not None else float("nan") for x in row["completeness"]]
+    return " ".join(f"{x:4.2f}" for x in c[:10]), sum(c[10:]) / max(1, len(c[10:]))
+
+
 def print_ratios_to_none(rows: list[dict], secs: int) -> None:
     """Each arm's mean completeness over the first ``secs`` s after the kill, over the
     ``none`` arm's (when the run began with it)."""

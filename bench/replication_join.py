@@ -37,7 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import ROOT, commit, node_loss_cluster, print_ratios_to_none
+from bench_common import (
+    ROOT,
+    commit,
+    completeness_cells,
+    node_loss_cluster,
+    print_ratios_to_none,
+)
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the drivers live with the tests
 
@@ -171,11 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ncompleteness after the kill (flights/s into the windows / rate before); raw: {out}")
     print(f"{'arm':<8} {'pred OF':>7}  first 10 s | mean 10-40 s | tentative, rectified")
     for r in rows:
-        c = [x if x is not None else float("nan") for x in r["completeness"]]
         pred = r["predicted_of"] if r["predicted_of"] is not None else float("nan")
-        late = sum(c[10:]) / max(1, len(c[10:]))
+        first, late = completeness_cells(r)
         print(
-            f"{r['arm']:<8} {pred:>7.3f}  {' '.join(f'{x:4.2f}' for x in c[:10])} | {late:4.2f}"
+            f"{r['arm']:<8} {pred:>7.3f}  {first} | {late:4.2f}"
             f" | {r['tentative_updates']}, {r['rectified']}"
         )
     print_ratios_to_none(rows, 10)

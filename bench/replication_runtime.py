@@ -38,7 +38,13 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import ROOT, commit, node_loss_cluster, print_ratios_to_none
+from bench_common import (
+    ROOT,
+    commit,
+    completeness_cells,
+    node_loss_cluster,
+    print_ratios_to_none,
+)
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the drivers live with the tests
 from crash_driver import AFTER, BEFORE  # noqa: E402
@@ -153,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'arm':<8} {'victims':<10} {'repl':>4} {'pred OF':>7}  first 10 s, then mean of 10-40 s"
     )
     for r in rows:
-        c = [x if x is not None else float("nan") for x in r["completeness"]]
-        first = " ".join(f"{x:4.2f}" for x in c[:10])
-        late = sum(c[10:]) / max(1, len(c[10:]))
+        first, late = completeness_cells(r)
         print(
             f"{r['arm']:<8} {str(r['victims']):<10} {len(r['replicated_at_kill']):>4} "
             f"{r['predicted_of']:>7.3f}  {first} | {late:4.2f}"
