@@ -66,6 +66,20 @@ def test_a_node_the_controller_drains_shows_draining_with_its_name_then_alive_ag
     assert _node(build_view(s, tracker), "node1")["state"] == "alive"
 
 
+def test_a_released_node_unbound_in_the_same_read_is_still_drained_as_its_logical_node():
+    """On a quiet machine the scheduler unbinds a released node before the dashboard's
+    next read: the event must still name node1, not the supervisor (fresh-clone CI at
+    3ef977b waited 240 s for ``node drained`` on node2 and never saw it)."""
+    tracker = Tracker()
+    draining = RescaleProgress(draining=("supervisor-1",), pending=2)
+    tracker.observe(snap(T0, TASKS, st=ST, binding=BOUND, rescale=draining))
+    unbound = Binding(nodes=("supervisor-0", None, None))
+    events = tracker.observe(snap(T0 + 1, TASKS, st=ST, binding=unbound))
+    assert [(e["what"], e["node"], e["name"]) for e in events] == [
+        ("node drained", "node1", "supervisor-1")
+    ]
+
+
 def test_a_lost_node_stays_lost_even_while_draining_and_joining_is_flagged():
     late = [r for r in TASKS if r.node_id == "node0"]
     gone = [r for r in TASKS if r.node_id == "node1"]

@@ -93,6 +93,7 @@ class Tracker:
         self._owners: dict[str, list[int]] = {}
         self._in_flight: dict[tuple[str, int], str] = {}
         self._draining: set[str] = set()
+        self._logical: dict[str, str] = {}  # named node -> the logical node it was bound as
         self._ended: set[tuple[str, int, int]] = set()
         # (operator, protocol) -> [count, sum] of the pauses of the controller's own
         # migrations and restores seen to end (requests' are on the durable board).
@@ -249,14 +250,15 @@ class Tracker:
         drain withdrawn), as the controller publishes them."""
         now = set(snap.rescale.draining)
         before, self._draining = self._draining, now
-        nodes = node_names(snap.binding)
-        logical = {name: node for node, name in nodes.items()}
+        # The scheduler unbinds a released node, often in the same read that shows it
+        # no longer draining: it keeps the logical name it had while bound.
+        self._logical.update((name, node) for node, name in node_names(snap.binding).items())
         return [
             {
                 "t": snap.at,
                 "kind": "scaling",
                 "what": what,
-                "node": logical.get(name, name),
+                "node": self._logical.get(name, name),
                 "name": name,
             }
             for what, names in (("node draining", now - before), ("node drained", before - now))
