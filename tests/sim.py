@@ -45,6 +45,7 @@ class Cluster:
         emitters: Iterable[int],
         step: Step = sum_step,
         routing: RoutingTable | None = None,
+        request_at: int = 0,
     ) -> None:
         self.tasks = sorted(set(tasks))
         if len(self.tasks) < 2:
@@ -63,7 +64,8 @@ class Cluster:
         )
         self.coordinators = {t: self._new_task(t, owned=True) for t in self.tasks}
         self.emitters = {
-            u: Emitter(task=u, routing=self.routing, source=f"u{u}") for u in self.emitter_ids
+            u: Emitter(task=u, routing=self.routing, source=f"u{u}", request_at=request_at)
+            for u in self.emitter_ids
         }
         self.channels: dict[tuple[int, int], deque[Message]] = {}
         self.applied: list[tuple[int, Applied]] = []

@@ -558,7 +558,9 @@ class TopologyConfig(Section):
     max_buffered: int = option(
         "elastorm.max_buffered", INT, 200_000,
         "tuples an emitter keeps for replay before it parks its further emits (reading "
-        "on, so trims still arrive) until a checkpoint trims them; 0: no bound",
+        "on, so trims still arrive) until a checkpoint trims them; a key group with "
+        "max_buffered / (2 x key groups) of them waiting asks its owner for a "
+        "checkpoint at once; 0: no bound",
         check=at_least(0),
     )  # fmt: skip
     max_parked: int = option(

@@ -48,10 +48,15 @@ def sum_count(current: tuple[int, int] | None, value: int) -> tuple[int, int]:
 class MigrationMachine(RuleBasedStateMachine):
     tasks: tuple[int, ...] = TASKS
 
-    @initialize()
-    def setup(self) -> None:
+    @initialize(request_at=st.sampled_from([0, 2, 5]))
+    def setup(self, request_at: int) -> None:
+        # request_at > 0: emitters also ask owners for checkpoints by volume (issue 15)
         self.cluster = Cluster(
-            num_key_groups=GROUPS, tasks=self.tasks, emitters=EMITTERS, step=fold(sum_count)
+            num_key_groups=GROUPS,
+            tasks=self.tasks,
+            emitters=EMITTERS,
+            step=fold(sum_count),
+            request_at=request_at,
         )
         # model: per (group, source) the values of its tuples in sequence order
         self.log: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)

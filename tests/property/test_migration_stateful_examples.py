@@ -57,7 +57,7 @@ def run(program: list[tuple[Any, ...]]) -> list[int]:
     crash of task ``t`` is drawn as the one-task set ``(t,)``. Returns the indices of
     the steps skipped as impossible."""
     m = ThreeTasks()
-    m.setup()
+    m.setup(request_at=0)
     skipped = []
     for i, (rule, *args) in enumerate(program):
         function = getattr(m, rule)

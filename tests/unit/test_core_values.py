@@ -14,6 +14,7 @@ from elastorm.core.errors import CheckpointOrderError, Hint
 from elastorm.core.messages import (
     MESSAGE_TYPES,
     CheckpointDelta,
+    CheckpointRequest,
     Data,
     DataTuple,
     Migrate,
@@ -62,6 +63,7 @@ items = st.builds(
 marks = st.dictionaries(st.sampled_from(["u1", "u2"]), st.integers(0, 99))
 messages = st.one_of(
     st.builds(Data, key_group=st.integers(0, 9), item=items),
+    st.builds(CheckpointRequest, key_group=st.integers(0, 9)),
     st.builds(
         ToState,
         key_group=st.integers(0, 9),
@@ -97,7 +99,7 @@ def test_messages_round_trip_through_json(message) -> None:
 
 
 def test_every_message_type_is_registered_for_decoding() -> None:
-    assert len(MESSAGE_TYPES) == 15
+    assert len(MESSAGE_TYPES) == 16
 
 
 def test_messages_are_validated_on_construction() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.keygroups import key_group
-from elastorm.core.messages import Data, Migrate, Protocol, Trim
+from elastorm.core.messages import CheckpointRequest, Data, Migrate, Protocol, Trim
 from elastorm.storm.elastic import (
     CONTROLLER_SENDER,
     STREAM,
@@ -116,10 +116,17 @@ def test_a_full_output_buffer_parks_emits_until_a_trim_frees_it() -> None:
     e.hold_back_sleep = slept.append
     for _ in range(3):
         e.emit_keyed("k", 1, 0.0, operator="op2")
+    # the 2nd tuple passed the high-water mark (3 // (2 x 4 groups) = 1): the owner was asked
+    asked = [a for a in e.sent if isinstance(a.message, CheckpointRequest)]
+    assert len(asked) == 1 and asked[0].to_task == e.emitters["op2"].routing.owner(
+        key_group("k", 4)
+    )
+    e.sent = [a for a in e.sent if isinstance(a.message, Data)]
     assert len(e.emitters["op2"].buffer) == 3 and len(e.sent) == 3
     e.emit_keyed("k", 4, 0.0, operator="op2")  # the buffer is full: no checkpoint trimmed it
     e.emit_keyed("k", 5, 0.0, operator="op2")
     e.emit_keyed("k", 1, 0.0, operator="op1")  # op1's buffer has room: not held
+    e.sent = [a for a in e.sent if isinstance(a.message, Data)]  # (op1 asked, too)
     health = e.emitter_health()
     assert slept == [] and len(e.sent) == 4 and health["parked"] == 2
     assert health["held_back"] == 0 and health["buffered"] == 4
@@ -128,7 +135,7 @@ def test_a_full_output_buffer_parks_emits_until_a_trim_frees_it() -> None:
     trim = Trim(key_group=g, watermarks={source: 3})
     e.receive_elastorm(Tup(trim, e.emitters["op2"].routing.owner(g)))
     # the trim made room: the parked emits went out at once, in order, numbered on
-    sent = [a.message for a in e.sent[4:]]
+    sent = [a.message for a in e.sent[4:] if isinstance(a.message, Data)]
     assert [(m.item.value, m.item.seq) for m in sent] == [(4, 4), (5, 5)]
     health = e.emitter_health()
     assert (health["parked"], health["parked_total"], health["buffered"]) == (0, 2, 3)
@@ -142,5 +149,6 @@ def test_parked_emits_over_their_bound_slow_the_emitter() -> None:
     for value in range(5):
         e.emit_keyed("k", value, 0.0, operator="op2")
     # 2 sent, 1 parked for free, 2 more parked after a pause each
-    assert len(e.sent) == 2 and len(slept) == 2 and e.emitter_health()["held_back"] == 2
+    data = [a for a in e.sent if isinstance(a.message, Data)]
+    assert len(data) == 2 and len(slept) == 2 and e.emitter_health()["held_back"] == 2
     assert e.emitter_health()["parked"] == 3

@@ -57,14 +57,16 @@ class OutputBuffer:
     trim pops from the left: ``O(trimmed)``.
     """
 
-    __slots__ = ("_groups", "_size")
+    __slots__ = ("_groups", "_sizes", "_size")
 
     def __init__(self) -> None:
         self._groups: dict[int, dict[str, deque[DataTuple]]] = {}
+        self._sizes: dict[int, int] = {}  # tuples buffered per key group
         self._size = 0
 
-    def append(self, key_group: int, item: DataTuple) -> None:
-        """Buffer ``item``; its sequence must follow the last buffered one of its source."""
+    def append(self, key_group: int, item: DataTuple) -> int:
+        """Buffer ``item``; its sequence must follow the last buffered one of its source.
+        Returns how many tuples of ``key_group`` are buffered now. O(1)."""
         lanes = self._groups.get(key_group)
         if lanes is None:
             lanes = self._groups[key_group] = {}
@@ -77,6 +79,8 @@ class OutputBuffer:
             )
         lane.append(item)
         self._size += 1
+        n = self._sizes[key_group] = self._sizes.get(key_group, 0) + 1
+        return n
 
     def trim(self, key_group: int, watermarks: Mapping[str, int]) -> int:
         """Drop tuples with ``seq <= watermarks[source]``; return how many."""
@@ -90,6 +94,8 @@ class OutputBuffer:
                 lane.popleft()
                 dropped += 1
         self._size -= dropped
+        if dropped:
+            self._sizes[key_group] -= dropped
         return dropped
 
     def replay(
@@ -109,7 +115,8 @@ class OutputBuffer:
         return tuple(out)
 
     def size(self, key_group: int) -> int:
-        return sum(len(lane) for lane in self._groups.get(key_group, {}).values())
+        """Tuples of ``key_group`` buffered. O(1)."""
+        return self._sizes.get(key_group, 0)
 
     def __len__(self) -> int:
         """Tuples buffered over all key groups. O(1)."""

@@ -21,13 +21,25 @@ the emitter pause per tuple again, which holds its input through Storm's
 backpressure. Memory then stays at ``max_buffered + max_parked`` tuples plus one
 per pause: the bound keeps its purpose.
 
-Options weighed, and why this one:
+Reading ahead is not enough on its own: checkpoints come every
+``elastorm.checkpoint_interval_secs`` (5 s), so an emitter at R tuples/s holds about
+R x (interval + the trim's round trip) tuples, which at saturation on a quiet machine
+(40-60k tuples/s per router) is past the 200,000 bound within a second of each
+checkpoint, and the parked emits reach ``max_parked`` long before the next trim: the
+emitter then pauses per tuple behind a full input queue, and the trim arrives 40 s
+later (measured: docs/benchmarks.md, session 11). So the emitter also asks for
+checkpoints by *volume*: once ``checkpoint_request_at`` tuples of one key group
+wait, it sends the group's owner one ``CheckpointRequest``; the owner checkpoints at
+once (unless a checkpoint is already unacknowledged), and the trim comes one round
+trip later, while the buffer is still about half full. The bound is then reached only
+when trims really stop (a lost holder), which is what it is for.
+
+Options weighed, and why these:
 
 * a pause per *batch* of tuples instead of per tuple: reading ahead without
   parking is no bound at all; with parking it is this design;
-* asking for a checkpoint early at a high-water mark: makes the bound rarer, but
-  the trim still comes behind the queue, so the stall stays once it is reached,
-  and it needs a new upstream-to-task message;
+* asking for a checkpoint early at a high-water mark, alone: makes the bound rarer,
+  but once it is reached the trim still comes behind the queue: hence both;
 * a bound in seconds of input: bounds memory only as long as the rate is steady;
 * reading ahead for trims (this): needs nothing new on the wire, keeps the buffer
   at or below its bound, and the stall is gone whenever a trim is on its way.
@@ -45,6 +57,23 @@ from enum import Enum
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+def checkpoint_request_at(max_buffered: int, key_groups: int) -> int:
+    """Tuples of one key group an emitter keeps before it asks the group's owner for a
+    checkpoint: half the buffer's bound shared over the groups (0, never, when the
+    buffer is unbounded). Checkpoints of a group then come at least every
+    ``max_buffered / (2 * key_groups)`` of its tuples, so a trim is on its way while
+    the buffer still has room. O(1).
+
+    >>> checkpoint_request_at(200_000, 20)
+    5000
+    >>> checkpoint_request_at(0, 20)
+    0
+    """
+    if max_buffered <= 0:
+        return 0
+    return max(1, max_buffered // (2 * max(1, key_groups)))
 
 
 class Admission(Enum):

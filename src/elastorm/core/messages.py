@@ -295,6 +295,18 @@ class Trim(Message):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointRequest(Message):
+    """Upstream -> owner: the emitter keeps many of ``key_group``'s tuples that no held
+    checkpoint covers yet; checkpoint the group now, so the ``Trim`` that frees them
+    comes before the emitter's buffer reaches its bound (``elastorm.core.holdback``)."""
+
+    key_group: int
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Migrate(Message):
     """Command: move ``key_group`` from ``source`` to ``target`` by ``protocol``.
 
@@ -388,6 +400,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         CheckpointAck,
         CheckpointNack,
         Trim,
+        CheckpointRequest,
         Migrate,
         SetHolder,
         DropReplica,

@@ -59,7 +59,7 @@ from elastorm.core.actions import (
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.holdback import Admission, HoldBack
+from elastorm.core.holdback import Admission, HoldBack, checkpoint_request_at
 from elastorm.core.messages import Data, Message, Protocol, Trim, from_json, to_json
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
@@ -236,10 +236,12 @@ class KeyedEmitting(_Sending):
             self._operator_of.update(dict.fromkeys(tasks, op))
             routing = start.routing.get(op) if start else None
             # The source name must survive restarts: receivers de-duplicate by it.
+            routing = routing or initial_routing(config, op, tasks)
             emitter = self.emitters[op] = Emitter(
                 task=task,
-                routing=routing or initial_routing(config, op, tasks),
+                routing=routing,
                 source=f"{component}:{task}",
+                request_at=checkpoint_request_at(config.max_buffered, routing.num_key_groups),
             )
             resumed = point.counters.get(op, {})
             source = emitter.source

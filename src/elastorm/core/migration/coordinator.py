@@ -25,6 +25,7 @@ from elastorm.core.messages import (
     CheckpointAck,
     CheckpointDelta,
     CheckpointNack,
+    CheckpointRequest,
     Data,
     Message,
     PeerDown,
@@ -77,6 +78,8 @@ class TaskCoordinator:
         self.data_in = 0
         self._machines: dict[int, KeyGroupMachine] = {}
         self._last_checkpoint: dict[int, float] = {}
+        self._unacked: set[int] = set()  # groups whose last checkpoint is not acked yet
+        self._now: float | None = None  # the last tick's time
         self.stall_after = stall_after
         self._gaps: dict[tuple[int, str, int], float] = {}  # gap -> first tick that saw it
         self._reported_gaps: set[tuple[int, str, int]] = set()
@@ -166,12 +169,17 @@ class TaskCoordinator:
             return self._reject(sender, message, "key group out of range")
         if isinstance(message, CheckpointDelta):
             return self._on_delta(sender, message)
+        if isinstance(message, CheckpointRequest):
+            return self._on_request(message.key_group)
+        if isinstance(message, (CheckpointAck, CheckpointNack)):
+            self._unacked.discard(message.key_group)
         if isinstance(message, PeerDown):
             return self.peer_down(message.task)
         if isinstance(message, UpstreamRecovery):
             self.set_upstream_recovering(message.recovering)
             return []
         if isinstance(message, SetHolder):
+            self._unacked.discard(message.key_group)
             self.machine(message.key_group).set_holder(message.holder)
             return []
         return self.machine(message.key_group).receive(sender, message)
@@ -181,11 +189,28 @@ class TaskCoordinator:
         actions = self.machine(key_group).checkpoint(full=full)
         if actions:
             self.stats["checkpoints"] += 1
+            self._unacked.add(key_group)
         return actions
+
+    def _on_request(self, key_group: int) -> list[Action]:
+        """An upstream's buffer of ``key_group`` passed its high-water mark
+        (``Emitter.request_at``): checkpoint now, unless a checkpoint is already on its
+        way (its ack brings the trim). The clock restarts from the last tick."""
+        m = self._machines.get(key_group)
+        if m is None or key_group in self._unacked:
+            self._stats["checkpoint_requests_skipped"] += 1
+            return []
+        taken = self.checkpoint(key_group)
+        if taken:
+            self._stats["checkpoints_requested"] += 1
+            if self._now is not None:
+                self._last_checkpoint[key_group] = self._now
+        return taken
 
     def on_tick(self, now: float) -> list[Action]:
         """Checkpoint every owned group whose interval has elapsed at time ``now``, and
         report gaps that have parked tuples for longer than ``stall_after``."""
+        self._now = now
         actions: list[Action] = self._stalls(now)
         if self.checkpoint_interval is None:
             return actions
@@ -235,6 +260,7 @@ class TaskCoordinator:
         actions: list[Action] = []
         for g, m in sorted(self._machines.items()):
             if m.holder == task:
+                self._unacked.discard(g)
                 m.set_holder(None)
                 actions.append(HolderLost(key_group=g, holder=task))
             actions += m.peer_down(task)

@@ -23,6 +23,7 @@ from elastorm.core.buffers import OutputBuffer, SequenceCounters
 from elastorm.core.errors import Hint, MigrationProtocolError
 from elastorm.core.keygroups import key_group as key_group_of
 from elastorm.core.messages import (
+    CheckpointRequest,
     Data,
     DataTuple,
     DropReplica,
@@ -115,13 +116,30 @@ class Emitter:
     size, ``to_state_window`` of them unacknowledged at a time (see
     ``ToState``): the emitter then blocks for one chunk's encoding at a time
     instead of the whole buffer's, and data keeps flowing in between.
+
+    ``request_at`` (0: never) is the high-water mark per key group: once that many
+    of a group's tuples wait for a checkpoint, the owner gets one
+    ``CheckpointRequest``, and no other until a ``Trim`` of the group comes (or
+    the group moves). Checkpoints then follow the volume, not only the clock, so
+    at a high rate the buffer is trimmed before it reaches its bound.
     """
 
     to_state_chunk: int = 5_000
     to_state_window: int = 2
 
-    def __init__(self, *, task: int, routing: RoutingTable, source: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        task: int,
+        routing: RoutingTable,
+        source: str | None = None,
+        request_at: int = 0,
+    ) -> None:
+        if request_at < 0:
+            raise ValueError(f"request_at must be >= 0, not {request_at}")
         self.task = task
+        self.request_at = request_at
+        self._requested: set[int] = set()  # groups asked for a checkpoint, not trimmed since
         self.routing = routing
         self._initial_epoch = routing.epoch
         self.source = source if source is not None else f"task:{task}"
@@ -175,13 +193,24 @@ class Emitter:
         src = self.source if source is None else source
         seq = (self.counters if counters is None else counters).next(src, g)
         item = _trusted_tuple(src, seq, key, value, ts)
-        self.buffer.append(g, item)
+        waiting = self.buffer.append(g, item)
         self.emitted += 1
         message = _trusted_data(g, item)
         dup = self._dup.get(g) if self._dup else None
-        if dup is None:
-            return [_send(self.routing.owners[g], message)]
-        return [_send(dup.source, message), _send(dup.target, message)]
+        sends = (
+            [_send(self.routing.owners[g], message)]
+            if dup is None
+            else [_send(dup.source, message), _send(dup.target, message)]
+        )
+        if self.request_at and waiting >= self.request_at and g not in self._requested:
+            sends.append(self._request_checkpoint(g, sends[0].to_task))
+        return sends
+
+    def _request_checkpoint(self, g: int, owner: int) -> Send:
+        """Ask ``g``'s owner for a checkpoint (once until the next trim of ``g``)."""
+        self._requested.add(g)
+        self._stats["checkpoint_requests"] += 1
+        return Send(to_task=owner, message=CheckpointRequest(key_group=g))
 
     # -- control ------------------------------------------------------------------
     def receive(self, sender: int, message: Message) -> list[Action]:
@@ -238,6 +267,7 @@ class Emitter:
             {g: target}, epoch=max(epoch, self.routing.epoch + 1)
         )
         self._epoch[g] = epoch
+        self._requested.discard(g)  # the new owner has not been asked
 
     def _to_state(self, m: Migrate) -> Send:
         items = self.buffer.replay(m.key_group)
@@ -351,6 +381,7 @@ class Emitter:
 
     def _on_trim(self, m: Trim) -> list[Action]:
         self.stats["trimmed"] += self.buffer.trim(m.key_group, m.watermarks)
+        self._requested.discard(m.key_group)
         return []
 
     def _reject(self, sender: int, message: Message, reason: str) -> list[Action]:
