@@ -492,11 +492,11 @@ class KeyedOperator(_Sending):
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
         self._epoch = routing.epoch
         self.heartbeats = None
+        self._last_heartbeat = None  # before the publisher's thread can ask for it
         if config.heartbeats:
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
         if self.heartbeats is not None and config.controller.liveness_connections:
             start_liveness(self.heartbeats, task)
-        self._last_heartbeat = None
         # Key groups this task took over: when (wall clock), and when it first applied a
         # tuple of each afterwards (how long the group's output stopped, seen from here).
         self._taking: dict[int, float] = {}
