@@ -19,9 +19,11 @@ from elastorm.core.messages import Protocol
 
 
 class ChunkedMigrationMachine(MigrationMachine):
-    @initialize(chunk=st.integers(1, 3), window=st.integers(1, 2))
-    def setup(self, chunk: int, window: int) -> None:  # type: ignore[override]
-        MigrationMachine.setup(self)
+    @initialize(
+        chunk=st.integers(1, 3), window=st.integers(1, 2), request_at=st.sampled_from([0, 2, 5])
+    )
+    def setup(self, chunk: int, window: int, request_at: int) -> None:  # type: ignore[override]
+        MigrationMachine.setup(self, request_at=request_at)
         for emitter in self.cluster.emitters.values():
             emitter.to_state_chunk = chunk
             emitter.to_state_window = window
