@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import ROOT, commit
-from chaos_table import markdown, scenario_rows
+from chaos_table import markdown, ratios, scenario_rows
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the crash drivers live with the tests
 
@@ -115,11 +115,17 @@ FAULT_FACTS = ("kills", "losses", "outages", "frozen", "cuts")
 
 
 def _restart(supervisors, killed: list[str]) -> None:
-    """Start the supervisors a run killed again, so the next run has all of them."""
-    for name in killed:
+    """Start the supervisors a run killed again, and any other that is no longer
+    running (e.g. one that exited on its own after a network cut), so the next run has
+    all of them."""
+    from elastorm.runtime.cluster import node_name
+
+    gone = [node_name(i) for i in range(SUPERVISORS) if node_name(i) not in supervisors.live()]
+    names = list(dict.fromkeys([*killed, *gone]))
+    for name in names:
         supervisors.stop(name)  # its pid file
-    if killed:
-        supervisors.start(killed, timeout=120)
+    if names:
+        supervisors.start(names, timeout=120)
 
 
 def balance(
@@ -152,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument(
         "--until", help="start no run after this UTC time, HH:MM (the cluster slot is shared)"
+    )
+    parser.add_argument(
+        "--baseline", help="a scenario run beside the others: restore times relative to it"
     )
     args = parser.parse_args(argv)
     scenarios = _scenarios(args.limit, args.rate)
@@ -224,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = scenario_rows(runs)
     print("\n" + markdown(rows))
+    if args.baseline:
+        print("\n" + "\n".join(ratios(rows, args.baseline)))
     bad = any(
         r["ok"] < r["runs"] or r["lost"] or r["twice"] or r["two_owners"] or r["stale"]
         for r in rows
