@@ -110,12 +110,13 @@ class FrozenSupervisorDriver(SupervisorLossDriver):
 class NetworkCutDriver(SupervisorLossDriver):
     """The supervisor in the cluster's network namespace (``elastorm cluster up
     --netns-supervisor I``, ``runtime/netns.py``) cut off the network for ``cut`` s:
-    ``ip link set <veth> down`` on the host's end of its only link, then up.
+    ``ip link set <veth> down`` at the inner end of its only link, then up.
 
     A real cut: the node's processes run on and keep every connection open, but nothing
-    passes either way; the controller finds the node lost when its ZooKeeper sessions
-    end and restores its groups elsewhere, while the cut-off tasks go on applying
-    what was already in their queues and their outputs wait in the kernel. When the
+    passes either way (the host side sees silence: ``netns.link_command``). The
+    controller finds the node lost when its ZooKeeper sessions end and restores its
+    groups elsewhere, while the cut-off tasks go on applying what was already in their
+    queues and their outputs wait in the kernel's send buffers. When the
     link is back, TCP delivers what waited: the tuples to them and their outputs to the
     sink, until each task reaches ZooKeeper, reads its fence and exits. ``cuts``
     records, per cut, the node's tasks (``"<task>.<incarnation>"`` by role, as the
@@ -158,7 +159,7 @@ class NetworkCutDriver(SupervisorLossDriver):
         at = time.time()
         timer = threading.Timer(self.cut, lambda: set_link(cfg, up=True))
         timer.start()  # not a daemon: the link comes back even if the run fails
-        self.cuts.append({"tasks": victims, "link": plan.host_veth, "at": at, "senders": senders})
+        self.cuts.append({"tasks": victims, "link": plan.ns_veth, "at": at, "senders": senders})
         return groups
 
     def _senders(self, groups: set[int]) -> dict[str, list[str]]:

@@ -65,7 +65,7 @@ def test_setup_joins_the_namespace_to_the_host_and_teardown_deletes_it() -> None
     assert [*inside, "addr", "add", "10.231.121.214/30", "dev", "est24181n"] in cmds
     assert cmds[-1] == [*inside, "link", "set", "lo", "up"]  # workers dial their supervisor
     assert netns.teardown_command(plan) == ["ip", "netns", "delete", "elastorm-24181"]
-    assert netns.link_command(plan, up=False) == ["ip", "link", "set", "est24181h", "down"]
+    assert netns.link_command(plan, up=False) == [*inside, "link", "set", "est24181n", "down"]
     assert netns.link_command(plan, up=True)[-1] == "up"
 
 

@@ -105,8 +105,13 @@ def teardown_command(plan: NetnsPlan) -> list[str]:
 
 
 def link_command(plan: NetnsPlan, *, up: bool) -> list[str]:
-    """Cut (``up=False``) or restore the namespace's only link, from the host side."""
-    return ["ip", "link", "set", plan.host_veth, "up" if up else "down"]
+    """Cut (``up=False``) or restore the namespace's only link at its inner end. The
+    host then sees what a partition looks like from the rest of a cluster: silence
+    (its packets go into a link without carrier; connects time out, nothing is reset).
+    Inside, the route is gone, so sends fail at once ("Network is unreachable"). Cut
+    at the host's end it would be the other way round (seen here with both)."""
+    state = "up" if up else "down"
+    return [*exec_prefix(plan.namespace), "ip", "link", "set", plan.ns_veth, state]
 
 
 def exec_prefix(namespace: str) -> list[str]:
