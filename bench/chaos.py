@@ -22,8 +22,11 @@ a worker of its own:
 * ``zk-stop``: kill -9 of one supervisor, then the project's ZooKeeper stopped right
   away and started again 10 s later (``bench/chaos_drivers.py``);
 * ``freeze-30`` / ``freeze-10``: one supervisor's process group stopped (SIGSTOP) for
-  30 or 10 s, then continued: a stand-in for a network cut, see
-  ``FrozenSupervisorDriver``.
+  30 or 10 s, then continued (``FrozenSupervisorDriver``);
+* ``netcut-30`` / ``netcut-10``: the supervisor in the cluster's network namespace cut
+  off the network for 30 or 10 s (its veth link down, then up;
+  ``NetworkCutDriver``). With either chosen, the cluster is brought up with its last
+  supervisor in a namespace (``elastorm cluster up --netns-supervisor 3``; root only).
 
     .venv/bin/python bench/chaos.py --runs 3
 
@@ -32,7 +35,9 @@ totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra. D
 every run ``OwnerSampler`` (``bench/owners.py``) reads the keyed tasks' heartbeats 5
 times a second and records any key group claimed by two tasks at one routing epoch
 (``two_owners``), and any old owner still claiming a group 5 s after another task took
-it at a newer epoch (``stale_owners``). Prints one line per run and a table per
+it at a newer epoch (``stale_owners``). A network cut also counts what the sink received
+from the cut-off node's tasks after their groups were restored elsewhere
+(``faults.cuts[].stale_outputs``). Prints one line per run and a table per
 scenario; writes every run to ``--out`` (JSON lines, default
 ``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run lost or duplicated a
 tuple, saw two or stale owners, or failed its checks.
@@ -50,13 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import ROOT, commit
-from chaos_table import markdown, scenario_rows
+from chaos_table import markdown, ratios, scenario_rows
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the crash drivers live with the tests
 
 
 def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
-    from chaos_drivers import FrozenSupervisorDriver, ZooKeeperOutageDriver
+    from chaos_drivers import FrozenSupervisorDriver, NetworkCutDriver, ZooKeeperOutageDriver
     from crash_driver import (
         ElasticCrashDriver,
         NodeLossDriver,
@@ -95,19 +100,32 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
         # Longer than a session (4 s), shorter than Storm's ShellBolt timeout (30 s): the
         # thawed tasks must stop themselves on their fences; after 30 s Storm kills them.
         "freeze-10": lambda: lose(FrozenSupervisorDriver, cut=10.0),
+        "netcut-30": lambda: lose(NetworkCutDriver, cut=30.0),
+        "netcut-10": lambda: lose(NetworkCutDriver, cut=10.0),
     }
 
 
+#: Scenarios that need the cluster's last supervisor in a network namespace.
+NETCUT = ("netcut-30", "netcut-10")
+SUPERVISORS = 4
+
+
 #: What a run's outcome says about its faults (kills, losses and their timings, outages).
-FAULT_FACTS = ("kills", "losses", "outages", "frozen")
+FAULT_FACTS = ("kills", "losses", "outages", "frozen", "cuts")
 
 
 def _restart(supervisors, killed: list[str]) -> None:
-    """Start the supervisors a run killed again, so the next run has all of them."""
-    for name in killed:
+    """Start the supervisors a run killed again, and any other that is no longer
+    running (e.g. one that exited on its own after a network cut), so the next run has
+    all of them."""
+    from elastorm.runtime.cluster import node_name
+
+    gone = [node_name(i) for i in range(SUPERVISORS) if node_name(i) not in supervisors.live()]
+    names = list(dict.fromkeys([*killed, *gone]))
+    for name in names:
         supervisors.stop(name)  # its pid file
-    if killed:
-        supervisors.start(killed, timeout=120)
+    if names:
+        supervisors.start(names, timeout=120)
 
 
 def balance(
@@ -141,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--until", help="start no run after this UTC time, HH:MM (the cluster slot is shared)"
     )
+    parser.add_argument(
+        "--baseline", help="a scenario run beside the others: restore times relative to it"
+    )
     args = parser.parse_args(argv)
     scenarios = _scenarios(args.limit, args.rate)
     chosen = args.scenarios or list(scenarios)
@@ -166,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     reference = compute_reference(limit=args.limit)
     cfg = load_config()
     down(cfg, wipe=True)
-    up(cfg, supervisors=4, slots=6)  # the elastic scheduler binds one op2 task to each
+    namespaced = SUPERVISORS - 1 if set(chosen) & set(NETCUT) else None
+    # the elastic scheduler binds one op2 task to each supervisor
+    up(cfg, supervisors=SUPERVISORS, slots=6, netns_supervisor=namespaced)
     supervisors = LocalSupervisors(cfg, slots=6)
     runs: list[dict] = []
     try:
@@ -210,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = scenario_rows(runs)
     print("\n" + markdown(rows))
+    if args.baseline:
+        print("\n" + "\n".join(ratios(rows, args.baseline)))
     bad = any(
         r["ok"] < r["runs"] or r["lost"] or r["twice"] or r["two_owners"] or r["stale"]
         for r in rows

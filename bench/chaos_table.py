@@ -6,8 +6,12 @@ writes one record per run), for docs/benchmarks.md.
 One row per scenario, in the order the file first names them: runs, runs whose checks
 all passed, tuples checked (op2's flights per plane-year plus op3's, against pandas),
 lost, counted twice, key groups ever seen with two owners at one routing epoch, old
-owners still claiming a group 5 s after its handover, and the heartbeat samples those
-checks read. Then every run that failed, with its error.
+owners still claiming a group 5 s after its handover, the heartbeat samples those
+checks read, the median time to every lost group restored and, for network cuts,
+the updates the sink received from the cut-off node's tasks after that restore (and
+how many key totals they replaced). With ``--baseline SCENARIO``, each scenario's
+median restore time relative to that scenario's in the same file(s). Then every run
+that failed, with its error.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ def scenario_rows(records: list[dict]) -> list[dict]:
         row = rows.setdefault(
             r["scenario"],
             {"scenario": r["scenario"], "runs": 0, "ok": 0, "checked": 0, "lost": 0,
-             "twice": 0, "two_owners": 0, "stale": 0, "samples": 0, "restored": []},
+             "twice": 0, "two_owners": 0, "stale": 0, "samples": 0, "restored": [],
+             "late": None},
         )  # fmt: skip
         row["runs"] += 1
         row["ok"] += bool(r["ok"])
@@ -41,6 +46,11 @@ def scenario_rows(records: list[dict]) -> list[dict]:
         row["samples"] += owners.get("samples", 0)
         for loss in (r.get("faults") or {}).get("losses") or []:
             row["restored"].append(loss["restored"])
+        for cut in (r.get("faults") or {}).get("cuts") or []:
+            if "stale_outputs" in cut:  # a run that failed before its outcome has none
+                late = row["late"] or [0, 0]
+                row["late"] = [late[0] + cut["stale_outputs"]["updates"],
+                               late[1] + cut["stale_outputs"]["replaced"]]  # fmt: skip
     return list(rows.values())
 
 
@@ -48,26 +58,51 @@ def markdown(rows: list[dict]) -> str:
     """The table as docs/benchmarks.md shows it."""
     lines = [
         "| scenario | runs | passed | tuples checked | lost | counted twice | two owners "
-        "| stale owners | owner samples | restored after (median s) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| stale owners | owner samples | restored after (median s) "
+        "| cut-off owner's updates after the restore (totals replaced) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         restored = f"{statistics.median(row['restored']):.2f}" if row["restored"] else "-"
+        late = f"{row['late'][0]} ({row['late'][1]})" if row["late"] else "-"
         lines.append(
             f"| {row['scenario']} | {row['runs']} | {row['ok']} | {row['checked']:,} "
             f"| {row['lost']} | {row['twice']} | {row['two_owners']} | {row['stale']} "
             f"| {row['samples']:,} "
-            f"| {restored} |"
+            f"| {restored} | {late} |"
         )
     return "\n".join(lines)
+
+
+def ratios(rows: list[dict], baseline: str) -> list[str]:
+    """Each scenario's median restore time over ``baseline``'s (same file, same load).
+
+    >>> ratios([{"scenario": "a", "restored": [1.0, 3.0]},
+    ...         {"scenario": "b", "restored": [0.5]}], "b")
+    ['a: 2.00 s = 4.0 x b (0.50 s)', 'b: 0.50 s = 1.0 x b (0.50 s)']
+    """
+    base = next((r["restored"] for r in rows if r["scenario"] == baseline), None)
+    if not base:
+        return [f"no restore time for the baseline {baseline}"]
+    ref = statistics.median(base)
+    return [
+        f"{r['scenario']}: {statistics.median(r['restored']):.2f} s = "
+        f"{statistics.median(r['restored']) / ref:.1f} x {baseline} ({ref:.2f} s)"
+        for r in rows
+        if r["restored"]
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("raw", type=Path, nargs="+", help="chaos_<commit>.jsonl files")
+    parser.add_argument("--baseline", help="a scenario to compare restore times against")
     args = parser.parse_args(argv)
     records = [json.loads(line) for p in args.raw for line in p.read_text().splitlines() if line]
-    print(markdown(scenario_rows(records)))
+    rows = scenario_rows(records)
+    print(markdown(rows))
+    if args.baseline:
+        print("\n" + "\n".join(ratios(rows, args.baseline)))
     for r in records:
         if not r["ok"]:
             print(f"\n{r['scenario']} run {r['run']}: {r['error'] or 'checks failed'}")

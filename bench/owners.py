@@ -98,6 +98,44 @@ def two_owners(claims: Iterable[Claim]) -> list[dict]:
     ]
 
 
+def stale_outputs(
+    arrivals: Mapping[str, Mapping[str, Mapping[str, list[int]]]],
+    senders: Mapping[str, Iterable[str]],
+    restored_at: float,
+) -> dict:
+    """What the sink received from a cut-off node's tasks (``senders``: per role, each
+    task as ``"<task>.<incarnation>"`` at the cut, so its restarted self does not count)
+    after every group they owned was restored elsewhere at ``restored_at`` (wall clock):
+    ``arrivals`` is the sink's ``arrivals[role][sender][second] = [updates, replaced]``.
+
+    ``updates`` and ``replaced`` (key totals those updates replaced) count whole
+    seconds after the restore's own second, a lower bound; ``in_restore_second`` what
+    came in that second, before or after the restore; ``last_after`` the seconds from
+    the restore to the last one.
+
+    >>> arrivals = {"op2": {"7.1": {"100": [3, 2], "101": [2, 1], "104": [1, 0]},
+    ...                     "7.2": {"130": [4, 4]}, "5.1": {"104": [9, 9]}}}
+    >>> stale_outputs(arrivals, {"op2": ["7.1"]}, 100.5)
+    {'updates': 3, 'replaced': 1, 'in_restore_second': 3, 'last_after': 3.5}
+    """
+    updates = replaced = during = 0
+    last = None
+    for role, names in senders.items():
+        for sender in names:
+            for second, (count, took) in arrivals.get(role, {}).get(sender, {}).items():
+                if int(second) > int(restored_at):
+                    updates, replaced = updates + count, replaced + took
+                    last = max(last or 0, int(second))
+                elif int(second) == int(restored_at):
+                    during += count
+    return {
+        "updates": updates,
+        "replaced": replaced,
+        "in_restore_second": during,
+        "last_after": None if last is None else round(last - restored_at, 1),
+    }
+
+
 class OwnerSampler:
     """Samples the keyed tasks' heartbeats of one topology every ``every`` s on a
     thread of its own, from ``start()`` until ``stop()``; ``summary()`` reports them.

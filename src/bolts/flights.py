@@ -245,6 +245,11 @@ class SampledDelayShare(TotalsBolt):
         self.ids.append(values[0])
 
 
+#: A keyed task's ``seen`` is ``incarnation * SEEN_PER_INCARNATION + tuples in``, so a
+#: restarted task's updates (counting from 0 again) are still newer than its last life's.
+SEEN_PER_INCARNATION = 10**12
+
+
 class ResultsSink(CountingBolt):
     """One task (global grouping) holding the latest totals and all error counts.
 
@@ -259,7 +264,11 @@ class ResultsSink(CountingBolt):
     which therefore has no op2/op3 totals, is still reported by name;
     ``tentative[role]``: the keys whose total held now came from a tentative update
     (empty once recovery rectified them) and ``tentative_updates[role]``: how many
-    tentative key updates arrived.
+    tentative key updates arrived; ``arrivals[role]["<task>.<incarnation>"][second]`` =
+    ``[updates, totals replaced]``: when each sender's updates came (wall-clock second)
+    and how many key totals they replaced, so the chaos harness can count what a
+    cut-off owner still delivered after its groups were restored elsewhere (the
+    incarnation, ``seen // SEEN_PER_INCARNATION``, tells it from its restarted self).
     An update older than one already applied from the same task is skipped and
     counted as ``stale_update``.
     """
@@ -279,6 +288,7 @@ class ResultsSink(CountingBolt):
         self.na_arr_delay_by_plane: dict[str, int] = {}
         self.tentative: dict[str, set[str]] = {}  # role -> keys whose total is tentative
         self.tentative_updates: dict[str, int] = {}  # role -> tentative key updates received
+        self.arrivals: dict[str, dict[str, dict[str, list[int]]]] = {}
         self.error_positions = Positions()
         self.write()
 
@@ -311,6 +321,10 @@ class ResultsSink(CountingBolt):
         role, seen, updates, ids, tentative = tup.values
         seen_by_task = self.seen.setdefault(role, {})
         task = str(tup.task)
+        sender = f"{task}.{seen // SEEN_PER_INCARNATION}"
+        by_second = self.arrivals.setdefault(role, {}).setdefault(sender, {})
+        arrived = by_second.setdefault(str(int(time.time())), [0, 0])
+        arrived[0] += 1
         if seen <= seen_by_task.get(task, -1):
             self.counters.error("stale_update")
             return
@@ -327,6 +341,7 @@ class ResultsSink(CountingBolt):
             # matters when a key group moves: its old and new owner both send updates.
             if role != "op2" or old is None or rest[1] >= old[1]:
                 by_year[str(year)] = rest
+                arrived[1] += 1
                 held = self.tentative.setdefault(role, set())  # keys held tentative
                 if key not in marked:
                     held.discard(key)
@@ -357,6 +372,7 @@ class ResultsSink(CountingBolt):
                 "na_arr_delay_by_plane": self.na_arr_delay_by_plane,
                 "tentative": {r: sorted(keys) for r, keys in self.tentative.items() if keys},
                 "tentative_updates": self.tentative_updates,
+                "arrivals": self.arrivals,
             },
         )
         self.unwritten = 0

@@ -19,6 +19,7 @@ from streamparse import Stream
 from bolts.common import ERROR_FIELDS, ERRORS_STREAM
 from bolts.flights import (
     SAMPLE_STREAM,
+    SEEN_PER_INCARNATION,
     UPDATE_FIELDS,
     ExtractDelays,
     OperatorBolt,
@@ -178,7 +179,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         ]
         # The sink drops an update whose ``seen`` is not above the last from this task;
         # a restarted task counts from 0 again, so its incarnation leads.
-        seen = self.incarnation * 10**12 + self.counters.tuples_in
+        seen = self.incarnation * SEEN_PER_INCARNATION + self.counters.tuples_in
         self.emit([self.role, seen, updates, [], sorted(marked)])
         self.counters.out["default"] += 1
         self.flushed_at = self.applied

@@ -529,7 +529,9 @@ class SupervisorLossDriver(NodeLossDriver):
     def _all_tasks(self) -> list[int]:
         counts = os.listdir(os.path.join(self.output_dir, "counts"))
         prefix = "sum_delays-"
-        return [int(n[len(prefix) : -len(".json")]) for n in counts if n.startswith(prefix)]
+        # Not a file being replaced meanwhile (``<name>.json.tmp-<random>``).
+        ours = (n for n in counts if n.startswith(prefix) and n.endswith(".json"))
+        return [int(n[len(prefix) : -len(".json")]) for n in ours]
 
 
 class UpstreamKillDriver(ElasticCrashDriver):

@@ -105,3 +105,20 @@ def test_an_old_owner_still_publishing_its_group_long_after_the_handover_is_stal
     tick = FakeZk({1: _record(1, (2,), 4, at=102.0), 3: _record(3, (2,), 5, at=102.0)})
     assert stale_owners(_times(before, handed, gone)) == []
     assert stale_owners(_times(before, handed, tick)) == []
+
+
+def test_stale_outputs_count_only_the_cut_off_incarnation_after_its_restore() -> None:
+    from owners import stale_outputs
+
+    arrivals = {
+        "op2": {
+            "7.1": {"90": [5, 5], "100": [1, 1], "131": [4, 2], "133": [1, 0]},
+            "7.2": {"160": [3, 3]},  # Storm restarted it: not the cut-off owner
+            "5.1": {"131": [8, 8]},  # the new owner
+        },
+        "op3": {"7.1": {"132": [2, 2]}},
+    }
+    got = stale_outputs(arrivals, {"op2": ["7.1"], "op3": ["7.1"]}, 100.4)
+    assert got == {"updates": 7, "replaced": 4, "in_restore_second": 1, "last_after": 32.6}
+    none = stale_outputs(arrivals, {"op2": ["9.1"]}, 100.4)
+    assert none == {"updates": 0, "replaced": 0, "in_restore_second": 0, "last_after": None}

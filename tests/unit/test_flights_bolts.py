@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from types import SimpleNamespace
 
 import pytest
 from test_flights_harness import TICK, FakeClock, drain, make, tup
@@ -255,3 +256,31 @@ def test_bolt_speaks_multilang(conf):
         },
         {"command": "ack", "id": "b"},
     ]
+
+
+def test_sink_records_when_each_sender_incarnation_delivered_and_what_it_replaced(
+    conf, tmp_path, monkeypatch
+):
+    """The chaos harness's network cut counts a cut-off owner's late outputs from this."""
+    from bolts import flights
+    from bolts.flights import SEEN_PER_INCARNATION
+
+    now = [0.0]
+    monkeypatch.setattr(flights, "time", SimpleNamespace(time=lambda: now[0]))
+    sink = make(ResultsSink, {**conf, "elastorm.sink.write_every": "1000"}, task=9)
+    first, restarted = SEEN_PER_INCARNATION + 5, 2 * SEEN_PER_INCARNATION + 1
+    for at, values, task in [
+        (100.2, ["op2", first, [["N1", 2013, 9, 5], ["N2", 2013, 1, 1]], [], []], 3),
+        (100.9, ["op2", first - 1, [["N1", 2013, 8, 4]], [], []], 3),  # stale
+        (101.5, ["op2", 7, [["N1", 2013, 8, 4], ["N3", 2013, 2, 1]], [], []], 4),
+        (130.0, ["op2", restarted, [["N1", 2013, 9, 5]], [], []], 3),
+    ]:
+        now[0] = at
+        sink.process(tup(values, task=task))
+    sink.write()
+    data = json.loads((tmp_path / "sink-9.json").read_text())
+    # [updates, totals replaced]: the stale update arrived but replaced nothing; task 4's
+    # N1 total has fewer flights than the one held (op2 keeps the larger), only N3 counts.
+    assert data["arrivals"] == {
+        "op2": {"3.1": {"100": [2, 2]}, "4.0": {"101": [1, 1]}, "3.2": {"130": [1, 1]}}
+    }

@@ -6,16 +6,20 @@ failure). Every daemon advertises and dials 127.0.0.1 (``storm.local.hostname``,
 ``nimbus.seeds``, ``storm.zookeeper.servers``) and ZooKeeper binds 127.0.0.1; Nimbus's
 and the supervisors' Thrift servers and the workers' Netty servers bind every interface,
 since Storm 2.8 has no setting for their address (``docs/runtime.md``, "What listens
-where").
+where"). With ``up(..., netns_supervisor=i)`` supervisor ``i`` runs in a network
+namespace of its own (``runtime/netns.py``) and the addresses change to ones both sides
+reach (:class:`Addresses`), so the chaos harness can cut that node off the network.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import dataclass
 
 from thriftpy2.transport import TTransportException
 
+from elastorm.runtime import netns
 from elastorm.runtime.config import ElastormConfig, env_nimbus
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.services import (
@@ -38,15 +42,40 @@ ELASTIC_SCHEDULER = "elastorm.jvm.ElasticScheduler"
 NODE_META = "elastorm.node"
 
 
-def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
-    """Storm settings every daemon of the cluster shares."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Addresses:
+    """What the cluster's daemons advertise and dial: ``host`` for ZooKeeper, Nimbus and
+    every supervisor on the host; ``inside`` for supervisor ``namespaced`` (None: no
+    namespace, loopback everywhere)."""
+
+    host: str = LOOPBACK
+    namespaced: int | None = None
+    inside: str = LOOPBACK
+    namespace: str | None = None
+
+
+def addresses(cfg: ElastormConfig) -> Addresses:
+    """The cluster's addresses now: loopback, unless its namespace exists."""
+    index = netns.namespaced_supervisor(cfg)
+    if index is None:
+        return Addresses()
+    plan = netns.netns_plan(cfg.zookeeper_port)
+    return Addresses(
+        host=plan.host_address, namespaced=index, inside=plan.ns_address, namespace=plan.namespace
+    )
+
+
+def base_conf(cfg: ElastormConfig, nimbus_port: int, host: str = LOOPBACK) -> dict:
+    """Storm settings every daemon of the cluster shares; ``host`` is where ZooKeeper
+    and Nimbus are dialled and what the daemon advertises (a supervisor in the
+    namespace overrides the latter)."""
     return {
-        "storm.zookeeper.servers": [LOOPBACK],
+        "storm.zookeeper.servers": [host],
         "storm.zookeeper.port": cfg.zookeeper_port,
         "storm.zookeeper.root": "/storm",
-        "nimbus.seeds": [LOOPBACK],
+        "nimbus.seeds": [host],
         "nimbus.thrift.port": nimbus_port,
-        "storm.local.hostname": LOOPBACK,
+        "storm.local.hostname": host,
         "storm.log.dir": str(cfg.logs),
         "worker.heap.memory.mb": cfg.worker_heap_mb,
         "topology.worker.max.heap.size.mb": float(cfg.worker_heap_mb),
@@ -73,9 +102,10 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int) -> dict:
     }
 
 
-def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int) -> Daemon:
-    """Nimbus with its own local dir."""
-    conf = base_conf(cfg, nimbus_port) | {
+def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int, net: Addresses | None = None) -> Daemon:
+    """Nimbus with its own local dir (``net``: the cluster's :func:`addresses`)."""
+    net = net or addresses(cfg)
+    conf = base_conf(cfg, nimbus_port, net.host) | {
         "storm.local.dir": str(cfg.run / "nimbus" / "data"),
         # One task of every elastic operator per live node; Storm's default for the rest
         # (src/elastorm/jvm/daemon/.../ElasticScheduler.java, docs/scaling.md).
@@ -91,15 +121,23 @@ def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int) -> Daemon:
 
 
 def supervisor_daemon(
-    cfg: ElastormConfig, index: int, nimbus_port: int, slots: int | None = None
+    cfg: ElastormConfig,
+    index: int,
+    nimbus_port: int,
+    slots: int | None = None,
+    net: Addresses | None = None,
 ) -> Daemon:
-    """Supervisor ``index`` = node ``index``: own slot ports, thrift port and local dir."""
+    """Supervisor ``index`` = node ``index``: own slot ports, thrift port and local dir;
+    in the namespace if ``net`` (the cluster's :func:`addresses`) puts it there."""
+    net = net or addresses(cfg)
+    inside = index == net.namespaced
     slots = slots or cfg.cluster_slots_per_supervisor
     if not 1 <= slots <= 8:
         raise ValueError(f"slots per supervisor must be in 1..8, got {slots}")
     first = cfg.cluster_first_slot_port + index * 10
     name = node_name(index)
-    conf = base_conf(cfg, nimbus_port) | {
+    conf = base_conf(cfg, nimbus_port, net.host) | {
+        "storm.local.hostname": net.inside if inside else net.host,
         "storm.local.dir": str(cfg.run / name / "data"),
         "supervisor.slots.ports": list(range(first, first + slots)),
         "supervisor.thrift.port": first + 8,
@@ -114,6 +152,7 @@ def supervisor_daemon(
         main="org.apache.storm.daemon.supervisor.Supervisor",
         storm_conf=conf,
         heap_mb=256,
+        netns=net.namespace if inside else None,
     )
 
 
@@ -130,15 +169,55 @@ def node_of_port(cfg: ElastormConfig, port: int) -> str:
     return node_name(index)
 
 
-def up(cfg: ElastormConfig, supervisors: int | None = None, slots: int | None = None) -> dict:
-    """Bring the cluster up (idempotent) and wait until Nimbus sees every supervisor."""
-    from elastorm.runtime.nimbus import cluster_summary
+def up(
+    cfg: ElastormConfig,
+    supervisors: int | None = None,
+    slots: int | None = None,
+    netns_supervisor: int | None = None,
+) -> dict:
+    """Bring the cluster up (idempotent) and wait until Nimbus sees every supervisor.
 
+    ``netns_supervisor``: run that supervisor in a network namespace of its own
+    (``runtime/netns.py``; root only). The namespace is deleted again if the start
+    fails, and by :func:`down`.
+    """
     count = cfg.cluster_supervisors if supervisors is None else supervisors
     if count < 1:
         raise UserError(f"--supervisors must be at least 1, got {count}")
     if slots is not None and slots < 1:
         raise UserError(f"slots per supervisor must be at least 1, got {slots}")
+    created = _namespace(cfg, count, netns_supervisor)
+    try:
+        return _up(cfg, count, slots)
+    except BaseException:
+        if created:  # nothing may stay inside a namespace about to go
+            stop(cfg, node_name(netns_supervisor))
+            netns.destroy(cfg)
+        raise
+
+
+def _namespace(cfg: ElastormConfig, count: int, index: int | None) -> bool:
+    """Create the namespace for supervisor ``index`` unless it is there already; True
+    if this call created it. Refused while daemons run: they were started with
+    loopback addresses, which the namespace cannot reach."""
+    if index is None or netns.namespaced_supervisor(cfg) == index:
+        return False
+    if not 0 <= index < count:
+        raise UserError(f"--netns-supervisor must be in 0..{count - 1}, got {index}")
+    netns.check_can_create()
+    names = sorted(p.stem for p in cfg.run.glob("*.pid")) if cfg.run.exists() else []
+    if running := [n for n in names if running_pid(cfg, n)]:
+        raise UserError(
+            f"{', '.join(running)} already run with other addresses: `elastorm cluster down` "
+            "first, then up with --netns-supervisor"
+        )
+    netns.create(cfg, index)
+    return True
+
+
+def _up(cfg: ElastormConfig, count: int, slots: int | None) -> dict:
+    from elastorm.runtime.nimbus import cluster_summary
+
     if zookeeper_ok(cfg.zookeeper_port) and running_pid(cfg, "zookeeper") is None:
         raise UserError(
             f"a ZooKeeper this project did not start answers on {LOOPBACK}:{cfg.zookeeper_port} "
@@ -148,11 +227,17 @@ def up(cfg: ElastormConfig, supervisors: int | None = None, slots: int | None = 
     ensure_storm_home(cfg)
     host, port = env_nimbus(cfg.project, CLUSTER_ENV)
     ensure_zookeeper(cfg)
-    nimbus = nimbus_daemon(cfg, port)
+    net = addresses(cfg)
+    if net.namespaced is not None and not port_open(cfg.zookeeper_port, net.host):
+        raise UserError(
+            f"ZooKeeper does not answer on {net.host}:{cfg.zookeeper_port}, where supervisor-"
+            f"{net.namespaced} dials it from its namespace; `elastorm cluster down` first"
+        )
+    nimbus = nimbus_daemon(cfg, port, net)
     pid = start(cfg, nimbus)
     wait_until(lambda: port_open(port, host), "Nimbus", 90, pid, cfg.logs / "nimbus.log")
     for index in range(count):
-        start(cfg, supervisor_daemon(cfg, index, port, slots))
+        start(cfg, supervisor_daemon(cfg, index, port, slots, net))
 
     def registered() -> bool:
         # Nimbus may still be opening its Thrift server, or drop a first connection.
@@ -171,13 +256,16 @@ def down(cfg: ElastormConfig, *, wipe: bool = False) -> list[str]:
     """Stop every daemon of the cluster (supervisors first); return what was stopped.
 
     ``wipe`` also deletes ZooKeeper's data and the daemons' local dirs, so the next
-    ``up`` starts with no topologies (otherwise Nimbus resumes what was running).
+    ``up`` starts with no topologies (otherwise Nimbus resumes what was running). The
+    namespace of a namespaced supervisor, if any, is deleted with its veth pair.
     """
     stopped = []
     names = sorted(p.stem for p in cfg.run.glob("supervisor-*.pid")) if cfg.run.exists() else []
     for name in [*names, "nimbus", "zookeeper"]:
         if stop(cfg, name):
             stopped.append(name)
+    if netns.destroy(cfg):
+        stopped.append("network namespace")
     if wipe:
         for path in [cfg.home / "zookeeper", *cfg.run.glob("*/data")]:
             shutil.rmtree(path, ignore_errors=True)

@@ -32,6 +32,15 @@ def register(subparsers) -> None:
         default=None,
         help="number of supervisors (nodes); default: config.json elastorm.cluster_supervisors",
     )
+    p_up.add_argument(
+        "--netns-supervisor",
+        type=int,
+        default=None,
+        metavar="I",
+        help="run supervisor I in a network namespace of its own, joined to the host by a "
+        "veth pair, so it can be cut off the network (root only; the chaos harness's "
+        "netcut scenarios); `down` deletes the namespace",
+    )
     p_up.set_defaults(func=_up)
     p_down = sub.add_parser(
         "down",
@@ -56,7 +65,7 @@ def register(subparsers) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    summary = up(load_config(), args.supervisors)
+    summary = up(load_config(), args.supervisors, netns_supervisor=args.netns_supervisor)
     print(
         f"cluster up: {len(summary['supervisors'])} supervisors, "
         f"{len(summary['topologies'])} topologies"

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastorm.runtime import netns
 from elastorm.runtime.config import ElastormConfig
 from elastorm.runtime.errors import UserError
 from elastorm.runtime.storm_home import classpath
@@ -41,6 +42,7 @@ class Daemon:
     heap_mb: int = 512
     port: int | None = None  # the port that says it is up
     lib: str = "lib"  # which jar folder of the Storm home makes its classpath
+    netns: str | None = None  # the network namespace it runs in (``runtime/netns.py``)
 
 
 def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
@@ -141,7 +143,10 @@ def daemon_command(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] 
         conf_dir.mkdir(parents=True, exist_ok=True)
         (conf_dir / "storm.yaml").write_text(_yaml(daemon.storm_conf))
         cmd.append(f"-Dstorm.conf.file={conf_dir / 'storm.yaml'}")
-    return [*cmd, "-cp", classpath(home, *first, lib=daemon.lib), daemon.main, *daemon.args]
+    inside = netns.exec_prefix(daemon.netns) if daemon.netns else []
+    return [
+        *inside, *cmd, "-cp", classpath(home, *first, lib=daemon.lib), daemon.main, *daemon.args
+    ]  # fmt: skip
 
 
 def start(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] = ()) -> int:
@@ -237,19 +242,23 @@ def zookeeper_daemon(
     """A real ZooKeeper server (the Maven artifact Storm depends on), standalone, loopback.
 
     By default the project's server; tests that stop a server on purpose ask for a
-    private one with its own ``name``, ``port`` and ``data_dir``.
+    private one with its own ``name``, ``port`` and ``data_dir``. The project's server
+    binds every interface while one supervisor runs in a network namespace (it must be
+    reachable from there and from the host's loopback: ``runtime/netns.py``).
     """
     port = cfg.zookeeper_port if port is None else port
     data = data_dir or cfg.home / name
     data.mkdir(parents=True, exist_ok=True)
     cfg.run.mkdir(parents=True, exist_ok=True)
     zoo_cfg = cfg.run / f"{name}.cfg"
+    namespaced = name == "zookeeper" and netns.namespaced_supervisor(cfg) is not None
+    bind = netns.ANY if namespaced else LOOPBACK
     zoo_cfg.write_text(
         # tickTime 500 ms lets elastorm's clients ask for 1-2 s sessions (failure
         # detection); the explicit maximum keeps Storm's own 20 s sessions.
         f"tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=40000\n"
         f"dataDir={data}\nclientPort={port}\n"
-        f"clientPortAddress={LOOPBACK}\nmaxClientCnxns=200\nadmin.enableServer=false\n"
+        f"clientPortAddress={bind}\nmaxClientCnxns=200\nadmin.enableServer=false\n"
         "4lw.commands.whitelist=ruok,srvr,stat\nautopurge.snapRetainCount=3\n"
         "autopurge.purgeInterval=1\n"
     )
