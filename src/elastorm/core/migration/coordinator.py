@@ -28,6 +28,7 @@ from elastorm.core.messages import (
     Data,
     Message,
     PeerDown,
+    Resend,
     SetHolder,
     UpstreamRecovery,
 )
@@ -35,7 +36,7 @@ from elastorm.core.migration.keygroup import KeyGroupMachine
 from elastorm.core.migration.table import LIVE, Phase
 from elastorm.core.state import KeyGroupState, Step, sum_step
 
-EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck")
+EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck", "Resend")
 """Messages for the task's upstream-side :class:`Emitter`, not for the coordinator."""
 
 
@@ -47,6 +48,9 @@ class TaskCoordinator:
     empty state; ``holders`` says where each owned group checkpoints to.
     ``stale_through`` is for a restarted task: the highest epoch the controller
     had issued when it restarted; messages of those migrations are stale here.
+    A sequence gap (a tuple lost on the way) is asked for again from the emitter
+    that sent the tuples parked behind it every ``resend_after`` seconds, and
+    reported (``TuplesStalled``) once it is ``stall_after`` seconds old.
     """
 
     def __init__(
@@ -61,11 +65,14 @@ class TaskCoordinator:
         checkpoint_interval: float | None = None,
         stale_through: int = -1,
         stall_after: float = 30.0,
+        resend_after: float = 1.5,
     ) -> None:
         if num_key_groups < 1:
             raise ValueError(f"num_key_groups must be >= 1, got {num_key_groups}")
         if checkpoint_interval is not None and checkpoint_interval <= 0:
             raise ValueError("checkpoint_interval must be > 0")
+        if resend_after <= 0:
+            raise ValueError(f"resend_after must be > 0, got {resend_after}")
         self.task = task
         self.num_key_groups = num_key_groups
         self.upstreams: set[int] = set(upstreams)
@@ -78,7 +85,9 @@ class TaskCoordinator:
         self._machines: dict[int, KeyGroupMachine] = {}
         self._last_checkpoint: dict[int, float] = {}
         self.stall_after = stall_after
+        self.resend_after = resend_after
         self._gaps: dict[tuple[int, str, int], float] = {}  # gap -> first tick that saw it
+        self._asked: dict[tuple[int, str, int], float] = {}  # gap -> last Resend sent
         self._reported_gaps: set[tuple[int, str, int]] = set()
         self.upstream_recovering = False
         for g in owned:
@@ -184,8 +193,9 @@ class TaskCoordinator:
         return actions
 
     def on_tick(self, now: float) -> list[Action]:
-        """Checkpoint every owned group whose interval has elapsed at time ``now``, and
-        report gaps that have parked tuples for longer than ``stall_after``."""
+        """Checkpoint every owned group whose interval has elapsed at time ``now``, ask
+        again for what gaps wait for, and report gaps that have parked tuples for
+        longer than ``stall_after``."""
         actions: list[Action] = self._stalls(now)
         if self.checkpoint_interval is None:
             return actions
@@ -200,13 +210,25 @@ class TaskCoordinator:
 
     def _stalls(self, now: float) -> list[Action]:
         """Each gap (key group, source, awaited sequence) is timed from the tick that
-        first saw it and reported once when older than ``stall_after``."""
+        first saw it. Once it is ``resend_after`` old, and again every ``resend_after``
+        while it lasts, its sender is asked to ``Resend`` from the awaited sequence up
+        to the last parked one (the parked ones come again too and are dropped as
+        duplicates; a gap further on is filled with it). Reported once when older
+        than ``stall_after``: resending did not help (the emitter's buffer no longer
+        holds it, or no sender is known)."""
         seen: dict[tuple[int, str, int], float] = {}
+        asked: dict[tuple[int, str, int], float] = {}
         actions: list[Action] = []
         for g, m in sorted(self._machines.items()):
-            for source, awaited, parked in m.gaps():
+            for source, awaited, parked, last, sender in m.gaps():
                 gap = (g, source, awaited)
                 since = seen[gap] = self._gaps.get(gap, now)
+                previous = asked[gap] = self._asked.get(gap, since)
+                if sender is not None and now - previous >= self.resend_after:
+                    asked[gap] = now
+                    self.stats["resend_requests"] += 1
+                    request = Resend(key_group=g, source=source, first=awaited, last=last)
+                    actions.append(Send(to_task=sender, message=request))
                 if now - since >= self.stall_after and gap not in self._reported_gaps:
                     self._reported_gaps.add(gap)
                     actions.append(
@@ -219,6 +241,7 @@ class TaskCoordinator:
                         )
                     )
         self._gaps = seen
+        self._asked = asked
         self._reported_gaps &= set(seen)
         return actions
 

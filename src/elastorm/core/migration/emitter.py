@@ -30,6 +30,7 @@ from elastorm.core.messages import (
     Migrate,
     ProcessedAllReplay,
     Protocol,
+    Resend,
     SyncGroup,
     ToCheckpoint,
     ToState,
@@ -189,10 +190,13 @@ class Emitter:
 
         ``Migrate`` (CPA, CPAL, RESTORE) comes from the controller or, for a
         direct migration, from its source; ``Trim`` from the owner;
-        ``ProcessedAllReplay`` from a CPAL target.
+        ``ProcessedAllReplay`` from a CPAL target; ``Resend`` from a task that
+        waits for a tuple lost on the way.
         """
         if isinstance(message, Trim):
             return self._on_trim(message)
+        if isinstance(message, Resend):
+            return self._on_resend(sender, message)
         if isinstance(message, Migrate):
             if message.protocol is Protocol.DIRECT:
                 return self._reject(sender, message, "direct goes to the source task")
@@ -352,6 +356,28 @@ class Emitter:
     def _on_trim(self, m: Trim) -> list[Action]:
         self.stats["trimmed"] += self.buffer.trim(m.key_group, m.watermarks)
         return []
+
+    def _on_resend(self, sender: int, m: Resend) -> list[Action]:
+        """Send ``m``'s span of the buffer again, as ``Data``, wherever a new tuple of
+        the group goes now (the owner, or both ends while duplicating): on the same
+        FIFO channels as the migrations' control, so a resent tuple never overtakes a
+        redirect. Nothing yet if this emitter has not numbered the span's start (it
+        is being replayed: the tuple will come anyway). Rejected (for the adapter to
+        log) when a trim already passed the span's start: then resending cannot
+        help, and the receiver's stall report stays the signal."""
+        items = self.buffer.span(m.key_group, m.source, m.first, m.last)
+        if items is None and self.counters.last(m.source, m.key_group) < m.first:
+            items = ()  # not numbered yet: a restarted emitter still replaying its input
+        if items is None:
+            return self._reject(
+                sender,
+                m,
+                f"cannot resend {m.source}#{m.first} of group {m.key_group}: not buffered "
+                "(trimmed past it)",
+            )
+        self.stats["resent"] += len(items)
+        targets = self.targets(m.key_group)
+        return [_send(t, _trusted_data(m.key_group, item)) for item in items for t in targets]
 
     def _reject(self, sender: int, message: Message, reason: str) -> list[Action]:
         self.stats["rejected"] += 1
