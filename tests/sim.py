@@ -211,6 +211,8 @@ class Cluster:
         self.now = now
         for t, c in self.coordinators.items():
             self.perform(t, c.on_tick(now))
+        for u, e in self.emitters.items():
+            self.perform(u, e.on_tick(now))
 
     # -- controller ----------------------------------------------------------------
     def owner(self, key_group: int) -> int:

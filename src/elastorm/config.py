@@ -578,7 +578,8 @@ class TopologyConfig(Section):
         "elastorm.resend_after_secs", FLOAT, 1.5,
         "after this long (and again every as long) a keyed task whose tuples are parked "
         "behind a sequence gap asks the emitter that sent them to resend the missing ones "
-        "from its output buffer (a tuple lost between live workers)",
+        "from its output buffer (a tuple lost between live workers); an emitter re-sends "
+        "the newest tuple of a lane idle that long once, so a loss at its end shows too",
         check=above(0),
     )  # fmt: skip
     chaos_drop_tuples: int = option(

@@ -44,14 +44,47 @@ def test_a_tuple_lost_on_the_wire_is_resent_and_applied_once() -> None:
     c.tick(1.4)
     assert not c.pending()  # not yet: a gap younger than resend_after may still fill
     c.tick(1.5)
-    [(channel, [request])] = [(ch, list(q)) for ch, q in c.channels.items() if q]
-    assert channel == (owner.task, 10)
+    [request] = c.channels[(owner.task, 10)]
     assert request == Resend(key_group=0, source="u10", first=2, last=4)
     c.run_until_quiet()
     assert owner.machine(0).parked == 0
     assert owner.state(0).items() == {KEY0: 1111}  # each once: the parked ones came twice
     assert [a.item.seq for _, a in c.applied] == [1, 2, 3, 4]
     assert c.emitters[10].stats["resent"] == 3
+
+
+def test_a_loss_at_the_end_of_a_lane_is_found_by_the_emitters_probe() -> None:
+    """Nothing follows the lost tuple, so no gap shows until the emitter re-sends the
+    newest tuple of its idle lane (once); that one parks, and the gap is resent."""
+    c = Cluster(num_key_groups=G, tasks=[0, 1], emitters=[10])
+    c.emit(10, KEY0, 1)
+    c.emit_lost(10, KEY0, 10)
+    c.emit_lost(10, KEY0, 100)
+    c.run_until_quiet()
+    owner = c.coordinators[c.owner(0)]
+    assert owner.state(0).items() == {KEY0: 1} and owner.machine(0).parked == 0
+    now = 0.0
+    while owner.state(0).items() != {KEY0: 111}:
+        assert now < 10, "the lost tail never came"
+        c.tick(now)
+        c.run_until_quiet()
+        now += 0.5
+    assert c.emitters[10].stats["probes"] == 1
+    for _ in range(10):  # idle from now on: no further probe of the same tuple
+        now += 1.5
+        c.tick(now)
+    assert c.emitters[10].stats["probes"] == 1
+    assert [a.item.seq for _, a in c.applied] == [1, 2, 3]
+
+
+def test_a_lane_that_keeps_growing_or_was_trimmed_is_not_probed() -> None:
+    emitter = Emitter(task=10, routing=RoutingTable.round_robin(G, [0, 1]), source="u")
+    emitter.emit(KEY0, 1, 0.0)
+    assert emitter.on_tick(0.0) == []
+    emitter.emit(KEY0, 2, 0.0)
+    assert emitter.on_tick(1.5) == []  # it grew
+    emitter.receive(0, Trim(key_group=0, watermarks={"u": 2}))
+    assert emitter.on_tick(3.0) == [] and emitter.on_tick(4.5) == []  # covered
 
 
 def test_the_request_is_repeated_while_the_gap_lasts() -> None:

@@ -128,6 +128,16 @@ class OutputBuffer:
                 out.append(item)
         return tuple(out)
 
+    def newest(self) -> dict[tuple[int, str], DataTuple]:
+        """The newest buffered tuple of every non-empty ``(key group, source)`` lane.
+        O(lanes)."""
+        return {
+            (g, source): lane[-1]
+            for g, lanes in self._groups.items()
+            for source, lane in lanes.items()
+            if lane
+        }
+
     def size(self, key_group: int) -> int:
         return sum(len(lane) for lane in self._groups.get(key_group, {}).values())
 

@@ -241,6 +241,7 @@ class KeyedEmitting(_Sending):
                 task=task,
                 routing=routing or initial_routing(config, op, tasks),
                 source=f"{component}:{task}",
+                probe_after=config.resend_after_secs,
             )
             resumed = point.counters.get(op, {})
             source = emitter.source
@@ -310,8 +311,13 @@ class KeyedEmitting(_Sending):
         return {}
 
     def tick_emitting(self) -> None:
-        """Call on every tick: publish the newest durable restart point (never
-        blocks) and run a full GC collection if one is due (``pygc``)."""
+        """Call on every tick: probe idle lanes (``Emitter.on_tick``), publish the
+        newest durable restart point (never blocks) and run a full GC collection if
+        one is due (``pygc``)."""
+        now = time.monotonic()
+        for emitter in self.emitters.values():
+            for action in emitter.on_tick(now):
+                self.send(action)
         if self.replay is not None:
             self._restart_points.offer(self.replay.durable())
         self._full_gc.tick(time.monotonic())
@@ -365,6 +371,7 @@ class KeyedEmitting(_Sending):
             "parked_total": sum(h.parked_total for h in holds),
             "held_back": sum(h.slowed for h in holds),
             "resent": sum(e.stats["resent"] for e in self.emitters.values()),
+            "probes": sum(e.stats["probes"] for e in self.emitters.values()),
         }
         if self._wire_loss is not None:
             health["wire_lost"] = self._wire_loss.lost

@@ -116,13 +116,30 @@ class Emitter:
     size, ``to_state_window`` of them unacknowledged at a time (see
     ``ToState``): the emitter then blocks for one chunk's encoding at a time
     instead of the whole buffer's, and data keeps flowing in between.
+
+    ``probe_after``: :meth:`on_tick` re-sends, once, the newest buffered tuple of a
+    lane (key group, source) that has not grown for that long, so a loss at the end
+    of a lane shows downstream as a gap (see ``Resend``).
     """
 
     to_state_chunk: int = 5_000
     to_state_window: int = 2
 
-    def __init__(self, *, task: int, routing: RoutingTable, source: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        task: int,
+        routing: RoutingTable,
+        source: str | None = None,
+        probe_after: float = 1.5,
+    ) -> None:
+        if probe_after <= 0:
+            raise ValueError(f"probe_after must be > 0, got {probe_after}")
         self.task = task
+        self.probe_after = probe_after
+        self._probed_at: float | None = None  # the last probe round
+        self._lanes: dict[tuple[int, str], int] = {}  # lane -> newest seq at that round
+        self._probed: dict[tuple[int, str], int] = {}  # lane -> the seq probed last
         self.routing = routing
         self._initial_epoch = routing.epoch
         self.source = source if source is not None else f"task:{task}"
@@ -378,6 +395,29 @@ class Emitter:
         self.stats["resent"] += len(items)
         targets = self.targets(m.key_group)
         return [_send(t, _trusted_data(m.key_group, item)) for item in items for t in targets]
+
+    def on_tick(self, now: float) -> list[Action]:
+        """Every ``probe_after`` seconds: re-send the newest buffered tuple of each lane
+        that has not grown since the previous round, once per tuple. A keyed task finds
+        a lost tuple by the ones behind it (a sequence gap); the last tuples of a lane
+        have none behind them until the next emit, which may never come (the end of
+        the input). The probe is a duplicate if they arrived (dropped by sequence), and
+        shows the gap otherwise. Lanes a checkpoint trimmed empty are covered, not
+        probed. O(lanes) per round."""
+        if self._probed_at is not None and now - self._probed_at < self.probe_after:
+            return []
+        self._probed_at = now
+        newest = self.buffer.newest()
+        actions: list[Action] = []
+        for lane, item in sorted(newest.items()):
+            if self._lanes.get(lane) == item.seq and self._probed.get(lane) != item.seq:
+                self._probed[lane] = item.seq
+                self.stats["probes"] += 1
+                message = _trusted_data(lane[0], item)
+                actions += [_send(t, message) for t in self.targets(lane[0])]
+        self._lanes = {lane: item.seq for lane, item in newest.items()}
+        self._probed = {lane: seq for lane, seq in self._probed.items() if lane in newest}
+        return actions
 
     def _reject(self, sender: int, message: Message, reason: str) -> list[Action]:
         self.stats["rejected"] += 1
