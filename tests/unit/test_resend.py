@@ -53,6 +53,36 @@ def test_a_tuple_lost_on_the_wire_is_resent_and_applied_once() -> None:
     assert c.emitters[10].stats["resent"] == 3
 
 
+def test_no_request_while_the_gap_is_a_cpal_to_state_still_in_chunks() -> None:
+    """A CPAL target gets new tuples (duplicated) before the last chunks of the
+    upstream's toState: they park behind the chunks, which are on their way. Asking
+    for them would re-send a whole buffer for nothing."""
+    c = Cluster(num_key_groups=G, tasks=[0, 1], emitters=[10])
+    c.emit(10, KEY0, 1)
+    c.run_until_quiet()
+    owner, holder = c.owner(0), c.holders[0]
+    c.checkpoint(owner, 0)
+    c.run_until_quiet()
+    for value in (2, 3, 4):
+        c.emit(10, KEY0, value)
+    c.run_until_quiet()
+    emitter = c.emitters[10]
+    emitter.to_state_chunk, emitter.to_state_window = 1, 1
+    c.migrate(0, holder, Protocol.CPAL)
+    c.deliver((-1, 10))  # the command: the first chunk (seq 2) goes to the target
+    c.emit(10, KEY0, 5)  # duplicated to both
+    c.deliver((10, holder))
+    c.deliver((10, holder))
+    target = c.coordinators[holder]
+    assert target.machine(0).parked == 1 and target.machine(0).awaits_to_state(10)
+    for now in (0.0, 1.5, 3.0, 4.5):
+        c.tick(now)
+    assert target.stats["resend_requests"] == 0
+    c.run_until_quiet()  # the acks bring the other chunks
+    assert target.machine(0).parked == 0 and c.owner(0) == holder
+    assert target.state(0).items() == {KEY0: 15}
+
+
 def test_a_loss_at_the_end_of_a_lane_is_found_by_the_emitters_probe() -> None:
     """Nothing follows the lost tuple, so no gap shows until the emitter re-sends the
     newest tuple of its idle lane (once); that one parks, and the gap is resent."""

@@ -213,7 +213,9 @@ class TaskCoordinator:
         first saw it. Once it is ``resend_after`` old, and again every ``resend_after``
         while it lasts, its sender is asked to ``Resend`` from the awaited sequence up
         to the last parked one (the parked ones come again too and are dropped as
-        duplicates; a gap further on is filled with it). Reported once when older
+        duplicates; a gap further on is filled with it). Not while that sender's
+        toState is still on its way to a migration target (its tuples fill the gap;
+        a CPAL toState comes in chunks). Reported once when older
         than ``stall_after``: resending did not help (the emitter's buffer no longer
         holds it, or no sender is known)."""
         seen: dict[tuple[int, str, int], float] = {}
@@ -224,7 +226,8 @@ class TaskCoordinator:
                 gap = (g, source, awaited)
                 since = seen[gap] = self._gaps.get(gap, now)
                 previous = asked[gap] = self._asked.get(gap, since)
-                if sender is not None and now - previous >= self.resend_after:
+                due = now - previous >= self.resend_after
+                if due and sender is not None and not m.awaits_to_state(sender):
                     asked[gap] = now
                     self.stats["resend_requests"] += 1
                     request = Resend(key_group=g, source=source, first=awaited, last=last)

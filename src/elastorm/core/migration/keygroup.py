@@ -75,6 +75,9 @@ class Gap(NamedTuple):
     sender: int | None
 
 
+_AWAITING_TO_STATE = frozenset({Phase.REPLAYING, Phase.SHADOW, Phase.REPLICA})
+"""Phases whose pending upstreams are those whose toState has not all arrived."""
+
 _TARGET_PHASE = {
     Protocol.CPA: Phase.REPLAYING,
     Protocol.RESTORE: Phase.REPLAYING,
@@ -298,6 +301,12 @@ class KeyGroupMachine:
             for source, parked in sorted(self._parked.items())
             if parked
         ]
+
+    def awaits_to_state(self, task: int) -> bool:
+        """Whether this task, as a migration's target or a replica, still waits for
+        ``task``'s toState: a gap in ``task``'s tuples is then expected (a CPAL toState
+        comes in chunks while new tuples are duplicated here), not a loss."""
+        return task in self._pending and self.phase in _AWAITING_TO_STATE
 
     def _to_all_upstreams(self, make: Callable[[], Message]) -> list[Action]:
         return [Send(to_task=u, message=make()) for u in sorted(self._upstreams())]
