@@ -153,6 +153,25 @@ class Cluster:
     def emit(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
         self.perform(emitter, self.emitters[emitter].emit(key, value, ts))
 
+    def emit_lost(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
+        """Emit a tuple whose data messages are lost on the wire: numbered and buffered
+        by its emitter, never delivered (Storm dropping tuples between live workers)."""
+        actions = self.emitters[emitter].emit(key, value, ts)
+        self.stats["lost_on_wire"] += len(actions)
+
+    def lose(self, channel: tuple[int, int]) -> Message:
+        """The oldest message in flight on ``channel`` is lost on the way."""
+        self.stats["lost_on_wire"] += 1
+        return self.channels[channel].popleft()
+
+    def gaps(self) -> int:
+        """Tuples parked behind a sequence gap, over every task and key group."""
+        return sum(
+            c.machine(g).parked
+            for c in self.coordinators.values()
+            for g in (*c.live(), *c.replicas())
+        )
+
     def pending(self) -> list[tuple[int, int]]:
         """Channels with messages in flight, sorted."""
         return sorted(ch for ch, q in self.channels.items() if q)
@@ -194,6 +213,8 @@ class Cluster:
         self.now = now
         for t, c in self.coordinators.items():
             self.perform(t, c.on_tick(now))
+        for u, e in self.emitters.items():
+            self.perform(u, e.on_tick(now))
 
     # -- controller ----------------------------------------------------------------
     def owner(self, key_group: int) -> int:

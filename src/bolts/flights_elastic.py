@@ -189,6 +189,7 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.flush()
         self.counters.extra["owned"] = list(self.coordinator.owned())
         self.counters.extra["outputs"] = self.outputs
+        self.counters.extra["resend_requests"] = self.coordinator.stats["resend_requests"]
         self.counters.extra["replicas"] = list(self.coordinator.replicas())
         self.counters.extra["held"] = sorted(self.coordinator.held)
         self.counters.extra["heartbeats"] = self.heartbeat_health()

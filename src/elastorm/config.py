@@ -576,6 +576,33 @@ class TopologyConfig(Section):
         "after this long, tuples parked behind a sequence that never came are reported",
         check=above(0),
     )  # fmt: skip
+    resend_after_secs: float = option(
+        "elastorm.resend_after_secs", FLOAT, 1.5,
+        "after this long (and again every as long) a keyed task whose tuples are parked "
+        "behind a sequence gap asks the emitter that sent them to resend the missing ones "
+        "from its output buffer (a tuple lost between live workers); an emitter re-sends "
+        "the newest tuple of a lane idle that long once, so a loss at its end shows too",
+        check=above(0),
+    )  # fmt: skip
+    chaos_drop_tuples: int = option(
+        "elastorm.chaos.drop_tuples", INT, 0,
+        "fault injection, for tests and the chaos harness (like a chaos tool's packet "
+        "loss): each emitter task loses this many of its data messages to keyed "
+        "operators on the wire (buffered, never sent); 0: off",
+        check=at_least(0),
+    )  # fmt: skip
+    chaos_drop_from: int = option(
+        "elastorm.chaos.drop_from", INT, 1_000,
+        "the first data message (counted per emitter task from 1) that "
+        "`elastorm.chaos.drop_tuples` loses",
+        check=at_least(1),
+    )  # fmt: skip
+    chaos_drop_every: int = option(
+        "elastorm.chaos.drop_every", INT, 1,
+        "`elastorm.chaos.drop_tuples` loses every this-many-th data message from "
+        "`elastorm.chaos.drop_from` on (1: one burst)",
+        check=at_least(1),
+    )  # fmt: skip
     initial_nodes: Mapping[str, tuple[int, ...]] = option(
         "elastorm.initial_nodes", NODE_LISTS, {},
         "nodes an operator's key groups start on (default: all, round robin)",

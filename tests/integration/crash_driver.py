@@ -585,6 +585,58 @@ class UpstreamKillDriver(ElasticCrashDriver):
         )
 
 
+class WireLossDriver(ElasticFlightsDriver):
+    """The elastic flights job with tuples lost on the wire between live workers.
+
+    Storm drops tuples between live workers only in rare races (a worker reassigned
+    while its peer sends: docs/failures.md), so the loss is injected: each op1 task
+    loses ``drop`` of its data messages to op2 (``elastorm.chaos.drop_tuples``, every
+    ``every``-th from the ``start``-th), each buffered but never sent; the rows still
+    reach op3. op2's tasks see the gaps and ask op1 to resend
+    (``elastorm.resend_after_secs``). Passes if every plane's totals still equal
+    pandas' and the losses really happened and were resent. ``drop=0`` is the same
+    job without loss (a baseline).
+    """
+
+    def __init__(
+        self, limit: int | None = None, *, drop: int = 500, start: int = 2_000, every: int = 7,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(limit, script=(), **kwargs)
+        self.drop, self.start, self.every = drop, start, every
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        self.output_dir = output_dir
+        return super().options(output_dir) | TopologyConfig.overrides(
+            chaos_drop_tuples=self.drop, chaos_drop_from=self.start, chaos_drop_every=self.every
+        )
+
+    def counts(self, component: str) -> dict[int, dict[str, Any]]:
+        """Task -> the ``extra`` of its counts file."""
+        out = {}
+        for path in glob.glob(os.path.join(self.output_dir, "counts", f"{component}-*.json")):
+            with open(path, encoding="utf-8") as fh:
+                out[int(path.rsplit("-", 1)[1].split(".")[0])] = json.load(fh).get("extra", {})
+        return out
+
+    def outcome(self, output_dir: str) -> Outcome:
+        base = super().outcome(output_dir)
+        op1 = {t: e.get("emitter", {}) for t, e in self.counts("extract_delays").items()}
+        op2 = {t: e.get("resend_requests", 0) for t, e in self.counts("sum_delays").items()}
+        lost = sum(h.get("wire_lost", 0) for h in op1.values())
+        resent = sum(h.get("resent", 0) for h in op1.values())
+        asked = sum(op2.values())
+        wanted = self.drop * len(op1)
+        line = (
+            f"wire loss: op1 tasks {sorted(op1)} lost {lost} data messages on purpose "
+            f"(want {wanted}); op2 asked for a resend {asked} times; op1 resent {resent} tuples"
+        )
+        # With drop=0 (the baseline) nothing is lost, and nothing needs resending.
+        ok = base.ok and lost == wanted and (not self.drop or (asked > 0 and resent >= lost))
+        facts = base.facts | {"wire_lost": lost, "resend_requests": asked, "resent": resent}
+        return Outcome(summary=base.summary + "\n" + line, ok=ok, facts=facts)
+
+
 def _daemon_name(pid: int) -> str:
     """The ``-Ddaemon.name`` of an elastorm-started JVM (``services.daemon_command``)."""
     with open(f"/proc/{pid}/cmdline", "rb") as fh:

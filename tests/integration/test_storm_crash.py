@@ -24,6 +24,7 @@ from crash_driver import (
     ReplicaLossDriver,
     SupervisorLossDriver,
     UpstreamKillDriver,
+    WireLossDriver,
 )
 
 from elastorm.runtime.provision import LocalSupervisors
@@ -284,4 +285,16 @@ def test_killed_spout_or_emitter_recovers_by_replay(cluster_with_room, victim, m
     outcome = run_topology(cluster_with_room, "cluster", driver, timeout=900)
     assert outcome.ok, outcome.summary
     assert len(outcome.facts["kills"]) == 1
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
+
+
+def test_tuples_lost_between_live_workers_are_resent_and_totals_stay_exact(cluster_with_room):
+    """Fault injection loses 500 of op1's data messages to op2 on the wire (every 7th
+    from the 2,000th): op2's tasks see the sequence gaps, ask op1 to resend from its
+    output buffer, and every plane's totals still equal pandas' (issue 14)."""
+    driver = WireLossDriver(limit=30_000, max_rate=1500.0)
+    outcome = run_topology(cluster_with_room, "cluster", driver, timeout=300)
+    print(outcome.summary)  # shown with -rP: the raw record of the run
+    assert outcome.ok, outcome.summary
+    assert outcome.facts["wire_lost"] == 500 * len(driver.counts("extract_delays"))
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary

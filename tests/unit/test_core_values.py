@@ -19,6 +19,7 @@ from elastorm.core.messages import (
     DataTuple,
     Migrate,
     Protocol,
+    Resend,
     ToState,
     decode,
     encode,
@@ -64,6 +65,15 @@ marks = st.dictionaries(st.sampled_from(["u1", "u2"]), st.integers(0, 99))
 messages = st.one_of(
     st.builds(Data, key_group=st.integers(0, 9), item=items),
     st.builds(CheckpointRequest, key_group=st.integers(0, 9)),
+    st.integers(1, 9).flatmap(
+        lambda first: st.builds(
+            Resend,
+            key_group=st.integers(0, 9),
+            source=st.sampled_from(["u1", "op1:3"]),
+            first=st.just(first),
+            last=st.integers(first, 20),
+        )
+    ),
     st.builds(
         ToState,
         key_group=st.integers(0, 9),
@@ -99,7 +109,7 @@ def test_messages_round_trip_through_json(message) -> None:
 
 
 def test_every_message_type_is_registered_for_decoding() -> None:
-    assert len(MESSAGE_TYPES) == 16
+    assert len(MESSAGE_TYPES) == 17
 
 
 def test_messages_are_validated_on_construction() -> None:

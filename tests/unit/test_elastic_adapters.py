@@ -152,3 +152,29 @@ def test_parked_emits_over_their_bound_slow_the_emitter() -> None:
     data = [a for a in e.sent if isinstance(a.message, Data)]
     assert len(data) == 2 and len(slept) == 2 and e.emitter_health()["held_back"] == 2
     assert e.emitter_health()["parked"] == 3
+
+
+def test_wire_loss_buffers_a_lost_tuple_keeps_the_carried_row_and_resends_on_request() -> None:
+    """Fault injection (``elastorm.chaos.*``) loses the 2nd data message: op2's copy is
+    never sent, the carried row still goes out (no task named, so only the other
+    subscribers get it), and a ``Resend`` from op2 brings it from the buffer."""
+    from elastorm.core.messages import Resend
+
+    conf = {
+        "elastorm.key_groups": 4,
+        "elastorm.operators": {"op2": ["emitter"]},
+        "elastorm.chaos.drop_tuples": 1,
+        "elastorm.chaos.drop_from": 2,
+    }
+    e = TwoOperators()
+    e.setup_emitting(conf, CONTEXT)
+    key = next(f"k{i}" for i in range(100) if key_group(f"k{i}", 4) == 0)
+    for value in (1, 2, 3):
+        e.emit_keyed(key, value, 0.0, carry=["row", value], stream="default")
+    assert [row[-2:] for _, row in e.emitted][1] == [None, None]
+    assert [from_wire(row[-2]).item.seq for _, row in e.emitted if row[-1] is not None] == [1, 3]
+    assert e.emitter_health()["wire_lost"] == 1 and len(e.emitter.buffer) == 3
+    owner = e.emitter.routing.owner(0)
+    e.receive_elastorm(Tup(Resend(key_group=0, source="emitter:1", first=2, last=3), owner))
+    assert [(a.to_task, a.message.item.seq) for a in e.sent] == [(owner, 2), (owner, 3)]
+    assert e.emitter_health()["resent"] == 2

@@ -114,6 +114,36 @@ class OutputBuffer:
                 out.extend(item for item in lane if item.seq > start)
         return tuple(out)
 
+    def span(
+        self, key_group: int, source: str, first: int, last: int
+    ) -> tuple[DataTuple, ...] | None:
+        """``source``'s buffered tuples of ``key_group`` numbered ``first`` to ``last``,
+        in order: empty if ``first`` comes after every buffered one (not sent yet);
+        ``None`` if the lane is empty or starts after ``first`` (a trim passed it, so
+        re-sending cannot fill a gap there). O(tuples of the lane up to ``last``)."""
+        lane = self._groups.get(key_group, {}).get(source)
+        if lane and lane[-1].seq < first:
+            return ()
+        if not lane or lane[0].seq > first:
+            return None
+        out = []
+        for item in lane:  # seqs grow along the lane: skip to first, stop after last
+            if item.seq > last:
+                break
+            if item.seq >= first:
+                out.append(item)
+        return tuple(out)
+
+    def newest(self) -> dict[tuple[int, str], DataTuple]:
+        """The newest buffered tuple of every non-empty ``(key group, source)`` lane.
+        O(lanes)."""
+        return {
+            (g, source): lane[-1]
+            for g, lanes in self._groups.items()
+            for source, lane in lanes.items()
+            if lane
+        }
+
     def size(self, key_group: int) -> int:
         """Tuples of ``key_group`` buffered. O(1)."""
         return self._sizes.get(key_group, 0)

@@ -307,6 +307,31 @@ class CheckpointRequest(Message):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Resend(Message):
+    """Keyed task -> emitter: ``source``'s tuples for ``key_group`` numbered
+    ``first`` to ``last`` did not all arrive; send them again from your output buffer
+    to the group's owner (fast).
+
+    A tuple lost between two live tasks (a worker reassigned while its peer sends,
+    say) parks every later one of its source behind the gap. The output buffer still
+    holds it (only a checkpoint that reflects it trims it, and the gap keeps the
+    owner's watermark below it), and the receiver drops by sequence whatever it had.
+    """
+
+    key_group: int
+    source: str
+    first: int
+    last: int
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        if not isinstance(self.source, str) or not self.source:
+            raise ValueError(f"source must be a non-empty str, got {self.source!r}")
+        if not isinstance(self.first, int) or not 1 <= self.first <= self.last:
+            raise ValueError(f"need 1 <= first <= last, got {self.first!r}, {self.last!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Migrate(Message):
     """Command: move ``key_group`` from ``source`` to ``target`` by ``protocol``.
 
@@ -401,6 +426,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         CheckpointNack,
         Trim,
         CheckpointRequest,
+        Resend,
         Migrate,
         SetHolder,
         DropReplica,

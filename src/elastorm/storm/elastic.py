@@ -57,6 +57,7 @@ from elastorm.core.actions import (
     encode_report,
 )
 from elastorm.core.buffers import SequenceCounters
+from elastorm.core.chaos import WireLoss
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.holdback import Admission, HoldBack, checkpoint_request_at
@@ -242,6 +243,7 @@ class KeyedEmitting(_Sending):
                 routing=routing,
                 source=f"{component}:{task}",
                 request_at=checkpoint_request_at(config.max_buffered, routing.num_key_groups),
+                probe_after=config.resend_after_secs,
             )
             resumed = point.counters.get(op, {})
             source = emitter.source
@@ -254,6 +256,17 @@ class KeyedEmitting(_Sending):
             for op in operators
         }
         self._parked_since: dict[str, float] = {}  # operators whose buffer is full: since when
+        self._wire_loss: WireLoss | None = None  # fault injection (elastorm.chaos.*), off
+        if config.chaos_drop_tuples:
+            self._wire_loss = WireLoss(
+                count=config.chaos_drop_tuples,
+                start=config.chaos_drop_from,
+                every=config.chaos_drop_every,
+            )
+            log.warning(
+                "emitter task %s: fault injection on: losing %d data messages on the wire",
+                task, config.chaos_drop_tuples,
+            )  # fmt: skip
         self.replay: ReplayTracker | None = None
         self.resumed_state = point.state  # the bolt's own part of its restart point
         if start is not None:
@@ -300,8 +313,13 @@ class KeyedEmitting(_Sending):
         return {}
 
     def tick_emitting(self) -> None:
-        """Call on every tick: publish the newest durable restart point (never
-        blocks) and run a full GC collection if one is due (``pygc``)."""
+        """Call on every tick: probe idle lanes (``Emitter.on_tick``), publish the
+        newest durable restart point (never blocks) and run a full GC collection if
+        one is due (``pygc``)."""
+        now = time.monotonic()
+        for emitter in self.emitters.values():
+            for action in emitter.on_tick(now):
+                self.send(action)
         if self.replay is not None:
             self._restart_points.offer(self.replay.durable())
         self._full_gc.tick(time.monotonic())
@@ -344,15 +362,21 @@ class KeyedEmitting(_Sending):
 
     def emitter_health(self) -> dict[str, Any]:
         """Tuples buffered for replay, emits parked now and ever behind a full buffer,
-        how often it slowed down and, behind a replayable spout, inputs dropped as
-        replays, restart points written and whether it waits for a rewind."""
+        how often it slowed down, tuples resent for gaps downstream (and, under fault
+        injection, data messages lost on purpose) and, behind a replayable spout,
+        inputs dropped as replays, restart points written and whether it waits for a
+        rewind."""
         holds = self._holds.values()
         health: dict[str, Any] = {
             "buffered": sum(len(e.buffer) for e in self.emitters.values()),
             "parked": sum(h.parked for h in holds),
             "parked_total": sum(h.parked_total for h in holds),
             "held_back": sum(h.slowed for h in holds),
+            "resent": sum(e.stats["resent"] for e in self.emitters.values()),
+            "probes": sum(e.stats["probes"] for e in self.emitters.values()),
         }
+        if self._wire_loss is not None:
+            health["wire_lost"] = self._wire_loss.lost
         if self.replay is not None:
             health |= {
                 "replay_dropped": self.replay.dropped,
@@ -394,8 +418,16 @@ class KeyedEmitting(_Sending):
     def _send_keyed(
         self, emitter: Emitter, key: str, value: Any, ts: float, carry: list | None, stream: str
     ) -> None:
-        """Number and buffer one tuple (``Emitter.emit``) and emit it, carried or direct."""
+        """Number and buffer one tuple (``Emitter.emit``) and emit it, carried or direct.
+
+        Under fault injection (``WireLoss``) a lost tuple is buffered but its data
+        messages are never sent; a carried row still reaches the stream's other
+        subscribers, with no task named for the keyed one."""
         actions = emitter.emit(key, value, ts)
+        if self._wire_loss is not None and self._wire_loss.lose():
+            if carry is not None:
+                self.emit([*carry, None, None], stream=stream)
+            return
         if carry is not None:
             first = actions[0]
             self.emit([*carry, to_wire(first.message), first.to_task], stream=stream)
@@ -481,6 +513,7 @@ class KeyedOperator(_Sending):
             checkpoint_interval=interval if interval > 0 else None,
             stale_through=epoch if restarted else -1,
             stall_after=config.stall_secs,
+            resend_after=config.resend_after_secs,
         )
         if config.restore_from and not restarted:
             from elastorm.storm.savepoint import restore_savepoint

@@ -29,6 +29,7 @@ from elastorm.core.messages import (
     Data,
     Message,
     PeerDown,
+    Resend,
     SetHolder,
     UpstreamRecovery,
 )
@@ -36,7 +37,7 @@ from elastorm.core.migration.keygroup import KeyGroupMachine
 from elastorm.core.migration.table import LIVE, Phase
 from elastorm.core.state import KeyGroupState, Step, sum_step
 
-EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck")
+EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck", "Resend")
 """Messages for the task's upstream-side :class:`Emitter`, not for the coordinator."""
 
 
@@ -48,6 +49,9 @@ class TaskCoordinator:
     empty state; ``holders`` says where each owned group checkpoints to.
     ``stale_through`` is for a restarted task: the highest epoch the controller
     had issued when it restarted; messages of those migrations are stale here.
+    A sequence gap (a tuple lost on the way) is asked for again from the emitter
+    that sent the tuples parked behind it every ``resend_after`` seconds, and
+    reported (``TuplesStalled``) once it is ``stall_after`` seconds old.
     """
 
     def __init__(
@@ -62,11 +66,14 @@ class TaskCoordinator:
         checkpoint_interval: float | None = None,
         stale_through: int = -1,
         stall_after: float = 30.0,
+        resend_after: float = 1.5,
     ) -> None:
         if num_key_groups < 1:
             raise ValueError(f"num_key_groups must be >= 1, got {num_key_groups}")
         if checkpoint_interval is not None and checkpoint_interval <= 0:
             raise ValueError("checkpoint_interval must be > 0")
+        if resend_after <= 0:
+            raise ValueError(f"resend_after must be > 0, got {resend_after}")
         self.task = task
         self.num_key_groups = num_key_groups
         self.upstreams: set[int] = set(upstreams)
@@ -81,7 +88,9 @@ class TaskCoordinator:
         self._unacked: set[int] = set()  # groups whose last checkpoint is not acked yet
         self._now: float | None = None  # the last tick's time
         self.stall_after = stall_after
+        self.resend_after = resend_after
         self._gaps: dict[tuple[int, str, int], float] = {}  # gap -> first tick that saw it
+        self._asked: dict[tuple[int, str, int], float] = {}  # gap -> last Resend sent
         self._reported_gaps: set[tuple[int, str, int]] = set()
         self.upstream_recovering = False
         for g in owned:
@@ -208,8 +217,9 @@ class TaskCoordinator:
         return taken
 
     def on_tick(self, now: float) -> list[Action]:
-        """Checkpoint every owned group whose interval has elapsed at time ``now``, and
-        report gaps that have parked tuples for longer than ``stall_after``."""
+        """Checkpoint every owned group whose interval has elapsed at time ``now``, ask
+        again for what gaps wait for, and report gaps that have parked tuples for
+        longer than ``stall_after``."""
         self._now = now
         actions: list[Action] = self._stalls(now)
         if self.checkpoint_interval is None:
@@ -225,13 +235,28 @@ class TaskCoordinator:
 
     def _stalls(self, now: float) -> list[Action]:
         """Each gap (key group, source, awaited sequence) is timed from the tick that
-        first saw it and reported once when older than ``stall_after``."""
+        first saw it. Once it is ``resend_after`` old, and again every ``resend_after``
+        while it lasts, its sender is asked to ``Resend`` from the awaited sequence up
+        to the last parked one (the parked ones come again too and are dropped as
+        duplicates; a gap further on is filled with it). Not while that sender's
+        toState is still on its way to a migration target (its tuples fill the gap;
+        a CPAL toState comes in chunks). Reported once when older
+        than ``stall_after``: resending did not help (the emitter's buffer no longer
+        holds it, or no sender is known)."""
         seen: dict[tuple[int, str, int], float] = {}
+        asked: dict[tuple[int, str, int], float] = {}
         actions: list[Action] = []
         for g, m in sorted(self._machines.items()):
-            for source, awaited, parked in m.gaps():
+            for source, awaited, parked, last, sender in m.gaps():
                 gap = (g, source, awaited)
                 since = seen[gap] = self._gaps.get(gap, now)
+                previous = asked[gap] = self._asked.get(gap, since)
+                due = now - previous >= self.resend_after
+                if due and sender is not None and not m.awaits_to_state(sender):
+                    asked[gap] = now
+                    self.stats["resend_requests"] += 1
+                    request = Resend(key_group=g, source=source, first=awaited, last=last)
+                    actions.append(Send(to_task=sender, message=request))
                 if now - since >= self.stall_after and gap not in self._reported_gaps:
                     self._reported_gaps.add(gap)
                     actions.append(
@@ -244,6 +269,7 @@ class TaskCoordinator:
                         )
                     )
         self._gaps = seen
+        self._asked = asked
         self._reported_gaps &= set(seen)
         return actions
 

@@ -31,6 +31,7 @@ from elastorm.core.messages import (
     Migrate,
     ProcessedAllReplay,
     Protocol,
+    Resend,
     SyncGroup,
     ToCheckpoint,
     ToState,
@@ -122,6 +123,10 @@ class Emitter:
     ``CheckpointRequest``, and no other until a ``Trim`` of the group comes (or
     the group moves). Checkpoints then follow the volume, not only the clock, so
     at a high rate the buffer is trimmed before it reaches its bound.
+
+    ``probe_after``: :meth:`on_tick` re-sends, once, the newest buffered tuple of a
+    lane (key group, source) that has not grown for that long, so a loss at the end
+    of a lane shows downstream as a gap (see ``Resend``).
     """
 
     to_state_chunk: int = 5_000
@@ -134,12 +139,19 @@ class Emitter:
         routing: RoutingTable,
         source: str | None = None,
         request_at: int = 0,
+        probe_after: float = 1.5,
     ) -> None:
         if request_at < 0:
             raise ValueError(f"request_at must be >= 0, not {request_at}")
+        if probe_after <= 0:
+            raise ValueError(f"probe_after must be > 0, got {probe_after}")
         self.task = task
         self.request_at = request_at
         self._requested: set[int] = set()  # groups asked for a checkpoint, not trimmed since
+        self.probe_after = probe_after
+        self._probed_at: float | None = None  # the last probe round
+        self._lanes: dict[tuple[int, str], int] = {}  # lane -> newest seq at that round
+        self._probed: dict[tuple[int, str], int] = {}  # lane -> the seq probed last
         self.routing = routing
         self._initial_epoch = routing.epoch
         self.source = source if source is not None else f"task:{task}"
@@ -218,10 +230,13 @@ class Emitter:
 
         ``Migrate`` (CPA, CPAL, RESTORE) comes from the controller or, for a
         direct migration, from its source; ``Trim`` from the owner;
-        ``ProcessedAllReplay`` from a CPAL target.
+        ``ProcessedAllReplay`` from a CPAL target; ``Resend`` from a task that
+        waits for a tuple lost on the way.
         """
         if isinstance(message, Trim):
             return self._on_trim(message)
+        if isinstance(message, Resend):
+            return self._on_resend(sender, message)
         if isinstance(message, Migrate):
             if message.protocol is Protocol.DIRECT:
                 return self._reject(sender, message, "direct goes to the source task")
@@ -383,6 +398,51 @@ class Emitter:
         self.stats["trimmed"] += self.buffer.trim(m.key_group, m.watermarks)
         self._requested.discard(m.key_group)
         return []
+
+    def _on_resend(self, sender: int, m: Resend) -> list[Action]:
+        """Send ``m``'s span of the buffer again, as ``Data``, wherever a new tuple of
+        the group goes now (the owner, or both ends while duplicating): on the same
+        FIFO channels as the migrations' control, so a resent tuple never overtakes a
+        redirect. Nothing yet if this emitter has not numbered the span's start (it
+        is being replayed: the tuple will come anyway). Rejected (for the adapter to
+        log) when a trim already passed the span's start: then resending cannot
+        help, and the receiver's stall report stays the signal."""
+        items = self.buffer.span(m.key_group, m.source, m.first, m.last)
+        if items is None and self.counters.last(m.source, m.key_group) < m.first:
+            items = ()  # not numbered yet: a restarted emitter still replaying its input
+        if items is None:
+            return self._reject(
+                sender,
+                m,
+                f"cannot resend {m.source}#{m.first} of group {m.key_group}: not buffered "
+                "(trimmed past it)",
+            )
+        self.stats["resent"] += len(items)
+        targets = self.targets(m.key_group)
+        return [_send(t, _trusted_data(m.key_group, item)) for item in items for t in targets]
+
+    def on_tick(self, now: float) -> list[Action]:
+        """Every ``probe_after`` seconds: re-send the newest buffered tuple of each lane
+        that has not grown since the previous round, once per tuple. A keyed task finds
+        a lost tuple by the ones behind it (a sequence gap); the last tuples of a lane
+        have none behind them until the next emit, which may never come (the end of
+        the input). The probe is a duplicate if they arrived (dropped by sequence), and
+        shows the gap otherwise. Lanes a checkpoint trimmed empty are covered, not
+        probed. O(lanes) per round."""
+        if self._probed_at is not None and now - self._probed_at < self.probe_after:
+            return []
+        self._probed_at = now
+        newest = self.buffer.newest()
+        actions: list[Action] = []
+        for lane, item in sorted(newest.items()):
+            if self._lanes.get(lane) == item.seq and self._probed.get(lane) != item.seq:
+                self._probed[lane] = item.seq
+                self.stats["probes"] += 1
+                message = _trusted_data(lane[0], item)
+                actions += [_send(t, message) for t in self.targets(lane[0])]
+        self._lanes = {lane: item.seq for lane, item in newest.items()}
+        self._probed = {lane: seq for lane, seq in self._probed.items() if lane in newest}
+        return actions
 
     def _reject(self, sender: int, message: Message, reason: str) -> list[Action]:
         self.stats["rejected"] += 1

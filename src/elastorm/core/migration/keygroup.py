@@ -9,6 +9,7 @@ passes through them in sequence; the per-protocol views are in docs/protocols.md
 from __future__ import annotations
 
 from collections.abc import Callable, Set
+from typing import NamedTuple
 
 from elastorm.core.actions import (
     Action,
@@ -59,6 +60,24 @@ def _applied(
 _new_object = object.__new__
 _set_field = object.__setattr__
 
+
+class Gap(NamedTuple):
+    """Tuples of ``source`` parked behind sequence ``awaited``, which has not come.
+
+    ``parked`` tuples wait, the highest numbered ``last``; ``sender`` is the task that
+    sent them (its output buffer holds the missing ones), if known.
+    """
+
+    source: str
+    awaited: int
+    parked: int
+    last: int
+    sender: int | None
+
+
+_AWAITING_TO_STATE = frozenset({Phase.REPLAYING, Phase.SHADOW, Phase.REPLICA})
+"""Phases whose pending upstreams are those whose toState has not all arrived."""
+
 _TARGET_PHASE = {
     Protocol.CPA: Phase.REPLAYING,
     Protocol.RESTORE: Phase.REPLAYING,
@@ -103,6 +122,7 @@ class KeyGroupMachine:
         self._synced: set[int] = set()
         self._replay_emits = True
         self._parked: dict[str, dict[int, tuple[DataTuple, bool]]] = {}
+        self._parked_from: dict[str, int] = {}  # source -> the task that sent its parked ones
         self._direct: tuple[int, int] | None = None  # (epoch, checkpoint number) awaited
         self._direct_target: int | None = None
         self._replica_ready = False  # REPLICA: every upstream's replicate toState is in
@@ -201,16 +221,16 @@ class KeyGroupMachine:
         # A toState of an older migration still carries genuine tuples: a live
         # owner folds them in (dedup drops what it has); everything else is moot.
         if isinstance(message, ToState) and self.phase in LIVE:
-            return self._replay(message.items, emit=True)
+            return self._replay(message.items, emit=True, sender=sender)
         if isinstance(message, ToState) and self.phase is Phase.REPLICA:
-            return self._replay(message.items, emit=False)
+            return self._replay(message.items, emit=False, sender=sender)
         return []
 
     def receive_data(self, sender: int, message: Data) -> list[Action]:
         """:meth:`receive` for a ``Data``; the owner's case (``ACTIVE``, whose table
         entry is ``_on_data`` and stays ``ACTIVE``) skips the table lookup."""
         if self.phase is Phase.ACTIVE:
-            return self._admit(message.item, True)
+            return self._admit(message.item, True, sender)
         return self.receive(sender, message)
 
     @property
@@ -221,7 +241,10 @@ class KeyGroupMachine:
             self.phase is Phase.REPLAYING and self.protocol is Protocol.RESTORE
         )
 
-    def _admit(self, item: DataTuple, emit: bool) -> list[Action]:
+    def _admit(self, item: DataTuple, emit: bool, sender: int | None) -> list[Action]:
+        """Apply ``item`` if it is its source's next, with every parked one it frees;
+        drop a duplicate; park an early one (remembering ``sender``, the task whose
+        buffer holds what it waits for, when known)."""
         state = self.state
         assert state is not None
         tentative = self.tentative
@@ -232,6 +255,8 @@ class KeyGroupMachine:
             return []
         if seq != last + 1:  # Admission.EARLY: an earlier tuple of this source is in flight
             self._parked.setdefault(source, {})[seq] = (item, emit)
+            if sender is not None:
+                self._parked_from[source] = sender
             return []
         result = state.apply_next(item)
         actions: list[Action] = [_applied(self.key_group, item, result, emit, tentative)]
@@ -244,11 +269,13 @@ class KeyGroupMachine:
             actions.append(_applied(self.key_group, nxt[0], result, nxt[1], tentative))
         return actions
 
-    def _replay(self, items: tuple[DataTuple, ...], *, emit: bool) -> list[Action]:
+    def _replay(
+        self, items: tuple[DataTuple, ...], *, emit: bool, sender: int | None = None
+    ) -> list[Action]:
         actions: list[Action] = []
         admit = self._admit
         for item in items:
-            done = admit(item, emit)
+            done = admit(item, emit, sender)
             if done:
                 actions.extend(done)
         return actions
@@ -258,17 +285,28 @@ class KeyGroupMachine:
         """Tuples waiting for an earlier sequence of their source."""
         return sum(len(p) for p in self._parked.values())
 
-    def gaps(self) -> list[tuple[str, int, int]]:
-        """``(source, awaited sequence, tuples parked behind it)`` for every source with
-        parked tuples. O(sources)."""
+    def gaps(self) -> list[Gap]:
+        """A :class:`Gap` for every source with parked tuples. O(parked tuples)."""
         if not self._parked or self.state is None:
             return []
         applied = self.state.applied
         return [
-            (source, applied.get(source, 0) + 1, len(parked))
+            Gap(
+                source=source,
+                awaited=applied.get(source, 0) + 1,
+                parked=len(parked),
+                last=max(parked),
+                sender=self._parked_from.get(source),
+            )
             for source, parked in sorted(self._parked.items())
             if parked
         ]
+
+    def awaits_to_state(self, task: int) -> bool:
+        """Whether this task, as a migration's target or a replica, still waits for
+        ``task``'s toState: a gap in ``task``'s tuples is then expected (a CPAL toState
+        comes in chunks while new tuples are duplicated here), not a loss."""
+        return task in self._pending and self.phase in _AWAITING_TO_STATE
 
     def _to_all_upstreams(self, make: Callable[[], Message]) -> list[Action]:
         return [Send(to_task=u, message=make()) for u in sorted(self._upstreams())]
@@ -313,6 +351,7 @@ class KeyGroupMachine:
             self._holder_store.put(state_to_checkpoint(self.state, epoch=self.epoch))
             self.state = None
             self._parked.clear()
+            self._parked_from.clear()
             self.phase = Phase.IDLE
             return self._done(Role.SOURCE)
         return []
@@ -323,13 +362,13 @@ class KeyGroupMachine:
         return [Rejected(sender=sender, message=message, reason="not the owner")]
 
     def _on_data(self, sender: int, message: Data) -> list[Action]:
-        return self._admit(message.item, self.phase not in QUIET)
+        return self._admit(message.item, self.phase not in QUIET, sender)
 
     def _on_data_syncing(self, sender: int, message: Data) -> list[Action]:
         if sender in self._synced:
             self._queue.append(message.item)
             return []
-        return self._admit(message.item, False)
+        return self._admit(message.item, False, sender)
 
     def _start_target(self, message: ToState) -> None:
         self.epoch = message.epoch
@@ -368,11 +407,11 @@ class KeyGroupMachine:
                 return self._on_to_state(sender, message)
             return self._fail(f"toState of epoch {message.epoch} during epoch {self.epoch}")
         if message.more:  # a chunk: more of this upstream's buffer follows
-            actions = self._replay(message.items, emit=self._replay_emits)
+            actions = self._replay(message.items, emit=self._replay_emits, sender=sender)
             ack = ToStateAck(key_group=self.key_group, epoch=self.epoch)
             return [*actions, Send(to_task=sender, message=ack)]
         self._pending.discard(sender)
-        actions = self._replay(message.items, emit=self._replay_emits)
+        actions = self._replay(message.items, emit=self._replay_emits, sender=sender)
         return actions + self._maybe_complete()
 
     def _own_shadow(self, epoch: int) -> None:
@@ -479,6 +518,7 @@ class KeyGroupMachine:
         self._holder_store.put(copy)
         self.state = None
         self._parked.clear()
+        self._parked_from.clear()
         self.phase = Phase.IDLE
         return []
 
