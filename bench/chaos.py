@@ -10,8 +10,9 @@ a worker of its own:
   restores its groups);
 * ``lose-1`` / ``lose-2``: kill -9 of one or two op2 workers at once (declared lost
   from ZooKeeper, restored on the checkpoint holders before Storm restarts them);
-  ``lose-1-ctl``: one, with the controller's worker (its successor resumes from
-  ZooKeeper and recovers the task when Storm restarts it);
+  ``lose-1-ctl``: one, with the leading controller's worker (its standby takes over
+  once the leader's session ends, resumes from ZooKeeper and restores the task's
+  groups; the run's ``leading`` is when another controller led);
 * ``replica-2`` / ``replica-2-ctl``: active replicas for every op2 task, two op2
   workers killed at once (promoted on their replicas), the second with the
   controller's worker;
@@ -77,8 +78,9 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
 
     def lose(kind: type = NodeLossDriver, **kwargs: Any):
         driver = kind(limit=limit, max_rate=rate, **kwargs)
-        # With the controller killed too, nothing is restored before Storm restarts its
-        # worker (115 s at load average 70 in one run).
+        # With the controller killed too, its standby leads one ZooKeeper session later;
+        # with elastorm.controller.standbys = 0 nothing is restored before Storm restarts
+        # its worker (115 s at load average 70 in one run).
         driver.migration_timeout = 300.0 if kwargs.get("with_controller") else 120.0
         return driver
 

@@ -7,11 +7,12 @@ One row per scenario, in the order the file first names them: runs, runs whose c
 all passed, tuples checked (op2's flights per plane-year plus op3's, against pandas),
 lost, counted twice, key groups ever seen with two owners at one routing epoch, old
 owners still claiming a group 5 s after its handover, the heartbeat samples those
-checks read, the median time to every lost group restored and, for network cuts,
-the updates the sink received from the cut-off node's tasks after that restore (and
-how many key totals they replaced). With ``--baseline SCENARIO``, each scenario's
-median restore time relative to that scenario's in the same file(s). Then every run
-that failed, with its error.
+checks read, the medians over the runs' kills of the time from the kill until
+another controller led (the ``*-ctl`` scenarios) and until every lost group was
+restored and, for network cuts, the updates the sink received from the cut-off
+node's tasks after that restore (and how many key totals they replaced). With
+``--baseline SCENARIO``, each scenario's median restore time relative to that
+scenario's in the same file(s). Then every run that failed, with its error.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def scenario_rows(records: list[dict]) -> list[dict]:
             r["scenario"],
             {"scenario": r["scenario"], "runs": 0, "ok": 0, "checked": 0, "lost": 0,
              "twice": 0, "two_owners": 0, "stale": 0, "samples": 0, "restored": [],
-             "late": None},
+             "leading": [], "late": None},
         )  # fmt: skip
         row["runs"] += 1
         row["ok"] += bool(r["ok"])
@@ -46,6 +47,8 @@ def scenario_rows(records: list[dict]) -> list[dict]:
         row["samples"] += owners.get("samples", 0)
         for loss in (r.get("faults") or {}).get("losses") or []:
             row["restored"].append(loss["restored"])
+            if "leading" in loss:
+                row["leading"].append(loss["leading"])
         for cut in (r.get("faults") or {}).get("cuts") or []:
             if "stale_outputs" in cut:  # a run that failed before its outcome has none
                 late = row["late"] or [0, 0]
@@ -58,18 +61,21 @@ def markdown(rows: list[dict]) -> str:
     """The table as docs/benchmarks.md shows it."""
     lines = [
         "| scenario | runs | passed | tuples checked | lost | counted twice | two owners "
-        "| stale owners | owner samples | restored after (median s) "
+        "| stale owners | owner samples | new controller after (median s) "
+        "| restored after (median s) "
         "| cut-off owner's updates after the restore (totals replaced) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        restored = f"{statistics.median(row['restored']):.2f}" if row["restored"] else "-"
+        restored, leading = (
+            f"{statistics.median(row[k]):.2f}" if row[k] else "-" for k in ("restored", "leading")
+        )
         late = f"{row['late'][0]} ({row['late'][1]})" if row["late"] else "-"
         lines.append(
             f"| {row['scenario']} | {row['runs']} | {row['ok']} | {row['checked']:,} "
             f"| {row['lost']} | {row['twice']} | {row['two_owners']} | {row['stale']} "
             f"| {row['samples']:,} "
-            f"| {restored} | {late} |"
+            f"| {leading} | {restored} | {late} |"
         )
     return "\n".join(lines)
 

@@ -440,6 +440,11 @@ class ControllerConfig(Section):
         "keyed tasks hold a TCP connection to the controller, so a dead process is "
         "declared lost in milliseconds; false: only by its ZooKeeper session timeout",
     )  # fmt: skip
+    standbys: int = option(
+        p + "standbys", INT, 1, "controller tasks beyond the leader, each waiting to take "
+        "over when the leader's ZooKeeper session ends (read when the topology is wired); "
+        "0: one controller, restarted by Storm", check=at_least(0),
+    )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
     round_secs: float = option(
         p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)

@@ -176,8 +176,10 @@ class NodeLossDriver(ElasticCrashDriver):
     the kill: ``detected`` (the controller's status lists them lost), ``restored`` (no
     group owned by a dead task, none still moving), ``progress`` (every restored group
     has applied a tuple at its new owner, by the owner's own clock) and, between
-    rounds, ``back`` (Storm restarted them and they joined again). Passes if every
-    plane's totals still equal pandas'.
+    rounds, ``back`` (Storm restarted them and they joined again); with
+    ``with_controller``, also ``leading`` (another leader znode than the killed
+    controller's: its standby's, or its own restart's). Passes if every plane's totals
+    still equal pandas'.
     """
 
     def __init__(
@@ -195,6 +197,8 @@ class NodeLossDriver(ElasticCrashDriver):
         self.victim = "node"
         self.lose = lose
         self.with_controller = with_controller
+        self.killed_leader: str | None = None  # with_controller: the controller killed
+        self._killed_czxid: int | None = None  # and its leader znode
         self.kills = []
         self.losses: list[dict[str, Any]] = []
 
@@ -226,6 +230,8 @@ class NodeLossDriver(ElasticCrashDriver):
         while "progress" not in seen:
             status = wait_for_status(self._client, self.topology, "sum_delays", 60)
             now = time.monotonic() - killed_at
+            if self.with_controller and "leading" not in seen and self._successor():
+                seen["leading"] = now
             if "detected" not in seen and set(victims) <= set(status.get("lost", ())):
                 seen["detected"] = now
             moving = set(status["moving"]) & set(owned)
@@ -254,7 +260,13 @@ class NodeLossDriver(ElasticCrashDriver):
         timings = {k: round(v, 3) for k, v in seen.items()}
         self.kills.append({"tasks": victims, "pids": pids})
         self.losses.append(
-            {"tasks": victims, "groups": owned, "loadavg_1m": round(load, 1), **timings}
+            {
+                "tasks": victims,
+                "groups": owned,
+                "loadavg_1m": round(load, 1),
+                **({"killed_leader": self.killed_leader} if self.with_controller else {}),
+                **timings,
+            }
         )
         return {
             "group": None,
@@ -280,9 +292,10 @@ class NodeLossDriver(ElasticCrashDriver):
             from elastorm.zk.codec import decode_leader
             from elastorm.zk.layout import ZnodeLayout
 
-            data, _ = self._client.get(ZnodeLayout(self.topology).leader)
-            pid = decode_leader(data).pid
-            pids += [_parent(pid), pid]
+            data, stat = self._client.get(ZnodeLayout(self.topology).leader)
+            leader = decode_leader(data)
+            self.killed_leader, self._killed_czxid = leader.controller, stat.czxid
+            pids += [_parent(leader.pid), leader.pid]
         pids = list(dict.fromkeys(pids))  # Storm may have put two in one worker
         for pid in pids:
             try:
@@ -290,6 +303,22 @@ class NodeLossDriver(ElasticCrashDriver):
             except ProcessLookupError:
                 pass  # died with its worker JVM, killed just before
         return pids
+
+    def _successor(self) -> str | None:
+        """The controller that leads now if its leader znode is not the one killed (a
+        standby took over, or the killed one's restart did), else None."""
+        from kazoo.exceptions import NoNodeError
+
+        from elastorm.zk.codec import decode_leader
+        from elastorm.zk.layout import ZnodeLayout
+
+        try:
+            data, stat = self._client.get(ZnodeLayout(self.topology).leader)
+        except NoNodeError:
+            return None
+        if stat.czxid == self._killed_czxid:
+            return None
+        return decode_leader(data).controller
 
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
         """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied

@@ -7,8 +7,9 @@ task, found through its counts file. Storm restarts its worker (each executor ha
 a worker of its own here); the task comes back empty and the controller restores
 its key groups from their checkpoint holders plus the emitters' buffers.
 
-Also: kill -9 of the controller bolt's process in the shift job (issue 4: a restarted
-controller resumes from the decisions it persisted in ZooKeeper).
+Also: kill -9 of the leading controller bolt's process in the shift job (issue 4: its
+successor resumes from the decisions it persisted in ZooKeeper; with the default
+``elastorm.controller.standbys`` = 1 that is the standby task, else Storm's restart).
 """
 
 from __future__ import annotations
@@ -75,15 +76,32 @@ def _controller_pids(home: str) -> set[int]:
 
 
 class KillController(threading.Thread):
-    """kill -9 the controller bolt's Python process once it has allocated checkpoints."""
+    """kill -9 the leading controller bolt's Python process (the pid in its leader znode)
+    once it has allocated checkpoints; ``successor``: the pid that leads next (the
+    standby's, started before the kill, or the killed task's restart)."""
 
-    def __init__(self, output_dir: str, home: str) -> None:
+    def __init__(self, output_dir: str, home: str, driver) -> None:
         super().__init__(daemon=True)
         self.output_dir = output_dir
         self.home = home
+        self.driver = driver  # its topology and zk_hosts, once the run has set them
         self.killed: int | None = None
-        self.came_back: set[int] = set()
+        self.before: set[int] = set()  # the controller processes at the kill
+        self.successor: int | None = None
+        self.took_over_after: float | None = None  # s from the kill
         self.error: BaseException | None = None
+
+    def _leader_pid(self, client) -> int | None:
+        from kazoo.exceptions import NoNodeError
+
+        from elastorm.zk.codec import decode_leader
+        from elastorm.zk.layout import ZnodeLayout
+
+        try:
+            data, _ = client.get(ZnodeLayout(self.driver.topology).leader)
+        except NoNodeError:
+            return None
+        return decode_leader(data).pid
 
     def run(self) -> None:
         import json
@@ -111,14 +129,25 @@ class KillController(threading.Thread):
                     raise TimeoutError("the controller never allocated checkpoints")
                 time.sleep(0.5)
             time.sleep(3)  # the store writes behind: let it reach ZooKeeper
-            (pid,) = _controller_pids(self.home)
-            os.kill(pid, signal.SIGKILL)
-            self.killed = pid
-            while not self.came_back:
-                if time.monotonic() > deadline + 60:
-                    raise TimeoutError("Storm did not restart the controller")
-                time.sleep(0.5)
-                self.came_back = _controller_pids(self.home) - {pid}
+            from elastorm.runtime.migrate import connect
+
+            client = connect(self.driver.zk_hosts)
+            try:
+                pid = self._leader_pid(client)
+                assert pid in _controller_pids(self.home), pid
+                self.before = _controller_pids(self.home)
+                os.kill(pid, signal.SIGKILL)
+                killed_at, self.killed = time.monotonic(), pid
+                while self.successor is None:
+                    if time.monotonic() > deadline + 60:
+                        raise TimeoutError("no controller took over")
+                    time.sleep(0.1)
+                    leader = self._leader_pid(client)
+                    if leader is not None and leader != pid:
+                        self.successor = leader
+                self.took_over_after = time.monotonic() - killed_at
+            finally:
+                client.stop()
         except BaseException as exc:  # reported by the test
             self.error = exc
 
@@ -129,22 +158,27 @@ def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_r
     worker, the new controller loads routing and holders from ZooKeeper and carries on."""
     out = tmp_path / "run"
     out.mkdir()
-    killer = KillController(str(out), str(cluster_with_room.home))
-    killer.start()
     driver = ShiftDriver(
         "correlated",
         duration=95,
-        # One worker per executor: out of the elastic scheduler (see crash_driver).
+        # One worker per executor (11 with the standby controller): out of the elastic
+        # scheduler (see crash_driver).
         extra={
-            "topology.workers": 10,
+            "topology.workers": 11,
             "topology.acker.executors": 0,
             "elastorm.elastic_scheduling": False,
         },
     )
+    killer = KillController(str(out), str(cluster_with_room.home), driver)
+    killer.start()
     outcome = run_topology(cluster_with_room, "cluster", driver, timeout=600, output_dir=out)
     killer.join(30)
     assert killer.error is None, killer.error
-    assert killer.killed is not None and killer.came_back
+    # The standby, running before the kill, leads after it (well before Storm restarts
+    # the killed worker).
+    assert killer.killed is not None and killer.successor in killer.before - {killer.killed}
+    after = killer.took_over_after
+    print(f"controller {killer.killed} killed; {killer.successor} led {after:.1f} s later")
     facts = outcome.facts
     assert outcome.ok, outcome.summary
     # The new controller took over routing and holders from ZooKeeper: op2's groups

@@ -317,6 +317,46 @@ def test_two_controllers_cannot_both_write(settings, layout, admin) -> None:
     second.stop()
 
 
+def test_a_standby_takes_over_when_the_leaders_session_ends_and_the_old_one_is_deposed(
+    settings, layout, admin
+) -> None:
+    """Two controller tasks (elastorm.controller.standbys = 1): c2 stands by while c1
+    leads; c1's session ends (its client closes, as a dead process's session would
+    expire); c2, woken by its watch, leads at once, loads what c1 decided and bumps the
+    term; c1, back with a new session, finds c2 leading and is deposed (CONFLICT),
+    never a second leader."""
+    client = make_client(settings)
+    client.start(timeout=10)
+    first = ControllerStore(layout=layout, controller_id="c1", client=client, settings=settings)
+    first.start()
+    first.load(10)
+    first.set_routing("op", RoutingTable(epoch=3, owners=(1, 2)), issued=5)
+    assert first.flush(5)
+    standby = ControllerStore(layout=layout, controller_id="c2", settings=settings)
+    standby.start()
+    with pytest.raises(StoreUnavailableError, match="c1 leads"):
+        standby.load(5)
+    assert standby.status() is StoreStatus.STANDBY and standby.leader().controller == "c1"
+
+    expired = time.monotonic()
+    client.stop()  # c1's session ends: its ephemeral leader znode goes
+    wait_for(lambda: standby.status() is StoreStatus.ONLINE, SESSION_TIMEOUT + 5, "takeover")
+    took = time.monotonic() - expired
+    decisions = standby.load(1)
+    assert decisions.routing["op"].epoch == 3 and decisions.issued["op"] == 5
+    assert took < 2.0, f"the standby led {took:.2f} s after the leader's znode went"
+    standby.set_routing("op", RoutingTable(epoch=6, owners=(2, 2)))
+    assert standby.flush(5)
+    client.start(timeout=10)  # c1 back, in a new session
+    wait_for(lambda: first.status() is StoreStatus.CONFLICT, 10, "old leader deposed")
+    _, table = decode_routing(admin.get(layout.routing("op"))[0])
+    assert table == RoutingTable(epoch=6, owners=(2, 2))
+    standby.stop()
+    first.stop()
+    client.stop()
+    client.close()
+
+
 class _LostReply:
     """What a call returns when it reached ZooKeeper but its reply never arrived."""
 

@@ -226,6 +226,10 @@ def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
     assert ("op", 4) in store.written and "checkpoints" in store.written
     assert ("replicas", Allocation({})) in store.written  # none yet, but recorded
     assert rt.tick(11.5) == [] and rt.rounds == 1  # not yet a round due
+    # Deposed later (a standby took over while its session was lost): it decides
+    # nothing more, though its decisions stay loaded.
+    store.state = StoreStatus.CONFLICT
+    assert not rt.ready(20.0) and rt.tick(20.0) == [] and rt.rounds == 1
 
 
 def test_commands_go_out_only_once_their_decisions_are_in_zookeeper() -> None:

@@ -87,13 +87,25 @@ class FakeRuntime:
         self.watcher = SimpleNamespace(
             events=[], poll_events=self._poll, live=dict, incarnations=self.incarnations.copy
         )
+        self.loaded = True  # this task leads (False: another one does)
+        self.epochs: dict[str, int] = {}
+        self.leading = SimpleNamespace(controller="controller-3", host="h", pid=9, worker=8)
 
     def _poll(self) -> list:
         out, self.watcher.events = self.watcher.events, []
         return out
 
     def ready(self, now: float) -> bool:
-        return True
+        return self.loaded
+
+    def standing_by(self) -> bool:
+        return not self.loaded
+
+    def leader(self):
+        return None if self.loaded else self.leading
+
+    def routing_epochs(self) -> dict[str, int]:
+        return dict(self.epochs)
 
     def order(self, sends):
         return list(sends)
@@ -104,6 +116,12 @@ class FakeRuntime:
 
 @pytest.fixture
 def controller(monkeypatch):
+    return make_controller(monkeypatch)
+
+
+def make_controller(monkeypatch):
+    """A controller bolt on a :class:`FakeRuntime`, leading: (bolt, runtime, commands
+    sent, fences written)."""
     runtime = FakeRuntime()
     fenced = []
     monkeypatch.setattr(bolt_module.ControllerRuntime, "start", lambda *a: runtime)
@@ -190,6 +208,7 @@ def test_a_closed_liveness_connection_declares_the_task_lost_without_its_znode_l
     session expires. The controller declares it lost on the connection alone (after the
     grace that follows its own start), fences that incarnation and restores its groups."""
     bolt, runtime, sent, fenced = controller
+    bolt.detect_failures(100.0)  # leads from the first look: takes the connections
     assert runtime.znodes[runtime.layout.liveness] == bolt.liveness.address.encode()
     control = bolt.controls["op"]
     for g in range(6):  # every holder has the newest checkpoint of its group

@@ -8,12 +8,17 @@ commands on ``elastorm`` out. What to do is decided by the
 :class:`~elastorm.controller.loop.ControllerLoop` (checkpoint allocation,
 adaptation, recovery through :func:`~elastorm.controller.recovery.plan_recovery`)
 and, for operator requests, by the operator's ``MigrationController`` rules.
+
+With ``elastorm.controller.standbys`` the component has more tasks: the one whose
+store leads acts, the others stand by (``elastorm.controller.standby``) until its
+ZooKeeper session ends, then one of them takes over.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -25,6 +30,14 @@ from elastorm.config import TopologyConfig
 from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop
 from elastorm.controller.runtime import ControllerRuntime, log_move, make_loop
+from elastorm.controller.standby import (
+    Leadership,
+    Restarted,
+    TookOver,
+    WorkerId,
+    restarted_to_recover,
+    shared_worker,
+)
 from elastorm.core.actions import (
     CheckpointStored,
     MigrationDone,
@@ -56,7 +69,8 @@ GRACE_MARGIN = 1.0  # s beyond a session timeout before leaves count, after (re)
 
 
 class MigrationControllerBolt(_Sending, Bolt):
-    """The controller of the keyed operators: one task, global grouping on reports.
+    """The controller of the keyed operators: one leading task (and its standbys), all
+    grouping on reports.
 
     On every tick it reads new requests under the request board in the topology's
     own ZooKeeper, orders them, and writes each request's state back (started,
@@ -70,13 +84,16 @@ class MigrationControllerBolt(_Sending, Bolt):
     controller's decisions before any of this, persists every decision before the
     commands acting on it are sent, and, with ``elastorm.controller.adapt`` or a
     ``strategy`` set, runs the loop's rounds on the keyed tasks' heartbeats.
+
+    Nothing of this runs while the task stands by (:meth:`leads` is false): it only
+    watches the keyed tasks' znodes and notes their restarts, to act on once it leads.
     """
 
     outputs = [MESSAGE_STREAM]
 
     def initialize(self, conf, context):
         self._senders(context)
-        config = TopologyConfig.from_conf(conf)
+        self.config = config = TopologyConfig.from_conf(conf)
         operators = operators_of(config)
         self.operators = tuple(operators)
         self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
@@ -103,8 +120,9 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.nodes.start(time.time)
         self.join_settle = config.controller.join_settle_secs
         self.rescale_limit = config.controller.max_concurrent_migrations
-        # Restarted tasks reported before the earlier decisions were loaded: recovered
-        # once they are (a plan made on the start-up routing would restore the wrong groups).
+        # Restarted tasks to recover once decisions are loaded (a plan made on the
+        # start-up routing would restore the wrong groups); those reported before this
+        # task led are in seen_restarts until it does.
         self.restarted: list[tuple[str, int]] = []
         self.detector = FailureDetector(grace=config.zookeeper_session_secs + GRACE_MARGIN)
         self.recover_lost = config.controller.recover_lost
@@ -112,7 +130,12 @@ class MigrationControllerBolt(_Sending, Bolt):
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
         self.drops: deque[tuple[int, int]] = deque()  # liveness connections closed
-        self.liveness = self._listen(conf) if config.controller.liveness_connections else None
+        self.conf = conf
+        self.liveness: LivenessServer | None = None  # taken once this task leads
+        self.leadership = Leadership()
+        self.seen_restarts: list[Restarted] = []  # while standing by
+        self.workers = int(conf.get("topology.workers") or 1)
+        self.placement_checked = False
         threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
 
     @property
@@ -129,6 +152,52 @@ class MigrationControllerBolt(_Sending, Bolt):
                     self.detect_failures(time.time())
             except Exception:
                 log.exception("controller: failure detection step failed")
+
+    def leads(self, now: float) -> bool:
+        """Whether this task leads and has loaded the decisions: only then does it act.
+        The first time it does, it takes over (:meth:`take_over`); while another task
+        leads, it checks once that they do not share a worker."""
+        loaded = self.runtime.ready(now)
+        standby = not loaded and self.runtime.standing_by()
+        took = self.leadership.observe(standby=standby, loaded=loaded, now=now)
+        if took is not None:
+            self.take_over(took)
+        elif standby and not self.placement_checked:
+            self.check_placement()
+        return loaded
+
+    def take_over(self, took: TookOver) -> None:
+        """Start acting, as a restarted controller would (the decisions are loaded):
+        take the liveness connections and recover the restarted tasks the dead leader
+        left unhandled. The tasks that died meanwhile are declared by the detector,
+        which watched their znodes all along."""
+        if took.standby_since is not None:
+            log.warning(
+                "controller task %d: leading now, after standing by for %.1f s",
+                self._task,
+                took.at - took.standby_since,
+            )
+        if self.config.controller.liveness_connections and self.liveness is None:
+            self.liveness = self._listen(self.conf)
+        for op, task in restarted_to_recover(self.seen_restarts, self.runtime.routing_epochs()):
+            log.warning("controller: task %s of %s restarted unhandled; recovering it", task, op)
+            self.restarted.append((op, task))
+        self.seen_restarts.clear()
+
+    def check_placement(self) -> None:
+        """Log loudly if this standby runs in its leader's worker (Storm placed them so):
+        a kill of that worker then leaves no controller until Storm restarts it."""
+        leader = self.runtime.leader()
+        if leader is None:
+            return
+        self.placement_checked = True
+        me = WorkerId(host=socket.gethostname(), worker_pid=os.getppid())
+        theirs = WorkerId(host=leader.host, worker_pid=leader.worker) if leader.worker else None
+        problem = shared_worker(me, theirs, self.workers)
+        if problem:
+            log.error("controller task %d: %s", self._task, problem)
+        else:
+            log.info("controller task %d: standing by for %s", self._task, leader.controller)
 
     def _listen(self, conf) -> LivenessServer | None:
         """Take the keyed tasks' liveness connections (``elastorm.storm.liveness``) on this
@@ -155,6 +224,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         """Feed the watcher's joins and leaves and the closed liveness connections to the
         detector; recover what it declares lost, every operator's lost tasks in one plan
         (restores run in parallel)."""
+        ready = self.leads(now)
+        self.detector.observe(now, connected=self.runtime.client.connected)
         for event in self.runtime.watcher.poll_events():
             if isinstance(event, TaskLeft) and event.operator in self.controls:
                 log.warning("controller: task %s of %s is gone", event.task_id, event.operator)
@@ -170,7 +241,7 @@ class MigrationControllerBolt(_Sending, Bolt):
                 continue  # not keyed, a blip, or an older incarnation's connection
             log.warning("controller: task %s of %s closed its liveness connection", task, op)
             self.detector.left(task, op, incarnation)
-        if not self.runtime.ready(now):
+        if not ready:
             return
         for op, lost in self.detector.due(now, connected=self.runtime.client.connected).items():
             # A new incarnation registered meanwhile: it is back (and started empty).
@@ -209,6 +280,12 @@ class MigrationControllerBolt(_Sending, Bolt):
         report = decode_report(json.loads(tup.values[0]))
         op = self.operator_of.get(tup.task, self.operators[0])
         control = self.controls[op]
+        if not self.leads(time.time()):
+            if isinstance(report, TaskStarted) and report.restarted:
+                self.seen_restarts.append(
+                    Restarted(operator=op, task=report.task, stale_through=report.stale_through)
+                )
+            return
         if isinstance(report, MigrationDone):
             ended = self.loop.on_migration_done(op, report, time.time())
             if ended is not None:
@@ -286,17 +363,17 @@ class MigrationControllerBolt(_Sending, Bolt):
             self.tick(time.time())
 
     def tick(self, now: float) -> None:
-        """Requests, overdue migrations, the loop's round, the published status."""
-        ready = self.runtime.ready(now)
-        if ready and self.restarted:
+        """Requests, overdue migrations, the loop's round, the published status; nothing
+        until this task leads."""
+        if not self.leads(now):
+            return
+        if self.restarted:
             self.recover_restarted()
         for op, board in self.boards.items():
             board.retry_unwritten()
-            if ready:
-                self.carry_out_requests(op, board)
+            self.carry_out_requests(op, board)
             self.report_overdue(op, now)
-        if ready:
-            self.rescale(now)
+        self.rescale(now)
         for send in self.runtime.tick(time.time()):
             self.send(send)
         self.mark_tentative()

@@ -43,14 +43,21 @@ class FailureDetector:
         self._absent.pop(task, None)
         self._declared.pop(task, None)
 
+    def observe(self, now: float, *, connected: bool) -> None:
+        """Whether the controller's own ZooKeeper connection is up at ``now``: the grace
+        runs from the last (re)connection. A standby calls this without :meth:`due`, so
+        that on taking over it declares at once what left while it watched."""
+        if not connected:
+            self._connected_at = None
+        elif self._connected_at is None:
+            self._connected_at = now
+
     def due(self, now: float, *, connected: bool) -> dict[str, list[tuple[int, int]]]:
         """The ``(task, incarnation)`` to declare lost now, by operator (each task
         once). O(absent)."""
-        if not connected:
-            self._connected_at = None
-            return {}
+        self.observe(now, connected=connected)
         if self._connected_at is None:
-            self._connected_at = now
+            return {}
         if now - self._connected_at < self.grace or not self._absent:
             return {}
         out: dict[str, list[tuple[int, int]]] = {}

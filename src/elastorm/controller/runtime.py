@@ -35,6 +35,7 @@ from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.runtime.files import write_json_atomic
 from elastorm.zk.client import make_client
+from elastorm.zk.codec import LeaderInfo
 from elastorm.zk.layout import ZnodeLayout, zk_settings
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
@@ -200,7 +201,10 @@ class ControllerRuntime:
         try:
             store.load(timeout=LOAD_TIMEOUT)
         except StoreError as exc:
-            log.error("controller: earlier decisions not loaded yet (%s); waiting for them", exc)
+            if store.status() is StoreStatus.STANDBY:
+                log.warning("controller task %d: standing by (%s)", task, exc)
+            else:
+                log.error("controller: earlier decisions not loaded yet (%s); waiting", exc)
         out = config.output_dir
         log.info(
             "controller: strategy=%s adapt=%s nodes=%s warmup=%.0fs",
@@ -220,9 +224,25 @@ class ControllerRuntime:
         )
 
     def ready(self, now: float) -> bool:
-        """Whether earlier decisions are loaded (tried again if not): until then this
-        controller decides nothing."""
+        """Whether earlier decisions are loaded (tried again if not) and this controller
+        was not deposed since: until then, and after, it decides nothing (a deposed
+        leader, back after a standby took over, must not fence or command anyone)."""
+        if self.loaded and self.store.status() is StoreStatus.CONFLICT:
+            self._release()  # drops the commands still held, loudly
+            return False
         return self.loaded or self._load(now)
+
+    def standing_by(self) -> bool:
+        """Whether another controller task leads (this one only watches)."""
+        return self.store.status() is StoreStatus.STANDBY
+
+    def leader(self) -> LeaderInfo | None:
+        """The other controller task that leads, as last seen while standing by."""
+        return self.store.leader()
+
+    def routing_epochs(self) -> dict[str, int]:
+        """Per operator, the epoch of its routing table in the loaded decisions."""
+        return {op: table.epoch for op, table in self.store.decisions().routing.items()}
 
     def tick(self, now: float) -> list[Send]:
         """A round if the loop is active and one is due; returns the commands to send

@@ -229,14 +229,17 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         inputs={s[RELAY]: Grouping.GLOBAL for s in keyed_specs},
         par=1,
     )
+    config = dict(class_dict.get("config") or {})
+    # The leader and its standbys (elastorm.controller.standby): every report reaches
+    # each, so a standby knows of a restarted task that its leader died before handling.
+    standbys = _checked(classname, config).controller.standbys
     added[CONTROLLER_COMPONENT] = MigrationControllerBolt.spec(
         name=CONTROLLER_COMPONENT,
-        inputs={s[REPORTS]: Grouping.GLOBAL for s in keyed_specs},
-        par=1,
+        inputs={s[REPORTS]: Grouping.ALL for s in keyed_specs},
+        par=1 + standbys,
     )
     for name, spec in added.items():
         class_dict[f"_elastorm_{name}"] = spec
-    config = dict(class_dict.get("config") or {})
     config[OPERATORS_KEY] = operators
     if replay_sources:
         config[TopologyConfig.key("replay_sources")] = replay_sources
@@ -249,14 +252,20 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     # Storm's acking would track nothing (spouts emit without ids) at a message per
     # tuple. Without ackers the JVM releases inputs itself (elastorm.storm.wire).
     config.setdefault(ACKERS_KEY, 0)
-    try:  # a bad elastorm.* option fails at submit, not in a worker
+    checked = _checked(classname, config)
+    for spec in (*specs.values(), *added.values()):
+        with_encoding(spec, checked.multilang_encoding)
+    class_dict["config"] = config
+
+
+def _checked(classname: str, config: dict) -> TopologyConfig:
+    """The topology's elastorm options: a bad one fails at submit, not in a worker."""
+    try:
         checked = TopologyConfig.from_conf(config)
         require_encoding(checked.multilang_encoding)
     except (ConfigError, EncodingUnavailable) as exc:
         raise WiringError(f"{classname}: {exc}") from None
-    for spec in (*specs.values(), *added.values()):
-        with_encoding(spec, checked.multilang_encoding)
-    class_dict["config"] = config
+    return checked
 
 
 class ElasticTopologyType(type):

@@ -344,15 +344,20 @@ def _decode_nodes(kind: str, data: bytes | None) -> Allocation:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LeaderInfo:
-    """Data of ``controller/leader``: which controller leads, from which process."""
+    """Data of ``controller/leader``: which controller leads, from which process, and
+    that process's parent (``worker``: the Storm worker of a controller task; 0 if
+    unknown), so a standby can tell whether it shares the leader's worker."""
 
     controller: str
     host: str
     pid: int
+    worker: int = 0
 
 
 def encode_leader(info: LeaderInfo) -> bytes:
-    return _dump(_head(LEADER, controller=info.controller, host=info.host, pid=info.pid))
+    return _dump(
+        _head(LEADER, controller=info.controller, host=info.host, pid=info.pid, worker=info.worker)
+    )
 
 
 def decode_leader(data: bytes | None) -> LeaderInfo:
@@ -361,6 +366,7 @@ def decode_leader(data: bytes | None) -> LeaderInfo:
         controller=_str(o.get("controller"), "controller"),
         host=_str(o.get("host"), "host"),
         pid=_int(o.get("pid"), "pid", 1),
+        worker=_int(o.get("worker", 0), "worker"),
     )
 
 

@@ -151,6 +151,7 @@ class ControllerStore(BackgroundLoop):
         self._status = StoreStatus.STARTING
         self._detail = ""
         self._leader_session: int | None = None
+        self._leader: LeaderInfo | None = None  # another controller that leads
         self._term_version: int | None = None
         self._term_data = encode_term(self._id, incarnation=uuid.uuid4().hex)
         self._loaded = False
@@ -169,6 +170,11 @@ class ControllerStore(BackgroundLoop):
 
     def status(self) -> StoreStatus:
         return self._status
+
+    def leader(self) -> LeaderInfo | None:
+        """The other controller that leads, as last seen while in ``STANDBY`` (None if
+        none was seen, or its znode could not be read)."""
+        return self._leader
 
     def pending(self) -> int:
         """Number of znode writes held in memory, not yet in ZooKeeper."""
@@ -189,17 +195,14 @@ class ControllerStore(BackgroundLoop):
     def load(self, timeout: float = 10.0) -> Decisions:
         """Wait until this controller leads and has read its decisions; return them.
 
-        Raises ``StoreUnavailableError`` after ``timeout`` s (naming the leader if
-        another controller leads) and ``StoreConflictError`` if deposed.
+        Raises ``StoreUnavailableError`` after ``timeout`` s, or as soon as another
+        controller is seen to lead (naming it: this one stands by and keeps trying), and
+        ``StoreConflictError`` if deposed.
         """
         self.wake()
+        done = (StoreStatus.ONLINE, StoreStatus.STANDBY, StoreStatus.CONFLICT, StoreStatus.CLOSED)
         with self._cond:
-            self._cond.wait_for(
-                lambda: (
-                    self._status in (StoreStatus.ONLINE, StoreStatus.CONFLICT, StoreStatus.CLOSED)
-                ),
-                timeout,
-            )
+            self._cond.wait_for(lambda: self._status in done, timeout)
             status = self._status
         if status is StoreStatus.CONFLICT:
             raise StoreConflictError(self._detail)
@@ -350,20 +353,29 @@ class ControllerStore(BackgroundLoop):
         controller leads (STANDBY) or we were deposed (CONFLICT)."""
         lay = self._layout
         self._ensure(lay.routing_dir)
-        info = LeaderInfo(controller=self._id, host=socket.gethostname(), pid=os.getpid())
+        info = LeaderInfo(
+            controller=self._id, host=socket.gethostname(), pid=os.getpid(), worker=os.getppid()
+        )
         try:
             self._call(self._client.create_async(lay.leader, encode_leader(info), ephemeral=True))
         except NodeExistsError:
             try:
-                data, stat = self._call(self._client.get_async(lay.leader))
+                # The watch wakes a standby the moment the leader's znode goes.
+                data, stat = self._call(self._client.get_async(lay.leader, watch=self._wake_on))
             except NoNodeError:
                 return False  # released meanwhile: next step
             if stat.ephemeralOwner != sid:
                 try:
-                    holder = decode_leader(data).controller
+                    leader = decode_leader(data)
                 except ZnodeSchemaError:
-                    holder = "?"
+                    leader = None
+                holder = "?" if leader is None else leader.controller
+                if holder != self._id and self._term_version is not None:
+                    # We led, lost our session, and a standby leads now: deposed.
+                    self._set_status(StoreStatus.CONFLICT, f"deposed: controller {holder} leads")
+                    return False
                 if holder != self._id:
+                    self._leader = leader
                     self._set_status(StoreStatus.STANDBY, f"controller {holder} leads")
                     return False
                 # Our own earlier incarnation: its session is dead or about to be.
@@ -374,6 +386,9 @@ class ControllerStore(BackgroundLoop):
                 self.wake()  # create it on the next step, at once
                 return False
         return self._bump_term(sid)
+
+    def _wake_on(self, _event: object) -> None:
+        self.wake()
 
     def _bump_term(self, sid: int | None) -> bool:
         path = self._layout.term

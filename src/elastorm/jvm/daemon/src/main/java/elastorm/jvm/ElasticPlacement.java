@@ -33,7 +33,13 @@ import java.util.TreeSet;
  *       while still valid, else the one with most free ports, then by name);</li>
  *   <li>keeps the topology's other executors (spouts, emitters, relay, controller,
  *       ackers) where they are if that worker stays, else puts them with the lowest
- *       bound logical node.</li>
+ *       bound logical node (the <em>anchor</em>);</li>
+ *   <li>except the controller's standbys (every controller executor after the first, the
+ *       <em>apart</em> ones): each gets a worker of its own on a supervisor other than the
+ *       anchor's (its current one while valid), so a lost anchor worker or supervisor
+ *       leaves a standby to take over. A worker of its own, not a bound node's: moving it
+ *       never changes (and so restarts) a keyed task's worker. With no other supervisor
+ *       to use, it joins the anchor, and the decisions say so.</li>
  * </ol>
  *
  * A draining supervisor gets no new work: it is never newly bound and never takes the
@@ -77,6 +83,8 @@ public final class ElasticPlacement {
      * @param binding logical node {@code i} -> node name it was bound to (null entries:
      *     unbound); shorter lists are padded
      * @param current executor key -> the slot it runs in now (absent: unassigned)
+     * @param apart the controller's executors (also in {@code otherExecutors}): all but
+     *     the lowest are placed apart from the anchor (step 5)
      */
     public record Input(
             Map<String, List<Integer>> elasticTasks,
@@ -84,7 +92,17 @@ public final class ElasticPlacement {
             List<Node> nodes,
             Set<String> wanted,
             List<String> binding,
-            Map<String, Slot> current) {
+            Map<String, Slot> current,
+            List<String> apart) {
+        public Input {
+            apart = List.copyOf(apart);
+        }
+
+        /** Without executors to keep apart. */
+        public Input(Map<String, List<Integer>> elasticTasks, List<String> otherExecutors, List<Node> nodes,
+                Set<String> wanted, List<String> binding, Map<String, Slot> current) {
+            this(elasticTasks, otherExecutors, nodes, wanted, binding, current, List.of());
+        }
     }
 
     /** Executor key -> slot, the binding it follows, and one line per decision. */
@@ -182,7 +200,8 @@ public final class ElasticPlacement {
             }
         }
 
-        placeOthers(in, nodeSlot, assignment, decisions);
+        Slot anchor = placeOthers(in, nodeSlot, assignment, decisions);
+        placeApart(in, anchor, live, taken, assignment, decisions);
         for (Map.Entry<Integer, Slot> e : nodeSlot.entrySet()) {
             decisions.add("node" + e.getKey() + " -> " + binding.get(e.getKey()) + " worker " + e.getValue());
         }
@@ -285,10 +304,10 @@ public final class ElasticPlacement {
     }
 
     /** Step 4: the topology's other executors stay in a worker that stays, else go to the anchor. */
-    private static void placeOthers(Input in, Map<Integer, Slot> nodeSlot, Map<String, Slot> assignment,
+    private static Slot placeOthers(Input in, Map<Integer, Slot> nodeSlot, Map<String, Slot> assignment,
             List<String> decisions) {
         if (in.otherExecutors().isEmpty()) {
-            return;
+            return null;
         }
         Set<Slot> kept = new HashSet<>(nodeSlot.values());
         Slot anchor = nodeSlot.isEmpty() ? null : nodeSlot.values().iterator().next();
@@ -306,6 +325,55 @@ public final class ElasticPlacement {
             decisions.add("no bound node: the other executors are left unassigned");
         } else if (moved > 0) {
             decisions.add(moved + " other executors placed with the first bound node, worker " + anchor);
+        }
+        return anchor;
+    }
+
+    /**
+     * Step 5: each apart executor after the lowest in a worker of its own, off the anchor's
+     * supervisor: its current slot while that is still such a worker, else the lowest
+     * untaken port of the first other live supervisor that is not draining (by name).
+     */
+    private static void placeApart(Input in, Slot anchor, Map<String, Node> live,
+            Map<String, Set<Integer>> taken, Map<String, Slot> assignment, List<String> decisions) {
+        List<String> apart = new ArrayList<>(new TreeSet<>(in.apart()));
+        if (anchor == null || apart.size() < 2) {
+            return;
+        }
+        Set<Slot> used = new HashSet<>(assignment.values());
+        for (String e : apart.subList(1, apart.size())) {
+            Slot now = in.current().get(e);
+            Slot slot = null;
+            if (now != null && !now.node().equals(anchor.node()) && live.containsKey(now.node())
+                    && !live.get(now.node()).draining() && live.get(now.node()).freePorts().contains(now.port())
+                    && !taken.getOrDefault(now.node(), Set.of()).contains(now.port())
+                    && (!used.contains(now) || now.equals(assignment.get(e)))) {
+                slot = now;
+            }
+            for (Node n : live.values()) { // by name: the tie-breaker
+                if (slot != null) {
+                    break;
+                }
+                if (n.name().equals(anchor.node()) || n.draining()) {
+                    continue;
+                }
+                Set<Integer> busy = taken.getOrDefault(n.name(), Set.of());
+                for (int port : n.freePorts()) {
+                    if (!busy.contains(port) && !used.contains(new Slot(n.name(), port))) {
+                        slot = new Slot(n.name(), port);
+                        break;
+                    }
+                }
+            }
+            if (slot == null) {
+                decisions.add("controller executor " + e + ": no other supervisor with a free port;"
+                        + " it shares worker " + assignment.get(e));
+                continue;
+            }
+            assignment.put(e, slot);
+            used.add(slot);
+            taken.computeIfAbsent(slot.node(), k -> new TreeSet<>()).add(slot.port());
+            decisions.add("controller executor " + e + " apart from the anchor: worker " + slot);
         }
     }
 }

@@ -50,6 +50,8 @@ public final class ElasticScheduler implements IScheduler {
     static final String OPERATORS = "elastorm.operators";
     static final String NODE_META = "elastorm.node";
     static final String OPT_OUT = "elastorm.elastic_scheduling";
+    /** The controller's component id (elastorm.storm.elastic.CONTROLLER_COMPONENT). */
+    static final String CONTROLLER = "controller";
     private static final ObjectMapper JSON = new ObjectMapper();
 
     private CuratorFramework zk;
@@ -149,6 +151,7 @@ public final class ElasticScheduler implements IScheduler {
         Map<?, ?> operators = (Map<?, ?>) td.getConf().get(OPERATORS);
         Map<String, List<Integer>> elastic = new TreeMap<>();
         List<String> otherExecutors = new ArrayList<>();
+        List<String> controllers = new ArrayList<>();
         Map<String, ExecutorDetails> byKey = new HashMap<>();
         for (Map.Entry<ExecutorDetails, String> e : td.getExecutorToComponent().entrySet()) {
             ExecutorDetails ex = e.getKey();
@@ -162,6 +165,9 @@ public final class ElasticScheduler implements IScheduler {
                 elastic.computeIfAbsent(e.getValue(), k -> new ArrayList<>()).add(ex.getStartTask());
             } else {
                 otherExecutors.add(key);
+                if (CONTROLLER.equals(e.getValue())) {
+                    controllers.add(key);
+                }
             }
         }
         Map<String, SupervisorDetails> supervisors = new TreeMap<>();
@@ -201,7 +207,7 @@ public final class ElasticScheduler implements IScheduler {
             previous = bindingFromAssignment(elastic, current);
         }
         ElasticPlacement.Plan plan = ElasticPlacement.place(new ElasticPlacement.Input(
-                elastic, otherExecutors, nodes, desired.wanted, previous, current));
+                elastic, otherExecutors, nodes, desired.wanted, previous, current, controllers));
         bindings.put(td.getId(), plan.binding());
 
         Map<ElasticPlacement.Slot, List<ExecutorDetails>> workers = new TreeMap<>();

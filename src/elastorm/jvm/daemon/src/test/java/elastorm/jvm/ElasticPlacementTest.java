@@ -65,6 +65,30 @@ class ElasticPlacementTest {
     }
 
     @Test
+    void theControllersStandbyGetsAWorkerOfItsOwnOnAnotherSupervisor() {
+        List<String> others = List.of("1-1", "2-2", "3-3", "12-12", "13-13");
+        List<String> controllers = List.of("12-12", "13-13");
+        List<Node> two = List.of(node("s0", false), node("s1", false));
+        Plan plan = ElasticPlacement.place(new Input(OPS, others, two, null, null, Map.of(), controllers));
+        Slot anchor = slotOfNode(plan, 0);
+        assertEquals(anchor, plan.assignment().get("12-12"), "the first controller task stays with the anchor");
+        Slot standby = plan.assignment().get("13-13");
+        assertEquals("s1", standby.node(), "the standby is on another supervisor");
+        assertFalse(plan.assignment().entrySet().stream()
+                .anyMatch(e -> e.getValue().equals(standby) && !e.getKey().equals("13-13")),
+                "in a worker of its own");
+        Plan again = ElasticPlacement.place(
+                new Input(OPS, others, two, null, plan.binding(), plan.assignment(), controllers));
+        assertEquals(plan.assignment(), again.assignment(), "stable");
+        // s1 lost: no other supervisor left, so the standby joins the anchor, and says so.
+        Plan alone = ElasticPlacement.place(new Input(
+                OPS, others, List.of(node("s0", false)), null, plan.binding(), plan.assignment(), controllers));
+        assertEquals(alone.assignment().get("12-12"), alone.assignment().get("13-13"));
+        assertTrue(alone.decisions().stream().anyMatch(d -> d.contains("no other supervisor")),
+                alone.decisions().toString());
+    }
+
+    @Test
     void aJoiningNodeTakesTheLowestIdleNodeAndNothingElseMoves() {
         Plan before = ElasticPlacement.place(input(
                 List.of(node("s0", false), node("s1", false)), null, null, Map.of()));
