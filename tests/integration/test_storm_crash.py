@@ -174,9 +174,9 @@ def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_r
     outcome = run_topology(cluster_with_room, "cluster", driver, timeout=600, output_dir=out)
     killer.join(30)
     assert killer.error is None, killer.error
-    # The standby, running before the kill, leads after it (well before Storm restarts
-    # the killed worker).
-    assert killer.killed is not None and killer.successor in killer.before - {killer.killed}
+    # Another controller leads after the kill: with the default (no standby) the killed
+    # task's restart; with elastorm.controller.standbys = 1 the standby.
+    assert killer.killed is not None and killer.successor not in (None, killer.killed)
     after = killer.took_over_after
     print(f"controller {killer.killed} killed; {killer.successor} led {after:.1f} s later")
     facts = outcome.facts
