@@ -28,19 +28,29 @@ import java.util.TreeSet;
  *   <li>gives each bound logical node one worker of its own on its supervisor (its
  *       current port if it has one there), so that worker's executor set never changes
  *       while the node stays bound (Storm restarts a worker whose executors change);</li>
- *   <li>puts every unbound (surplus) logical node's executors, which own nothing, into one
- *       <em>idle worker</em> on a live supervisor that is not draining (its current one
- *       while still valid, else the one with most free ports, then by name);</li>
  *   <li>keeps the topology's other executors (spouts, emitters, relay, controller,
- *       ackers) where they are if that worker stays, else puts them with the lowest
- *       bound logical node (the <em>anchor</em>);</li>
+ *       ackers) where they are while that worker stays (a bound node's, or one of their
+ *       own); those whose worker is gone go with the lowest bound logical node (the
+ *       <em>anchor</em>) when the anchor's worker is new in this plan, else into a
+ *       <em>fresh</em> worker of their own (a port no executor of the topology runs in
+ *       now) beside it, so they never join a running keyed worker;</li>
  *   <li>except the controller's standbys (every controller executor after the first, the
  *       <em>apart</em> ones): each gets a worker of its own on a supervisor other than the
  *       anchor's (its current one while valid), so a lost anchor worker or supervisor
- *       leaves a standby to take over. A worker of its own, not a bound node's: moving it
- *       never changes (and so restarts) a keyed task's worker. With no other supervisor
- *       to use, it joins the anchor, and the decisions say so.</li>
+ *       leaves a standby to take over. With no other supervisor to use, a fresh worker
+ *       beside the anchor; with no free port at all, none (a standby not running is
+ *       better than a keyed worker restarted); the decisions say which;</li>
+ *   <li>puts every unbound (surplus) logical node's executors, which own nothing, into one
+ *       <em>idle worker</em> on a live supervisor that is not draining (its current one
+ *       while still valid, else a fresh port of the one with most of them, then by name).</li>
  * </ol>
+ *
+ * The invariant behind steps 2-5: <b>a running keyed worker's executor set never
+ * changes</b> while its logical node stays bound, because Storm applies a changed set by
+ * restarting the worker, and a restarted keyed task comes back empty (the state of the
+ * groups it owned and the checkpoints it held are gone). Only a worker that no bound
+ * node runs in, or one with no free port left anywhere, is ever joined, and the
+ * decisions say which.
  *
  * A draining supervisor gets no new work: it is never newly bound and never takes the
  * idle worker; it keeps what it has until it is unwanted, then gets nothing at all.
@@ -176,6 +186,10 @@ public final class ElasticPlacement {
             }
         }
 
+        Set<Slot> running = new HashSet<>(in.current().values());
+        Slot anchor = placeOthers(in, live, nodeSlot, running, taken, assignment, decisions);
+        placeApart(in, anchor, live, new HashSet<>(nodeSlot.values()), running, taken, assignment, decisions);
+
         List<Integer> idle = new ArrayList<>();
         for (int i = 0; i < m; i++) {
             if (binding.get(i) == null) {
@@ -187,7 +201,7 @@ public final class ElasticPlacement {
             for (int i : idle) {
                 idleExecutors.addAll(nodeExecutors.get(i));
             }
-            Slot slot = idleWorker(idleExecutors, in.current(), live, taken);
+            Slot slot = idleWorker(idleExecutors, in.current(), live, running, taken);
             if (slot == null) {
                 decisions.add("idle nodes " + idle + ": no free port on a node that is not draining;"
                         + " left unassigned");
@@ -199,9 +213,6 @@ public final class ElasticPlacement {
                 decisions.add("idle nodes " + idle + " wait in worker " + slot);
             }
         }
-
-        Slot anchor = placeOthers(in, nodeSlot, assignment, decisions);
-        placeApart(in, anchor, live, taken, assignment, decisions);
         for (Map.Entry<Integer, Slot> e : nodeSlot.entrySet()) {
             decisions.add("node" + e.getKey() + " -> " + binding.get(e.getKey()) + " worker " + e.getValue());
         }
@@ -276,9 +287,13 @@ public final class ElasticPlacement {
         return false;
     }
 
-    /** Step 3: the idle worker's slot (its current one while valid). */
+    /**
+     * Step 5: the idle worker's slot: its current one while valid, else a fresh port of
+     * the supervisor (not draining) with most fresh ports, else any untaken port of the one
+     * with most (the idle tasks own nothing, so joining costs only a restart of that worker).
+     */
     private static Slot idleWorker(List<String> executors, Map<String, Slot> current, Map<String, Node> live,
-            Map<String, Set<Integer>> taken) {
+            Set<Slot> running, Map<String, Set<Integer>> taken) {
         for (String e : executors) {
             Slot now = current.get(e);
             if (now != null && live.containsKey(now.node()) && !live.get(now.node()).draining()
@@ -287,93 +302,157 @@ public final class ElasticPlacement {
                 return now;
             }
         }
-        Slot best = null;
-        int bestFree = -1;
-        for (Node n : live.values()) { // by name: the tie-breaker
-            if (n.draining()) {
-                continue;
+        for (boolean freshOnly : new boolean[] {true, false}) {
+            Slot best = null;
+            int bestFree = 0;
+            for (Node n : live.values()) { // by name: the tie-breaker
+                if (n.draining()) {
+                    continue;
+                }
+                List<Integer> free = untaken(n, taken, freshOnly ? running : Set.of());
+                if (free.size() > bestFree) {
+                    bestFree = free.size();
+                    best = new Slot(n.name(), free.get(0));
+                }
             }
-            Set<Integer> used = taken.getOrDefault(n.name(), Set.of());
-            List<Integer> free = n.freePorts().stream().filter(p -> !used.contains(p)).toList();
-            if (free.size() > bestFree && !free.isEmpty()) {
-                bestFree = free.size();
-                best = new Slot(n.name(), free.get(0));
+            if (best != null) {
+                return best;
             }
         }
-        return best;
+        return null;
     }
 
-    /** Step 4: the topology's other executors stay in a worker that stays, else go to the anchor. */
-    private static Slot placeOthers(Input in, Map<Integer, Slot> nodeSlot, Map<String, Slot> assignment,
+    /** ``n``'s free ports that no worker of this plan takes and (``avoid``) none runs in now. */
+    private static List<Integer> untaken(Node n, Map<String, Set<Integer>> taken, Set<Slot> avoid) {
+        Set<Integer> used = taken.getOrDefault(n.name(), Set.of());
+        return n.freePorts().stream()
+                .filter(p -> !used.contains(p) && !avoid.contains(new Slot(n.name(), p)))
+                .toList();
+    }
+
+    /** A fresh worker on ``n`` (a port no worker of this plan takes and none runs in now), or null. */
+    private static Slot fresh(Node n, Set<Slot> running, Map<String, Set<Integer>> taken) {
+        List<Integer> free = n == null ? List.of() : untaken(n, taken, running);
+        return free.isEmpty() ? null : new Slot(n.name(), free.get(0));
+    }
+
+    /** Whether ``slot`` may hold work: on a live supervisor that is wanted, a port it offers us. */
+    private static boolean usable(Slot slot, Input in, Map<String, Node> live) {
+        return slot != null && live.containsKey(slot.node())
+                && (in.wanted() == null || in.wanted().contains(slot.node()))
+                && live.get(slot.node()).freePorts().contains(slot.port());
+    }
+
+    /**
+     * Step 3: the topology's other executors stay in a worker that stays (a bound node's,
+     * or one of their own no bound node takes); the rest go with the anchor when its worker
+     * is new, else into a fresh worker beside it (or on the first other supervisor with
+     * one), and join the running anchor only when no fresh port is left anywhere.
+     */
+    private static Slot placeOthers(Input in, Map<String, Node> live, Map<Integer, Slot> nodeSlot,
+            Set<Slot> running, Map<String, Set<Integer>> taken, Map<String, Slot> assignment,
             List<String> decisions) {
         if (in.otherExecutors().isEmpty()) {
             return null;
         }
-        Set<Slot> kept = new HashSet<>(nodeSlot.values());
+        Set<Slot> nodeWorkers = new HashSet<>(nodeSlot.values());
         Slot anchor = nodeSlot.isEmpty() ? null : nodeSlot.values().iterator().next();
-        int moved = 0;
+        List<String> moved = new ArrayList<>();
+        Set<Slot> kept = new TreeSet<>();
         for (String e : new TreeSet<>(in.otherExecutors())) {
             Slot now = in.current().get(e);
-            if (now != null && kept.contains(now)) {
+            if (now != null && usable(now, in, live) && (nodeWorkers.contains(now)
+                    || !taken.getOrDefault(now.node(), Set.of()).contains(now.port()))) {
                 assignment.put(e, now);
-            } else if (anchor != null) {
-                assignment.put(e, anchor);
-                moved++;
+                kept.add(now);
+            } else {
+                moved.add(e);
             }
         }
-        if (anchor == null) {
-            decisions.add("no bound node: the other executors are left unassigned");
-        } else if (moved > 0) {
-            decisions.add(moved + " other executors placed with the first bound node, worker " + anchor);
+        for (Slot s : kept) {
+            taken.computeIfAbsent(s.node(), k -> new TreeSet<>()).add(s.port());
         }
+        if (anchor == null) {
+            if (!moved.isEmpty()) {
+                decisions.add("no bound node: " + moved.size() + " other executors are left unassigned");
+            }
+            return null;
+        }
+        if (moved.isEmpty()) {
+            return anchor;
+        }
+        Slot home = running.contains(anchor) ? null : anchor;
+        String how = "with the first bound node, new worker " + anchor;
+        if (home == null) {
+            home = fresh(live.get(anchor.node()), running, taken);
+            for (Node n : live.values()) { // by name: the tie-breaker
+                if (home != null) {
+                    break;
+                }
+                if (!n.draining() && (in.wanted() == null || in.wanted().contains(n.name()))) {
+                    home = fresh(n, running, taken);
+                }
+            }
+            how = "in a fresh worker of their own, " + home + " (the first bound node's worker " + anchor
+                    + " runs and keeps its executors)";
+        }
+        if (home == null) {
+            home = anchor;
+            how = "with the first bound node's running worker " + anchor
+                    + ": no fresh port left anywhere, so Storm restarts that worker";
+        }
+        taken.computeIfAbsent(home.node(), k -> new TreeSet<>()).add(home.port());
+        for (String e : moved) {
+            assignment.put(e, home);
+        }
+        decisions.add(moved.size() + " other executors placed " + how);
         return anchor;
     }
 
     /**
-     * Step 5: each apart executor after the lowest in a worker of its own, off the anchor's
-     * supervisor: its current slot while that is still such a worker, else the lowest
-     * untaken port of the first other live supervisor that is not draining (by name).
+     * Step 4: each apart executor after the lowest in a worker of its own, off the anchor's
+     * supervisor: its current one while it is still such a worker, else a fresh port of the
+     * first other live supervisor that is not draining (by name); with no other supervisor,
+     * its own worker beside the anchor (kept while valid, else a fresh port there); with no
+     * free port at all it is left unassigned.
      */
-    private static void placeApart(Input in, Slot anchor, Map<String, Node> live,
-            Map<String, Set<Integer>> taken, Map<String, Slot> assignment, List<String> decisions) {
+    private static void placeApart(Input in, Slot anchor, Map<String, Node> live, Set<Slot> nodeWorkers,
+            Set<Slot> running, Map<String, Set<Integer>> taken, Map<String, Slot> assignment,
+            List<String> decisions) {
         List<String> apart = new ArrayList<>(new TreeSet<>(in.apart()));
         if (anchor == null || apart.size() < 2) {
             return;
         }
-        Set<Slot> used = new HashSet<>(assignment.values());
         for (String e : apart.subList(1, apart.size())) {
             Slot now = in.current().get(e);
-            Slot slot = null;
-            if (now != null && !now.node().equals(anchor.node()) && live.containsKey(now.node())
-                    && !live.get(now.node()).draining() && live.get(now.node()).freePorts().contains(now.port())
-                    && !taken.getOrDefault(now.node(), Set.of()).contains(now.port())
-                    && (!used.contains(now) || now.equals(assignment.get(e)))) {
-                slot = now;
-            }
+            // Step 3 kept it in a worker no bound node runs in: its own.
+            boolean own = now != null && now.equals(assignment.get(e)) && !nodeWorkers.contains(now)
+                    && !live.get(now.node()).draining();
+            Slot slot = own && !now.node().equals(anchor.node()) ? now : null;
             for (Node n : live.values()) { // by name: the tie-breaker
                 if (slot != null) {
                     break;
                 }
-                if (n.name().equals(anchor.node()) || n.draining()) {
-                    continue;
-                }
-                Set<Integer> busy = taken.getOrDefault(n.name(), Set.of());
-                for (int port : n.freePorts()) {
-                    if (!busy.contains(port) && !used.contains(new Slot(n.name(), port))) {
-                        slot = new Slot(n.name(), port);
-                        break;
-                    }
+                if (!n.name().equals(anchor.node()) && !n.draining()
+                        && (in.wanted() == null || in.wanted().contains(n.name()))) {
+                    slot = fresh(n, running, taken);
                 }
             }
+            String where = "apart from the anchor";
             if (slot == null) {
-                decisions.add("controller executor " + e + ": no other supervisor with a free port;"
-                        + " it shares worker " + assignment.get(e));
+                slot = own ? now : fresh(live.get(anchor.node()), running, taken);
+                where = "beside the anchor (no other supervisor with a free port: losing the anchor's"
+                        + " supervisor loses both)";
+            }
+            if (slot == null) {
+                Slot shared = assignment.remove(e);
+                decisions.add("controller executor " + e + ": no free port for a worker of its own; left"
+                        + " unassigned rather than restart worker " + shared + " (no standby meanwhile)");
                 continue;
             }
             assignment.put(e, slot);
-            used.add(slot);
             taken.computeIfAbsent(slot.node(), k -> new TreeSet<>()).add(slot.port());
-            decisions.add("controller executor " + e + " apart from the anchor: worker " + slot);
+            decisions.add("controller executor " + e + " " + where + ": worker " + slot);
         }
     }
 }

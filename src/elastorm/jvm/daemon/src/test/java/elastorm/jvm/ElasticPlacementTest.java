@@ -19,6 +19,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import org.junit.jupiter.api.Test;
 
 /** ElasticPlacement on plain data: binding, one worker per bound node, idle worker, draining. */
@@ -68,7 +69,7 @@ class ElasticPlacementTest {
     void theControllersStandbyGetsAWorkerOfItsOwnOnAnotherSupervisor() {
         List<String> others = List.of("1-1", "2-2", "3-3", "12-12", "13-13");
         List<String> controllers = List.of("12-12", "13-13");
-        List<Node> two = List.of(node("s0", false), node("s1", false));
+        List<Node> two = List.of(roomy("s0"), roomy("s1"));
         Plan plan = ElasticPlacement.place(new Input(OPS, others, two, null, null, Map.of(), controllers));
         Slot anchor = slotOfNode(plan, 0);
         assertEquals(anchor, plan.assignment().get("12-12"), "the first controller task stays with the anchor");
@@ -80,12 +81,125 @@ class ElasticPlacementTest {
         Plan again = ElasticPlacement.place(
                 new Input(OPS, others, two, null, plan.binding(), plan.assignment(), controllers));
         assertEquals(plan.assignment(), again.assignment(), "stable");
-        // s1 lost: no other supervisor left, so the standby joins the anchor, and says so.
+        // s1 lost: no other supervisor left, so the standby gets a fresh worker beside the
+        // anchor, and the anchor's worker keeps its executors (Storm would restart it).
         Plan alone = ElasticPlacement.place(new Input(
-                OPS, others, List.of(node("s0", false)), null, plan.binding(), plan.assignment(), controllers));
-        assertEquals(alone.assignment().get("12-12"), alone.assignment().get("13-13"));
-        assertTrue(alone.decisions().stream().anyMatch(d -> d.contains("no other supervisor")),
+                OPS, others, List.of(roomy("s0")), null, plan.binding(), plan.assignment(), controllers));
+        assertEquals(executorsAt(plan, anchor), executorsAt(alone, anchor), "the anchor's worker is unchanged");
+        Slot beside = alone.assignment().get("13-13");
+        assertEquals("s0", beside.node());
+        assertNotEquals(anchor, beside);
+        assertTrue(alone.decisions().stream().anyMatch(d -> d.contains("beside the anchor")),
                 alone.decisions().toString());
+        Plan stays = ElasticPlacement.place(new Input(
+                OPS, others, List.of(roomy("s0")), null, alone.binding(), alone.assignment(), controllers));
+        assertEquals(beside, stays.assignment().get("13-13"), "stable beside the anchor");
+        // s1 back: the standby moves apart again, and nothing else moves.
+        Plan back = ElasticPlacement.place(new Input(OPS, others, two, null, stays.binding(),
+                stays.assignment(), controllers));
+        assertEquals("s1", back.assignment().get("13-13").node());
+        assertEquals(executorsAt(stays, anchor), executorsAt(back, anchor));
+        // Two ports only (the anchor's and the idle worker's): no standby rather than a
+        // restarted anchor.
+        Plan tight = ElasticPlacement.place(new Input(
+                OPS, others, List.of(node("s0", false)), null, plan.binding(), plan.assignment(), controllers));
+        assertEquals(executorsAt(plan, anchor), executorsAt(tight, anchor));
+        assertNull(tight.assignment().get("13-13"));
+        assertTrue(tight.decisions().stream().anyMatch(d -> d.contains("left unassigned rather than restart")),
+                tight.decisions().toString());
+    }
+
+    /** The executors the plan puts in ``slot``. */
+    static Set<String> executorsAt(Plan plan, Slot slot) {
+        Set<String> out = new TreeSet<>();
+        plan.assignment().forEach((e, s) -> {
+            if (s.equals(slot)) {
+                out.add(e);
+            }
+        });
+        return out;
+    }
+
+    /** Fails if a logical node bound to the same worker before and after changed that worker's executors. */
+    static void assertNoRunningKeyedWorkerChanges(Plan before, Plan after, String context) {
+        for (int i = 0; i < before.binding().size(); i++) {
+            Slot was = before.assignment().get(ElasticPlacement.key(OPS.get("op2").get(i), OPS.get("op2").get(i)));
+            if (before.binding().get(i) == null || after.binding().get(i) == null || was == null) {
+                continue;
+            }
+            if (was.equals(slotOfNode(after, i))) {
+                assertEquals(executorsAt(before, was), executorsAt(after, was),
+                        "node" + i + "'s running worker " + was + " changed (" + context + "): "
+                        + after.decisions());
+            }
+        }
+    }
+
+    static Node roomy(String name) {
+        int base = 27800 + 10 * (name.charAt(name.length() - 1) - '0');
+        return new Node(name, "id-" + name, List.of(base, base + 1, base + 2, base + 3, base + 4), false);
+    }
+
+    @Test
+    void losingTheAnchorsSupervisorMovesTheOthersToAFreshWorkerNotIntoARunningKeyedOne() {
+        List<String> others = List.of("1-1", "2-2", "3-3", "12-12", "13-13");
+        List<String> controllers = List.of("12-12", "13-13");
+        List<Node> three = List.of(roomy("s0"), roomy("s1"), roomy("s2"));
+        Plan before = ElasticPlacement.place(new Input(OPS, others, three, null, null, Map.of(), controllers));
+        Plan after = ElasticPlacement.place(new Input(OPS, others, List.of(roomy("s1"), roomy("s2")), null,
+                before.binding(), before.assignment(), controllers));
+        assertNoRunningKeyedWorkerChanges(before, after, "s0 lost");
+        Slot home = after.assignment().get("1-1");
+        for (String e : List.of("2-2", "3-3", "12-12")) {
+            assertEquals(home, after.assignment().get(e), "the displaced executors stay together");
+        }
+        for (int i = 1; i < 3; i++) {
+            assertNotEquals(slotOfNode(after, i), home, "not in node" + i + "'s running worker");
+        }
+        assertNotEquals(home.node(), after.assignment().get("13-13").node(), "the standby still apart");
+    }
+
+    /** Random losses and joins of supervisors: no placement ever changes a running keyed worker. */
+    @Test
+    void noSequenceOfLossesAndJoinsChangesARunningKeyedWorker() {
+        List<String> others = List.of("1-1", "2-2", "3-3", "12-12", "13-13");
+        List<String> controllers = List.of("12-12", "13-13");
+        List<String> names = List.of("s0", "s1", "s2", "s3", "s4");
+        java.util.Random random = new java.util.Random(20261125);
+        for (int run = 0; run < 200; run++) {
+            Set<String> up = new TreeSet<>(names.subList(0, 1 + random.nextInt(names.size())));
+            Plan plan = null;
+            StringBuilder history = new StringBuilder(up.toString());
+            for (int step = 0; step < 12; step++) {
+                List<Node> nodes = up.stream().map(ElasticPlacementTest::roomy).toList();
+                // What Storm still runs: the executors on supervisors that are up.
+                Map<String, Slot> current = new TreeMap<>();
+                if (plan != null) {
+                    plan.assignment().forEach((e, s) -> {
+                        if (up.contains(s.node())) {
+                            current.put(e, s);
+                        }
+                    });
+                }
+                Plan next = ElasticPlacement.place(new Input(OPS, others, nodes, null,
+                        plan == null ? null : plan.binding(), current, controllers));
+                if (plan != null) {
+                    assertNoRunningKeyedWorkerChanges(plan, next, "run " + run + ": " + history);
+                }
+                plan = next;
+                String flip = names.get(random.nextInt(names.size()));
+                if (up.contains(flip) && up.size() > 1) {
+                    int lose = 1 + random.nextInt(Math.min(3, up.size() - 1));
+                    List<String> gone = new java.util.ArrayList<>(up);
+                    java.util.Collections.shuffle(gone, random);
+                    up.removeAll(gone.subList(0, lose));
+                    history.append(" -").append(gone.subList(0, lose));
+                } else {
+                    up.add(flip);
+                    history.append(" +").append(flip);
+                }
+            }
+        }
     }
 
     @Test
