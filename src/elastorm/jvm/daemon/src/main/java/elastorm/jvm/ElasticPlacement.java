@@ -359,14 +359,15 @@ public final class ElasticPlacement {
         Slot anchor = nodeSlot.isEmpty() ? null : nodeSlot.values().iterator().next();
         List<String> moved = new ArrayList<>();
         Set<Slot> kept = new TreeSet<>();
+        Set<String> standbys = standbys(in.apart());
         for (String e : new TreeSet<>(in.otherExecutors())) {
             Slot now = in.current().get(e);
             if (now != null && usable(now, in, live) && (nodeWorkers.contains(now)
                     || !taken.getOrDefault(now.node(), Set.of()).contains(now.port()))) {
                 assignment.put(e, now);
                 kept.add(now);
-            } else {
-                moved.add(e);
+            } else if (!standbys.contains(e)) {
+                moved.add(e); // a standby without a worker is step 4's: one of its own
             }
         }
         for (Slot s : kept) {
@@ -409,21 +410,29 @@ public final class ElasticPlacement {
         return anchor;
     }
 
+    /** The apart executors after the lowest: the controller's standbys, sorted. */
+    private static Set<String> standbys(List<String> apart) {
+        TreeSet<String> sorted = new TreeSet<>(apart);
+        if (!sorted.isEmpty()) {
+            sorted.pollFirst();
+        }
+        return sorted;
+    }
+
     /**
      * Step 4: each apart executor after the lowest in a worker of its own, off the anchor's
      * supervisor: its current one while it is still such a worker, else a fresh port of the
      * first other live supervisor that is not draining (by name); with no other supervisor,
      * its own worker beside the anchor (kept while valid, else a fresh port there); with no
-     * free port at all it is left unassigned.
+     * free port at all it is left unassigned. Step 3 kept it only where its worker stays.
      */
     private static void placeApart(Input in, Slot anchor, Map<String, Node> live, Set<Slot> nodeWorkers,
             Set<Slot> running, Map<String, Set<Integer>> taken, Map<String, Slot> assignment,
             List<String> decisions) {
-        List<String> apart = new ArrayList<>(new TreeSet<>(in.apart()));
-        if (anchor == null || apart.size() < 2) {
+        if (anchor == null) {
             return;
         }
-        for (String e : apart.subList(1, apart.size())) {
+        for (String e : standbys(in.apart())) {
             Slot now = in.current().get(e);
             // Step 3 kept it in a worker no bound node runs in: its own.
             boolean own = now != null && now.equals(assignment.get(e)) && !nodeWorkers.contains(now)
@@ -445,9 +454,8 @@ public final class ElasticPlacement {
                         + " supervisor loses both)";
             }
             if (slot == null) {
-                Slot shared = assignment.remove(e);
                 decisions.add("controller executor " + e + ": no free port for a worker of its own; left"
-                        + " unassigned rather than restart worker " + shared + " (no standby meanwhile)");
+                        + " unassigned rather than restart a running worker (no standby meanwhile)");
                 continue;
             }
             assignment.put(e, slot);
