@@ -441,9 +441,9 @@ class ControllerConfig(Section):
         "declared lost in milliseconds; false: only by its ZooKeeper session timeout",
     )  # fmt: skip
     standbys: int = option(
-        p + "standbys", INT, 0, "controller tasks beyond the leader, each waiting to take "
+        p + "standbys", INT, 1, "controller tasks beyond the leader, each waiting to take "
         "over when the leader's ZooKeeper session ends (read when the topology is wired: "
-        "set it in the topology's config); 0: one controller, restarted by Storm",
+        "set it in the topology's config); 0: one controller, restarted by Storm (slow)",
         check=at_least(0),
     )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
