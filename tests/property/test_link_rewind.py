@@ -94,9 +94,7 @@ class Model:
         )
 
 
-STEPS = st.lists(
-    st.sampled_from(["emit", "emit", "deliver3", "deliver4", "poll", "probe", "tick"])
-)
+STEPS = st.lists(st.sampled_from(["emit", "emit", "deliver3", "deliver4", "poll", "probe", "tick"]))
 
 
 @settings(max_examples=examples(300), deadline=None)
