@@ -581,7 +581,8 @@ class TopologyConfig(Section):
     )  # fmt: skip
     stall_secs: float = option(
         "elastorm.stall_secs", FLOAT, 30.0,
-        "after this long, tuples parked behind a sequence that never came are reported",
+        "after this long, tuples parked behind a sequence that never came are reported "
+        "(and an emitter waiting for a spout's rewind marker logs it and asks again)",
         check=above(0),
     )  # fmt: skip
     resend_after_secs: float = option(
