@@ -7,7 +7,9 @@ alternating, in one invocation:
 * ``loss``: each op1 task loses ``--drop`` of its data messages to op2 on the wire
   (``elastorm.chaos.drop_tuples``, every ``--every``-th from the ``--start``-th), each
   buffered but never sent; op2's tasks find the gaps and ask op1 to resend
-  (``elastorm.resend_after_secs``).
+  (``elastorm.resend_after_secs``). With ``--on spout`` the spout loses ``--drop`` of
+  its rows to op1 instead; op1's tasks find the skipped link numbers and ask the
+  spout to rewind (docs/failures.md, "Spout -> first emitter").
 
 Every run must end with the flights totals equal to pandas'. Prints one line per run
 and, per way, the median time from the first rows read to completion, with the ratio
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drop", type=int, default=500, help="data messages lost per op1 task")
     parser.add_argument("--start", type=int, default=2_000)
     parser.add_argument("--every", type=int, default=7)
+    parser.add_argument("--on", choices=("emitter", "spout"), default="emitter",
+                        help="whose messages are lost (elastorm.chaos.drop_on)")  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
@@ -50,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     from elastorm.runtime.config import load_config
     from elastorm.runtime.run import run_topology
 
-    out = args.out or ROOT / "docs" / "raw" / f"wire_loss_{commit()}.jsonl"
+    name = "wire_loss" if args.on == "emitter" else "wire_loss_spout"
+    out = args.out or ROOT / "docs" / "raw" / f"{name}_{commit()}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg = load_config()
     down(cfg, wipe=True)
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                     drop = args.drop if way == "loss" else 0
                     driver = WireLossDriver(
                         args.limit, drop=drop, start=args.start, every=args.every,
-                        max_rate=args.rate,
+                        on=args.on, max_rate=args.rate,
                     )  # fmt: skip
                     began = time.time()
                     try:
@@ -72,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
                         row = {"way": way, "run": run, "ok": outcome.ok} | {
                             k: outcome.facts.get(k)
                             for k in ("processing_seconds", "wire_lost", "resend_requests",
-                                      "resent", "rows")
+                                      "resent", "rows", "spout_wire_lost", "link_lost",
+                                      "link_rewinds", "spout_rewinds", "rows_rewound",
+                                      "op1_dropped")
+                            if k in outcome.facts
                         }  # fmt: skip
                         if not outcome.ok:
                             row["summary"] = outcome.summary
@@ -80,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                         row = {"way": way, "run": run, "ok": False, "error": repr(exc)}
                     row |= {"commit": commit(), "started": round(began, 1), "limit": args.limit,
                             "rate": args.rate, "drop": drop, "start": args.start,
-                            "every": args.every}  # fmt: skip
+                            "every": args.every, "on": args.on}  # fmt: skip
                     failed += not row["ok"]
                     rows.append(row)
                     fh.write(json.dumps(row) + "\n")

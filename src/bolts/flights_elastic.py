@@ -100,7 +100,8 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
                 if isinstance(action, Rejected):
                     self.emit_error(None, "rejected_control", action.reason)
             return
-        if not self.replay_admit(tup):
+        tup = self.replay_admit(tup)
+        if tup is None:
             return
         super().process(tup)
         self.replay_done()

@@ -39,6 +39,7 @@ PREFIX = "elastorm."
 STRATEGIES = ("none", "baseline", "even", "correlated")
 REPLICATION_PLANNERS = ("dp", "greedy", "structure_aware")
 ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
+CHAOS_DROP_ON = ("emitter", "spout")  # elastorm.chaos.drop_on: whose emits are lost
 
 
 class ConfigError(ValueError):
@@ -145,6 +146,7 @@ NODE_ZONES = Kind("{node: zone}", _node_zones)
 OPERATOR_EMITTERS = Kind("{keyed operator: [emitter component, ...]}", _operator_emitters)
 NAMES = Kind("[name, ...]", _names)
 EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
+SPOUT_LINKS = Kind("{replayable spout: emitter component}", _node_zones)
 ROUTER_SOURCES = Kind("{keyed operator: [component feeding its router, ...]}", _operator_emitters)
 
 
@@ -579,7 +581,8 @@ class TopologyConfig(Section):
     )  # fmt: skip
     stall_secs: float = option(
         "elastorm.stall_secs", FLOAT, 30.0,
-        "after this long, tuples parked behind a sequence that never came are reported",
+        "after this long, tuples parked behind a sequence that never came are reported "
+        "(and an emitter waiting for a spout's rewind marker logs it and asks again)",
         check=above(0),
     )  # fmt: skip
     resend_after_secs: float = option(
@@ -587,7 +590,8 @@ class TopologyConfig(Section):
         "after this long (and again every as long) a keyed task whose tuples are parked "
         "behind a sequence gap asks the emitter that sent them to resend the missing ones "
         "from its output buffer (a tuple lost between live workers); an emitter re-sends "
-        "the newest tuple of a lane idle that long once, so a loss at its end shows too",
+        "the newest tuple of a lane idle that long once, so a loss at its end shows too "
+        "(likewise a linked replayable spout sends its emitter its link numbers this often)",
         check=above(0),
     )  # fmt: skip
     chaos_drop_tuples: int = option(
@@ -608,6 +612,13 @@ class TopologyConfig(Section):
         "`elastorm.chaos.drop_tuples` loses every this-many-th data message from "
         "`elastorm.chaos.drop_from` on (1: one burst)",
         check=at_least(1),
+    )  # fmt: skip
+    chaos_drop_on: str = option(
+        "elastorm.chaos.drop_on", STR, "emitter",
+        "which messages `elastorm.chaos.drop_tuples` loses: `emitter` (an emitter's "
+        "data messages to keyed operators) or `spout` (a replayable spout's rows to "
+        "the emitter it feeds by task, `elastorm.replay_links`; counted per spout task)",
+        check=one_of(*CHAOS_DROP_ON),
     )  # fmt: skip
     initial_nodes: Mapping[str, tuple[int, ...]] = option(
         "elastorm.initial_nodes", NODE_LISTS, {},
@@ -667,6 +678,12 @@ class TopologyConfig(Section):
         "elastorm.replay_sources", EMITTER_SOURCES, {},
         "each emitter fed by replayable spouts, and those spouts (an emitter then "
         "recovers by replay); set by ElasticTopology",
+    )  # fmt: skip
+    replay_links: Mapping[str, str] = option(
+        "elastorm.replay_links", SPOUT_LINKS, {},
+        "each replayable spout that picks its emitter's task itself and numbers each "
+        "link (a stream declared with `linked_fields`, subscribed with `by_task()`), "
+        "and that emitter; set by ElasticTopology",
     )  # fmt: skip
     zookeeper_hosts: str | None = option(
         "elastorm.zookeeper.hosts", STR, None,

@@ -24,6 +24,12 @@ rewind. The stats count each row once, however often it is sent: ``rows_read``,
 ``emitted`` and the malformed counts cover the rows up to the furthest one reached
 (a restart re-reads the rows before its start position to count them).
 
+:class:`LinkedFlightsSpout` is the same spout with its data stream linked to the
+emitter it feeds (``elastorm.storm.replay.linked_fields``): each tuple also carries
+its number on its (spout task, emitter task) link and that task, and the emitter
+subscribes with ``by_task()``, so it sees a row lost on the wire and asks for a
+rewind.
+
 When the file (or ``elastorm.flights.limit``) is exhausted the spout writes its
 stats with ``exhausted: true`` and then idles, sleeping briefly in ``next_tuple``,
 until a rewind asks for rows again.
@@ -55,7 +61,7 @@ from elastorm.examples.flights_schema import (
     parse_row,
 )
 from elastorm.examples.options import FlightsOptions
-from elastorm.storm.replay import REWIND, ReplayableSpout
+from elastorm.storm.replay import REWIND, ReplayableSpout, linked_fields
 
 
 class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
@@ -67,6 +73,7 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
         Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
         REWIND,
     ]
+    linked = False  # LinkedFlightsSpout: the data stream carries link fields
     clock = staticmethod(time.monotonic)
     sleep = staticmethod(time.sleep)
 
@@ -90,6 +97,7 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
         self.started_at = time.time()
         self.started_clock = self.clock()
         self.exhausted_at: float | None = None
+        self.emit_row = self.emit_linked if self.linked else self.emit
         self._open()
         start = self.setup_replay(storm_conf, context)
         if start:
@@ -142,7 +150,7 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
             return
         counters = self.counters
         out = counters.out
-        emit = self.emit
+        emit_row = self.emit_row
         rows, index, width, limit = self.rows, self.index, self.width, self.limit
         for _ in range(self.batch):
             if limit is not None and self.row_no >= limit:
@@ -161,7 +169,7 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
             reason, parsed = parse_row(row, index, width)
             if reason is None:
                 tailnum, year, arr_delay, air_time, ts = parsed
-                emit([row_no, tailnum, [year, arr_delay, air_time], ts])
+                emit_row([row_no, tailnum, [year, arr_delay, air_time], ts])
                 out["default"] += first
             elif first:
                 self.emit_error(row_no, reason, ",".join(row))
@@ -197,6 +205,7 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
             "started_at": self.started_at,
             "exhausted_at": self.exhausted_at,
             "written_at": time.time(),
+            "replay": self.link_health(),
         }
 
     def write_stats(self) -> None:
@@ -205,3 +214,15 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
         self.counters.extra = stats
         self.counters.write()
         write_json_atomic(self.stats_path, stats)
+
+
+class LinkedFlightsSpout(FlightsSpout):
+    """The flights spout with its data stream linked to the emitter it feeds (by
+    ``by_task()``): see the module docstring."""
+
+    linked = True
+    outputs = [
+        Stream(fields=linked_fields(TUPLE_FIELDS)),
+        Stream(fields=ERROR_FIELDS, name=ERRORS_STREAM),
+        REWIND,
+    ]

@@ -618,26 +618,36 @@ class WireLossDriver(ElasticFlightsDriver):
     """The elastic flights job with tuples lost on the wire between live workers.
 
     Storm drops tuples between live workers only in rare races (a worker reassigned
-    while its peer sends: docs/failures.md), so the loss is injected: each op1 task
-    loses ``drop`` of its data messages to op2 (``elastorm.chaos.drop_tuples``, every
-    ``every``-th from the ``start``-th), each buffered but never sent; the rows still
-    reach op3. op2's tasks see the gaps and ask op1 to resend
-    (``elastorm.resend_after_secs``). Passes if every plane's totals still equal
-    pandas' and the losses really happened and were resent. ``drop=0`` is the same
-    job without loss (a baseline).
+    while its peer sends: docs/failures.md), so the loss is injected
+    (``elastorm.chaos.drop_tuples``, every ``every``-th from the ``start``-th), each
+    numbered but never sent:
+
+    - ``on="emitter"``: each op1 task loses ``drop`` of its data messages to op2,
+      buffered; the rows still reach op3. op2's tasks see the sequence gaps and ask
+      op1 to resend (``elastorm.resend_after_secs``).
+    - ``on="spout"``: the spout loses ``drop`` of its rows to op1 (the link numbers
+      skip). op1's tasks see the skips and ask the spout for a rewind; the other
+      op1 task drops the rows replayed to it as repeats.
+
+    Passes if every plane's totals still equal pandas' and the losses really
+    happened and were recovered from. ``drop=0`` is the same job without loss (a
+    baseline).
     """
 
     def __init__(
         self, limit: int | None = None, *, drop: int = 500, start: int = 2_000, every: int = 7,
-        **kwargs: Any,
+        on: str = "emitter", **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(limit, script=(), **kwargs)
-        self.drop, self.start, self.every = drop, start, every
+        self.drop, self.start, self.every, self.on = drop, start, every, on
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir
         return super().options(output_dir) | TopologyConfig.overrides(
-            chaos_drop_tuples=self.drop, chaos_drop_from=self.start, chaos_drop_every=self.every
+            chaos_drop_tuples=self.drop,
+            chaos_drop_from=self.start,
+            chaos_drop_every=self.every,
+            chaos_drop_on=self.on,
         )
 
     def counts(self, component: str) -> dict[int, dict[str, Any]]:
@@ -650,6 +660,8 @@ class WireLossDriver(ElasticFlightsDriver):
 
     def outcome(self, output_dir: str) -> Outcome:
         base = super().outcome(output_dir)
+        if self.on == "spout":
+            return self._spout_outcome(base)
         op1 = {t: e.get("emitter", {}) for t, e in self.counts("extract_delays").items()}
         op2 = {t: e.get("resend_requests", 0) for t, e in self.counts("sum_delays").items()}
         lost = sum(h.get("wire_lost", 0) for h in op1.values())
@@ -663,6 +675,41 @@ class WireLossDriver(ElasticFlightsDriver):
         # With drop=0 (the baseline) nothing is lost, and nothing needs resending.
         ok = base.ok and lost == wanted and (not self.drop or (asked > 0 and resent >= lost))
         facts = base.facts | {"wire_lost": lost, "resend_requests": asked, "resent": resent}
+        return Outcome(summary=base.summary + "\n" + line, ok=ok, facts=facts)
+
+    def _spout_outcome(self, base: Outcome) -> Outcome:
+        spouts = {t: e.get("replay", {}) for t, e in self.counts("flights_spout").items()}
+        op1 = {t: e.get("emitter", {}) for t, e in self.counts("extract_delays").items()}
+        lost = sum(r.get("wire_lost", 0) for r in spouts.values())
+        rewinds = sum(r.get("rewinds", 0) for r in spouts.values())
+        rewound = sum(r.get("rows_rewound", 0) for r in spouts.values())
+        found = sum(h.get("link_lost", 0) for h in op1.values())
+        asked = sum(h.get("link_rewinds", 0) for h in op1.values())
+        dropped = sum(h.get("replay_dropped", 0) for h in op1.values())
+        waiting = sorted(t for t, h in op1.items() if h.get("link_waits"))
+        wanted = self.drop * len(spouts)
+        line = (
+            f"spout wire loss: spout tasks {sorted(spouts)} lost {lost} rows to op1 on purpose "
+            f"(want {wanted}); op1 tasks {sorted(op1)} found {found} link numbers missing and "
+            f"asked for {asked} rewinds; the spout rewound {rewinds} times over {rewound} "
+            f"rows; op1 dropped {dropped} rows (repeats, or sent before a rewind); "
+            f"op1 tasks still waiting for a marker: {waiting}"
+        )
+        ok = (
+            base.ok
+            and lost == wanted
+            and found == lost
+            and not waiting
+            and (not self.drop or (asked > 0 and rewinds > 0))
+        )
+        facts = base.facts | {
+            "spout_wire_lost": lost,
+            "link_lost": found,
+            "link_rewinds": asked,
+            "spout_rewinds": rewinds,
+            "rows_rewound": rewound,
+            "op1_dropped": dropped,
+        }
         return Outcome(summary=base.summary + "\n" + line, ok=ok, facts=facts)
 
 

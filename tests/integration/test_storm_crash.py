@@ -332,3 +332,21 @@ def test_tuples_lost_between_live_workers_are_resent_and_totals_stay_exact(clust
     assert outcome.ok, outcome.summary
     assert outcome.facts["wire_lost"] == 500 * len(driver.counts("extract_delays"))
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary
+
+
+def test_rows_lost_between_the_spout_and_a_live_emitter_are_rewound_and_totals_stay_exact(
+    cluster_with_room,
+):
+    """Fault injection loses 400 of the spout's rows to op1 on the wire (every 3rd
+    from the 3,000th emit): op1's tasks see their link numbers skip, ask the spout to
+    rewind, admit nothing more from it until the marker, and every plane's totals
+    still equal pandas' (issue 14)."""
+    driver = WireLossDriver(
+        limit=30_000, max_rate=1500.0, on="spout", drop=400, start=3_000, every=3
+    )
+    outcome = run_topology(cluster_with_room, "cluster", driver, timeout=300)
+    print(outcome.summary)  # shown with -rP: the raw record of the run
+    assert outcome.ok, outcome.summary
+    assert outcome.facts["spout_wire_lost"] == 400 == outcome.facts["link_lost"]
+    assert outcome.facts["spout_rewinds"] >= 1 and outcome.facts["link_rewinds"] >= 1
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary

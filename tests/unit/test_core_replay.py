@@ -3,17 +3,26 @@ before, numbered the same (``elastorm.core.replay``)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.migration.emitter import Emitter
-from elastorm.core.replay import ReplayTracker, RestartPoint, replay_start
+from elastorm.core.replay import (
+    ALL,
+    Links,
+    ReplayTracker,
+    RestartPoint,
+    RewindAsk,
+    replay_start,
+)
 from elastorm.core.routing import RoutingTable
 
 GROUPS = 4
 OP = "op2"
 SPOUT = "spout:1"
+OTHER = "spout:2"
 SOURCE = "op1:5"
 
 
@@ -95,3 +104,71 @@ def test_the_durable_point_waits_for_every_group_to_be_trimmed() -> None:
     tracker.trimmed(OP, 0, 1)
     assert tracker.durable().positions == {SPOUT: 1}
     assert replay_start([tracker.durable()], SPOUT) == 2
+
+
+# -- links: a tuple lost between the spout and a live emitter (issue 14) ---------------
+
+
+def test_links_pick_the_task_by_position_and_number_each_link() -> None:
+    links = Links([6, 5])
+    assert [links.next(p) for p in (0, 1, 2, 3, 0)] == [(1, 5), (1, 6), (2, 5), (2, 6), (3, 5)]
+    with pytest.raises(ValueError, match="at least one"):
+        Links([])
+
+
+def test_a_skipped_link_number_asks_for_exactly_one_rewind() -> None:
+    tracker = ReplayTracker(token="5#1")
+    assert tracker.admit(SPOUT, 0, link=1) and tracker.admit(SPOUT, 2, link=2)
+    assert not tracker.asking
+    assert not tracker.admit(SPOUT, 6, link=4)  # link 3 (row 4) was lost on the wire
+    assert tracker.asking
+    (ask,) = tracker.rewind_asks(now=100.0)
+    assert ask == RewindAsk(token="5#1.1", upstream=SPOUT, positions={SPOUT: 2}, missing=1)
+    assert RestartPoint(positions=ask.positions).start(SPOUT) == 3  # the spout's start
+    # Nothing more from that spout task until the marker; further skips ask nothing.
+    assert not tracker.admit(SPOUT, 8, link=5)
+    assert not tracker.admit(SPOUT, 12, link=7)
+    assert tracker.rewind_asks(now=101.0) == [] and tracker.link_waits() == [SPOUT]
+    assert tracker.admit(OTHER, 1, link=1)  # another spout task's link is not held up
+    assert not tracker.rewound(["5#1.1"], OTHER)  # its marker is not ours to wait for
+    assert not tracker.rewound(["4#1.1"], SPOUT)  # naming another emitter's rewind
+    assert tracker.rewound(["4#1.1", "5#1.1"], SPOUT)
+    assert tracker.link_waits() == []
+    # The replay: what was admitted is dropped as a repeat, the lost row comes in.
+    admitted = [p for p, n in ((2, 8), (4, 9), (6, 10), (8, 11)) if tracker.admit(SPOUT, p, n)]
+    assert admitted == [4, 6, 8]
+    assert tracker.link_lost == 2 and tracker.link_asks == 1
+    assert tracker.dropped == 4  # 6, 8, 12 before the marker; 2 after it
+
+
+def test_a_wait_without_its_marker_asks_again_with_a_fresh_token() -> None:
+    tracker = ReplayTracker(token="5#2", retry_after=30.0)
+    tracker.admit(SPOUT, 0, link=1)
+    tracker.admit(SPOUT, 4, link=3)
+    (first,) = tracker.rewind_asks(now=10.0)
+    assert tracker.rewind_asks(now=39.0) == []
+    (again,) = tracker.rewind_asks(now=40.0)
+    assert (again.token, again.missing, again.positions) == ("5#2.2", 0, {SPOUT: 0})
+    assert tracker.rewind_asks(now=41.0) == []
+    assert tracker.rewound([first.token], SPOUT)  # any token asked serves: same start
+    assert tracker.admit(SPOUT, 2, link=4) and tracker.rewind_asks(now=100.0) == []
+
+
+def test_a_restarted_spout_numbers_its_links_from_one_again() -> None:
+    tracker = ReplayTracker(token="5#1")
+    assert tracker.admit(SPOUT, 0, link=1) and tracker.admit(SPOUT, 2, link=2)
+    assert not tracker.rewound([ALL], SPOUT)  # not waiting: nothing to end
+    assert not tracker.admit(SPOUT, 0, link=1)  # a repeat, and link 1 is what comes first
+    assert not tracker.asking
+    assert not tracker.admit(SPOUT, 4, link=3)  # link 2 lost right after the restart
+    assert tracker.asking
+    assert tracker.rewind_asks(now=0.0)[0].positions == {SPOUT: 2}
+
+
+def test_a_skip_while_a_restart_waits_for_its_marker_asks_nothing() -> None:
+    tracker = ReplayTracker(start=RestartPoint(positions={SPOUT: 9}), awaiting="5#2", token="5#2")
+    assert not tracker.admit(SPOUT, 40, link=17)
+    assert not tracker.admit(SPOUT, 44, link=19)  # the replay asked for starts at 10
+    assert not tracker.asking and tracker.link_lost == 1
+    assert tracker.rewound(["5#2"], SPOUT)
+    assert tracker.admit(SPOUT, 10, link=20)

@@ -14,9 +14,9 @@ from elastorm.core.keyed_state import KeyState, StateAccessError
 from elastorm.core.messages import Data, DataTuple
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import KeyGroupState
-from elastorm.storm.elastic import MESSAGE_STREAM, STREAM, KeyedEmitting, to_wire
+from elastorm.storm.elastic import MESSAGE_STREAM, STREAM, KeyedEmitting, by_task, to_wire
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
-from elastorm.storm.replay import REWIND, REWIND_STREAM, ReplayableSpout
+from elastorm.storm.replay import REWIND, REWIND_STREAM, ReplayableSpout, linked_fields
 from elastorm.storm.topology import WiringError
 
 
@@ -308,4 +308,64 @@ def test_a_replayable_spout_must_declare_its_rewind_stream() -> None:
         class Unmarked_(ElasticTopology):
             rows = Unmarked.spec()
             forward = Forward.spec(inputs={rows: Grouping.fields("id")}, par=2)
+            counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)
+
+
+class LinkedRows(ReplayableSpout, Spout):
+    outputs = [Stream(fields=linked_fields(["id", "word"])), REWIND]
+
+
+def test_a_linked_spout_feeds_its_emitter_by_task_and_the_pair_is_recorded() -> None:
+    class Linked(ElasticTopology):
+        rows = LinkedRows.spec()
+        forward = Forward.spec(inputs={rows: by_task()}, par=2)
+        counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)
+
+    assert Linked.config["elastorm.replay_links"] == {"rows": "forward"}
+    assert Linked.config["elastorm.replay_sources"] == {"forward": ["rows"]}
+
+
+@pytest.mark.parametrize(
+    ("spout", "grouping", "message"),
+    [
+        (LinkedRows, Grouping.fields("id"), "rows:default is linked .* subscribe with by_task"),
+        (Rows, by_task(), "rows:default is not linked: by_task.. needs a stream declared"),
+    ],
+)
+def test_by_task_and_a_linked_stream_go_together(spout, grouping, message) -> None:
+    with pytest.raises(WiringError, match=message):
+
+        class Mismatched(ElasticTopology):
+            rows = spout.spec()
+            forward = Forward.spec(inputs={rows: grouping}, par=2)
+            counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)
+
+
+def test_a_linked_spout_links_to_one_emitter() -> None:
+    with pytest.raises(WiringError, match="rows already feeds forward by task"):
+
+        class Twice(ElasticTopology):
+            rows = LinkedRows.spec()
+            forward = Forward.spec(inputs={rows: by_task()}, par=2)
+            other = Forward.spec(inputs={rows: by_task()}, par=2)
+            counts = CountWords.spec(
+                inputs={forward[STREAM]: keyed(), other[STREAM]: keyed()}, par=2
+            )
+
+
+def test_losing_a_spouts_rows_needs_a_linked_spout() -> None:
+    with pytest.raises(WiringError, match="drop_on = 'spout' .* no spout here does"):
+
+        class Unlinked(ElasticTopology):
+            config = {"elastorm.chaos.drop_tuples": 5, "elastorm.chaos.drop_on": "spout"}
+            rows = Rows.spec()
+            forward = Forward.spec(inputs={rows: Grouping.fields("id")}, par=2)
+            counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)
+
+    with pytest.raises(WiringError, match="elastorm.chaos.drop_on = 'wire'"):
+
+        class Bad(ElasticTopology):
+            config = {"elastorm.chaos.drop_on": "wire"}
+            rows = LinkedRows.spec()
+            forward = Forward.spec(inputs={rows: by_task()}, par=2)
             counts = CountWords.spec(inputs={forward[STREAM]: keyed()}, par=2)

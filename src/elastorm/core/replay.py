@@ -14,6 +14,13 @@ extended one hop up: the spout's file is the emitter's buffer.
 
 Positions of one upstream grow; an input at or below the last one this emitter
 admitted from that upstream is a replay it already processed, and is dropped.
+
+A spout can also number what it sends each emitter task (a **link**: one spout
+task, one emitter task), 1, 2, 3, ...: :class:`Links` picks the task of each
+position itself, as deterministically as a fields grouping. Storm keeps a link
+FIFO, so a number that skips is a certain loss on the wire between two live
+workers: the emitter then admits nothing more from that spout task and asks it to
+rewind, as a restarted emitter does (``ReplayTracker``).
 """
 
 from __future__ import annotations
@@ -46,6 +53,53 @@ class RestartPoint:
     def start(self, upstream: str) -> int:
         """The first position ``upstream`` must replay for this emitter."""
         return self.positions.get(upstream, -1) + 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RewindAsk:
+    """An emitter asks ``upstream`` (``component:task``) to replay from just after
+    ``positions`` (upstream -> last position admitted) and to name ``token`` in the
+    marker that precedes the replay. ``missing``: link numbers found missing (0 when
+    it asks again because no marker came)."""
+
+    token: str
+    upstream: str
+    positions: Mapping[str, int]
+    missing: int = 0
+
+
+class Links:
+    """The spout's side of the link check: which emitter task gets ``position``, and
+    its number on that link.
+
+    The task is ``tasks[position mod n]`` (sorted task ids): as deterministic as a
+    fields grouping, so a replay reaches the same task. Each link is numbered 1, 2,
+    3, ... in emit order and never goes back, a replay included: the emitter checks
+    that the numbers it receives do not skip. O(1) per tuple.
+
+    >>> links = Links([7, 4])
+    >>> [links.next(p) for p in (0, 1, 2, 0)]
+    [(1, 4), (1, 7), (2, 4), (3, 4)]
+    """
+
+    __slots__ = ("tasks", "_sent")
+
+    def sent(self) -> list[list[int]]:
+        """``[[task, last link number sent], ...]``: what every rewind marker carries,
+        so an emitter sees a loss with nothing behind it (the end of the input)."""
+        return [[t, n] for t, n in zip(self.tasks, self._sent, strict=True)]
+
+    def __init__(self, tasks: Iterable[int]) -> None:
+        self.tasks = tuple(sorted(tasks))
+        if not self.tasks:
+            raise ValueError("Links needs at least one emitter task")
+        self._sent = [0] * len(self.tasks)
+
+    def next(self, position: int) -> tuple[int, int]:
+        """``(link number, task)`` of the next tuple, at ``position`` (>= 0)."""
+        i = position % len(self.tasks)
+        self._sent[i] += 1
+        return self._sent[i], self.tasks[i]
 
 
 def replay_start(points: Iterable[RestartPoint | None], upstream: str) -> int:
@@ -88,6 +142,17 @@ class Positions:
         return dict(self._last)
 
 
+class _LinkWait:
+    """A link found lossy: the tokens asked for (any marker naming one ends the wait)
+    and when the latest was asked (None until the adapter takes it)."""
+
+    __slots__ = ("tokens", "asked_at")
+
+    def __init__(self) -> None:
+        self.tokens: set[str] = set()
+        self.asked_at: float | None = None
+
+
 class ReplayTracker:
     """The emitter's side: which inputs to admit, and its newest durable restart point.
 
@@ -95,6 +160,25 @@ class ReplayTracker:
     ``awaiting`` (a restarted emitter's token), nothing is admitted until the
     source's rewind marker naming that token arrives: what the source sent before
     the rewind may skip positions this emitter never processed.
+
+    **Links.** An input that carries its link number (``admit(..., link=n)``) is
+    checked first: every number received is recorded, admitted or not, so a skip is
+    seen whenever it happens, a wait included. On a skip (a certain loss: Storm keeps
+    a link FIFO) nothing more from that upstream is admitted, and a :class:`RewindAsk`
+    from the last position admitted + 1 with a fresh token (``<token>.<n>``) waits in
+    :meth:`rewind_asks` until the marker naming it arrives (:meth:`rewound`). A
+    later row admitted meanwhile would make :class:`Positions` drop the lost one as a
+    repeat when the replay brings it. A skip during a wait asks nothing more: the
+    replay starts before it. If no marker comes within ``retry_after`` seconds (it
+    was lost too), the same rewind is asked again with a fresh token; a marker of
+    any token asked ends the wait (all start at the same position, since nothing
+    was admitted). A restarted spout (its marker names :data:`ALL`) numbers its
+    links from 1 again; a number below the expected one is accepted for the same
+    reason. A loss with no tuple behind it (the end of the input) shows in the
+    spout's markers: each carries the last number it sent on the link
+    (``rewound(..., sent=n)``), and the spout sends one every so often.
+    A restarted emitter (``awaiting``) cannot know the number to expect and takes
+    the first one it gets; a first start expects 1.
 
     ``processed`` records a candidate restart point every ``every`` inputs;
     ``trimmed`` feeds the downstream trims; ``durable()`` is the newest candidate all
@@ -107,6 +191,8 @@ class ReplayTracker:
         start: RestartPoint | None = None,
         awaiting: str | None = None,
         every: int = 1_000,
+        token: str = "emitter",
+        retry_after: float = 30.0,
     ) -> None:
         start = start or RestartPoint()
         self._positions = Positions(start.positions)
@@ -119,27 +205,94 @@ class ReplayTracker:
         self._since = 0
         self.awaiting = awaiting
         self._waited = 0
+        self._token = token
+        self._retry_after = retry_after
+        self._next_link: dict[str, int] = {}  # upstream -> link number expected next
+        self._first_link = 1 if awaiting is None else None  # expected of a new upstream
+        self._waits: dict[str, _LinkWait] = {}  # lossy links waiting for their marker
+        self._asks: list[RewindAsk] = []  # not yet taken by the adapter
+        self.link_lost = 0  # link numbers found missing
+        self.link_asks = 0  # rewinds asked for lossy links (retries included)
 
     @property
     def dropped(self) -> int:
         """Inputs dropped as already processed, or sent before the awaited rewind."""
         return self._waited + self._positions.dropped
 
-    def admit(self, upstream: str, position: int) -> bool:
-        """True if this input is new to this emitter (and records it as processed)."""
-        if self.awaiting is not None:
+    @property
+    def asking(self) -> bool:
+        """True when :meth:`rewind_asks` has a request to hand out."""
+        return bool(self._asks)
+
+    def link_waits(self) -> list[str]:
+        """The upstreams whose link lost tuples and whose marker has not come yet."""
+        return sorted(self._waits)
+
+    def admit(self, upstream: str, position: int, link: int | None = None) -> bool:
+        """True if this input is new to this emitter (and records it as processed).
+        ``link``: its number on its link, if the upstream numbers them (see above)."""
+        if link is not None:
+            expected = self._next_link.get(upstream, self._first_link)
+            self._next_link[upstream] = link + 1
+            if expected is not None and link > expected:
+                self._lost(upstream, link - expected)
+        if self.awaiting is not None or (self._waits and upstream in self._waits):
             self._waited += 1
             return False
         return self._positions.admit(upstream, position)
 
-    def rewound(self, tokens: Iterable[str]) -> bool:
-        """The source's rewind marker, naming the restarts it serves; True if it
-        ends this emitter's wait."""
+    def _lost(self, upstream: str, missing: int) -> None:
+        self.link_lost += missing
+        if self.awaiting is None and upstream not in self._waits:
+            self._ask(upstream, missing)
+
+    def _ask(self, upstream: str, missing: int) -> None:
+        self.link_asks += 1
+        token = f"{self._token}.{self.link_asks}"
+        wait = self._waits.setdefault(upstream, _LinkWait())
+        wait.tokens.add(token)
+        wait.asked_at = None
+        positions = MappingProxyType(self._positions.snapshot())
+        self._asks.append(
+            RewindAsk(token=token, upstream=upstream, positions=positions, missing=missing)
+        )
+
+    def rewind_asks(self, now: float) -> list[RewindAsk]:
+        """The rewinds to ask for now (each once; the adapter writes them): new ones,
+        and again, with a fresh token, for every wait older than ``retry_after``.
+        Call it after an input when :attr:`asking`, and on every tick."""
+        for upstream, wait in self._waits.items():
+            if wait.asked_at is not None and now - wait.asked_at >= self._retry_after:
+                self._ask(upstream, 0)
+        asks, self._asks = self._asks, []
+        for ask in asks:
+            self._waits[ask.upstream].asked_at = now
+        return asks
+
+    def rewound(
+        self, tokens: Iterable[str], upstream: str | None = None, sent: int | None = None
+    ) -> bool:
+        """The source's rewind marker, naming the restarts it serves (none: a probe),
+        from ``upstream`` (the spout task that sent it), which had sent ``sent`` tuples
+        on this link before it; True if it ends a wait of this emitter."""
         tokens = set(tokens)
+        ended = False
+        if upstream is not None:
+            if ALL in tokens:  # a restarted spout: its links are numbered from 1 again
+                self._next_link[upstream] = 1
+            if sent is not None:  # before the wait ends: the replay covers what it finds
+                expected = self._next_link.get(upstream, self._first_link)
+                self._next_link[upstream] = sent + 1
+                if expected is not None and sent >= expected:
+                    self._lost(upstream, sent - expected + 1)
+            wait = self._waits.get(upstream)
+            if wait is not None and (ALL in tokens or not wait.tokens.isdisjoint(tokens)):
+                del self._waits[upstream]
+                ended = True
         if self.awaiting is not None and (self.awaiting in tokens or ALL in tokens):
             self.awaiting = None
-            return True
-        return False
+            ended = True
+        return ended
 
     def processed(
         self,

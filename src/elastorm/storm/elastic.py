@@ -76,7 +76,7 @@ from elastorm.storm.load import (
     start_liveness,
 )
 from elastorm.storm.pygc import full_collections
-from elastorm.storm.replay import REWIND_STREAM
+from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM
 from elastorm.storm.wire import CheckedEncoding, use_elastorm_wire
 
 log = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ class KeyedEmitting(_Sending):
         }
         self._parked_since: dict[str, float] = {}  # operators whose buffer is full: since when
         self._wire_loss: WireLoss | None = None  # fault injection (elastorm.chaos.*), off
-        if config.chaos_drop_tuples:
+        if config.chaos_drop_tuples and config.chaos_drop_on == "emitter":
             self._wire_loss = WireLoss(
                 count=config.chaos_drop_tuples,
                 start=config.chaos_drop_from,
@@ -269,36 +269,82 @@ class KeyedEmitting(_Sending):
             )  # fmt: skip
         self.replay: ReplayTracker | None = None
         self.resumed_state = point.state  # the bolt's own part of its restart point
+        self._linked_sources: frozenset[str] = frozenset()
         if start is not None:
             restarted = start.incarnation > 1
+            token = f"{task}#{start.incarnation}"
             self.replay = ReplayTracker(
-                start=point, awaiting=f"{task}#{start.incarnation}" if restarted else None
+                start=point,
+                awaiting=token if restarted else None,
+                token=token,
+                retry_after=config.stall_secs,
             )
             self._replay_sources = frozenset(sources)
-            from elastorm.zk.replay import RestartPointWriter
+            from elastorm.zk.replay import RestartPointWriter, RewindAsker
 
             self._restart_points = RestartPointWriter(conf, component, task)
             self._restart_points.start()
+            self._linked_sources = frozenset(
+                s for s, e in config.replay_links.items() if e == component and s in sources
+            )
+            if self._linked_sources:
+                self._rewind_asker = RewindAsker(conf, component, task)
+                self._rewind_asker.start()
             if restarted:
                 log.warning(
                     "emitter task %s restarted (incarnation %d): resuming after %s, "
                     "waiting for the replay", task, start.incarnation, dict(point.positions),
                 )  # fmt: skip
 
-    def replay_admit(self, tup) -> bool:
-        """Whether to process ``tup``. False for a rewind marker (handled here) and,
+    def replay_admit(self, tup):
+        """The input to process, or None. None for a rewind marker (handled here) and,
         behind a replayable spout, for a tuple this emitter already processed or one
-        sent before the replay it waits for."""
+        sent before the replay it waits for. A tuple from a linked spout
+        (``elastorm.replay_links``) has its link number checked (a skip asks for a
+        rewind) and comes back without the link fields."""
         replay = self.replay
         if replay is None:
-            return True
+            return tup
         if tup.stream == REWIND_STREAM:
-            if replay.rewound(tup.values[0]):
-                log.warning("emitter task %s: replay begins", self._task)
-            return False
-        if tup.component not in self._replay_sources:
-            return True
-        return replay.admit(f"{tup.component}:{tup.task}", tup.values[0])
+            tokens, links = tup.values
+            sent = None
+            if tup.component in self._linked_sources:
+                sent = next((n for t, n in links if t == self._task), None)
+            if replay.rewound(tokens, f"{tup.component}:{tup.task}", sent):
+                log.warning(
+                    "emitter task %s: replay from %s:%s begins (marker %s)",
+                    self._task, tup.component, tup.task, tokens,
+                )  # fmt: skip
+            if replay.asking:
+                self._ask_rewinds(time.monotonic())
+            return None
+        component = tup.component
+        if component not in self._replay_sources:
+            return tup
+        if component in self._linked_sources:
+            values = tup.values
+            admitted = replay.admit(f"{component}:{tup.task}", values[0], values[-2])
+            if replay.asking:
+                self._ask_rewinds(time.monotonic())
+            return tup._replace(values=values[: -len(LINK_FIELDS)]) if admitted else None
+        return tup if replay.admit(f"{component}:{tup.task}", tup.values[0]) else None
+
+    def _ask_rewinds(self, now: float) -> None:
+        """Hand the tracker's rewind requests (lossy links) to the ZooKeeper writer."""
+        for ask in self.replay.rewind_asks(now):
+            if ask.missing:
+                log.error(
+                    "emitter task %s: %d tuples from %s lost on the wire (link numbers "
+                    "skipped): admitting nothing more from it, asking for a rewind from "
+                    "%d (%s)", self._task, ask.missing, ask.upstream,
+                    ask.positions.get(ask.upstream, -1) + 1, ask.token,
+                )  # fmt: skip
+            else:
+                log.error(
+                    "emitter task %s: no rewind marker from %s yet: asking again (%s)",
+                    self._task, ask.upstream, ask.token,
+                )  # fmt: skip
+            self._rewind_asker.ask(ask)
 
     def replay_done(self) -> None:
         """After an admitted input was fully handled (its emits sent). While emits
@@ -322,6 +368,8 @@ class KeyedEmitting(_Sending):
                 self.send(action)
         if self.replay is not None:
             self._restart_points.offer(self.replay.durable())
+            if self._linked_sources:
+                self._ask_rewinds(now)
         self._full_gc.tick(time.monotonic())
 
     def _held_back(self, operator: str, admission: Admission) -> None:
@@ -383,6 +431,12 @@ class KeyedEmitting(_Sending):
                 "restart_points_written": self._restart_points.writes,
                 "awaiting_rewind": self.replay.awaiting is not None,
             }
+            if self._linked_sources:
+                health |= {
+                    "link_lost": self.replay.link_lost,
+                    "link_rewinds": self.replay.link_asks,
+                    "link_waits": self.replay.link_waits(),
+                }
         return health
 
     def _replay_counters(self) -> dict[str, dict[int, int]]:

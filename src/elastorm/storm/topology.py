@@ -51,7 +51,7 @@ from elastorm.storm.elastic import (
     by_task,
 )
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
-from elastorm.storm.replay import REWIND_STREAM, ReplayableSpout
+from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM, ReplayableSpout
 from elastorm.storm.wire import ACKERS_KEY, EncodingUnavailable, require_encoding, with_encoding
 
 TICK_KEY = "topology.tick.tuple.freq.secs"
@@ -102,10 +102,16 @@ def _fields(spec: ComponentSpec, stream: str) -> list[str]:
     return list(info.output_fields)
 
 
-def _replayable_inputs(specs: dict[str, ComponentSpec], emitter: ComponentSpec) -> list[str]:
+def _replayable_inputs(
+    specs: dict[str, ComponentSpec], emitter: ComponentSpec, links: dict[str, str]
+) -> list[str]:
     """The replayable spouts feeding ``emitter``, each now also sending it its rewind
     stream. Their data must reach it deterministically (a fields or global grouping,
-    not shuffle): a replay must give each emitter task the same tuples, in order."""
+    not shuffle): a replay must give each emitter task the same tuples, in order.
+
+    A stream declared with ``linked_fields`` is subscribed with ``by_task()`` (the
+    spout picks the task and numbers the link), by this one emitter; ``links`` gets
+    ``{spout: emitter}``."""
     sources = []
     for stream_id, grouping in list(emitter.inputs.items()):
         upstream = _component(stream_id)
@@ -118,11 +124,29 @@ def _replayable_inputs(specs: dict[str, ComponentSpec], emitter: ComponentSpec) 
                 f"{upstream.name}: a ReplayableSpout declares "
                 "elastorm.storm.replay.REWIND among its outputs"
             )
-        if not getattr(grouping, "fields", None) and grouping != Grouping.GLOBAL:
-            position = _fields(upstream, stream_id.streamId)[0]
+        fields = _fields(upstream, stream_id.streamId)
+        linked = fields[-len(LINK_FIELDS) :] == LINK_FIELDS
+        if linked != (grouping == by_task()):
+            raise WiringError(
+                f"{emitter.name}: {upstream.name}:{stream_id.streamId} "
+                + (
+                    "is linked (declared with linked_fields): subscribe with by_task(), "
+                    "so the spout picks the task and numbers each link"
+                    if linked
+                    else "is not linked: by_task() needs a stream declared with "
+                    "linked_fields (the spout names the task)"
+                )
+            )
+        if linked:
+            if links.setdefault(upstream.name, emitter.name) != emitter.name:
+                raise WiringError(
+                    f"{emitter.name}: {upstream.name} already feeds "
+                    f"{links[upstream.name]} by task; a spout links to one emitter"
+                )
+        elif not getattr(grouping, "fields", None) and grouping != Grouping.GLOBAL:
             raise WiringError(
                 f"{emitter.name}: {upstream.name} is a replayable spout; subscribe with a "
-                f"fields grouping, e.g. Grouping.fields({position!r}), so a replay reaches "
+                f"fields grouping, e.g. Grouping.fields({fields[0]!r}), so a replay reaches "
                 f"the same tasks, not {grouping!r}"
             )
         if upstream.name not in sources:
@@ -218,10 +242,11 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         spec.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
         spec.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
     replay_sources: dict[str, list[str]] = {}
+    replay_links: dict[str, str] = {}
     for name in sorted({e for es in operators.values() for e in es} - added.keys()):
         specs[name].inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
         specs[name].inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
-        sources = _replayable_inputs(specs, specs[name])
+        sources = _replayable_inputs(specs, specs[name], replay_links)
         if sources:
             replay_sources[name] = sources
     added[RELAY_COMPONENT] = RelayBolt.spec(
@@ -243,6 +268,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     config[OPERATORS_KEY] = operators
     if replay_sources:
         config[TopologyConfig.key("replay_sources")] = replay_sources
+    if replay_links:
+        config[TopologyConfig.key("replay_links")] = replay_links
     if routed_from:
         config[TopologyConfig.key("routed_from")] = {
             op: sorted(set(ups)) for op, ups in routed_from.items()
@@ -253,6 +280,12 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     # tuple. Without ackers the JVM releases inputs itself (elastorm.storm.wire).
     config.setdefault(ACKERS_KEY, 0)
     checked = _checked(classname, config)
+    if checked.chaos_drop_tuples and checked.chaos_drop_on == "spout" and not replay_links:
+        raise WiringError(
+            f"{classname}: elastorm.chaos.drop_on = 'spout' loses a replayable spout's "
+            "rows to the emitter it feeds by task, and no spout here does (declare its "
+            "stream with linked_fields, subscribe with by_task())"
+        )
     for spec in (*specs.values(), *added.values()):
         with_encoding(spec, checked.multilang_encoding)
     class_dict["config"] = config

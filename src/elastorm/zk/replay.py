@@ -4,7 +4,9 @@ An emitter behind a replayable spout writes its durable restart point to
 ``restart/<component>-<task>``; when it restarts it reads it back and asks each
 such spout, under ``rewinds/<spout>/<task>``, to replay from just after it. The
 spout reads the requests, and a restarted spout reads the restart points to know
-where to resume. Both loops run off the processing thread (``BackgroundLoop``).
+where to resume. A live emitter whose link from a spout task lost tuples asks the
+same way (``RewindAsker``), with a fresh token. The loops run off the processing
+thread (``BackgroundLoop``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from elastorm.core.replay import RestartPoint
+from elastorm.core.replay import RestartPoint, RewindAsk
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import BackgroundLoop, make_client
 from elastorm.zk.codec import (
@@ -124,6 +126,50 @@ class RestartPointWriter(BackgroundLoop):
             return
         self._written = point
         self.writes += 1
+
+
+class RewindAsker(BackgroundLoop):
+    """Writes a live emitter's rewind requests (``RewindAsk``, a lossy link) to
+    ``rewinds/<spout>/<task>``; ``ask`` never blocks. The newest ask per spout wins
+    (the spout serves the token it finds there); one not written yet is retried."""
+
+    def __init__(self, conf: Mapping[str, Any], component: str, task: int) -> None:
+        self._layout = ZnodeLayout(str(conf["topology.name"]))
+        super().__init__(
+            make_client(zk_settings(conf)),
+            name=f"elastorm-rewind-asks-{component}-{task}",
+            interval=0.2,
+            own_client=True,
+        )
+        self._task = task
+        self._pending: dict[str, RewindAsk] = {}  # spout component -> newest ask
+        self.writes = 0
+
+    def ask(self, ask: RewindAsk) -> None:
+        with self._lock:
+            self._pending[ask.upstream.rsplit(":", 1)[0]] = ask
+        self.wake()
+
+    def _step(self) -> None:
+        if not self._client.connected:
+            return
+        with self._lock:
+            pending = dict(self._pending)
+        for spout, ask in pending.items():
+            path = f"{self._layout.rewinds(spout)}/{self._task}"
+            data = encode_rewind(RewindRequest(token=ask.token, positions=ask.positions))
+            try:
+                try:
+                    self._client.set(path, data)
+                except NoNodeError:
+                    self._client.create(path, data, makepath=True)
+            except ZK_ERRORS as exc:
+                log.warning("rewind %s not written yet (%r); retrying", ask.token, exc)
+                continue
+            with self._lock:
+                if self._pending.get(spout) is ask:
+                    del self._pending[spout]
+            self.writes += 1
 
 
 class RewindBoard(BackgroundLoop):
