@@ -102,7 +102,8 @@ def test_the_controller_runs_with_a_standby_that_gets_every_report() -> None:
     assert common.parallelism_hint == 2
     ((_, grouping),) = common.inputs.items()
     assert grouping == Grouping.ALL  # not GLOBAL: the standby hears every restart
-    assert _wired({}).parallelism_hint == 1  # the default: no standby (docs/failures.md)
+    assert _wired({}).parallelism_hint == 2  # the default: one standby
+    assert _wired({"elastorm.controller.standbys": 0}).parallelism_hint == 1
     assert _wired({"elastorm.controller.standbys": 2}).parallelism_hint == 3
 
 
