@@ -38,7 +38,9 @@ times a second and records any key group claimed by two tasks at one routing epo
 (``two_owners``), and any old owner still claiming a group 5 s after another task took
 it at a newer epoch (``stale_owners``). A network cut also counts what the sink received
 from the cut-off node's tasks after their groups were restored elsewhere
-(``faults.cuts[].stale_outputs``). Prints one line per run and a table per
+(``faults.cuts[].stale_outputs``). Each record keeps the 1-minute load average at the
+run's start and end (``loadavg_1m``: the machine is shared), and a run not complete
+after ``--timeout`` s (900) counts as failed. Prints one line per run and a table per
 scenario; writes every run to ``--out`` (JSON lines, default
 ``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run lost or duplicated a
 tuple, saw two or stale owners, or failed its checks.
@@ -164,12 +166,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline", help="a scenario run beside the others: restore times relative to it"
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds a run may take before it counts as failed (900)",
+    )
     args = parser.parse_args(argv)
     scenarios = _scenarios(args.limit, args.rate)
     chosen = args.scenarios or list(scenarios)
     unknown = sorted(set(chosen) - set(scenarios))
-    if unknown or args.runs < 1:
-        parser.error(f"unknown scenarios {unknown}; known: {sorted(scenarios)}; --runs >= 1")
+    if unknown or args.runs < 1 or args.timeout <= 0:
+        parser.error(
+            f"unknown scenarios {unknown}; known: {sorted(scenarios)}; --runs >= 1; --timeout > 0"
+        )
 
     from owners import OwnerSampler
 
@@ -201,11 +211,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.until} UTC: no further runs", flush=True)
                 break
             driver = scenarios[name]()
-            began = time.monotonic()
+            began, load_start = time.monotonic(), os.getloadavg()[0]  # the machine is shared
             sampler = OwnerSampler(f"127.0.0.1:{cfg.zookeeper_port}", driver)
             sampler.start()
             try:
-                outcome = run_topology(cfg, "cluster", driver, timeout=900)
+                outcome = run_topology(cfg, "cluster", driver, timeout=args.timeout)
                 ok, output_dir, error = outcome.ok, outcome.facts["output_dir"], None
             except Exception as exc:  # a run that never completes is a result too
                 ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
@@ -215,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             record: dict[str, Any] = {
                 "commit": measured, "scenario": name, "run": i, "ok": ok,
                 "seconds": round(time.monotonic() - began, 1), "error": error,
+                "loadavg_1m": {"start": round(load_start, 1),
+                               "end": round(os.getloadavg()[0], 1)},
                 "owners": sampler.summary(),
                 "faults": None if error else {k: outcome.facts.get(k) for k in FAULT_FACTS},
             }  # fmt: skip

@@ -10,9 +10,12 @@ owners still claiming a group 5 s after its handover, the heartbeat samples thos
 checks read, the medians over the runs' kills of the time from the kill until
 another controller led (the ``*-ctl`` scenarios) and until every lost group was
 restored and, for network cuts, the updates the sink received from the cut-off
-node's tasks after that restore (and how many key totals they replaced). With
-``--baseline SCENARIO``, each scenario's median restore time relative to that
-scenario's in the same file(s). Then every run that failed, with its error.
+node's tasks after that restore (and how many key totals they replaced), and the
+range of the 1-minute load average at the runs' starts and ends (records that
+have it). Several files make one table (e.g. one scenario's runs from several
+sessions). With ``--baseline SCENARIO``, each scenario's median restore time relative
+to that scenario's in the same file(s). With ``--per-run``, a line per run too. Then
+every run that failed, with its error.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def scenario_rows(records: list[dict]) -> list[dict]:
             r["scenario"],
             {"scenario": r["scenario"], "runs": 0, "ok": 0, "checked": 0, "lost": 0,
              "twice": 0, "two_owners": 0, "stale": 0, "samples": 0, "restored": [],
-             "leading": [], "late": None},
+             "leading": [], "late": None, "load": []},
         )  # fmt: skip
         row["runs"] += 1
         row["ok"] += bool(r["ok"])
@@ -45,6 +48,7 @@ def scenario_rows(records: list[dict]) -> list[dict]:
         row["two_owners"] += len(owners.get("two_owners", []))
         row["stale"] += len(owners.get("stale_owners", []))
         row["samples"] += owners.get("samples", 0)
+        row["load"] += (r.get("loadavg_1m") or {}).values()
         for loss in (r.get("faults") or {}).get("losses") or []:
             row["restored"].append(loss["restored"])
             if "leading" in loss:
@@ -61,22 +65,58 @@ def markdown(rows: list[dict]) -> str:
     """The table as docs/benchmarks.md shows it."""
     lines = [
         "| scenario | runs | passed | tuples checked | lost | counted twice | two owners "
-        "| stale owners | owner samples | new controller after (median s) "
+        "| stale owners | owner samples | load (1 min) | new controller after (median s) "
         "| restored after (median s) "
         "| cut-off owner's updates after the restore (totals replaced) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         restored, leading = (
             f"{statistics.median(row[k]):.2f}" if row[k] else "-" for k in ("restored", "leading")
         )
         late = f"{row['late'][0]} ({row['late'][1]})" if row["late"] else "-"
+        load = f"{min(row['load']):.0f}-{max(row['load']):.0f}" if row["load"] else "-"
         lines.append(
             f"| {row['scenario']} | {row['runs']} | {row['ok']} | {row['checked']:,} "
             f"| {row['lost']} | {row['twice']} | {row['two_owners']} | {row['stale']} "
-            f"| {row['samples']:,} "
+            f"| {row['samples']:,} | {load} "
             f"| {leading} | {restored} | {late} |"
         )
+    return "\n".join(lines)
+
+
+def per_run(records: list[dict]) -> str:
+    """A line per run, in the files' order: its commit, whether it passed, how long it
+    took, the load average at its start and end, when its lost groups were restored
+    (one figure per kill) and what its checks found; a failed run's error, cut short.
+
+    >>> print(per_run([{"commit": "abc", "scenario": "sup-1", "run": 0, "ok": False,
+    ...                 "seconds": 900.2, "error": "UserError: incomplete after 900s"}]))
+    | scenario | run | commit | passed | seconds | load (1 min) at start, end | restored after (s) | tuples checked | lost | counted twice | two owners | stale owners | error |
+    |---|---|---|---|---|---|---|---|---|---|---|---|---|
+    | sup-1 | 0 | abc | no | 900 | - | - | 0 | 0 | 0 | 0 | 0 | UserError: incomplete after 900s |
+    """  # noqa: E501
+    lines = [
+        "| scenario | run | commit | passed | seconds | load (1 min) at start, end "
+        "| restored after (s) | tuples checked | lost | counted twice | two owners "
+        "| stale owners | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        load = r.get("loadavg_1m")
+        restored = [loss["restored"] for loss in (r.get("faults") or {}).get("losses") or []]
+        owners = r.get("owners") or {}
+        error = (r.get("error") or ("" if r["ok"] else "checks failed")).replace("|", "/")
+        cells = [
+            r["scenario"], r["run"], r.get("commit", "?"), "yes" if r["ok"] else "no",
+            f"{r['seconds']:.0f}", f"{load['start']}, {load['end']}" if load else "-",
+            ", ".join(f"{x:.2f}" for x in restored) or "-",
+            f"{sum(r.get(role, {}).get('checked', 0) for role in ROLES):,}",
+            *(sum(r.get(role, {}).get(f, 0) for role in ROLES) for f in ("lost", "twice")),
+            len(owners.get("two_owners", [])), len(owners.get("stale_owners", [])),
+            error[:160] + ("..." if len(error) > 160 else ""),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -103,10 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("raw", type=Path, nargs="+", help="chaos_<commit>.jsonl files")
     parser.add_argument("--baseline", help="a scenario to compare restore times against")
+    parser.add_argument("--per-run", action="store_true", help="a line per run too")
     args = parser.parse_args(argv)
     records = [json.loads(line) for p in args.raw for line in p.read_text().splitlines() if line]
     rows = scenario_rows(records)
     print(markdown(rows))
+    if args.per_run:
+        print("\n" + per_run(records))
     if args.baseline:
         print("\n" + "\n".join(ratios(rows, args.baseline)))
     for r in records:

@@ -39,3 +39,46 @@ def test_ratios_are_medians_over_the_baseline_of_the_same_file() -> None:
         "sup-1: 0.20 s = 1.0 x sup-1 (0.20 s)",
     ]
     assert ratios(rows, "zk-stop") == ["no restore time for the baseline zk-stop"]
+
+
+def test_the_load_column_spans_every_runs_start_and_end_and_old_records_have_none() -> None:
+    runs = [_run("sup-1", 0.2), _run("sup-1", 0.3), _run("lose-1", 0.4)]
+    runs[0]["loadavg_1m"] = {"start": 12.4, "end": 30.6}
+    runs[1]["loadavg_1m"] = {"start": 8.0, "end": 19.0}
+    rows = scenario_rows(runs)  # lose-1's record predates the load field
+    table = markdown(rows).splitlines()
+    assert "| load (1 min) |" in table[0]
+    assert "| 8-31 |" in table[2] and "| - |" in table[3]
+
+
+def test_several_files_make_one_row_per_scenario_and_a_line_per_run(tmp_path) -> None:
+    import json
+
+    import chaos_table
+
+    first, second = _run("spout", 0.0), _run("spout", 0.0)
+    first |= {"commit": "aaa", "run": 0, "seconds": 200.0, "error": None,
+              "op2": {"checked": 10, "lost": 1, "twice": 0},
+              "op3": {"checked": 5, "lost": 0, "twice": 2}}  # fmt: skip
+    second |= {"commit": "bbb", "run": 0, "ok": False, "seconds": 480.4,
+               "error": "UserError: a | b", "faults": None}  # fmt: skip
+    paths = []
+    for i, record in enumerate((first, second)):
+        paths.append(tmp_path / f"chaos_{i}.jsonl")
+        paths[-1].write_text(json.dumps(record) + "\n")
+    rows = scenario_rows([first, second])
+    assert [(r["runs"], r["ok"], r["checked"], r["lost"], r["twice"]) for r in rows] == [
+        (2, 1, 15, 1, 2)
+    ]
+    lines = chaos_table.per_run([first, second]).splitlines()
+    assert lines[2].startswith("| spout | 0 | aaa | yes | 200 | - | 0.00 | 15 | 1 | 2 | 0 | 0 |")
+    assert lines[3].endswith("| bbb | no | 480 | - | - | 0 | 0 | 0 | 0 | 0 | UserError: a / b |")
+    assert chaos_table.main([str(p) for p in paths] + ["--per-run"]) == 0
+
+
+def test_the_per_run_doctest() -> None:
+    import doctest
+
+    import chaos_table
+
+    assert doctest.testmod(chaos_table).failed == 0
