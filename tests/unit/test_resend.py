@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from sim import Cluster
 
+from elastorm.config import TopologyConfig
 from elastorm.core.actions import Rejected, Send, TuplesStalled
-from elastorm.core.chaos import WireLoss
+from elastorm.core.chaos import WireLoss, wire_loss_on
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Data, DataTuple, Migrate, Protocol, Resend, Trim
 from elastorm.core.migration.coordinator import TaskCoordinator
@@ -190,3 +191,17 @@ def test_wire_loss_loses_the_chosen_messages_only() -> None:
     assert lost == [5, 8, 11] and loss.lost == 3
     off = WireLoss(count=0, start=1)
     assert not any(off.lose() for _ in range(10))
+
+
+def test_the_injection_is_aimed_at_one_sender_by_its_option() -> None:
+    config = TopologyConfig.from_conf(
+        {
+            "elastorm.chaos.drop_tuples": 4,
+            "elastorm.chaos.drop_from": 2,
+            "elastorm.chaos.drop_on": "spout",
+        }
+    )
+    assert wire_loss_on(config, "emitter") is None
+    spout = wire_loss_on(config, "spout")
+    assert (spout.count, spout.start, spout.every) == (4, 2, 1)
+    assert wire_loss_on(TopologyConfig.from_conf({}), "emitter") is None  # off by default

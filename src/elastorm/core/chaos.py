@@ -9,6 +9,11 @@ adapter asks once per data message and skips the emit when told to.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from elastorm.config import TopologyConfig
+
 
 class WireLoss:
     """Lose ``count`` data messages: numbers ``start``, ``start + every``, ... of an
@@ -36,3 +41,15 @@ class WireLoss:
             return False
         self.lost += 1
         return True
+
+
+def wire_loss_on(config: TopologyConfig, sender: str) -> WireLoss | None:
+    """The loss ``elastorm.chaos.*`` asks of what ``sender`` (``elastorm.chaos.drop_on``:
+    "emitter" or "spout") sends, or None when the injection is off or aimed elsewhere."""
+    if not config.chaos_drop_tuples or config.chaos_drop_on != sender:
+        return None
+    return WireLoss(
+        count=config.chaos_drop_tuples,
+        start=config.chaos_drop_from,
+        every=config.chaos_drop_every,
+    )

@@ -57,7 +57,7 @@ from elastorm.core.actions import (
     encode_report,
 )
 from elastorm.core.buffers import SequenceCounters
-from elastorm.core.chaos import WireLoss
+from elastorm.core.chaos import wire_loss_on
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.holdback import Admission, HoldBack, checkpoint_request_at
@@ -256,13 +256,8 @@ class KeyedEmitting(_Sending):
             for op in operators
         }
         self._parked_since: dict[str, float] = {}  # operators whose buffer is full: since when
-        self._wire_loss: WireLoss | None = None  # fault injection (elastorm.chaos.*), off
-        if config.chaos_drop_tuples and config.chaos_drop_on == "emitter":
-            self._wire_loss = WireLoss(
-                count=config.chaos_drop_tuples,
-                start=config.chaos_drop_from,
-                every=config.chaos_drop_every,
-            )
+        self._wire_loss = wire_loss_on(config, "emitter")
+        if self._wire_loss is not None:
             log.warning(
                 "emitter task %s: fault injection on: losing %d data messages on the wire",
                 task, config.chaos_drop_tuples,

@@ -25,7 +25,7 @@ from typing import Any
 from streamparse import Stream
 
 from elastorm.config import TopologyConfig
-from elastorm.core.chaos import WireLoss
+from elastorm.core.chaos import WireLoss, wire_loss_on
 from elastorm.core.replay import ALL, Links, replay_start
 from elastorm.storm.wire import CheckedEncoding
 
@@ -87,12 +87,8 @@ class ReplayableSpout(CheckedEncoding):
         if linked is not None:
             self._links = Links(_tasks_of(context, linked))
             self._probe_every = config.resend_after_secs
-            if config.chaos_drop_tuples and config.chaos_drop_on == "spout":
-                self._wire_loss = WireLoss(
-                    count=config.chaos_drop_tuples,
-                    start=config.chaos_drop_from,
-                    every=config.chaos_drop_every,
-                )
+            self._wire_loss = wire_loss_on(config, "spout")
+            if self._wire_loss is not None:
                 log.warning(
                     "spout task %s: fault injection on: losing %d emits to %s on the wire",
                     task, config.chaos_drop_tuples, linked,
