@@ -9,10 +9,17 @@ adapter asks once per data message and skips the emit when told to.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from elastorm.config import TopologyConfig
+
+class ChaosOptions(Protocol):
+    """The ``elastorm.chaos.*`` options this module reads (``TopologyConfig`` has them);
+    a protocol so that the core does not import the configuration module."""
+
+    chaos_drop_tuples: int
+    chaos_drop_from: int
+    chaos_drop_every: int
+    chaos_drop_on: str
 
 
 class WireLoss:
@@ -43,7 +50,7 @@ class WireLoss:
         return True
 
 
-def wire_loss_on(config: TopologyConfig, sender: str) -> WireLoss | None:
+def wire_loss_on(config: ChaosOptions, sender: str) -> WireLoss | None:
     """The loss ``elastorm.chaos.*`` asks of what ``sender`` (``elastorm.chaos.drop_on``:
     "emitter" or "spout") sends, or None when the injection is off or aimed elsewhere."""
     if not config.chaos_drop_tuples or config.chaos_drop_on != sender:
