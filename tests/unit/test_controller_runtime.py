@@ -179,9 +179,6 @@ class FakeStore:
 
 
 class FakeWatcher:
-    def __init__(self) -> None:
-        self.zxids = {t: 100 + t for t in TASKS["op"].values()}  # task -> incarnation
-
     def live(self) -> dict:
         from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
 
@@ -191,11 +188,7 @@ class FakeWatcher:
                 heartbeat=Heartbeat(),
             )
             for n, t in TASKS["op"].items()
-            if t in self.zxids
         }
-
-    def incarnations(self) -> dict[int, int]:
-        return dict(self.zxids)
 
 
 def runtime(loop: ControllerLoop, store: FakeStore) -> ControllerRuntime:
@@ -283,46 +276,3 @@ def test_a_request_only_controller_resumes_and_persists_before_it_sends() -> Non
     assert rt.order(sends) == [] and ("op", 5) in store.written  # persisted, held
     store.durable = True
     assert rt.tick(3.0) == sends and rt.rounds == 0  # released; no round ever
-
-
-def test_a_restarted_task_is_in_no_round_until_its_restart_is_recovered() -> None:
-    """Storm restarted task 6: its new registration reached the watcher before its
-    ``TaskStarted`` report reached the controller. A round that saw it then took it
-    for an idle task and moved key groups onto it, and the recovery that followed
-    treated them as the dead incarnation's (a group restored from its checkpoint while
-    its live owner had it, another declared lost: the ``freeze-10`` chaos run at
-    fde8296). It stays out of the rounds until the controller recovers its restart."""
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement(TASKS),
-        settings=LoopSettings(strategy="even", warmup=0, adapt=False),
-        started_at=0.0,
-    )
-    seen: list[list[int]] = []
-    round_ = loop.round
-
-    def recording_round(records, now):
-        records = list(records)
-        seen.append(sorted(r.task_id for r in records))
-        return round_(records, now)
-
-    loop.round = recording_round  # type: ignore[method-assign]
-    store = FakeStore()
-    store.state = StoreStatus.ONLINE
-    rt = runtime(loop, store)
-    rt.tick(10.0)
-    watcher = rt.watcher
-    del watcher.zxids[6]  # lost ...
-    rt.tick(11.0)
-    watcher.zxids[6] = 900  # ... and restarted by Storm, not yet reported
-    rt.tick(12.0)
-    rt.tick(13.0)
-    rt.starts.recovered(6, watcher.incarnations()[6])  # the bolt, on its TaskStarted
-    rt.tick(14.0)
-    assert seen == [[5, 6, 7], [5, 7], [5, 7], [5, 7], [5, 6, 7]]
-    # Never reported: it waits ``start_patience`` (30 s) at most, then takes part.
-    watcher.zxids[7] = 901
-    rt.tick(15.0)
-    rt.tick(44.0)
-    rt.tick(45.0)
-    assert seen[-3:] == [[5, 6], [5, 6], [5, 6, 7]]

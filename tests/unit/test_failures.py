@@ -13,7 +13,6 @@ import pytest
 import elastorm.controller.bolt as bolt_module
 from elastorm.controller.bolt import MigrationControllerBolt
 from elastorm.controller.failures import FailureDetector
-from elastorm.controller.starts import StartGate
 from elastorm.core.actions import CheckpointStored
 from elastorm.core.messages import Migrate, PeerDown, Protocol, SetHolder
 from elastorm.zk.layout import ZnodeLayout
@@ -89,7 +88,6 @@ class FakeRuntime:
             events=[], poll_events=self._poll, live=dict, incarnations=self.incarnations.copy
         )
         self.loaded = True  # this task leads (False: another one does)
-        self.starts = StartGate(patience=30.0)
         self.epochs: dict[str, int] = {}
         self.leading = SimpleNamespace(controller="controller-3", host="h", pid=9, worker=8)
 
@@ -113,9 +111,6 @@ class FakeRuntime:
         return list(sends)
 
     def tick(self, now: float):
-        return []
-
-    def live_records(self, now: float) -> list:
         return []
 
 

@@ -183,24 +183,6 @@ def test_a_successor_recovers_only_the_restarts_its_predecessor_never_handled(st
     assert not restored & set(owned[10])
 
 
-def test_a_restart_stays_out_of_the_rounds_until_the_leader_recovers_it(monkeypatch) -> None:
-    """The gate the bolt keeps on ``runtime.starts``: a new incarnation of task 11 is out
-    of the rounds until its ``TaskStarted`` report is handled; a task's first start is
-    no restart; a controller that starts leading accounts for every live incarnation."""
-    bolt, runtime, _, _ = make_controller(monkeypatch)  # leading
-    runtime.incarnations.update({10: 100, 11: 110, 12: 120})
-    waiting = runtime.starts.waiting
-    assert waiting(runtime.watcher.incarnations(), 1.0) == set()
-    runtime.incarnations[11] = 999  # Storm restarted 11: it registered again
-    assert waiting(runtime.watcher.incarnations(), 2.0) == {11}
-    bolt.process_report(_report(11, TaskStarted(task=11, restarted=True, stale_through=4)))
-    assert waiting(runtime.watcher.incarnations(), 3.0) == set()
-    runtime.incarnations[12] = 888
-    assert waiting(runtime.watcher.incarnations(), 4.0) == {12}
-    bolt.take_over(TookOver(at=5.0, standby_since=1.0))
-    assert waiting(runtime.watcher.incarnations(), 5.0) == set()
-
-
 def test_a_standby_reports_once_that_it_shares_its_leaders_worker(standby, caplog) -> None:
     import os
     import socket

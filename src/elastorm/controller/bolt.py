@@ -179,7 +179,6 @@ class MigrationControllerBolt(_Sending, Bolt):
             )
         if self.config.controller.liveness_connections and self.liveness is None:
             self.liveness = self._listen(self.conf)
-        self.runtime.starts.accept_all(self.runtime.watcher.incarnations())
         for op, task in restarted_to_recover(self.seen_restarts, self.runtime.routing_epochs()):
             log.warning("controller: task %s of %s restarted unhandled; recovering it", task, op)
             self.restarted.append((op, task))
@@ -324,7 +323,6 @@ class MigrationControllerBolt(_Sending, Bolt):
         while self.restarted:
             op, task = self.restarted.pop(0)
             self.recover(op, [task], rejoined=True)
-            self.runtime.starts.recovered(task, self.runtime.watcher.incarnations().get(task))
 
     def recover(self, op: str, dead: list[int], *, rejoined: bool) -> None:
         """The ``dead`` tasks lost their state (declared lost, or restarted empty): carry
@@ -408,7 +406,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         state = self.nodes.state(
             now, self.join_settle, lambda node: [t[node] for t in tasks.values() if node in t]
         )
-        records = self.runtime.live_records(now)
+        records = list(self.runtime.watcher.live().values())
         if state is None or not records:
             return
         rnd = self.loop.rescale(records, state, now, limit=self.rescale_limit)

@@ -30,14 +30,7 @@ from elastorm.controller.loop import (
     Round,
     prior_from_artifact,
 )
-from elastorm.controller.model import (
-    Allocation,
-    ClusterView,
-    ControllerModelError,
-    KeyGroupId,
-    TaskRecord,
-)
-from elastorm.controller.starts import StartGate
+from elastorm.controller.model import Allocation, ClusterView, ControllerModelError, KeyGroupId
 from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.runtime.files import write_json_atomic
@@ -169,7 +162,6 @@ class ControllerRuntime:
         store: ControllerStore,
         round_secs: float,
         metrics_path: str | None,
-        start_patience: float = 30.0,
     ) -> None:
         self.loop = loop
         self.client = client
@@ -188,8 +180,6 @@ class ControllerRuntime:
         # them, so a controller killed in between cannot have acted on decisions its
         # successor never sees (write-ahead, not write-behind, for what is acted on).
         self.outbox: list[Send] = []
-        # Restarted tasks stay out of the rounds until their restart is recovered.
-        self.starts = StartGate(patience=start_patience)
 
     @classmethod
     def start(cls, conf: Mapping[str, Any], loop: ControllerLoop, task: int) -> ControllerRuntime:
@@ -231,7 +221,6 @@ class ControllerRuntime:
             store=store,
             round_secs=config.controller.round_secs,
             metrics_path=os.path.join(out, METRICS_FILE) if out else None,
-            start_patience=config.stall_secs,
         )
 
     def ready(self, now: float) -> bool:
@@ -262,7 +251,7 @@ class ControllerRuntime:
             return []
         if self.loop.settings.active and now - self._last_round >= self.round_secs:
             self._last_round = now
-            records = self.live_records(now)
+            records = list(self.watcher.live().values())
             if records:
                 rnd = self.loop.round(records, now)
                 self.rounds += 1
@@ -271,14 +260,6 @@ class ControllerRuntime:
                 self.outbox.extend(rnd.sends)
         self._persist()
         return self._release()
-
-    def live_records(self, now: float) -> list[TaskRecord]:
-        """The live tasks' records a round may decide on: not those of a restart not yet
-        recovered (:class:`~elastorm.controller.starts.StartGate`), nor of a task whose
-        registration the watcher had not listed a moment before."""
-        incarnations = self.watcher.incarnations()
-        waiting = self.starts.waiting(incarnations, now)
-        return [r for t, r in self.watcher.live().items() if t in incarnations and t not in waiting]
 
     def order(self, sends: list[Send]) -> list[Send]:
         """Commands of a decision taken outside a round (a request, a recovery): persisted
