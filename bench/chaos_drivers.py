@@ -21,7 +21,7 @@ from typing import Any
 from crash_driver import SupervisorLossDriver, _daemon_name
 from owners import stale_outputs
 
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 from elastorm.runtime.outcome import Outcome
 
 

@@ -40,8 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from elastorm.errors import UserError  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
-from elastorm.runtime.errors import UserError  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 from elastorm.runtime.synthetic_driver import (  # noqa: E402
     Settings,

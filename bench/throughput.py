@@ -71,11 +71,11 @@ sys.path.insert(0, str(ROOT / "src"))
 from flights_throughput import read_procs, with_descendants  # noqa: E402
 
 from elastorm.config import TopologyConfig  # noqa: E402
+from elastorm.errors import UserError  # noqa: E402
 from elastorm.examples.options import ThroughputOptions  # noqa: E402
 from elastorm.examples.throughput_control import CONTROL_FILE  # noqa: E402
+from elastorm.files import write_json_atomic  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
-from elastorm.runtime.errors import UserError  # noqa: E402
-from elastorm.runtime.files import write_json_atomic  # noqa: E402
 from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 

@@ -24,7 +24,7 @@ from streamparse import Bolt
 
 from elastorm.config import ConfigError, Section, TopologyConfig, check_conf
 from elastorm.examples.options import EXAMPLE_SECTIONS, FlightsOptions
-from elastorm.runtime.files import write_json_atomic  # noqa: F401 (re-exported)
+from elastorm.files import write_json_atomic  # noqa: F401 (re-exported)
 
 OUTPUT_DIR_KEY = TopologyConfig.key("output_dir")
 COUNTS_CHECK_EVERY = 4096  # tuples between clock reads when no tick arrives

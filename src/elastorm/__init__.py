@@ -7,12 +7,15 @@ What a user imports (``from elastorm import ...``):
 * :class:`ElasticTopology`, :func:`keyed`: a streamparse topology whose keyed inputs
   elastorm wires (``elastorm.storm.topology``).
 
-Layout: ``core`` (sans-IO: key groups, routing, state, the migration protocols;
-imports no adapter), ``controller`` (placement, adaptation, recovery planners and
-the controller bolt), ``zk`` (ZooKeeper), ``storm`` (Storm adapters), ``runtime``
-(the ``elastorm`` command), ``jobs`` (the offline Spark job), ``examples`` (the
-pure parts of the example jobs). The names below load on first use, so importing
-``elastorm.core`` never pulls in Storm.
+Layers, bottom to top (imports point down only; the ``layers`` contract of
+import-linter in ``pyproject.toml`` checks it in CI): ``core`` (sans-IO: key groups,
+routing, state, the migration protocols); ``replication``, ``config``, ``files``,
+``errors`` (pure models, the one typed configuration, small helpers);
+``controller`` (the pure planners and the decision loop: no I/O); ``zk``
+(ZooKeeper adapters); ``storm`` (streamparse adapters, the controller bolt and its
+runtime); ``runtime`` and ``jobs`` (the ``elastorm`` command, the offline Spark
+job); ``dashboard`` (the live page). The names below load on first use, so
+importing ``elastorm.core`` never pulls in Storm.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from elastorm.config import TopologyConfig
+from elastorm.errors import UserError
 from elastorm.runtime.drivers import ElasticFlightsDriver
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.flights_results import read_results
 from elastorm.runtime.join_driver import JoinWindowDriver, read_join_sink
 from elastorm.runtime.outcome import Outcome
@@ -526,7 +526,7 @@ class SupervisorLossDriver(NodeLossDriver):
         self.killed: list[str] = []
 
     def options(self, output_dir: str) -> dict[str, object]:
-        from elastorm.controller.loop import node_name
+        from elastorm.controller.model import node_name
 
         self.output_dir = output_dir
         zones = {node_name(i): "rack" for i in range(1, self.lose + 1)} if self.lose > 1 else {}
@@ -759,7 +759,7 @@ class JoinSupervisorLossDriver(JoinWindowDriver):
 
     def options(self, output_dir: str) -> dict[str, object]:
         from elastorm.config import ControllerConfig
-        from elastorm.controller.loop import node_name
+        from elastorm.controller.model import node_name
 
         zones = {node_name(i): "rack" for i in range(1, self.lose + 1)}
         return (

@@ -23,6 +23,7 @@ import pytest
 
 from elastorm.core.correlation_artifact import decode_artifact
 from elastorm.core.keygroups import key_group
+from elastorm.errors import UserError
 from elastorm.jobs.correlation import (
     JobConfig,
     OperatorInput,
@@ -32,7 +33,6 @@ from elastorm.jobs.correlation import (
     spark_session,
 )
 from elastorm.jobs.tuple_log import TupleLogWriter
-from elastorm.runtime.errors import UserError
 
 pytestmark = pytest.mark.integration
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -13,11 +13,11 @@ import time
 import pytest
 from shared_cluster import cluster_up
 
+from elastorm.errors import UserError
 from elastorm.runtime import cli, nimbus
 from elastorm.runtime.cluster import down, status
 from elastorm.runtime.config import env_nimbus
 from elastorm.runtime.drivers import ElasticFlightsDriver, FlightsDriver, SmokeDriver
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.run import run_topology
 from elastorm.runtime.storm_home import ensure_storm_home
 from elastorm.runtime.topology_jar import build_topology_jar

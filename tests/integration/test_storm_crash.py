@@ -61,7 +61,7 @@ def _controller_pids(home: str) -> set[int]:
     import subprocess
 
     out = subprocess.run(
-        ["pgrep", "-f", "elastorm.controller.bolt.MigrationControllerBolt"],
+        ["pgrep", "-f", "elastorm.storm.controller_bolt.MigrationControllerBolt"],
         capture_output=True,
         text=True,
     ).stdout

@@ -239,7 +239,7 @@ def test_flights_topology_config_is_checked_when_loaded(monkeypatch) -> None:
 
 
 def test_drivers_options_are_checked_before_submit() -> None:
-    from elastorm.runtime.errors import UserError
+    from elastorm.errors import UserError
     from elastorm.runtime.run import checked_options
 
     assert checked_options({"elastorm.flights.limit": 5}) == {"elastorm.flights.limit": 5}

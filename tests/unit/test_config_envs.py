@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from project_copy import PROJECT, copy_project, edit_config
 
+from elastorm.errors import UserError
 from elastorm.runtime import cli
 from elastorm.runtime.config import check_envs, load_config
-from elastorm.runtime.errors import UserError
 
 
 @pytest.fixture

@@ -337,13 +337,13 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
     ties split them between node0 and node2)."""
     import numpy as np
 
-    from elastorm.controller.runtime import _load_prior
     from elastorm.core.correlation_artifact import (
         CorrelationArtifact,
         OperatorStats,
         encode_artifact,
         pearson_from_loads,
     )
+    from elastorm.storm.controller_runtime import _load_prior
 
     t = np.arange(50, dtype=float)
     loads = np.column_stack([100 - t] * G + [t] * G) + np.random.default_rng(3).normal(
@@ -446,7 +446,7 @@ def test_the_metrics_file_carries_the_correlations_and_the_score_against_theta()
     import json
     import math
 
-    from elastorm.controller.runtime import allocation_summary
+    from elastorm.storm.controller_runtime import allocation_summary
 
     loop, rounds = run("correlated")
     out = allocation_summary(loop, rounds[-1].view)

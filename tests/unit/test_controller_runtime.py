@@ -7,11 +7,11 @@ from types import MappingProxyType
 
 from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
 from elastorm.controller.model import Allocation, KeyGroupId
-from elastorm.controller.runtime import ControllerRuntime, holders_allocation, resume
 from elastorm.core.actions import CheckpointStored, Send
 from elastorm.core.control import MigrationController
 from elastorm.core.messages import Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
+from elastorm.storm.controller_runtime import ControllerRuntime, holders_allocation, resume
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.store import Decisions, StoreError, StoreStatus
 

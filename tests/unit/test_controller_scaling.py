@@ -9,7 +9,7 @@ import random
 import pytest
 
 from elastorm.controller.adaptation import Move, MoveReason, Protocol
-from elastorm.controller.loop import ControllerLoop, LoopSettings, NodeState, Placement
+from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
 from elastorm.controller.model import (
     ClusterView,
     ControllerModelError,
@@ -17,6 +17,7 @@ from elastorm.controller.model import (
     KeyGroupId,
     KeyGroupInfo,
     NodeInfo,
+    NodeState,
     TaskIdentity,
     TaskRecord,
 )
@@ -339,8 +340,8 @@ def test_provisioner_spec_is_checked(tmp_path) -> None:
     import dataclasses
     from pathlib import Path
 
+    from elastorm.errors import UserError
     from elastorm.runtime.config import load_config
-    from elastorm.runtime.errors import UserError
     from elastorm.runtime.provision import CommandProvisioner, LocalSupervisors, provisioner
 
     cfg = dataclasses.replace(
@@ -431,7 +432,7 @@ def test_scale_hint_wants_a_node_only_when_overload_cannot_be_shed_and_fewer_whe
 
 
 def test_autoscaler_acts_on_a_hint_that_holds_and_not_more_often_than_the_cooldown() -> None:
-    from elastorm.runtime.errors import UserError
+    from elastorm.errors import UserError
     from elastorm.runtime.scale import Autoscaler, Progress
 
     def p(want, binding=("s0", "s1", None), **busy) -> Progress:
@@ -469,7 +470,7 @@ class _FakeZk:
 
 
 def test_plan_scale_checks_the_node_count_before_asking_the_provisioner() -> None:
-    from elastorm.runtime.errors import UserError
+    from elastorm.errors import UserError
     from elastorm.runtime.scale import plan_scale
     from elastorm.zk.layout import ZnodeLayout
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from elastorm.errors import UserError
 from elastorm.jobs.correlation import JobConfig, OperatorInput, parse_input_spec
 from elastorm.runtime.cli import build_parser, main
-from elastorm.runtime.errors import UserError
 
 
 def test_spec_parsing_with_defaults():

@@ -66,7 +66,7 @@ def test_a_node_the_controller_drains_shows_draining_with_its_name_then_alive_ag
     assert _node(build_view(s, tracker), "node1")["state"] == "alive"
 
 
-def test_a_released_node_unbound_in_the_same_read_is_still_drained_as_its_logical_node():
+def test_a_released_node_unbound_in_the_same_read_is_still_drained_as_its_node_name():
     """On a quiet machine the scheduler unbinds a released node before the dashboard's
     next read: the event must still name node1, not the supervisor (fresh-clone CI at
     3ef977b waited 240 s for ``node drained`` on node2 and never saw it)."""

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import elastorm.controller.bolt as bolt_module
-from elastorm.controller.bolt import MigrationControllerBolt
+import elastorm.storm.controller_bolt as bolt_module
 from elastorm.controller.failures import FailureDetector
 from elastorm.core.actions import CheckpointStored
 from elastorm.core.messages import Migrate, PeerDown, Protocol, SetHolder
+from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.view import TaskJoined, TaskLeft
 

@@ -17,12 +17,17 @@ Rules:
    ``bolts`` or ``spouts`` (they are not in the wheel);
 4. no module of ``elastorm.jobs`` or ``elastorm.examples`` (the offline jobs, and
    the flights row schema shared with the Storm side) reaches ``streamparse`` or
-   ``pystorm``, either directly or through other modules of ``src/``.
+   ``pystorm``, either directly or through other modules of ``src/``;
+5. no two packages of ``elastorm`` import each other (``mutual_packages``), and the
+   layer order of ``pyproject.toml``'s import-linter contract holds (``lint-imports``,
+   run here so that CI checks it; ``python -m tests.unit.test_import_graph`` prints the
+   package-level import counts).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -226,6 +231,37 @@ def storm_paths(graph: Graph, package: str) -> list[str]:
     return found
 
 
+def package_of(module: str) -> str:
+    """The part of ``elastorm`` a module belongs to: its subpackage, or itself for a
+    top-level module (``elastorm.config``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_imports(graph: Graph, library: str = LIBRARY) -> dict[tuple[str, str], int]:
+    """How many imports go from each part of ``library`` to each other part."""
+    counts: dict[tuple[str, str], int] = {}
+    for module in graph.files:
+        if not _in(module, library) or module == library:
+            continue
+        for i in graph.imports[module]:
+            if i.target is None or not _in(i.target, library) or i.target == library:
+                continue
+            pair = (package_of(module), package_of(i.target))
+            if pair[0] != pair[1]:
+                counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def mutual_packages(graph: Graph, library: str = LIBRARY) -> list[str]:
+    """Each pair of parts of ``library`` that import each other, with both counts."""
+    counts = package_imports(graph, library)
+    return [
+        f"{a} <-> {b} ({n} and {counts[(b, a)]} imports)"
+        for (a, b), n in sorted(counts.items())
+        if a < b and (b, a) in counts
+    ]
+
+
 @pytest.fixture(scope="module")
 def graph() -> Graph:
     return build_graph(SRC)
@@ -253,6 +289,25 @@ def test_the_library_never_imports_the_example_project(graph: Graph) -> None:
 @pytest.mark.parametrize("package", OFFLINE)
 def test_offline_jobs_never_reach_streamparse_or_pystorm(graph: Graph, package: str) -> None:
     assert storm_paths(graph, package) == []
+
+
+def test_no_two_packages_of_the_library_import_each_other(graph: Graph) -> None:
+    assert mutual_packages(graph) == []
+
+
+def test_the_layers_contract_holds() -> None:
+    # import-linter's ``layers`` contract (pyproject.toml), on the source tree.
+    lint = Path(sys.executable).parent / "lint-imports"
+    done = subprocess.run(
+        [str(lint), "--config", str(SRC.parent / "pyproject.toml"), "--no-cache"],
+        cwd=SRC.parent,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 kept, 0 broken" in done.stdout
 
 
 def test_flights_schema_is_pure(graph: Graph) -> None:
@@ -341,3 +396,37 @@ def test_core_and_jobs_rules_catch_indirect_and_nested_imports(tmp_path: Path) -
     assert storm_paths(graph, "jobs") == [
         "jobs.offline reaches Storm: jobs.offline -> bolts.x -> streamparse (line 1)"
     ]
+
+
+def test_mutual_packages_are_found_and_counted(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "elastorm/__init__.py": "",
+            "elastorm/config.py": "",
+            "elastorm/zk/__init__.py": "",
+            "elastorm/zk/a.py": "from elastorm.ctl.b import X\nfrom elastorm import config\n",
+            "elastorm/ctl/__init__.py": "",
+            "elastorm/ctl/b.py": "X = 1\ndef f():\n    from elastorm.zk import a\n",
+            "elastorm/ctl/c.py": "from elastorm.config import Y\n",
+        },
+    )
+    graph = build_graph(root)
+    assert package_imports(graph) == {
+        ("elastorm.zk", "elastorm.ctl"): 1,
+        ("elastorm.zk", "elastorm.config"): 1,
+        ("elastorm.ctl", "elastorm.zk"): 1,
+        ("elastorm.ctl", "elastorm.config"): 1,
+    }
+    assert mutual_packages(graph) == ["elastorm.ctl <-> elastorm.zk (1 and 1 imports)"]
+
+
+if __name__ == "__main__":
+    # The package-level import counts and the mutual pairs (target: none).
+    g = build_graph(SRC)
+    for (a, b), n in sorted(package_imports(g).items()):
+        print(f"{a:24} -> {b:24} {n:3}")
+    pairs = mutual_packages(g)
+    print(f"package pairs importing each other: {len(pairs)}")
+    for line in pairs:
+        print("  " + line)

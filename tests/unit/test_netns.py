@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from elastorm.errors import UserError
 from elastorm.runtime import netns
 from elastorm.runtime.cluster import (
     Addresses,
@@ -20,7 +21,6 @@ from elastorm.runtime.cluster import (
     up,
 )
 from elastorm.runtime.config import load_config
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.services import LOOPBACK, daemon_command, zookeeper_daemon
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -192,7 +192,7 @@ def test_a_standby_reports_once_that_it_shares_its_leaders_worker(standby, caplo
         controller="controller-3", host=socket.gethostname(), pid=1, worker=os.getppid()
     )
     bolt.workers = 4
-    with caplog.at_level("ERROR", logger="elastorm.controller.bolt"):
+    with caplog.at_level("ERROR", logger="elastorm.storm.controller_bolt"):
         bolt.tick(1.0)
         bolt.tick(2.0)
     shared = [r for r in caplog.records if "share worker" in r.getMessage()]

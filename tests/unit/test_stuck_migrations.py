@@ -237,7 +237,7 @@ def test_no_zookeeper_at_start_is_an_error_not_a_first_start(monkeypatch) -> Non
 
 
 def test_migrate_against_a_killed_topology_refuses_at_once_and_requests_nothing() -> None:
-    from elastorm.runtime.errors import UserError
+    from elastorm.errors import UserError
     from elastorm.runtime.migrate import request_migration
 
     class DeadTopologyZk(FlakyZk):

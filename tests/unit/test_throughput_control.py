@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from elastorm.examples.throughput_control import POLL_SECS, RateControl
-from elastorm.runtime.files import write_json_atomic
+from elastorm.files import write_json_atomic
 
 
 def test_unpaced_until_the_driver_asks_then_due_counts_from_the_change(tmp_path):

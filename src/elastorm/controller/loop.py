@@ -61,9 +61,12 @@ from elastorm.controller.model import (
     ControllerModelError,
     KeyGroupId,
     KeyGroupInfo,
+    MigrationEnded,
     NodeId,
     NodeInfo,
+    NodeState,
     TaskRecord,
+    node_name,
 )
 from elastorm.controller.recovery import RecoveryPlan, plan_recovery
 from elastorm.controller.replication import (
@@ -101,11 +104,6 @@ _FROM_WIRE = {
     Protocol.CPA: MoveProtocol.CPA,
     Protocol.CPAL: MoveProtocol.CPAL,
 }
-
-
-def node_name(index: int) -> NodeId:
-    """The logical node hosting the ``index``-th task of each keyed operator."""
-    return f"node{index}"
 
 
 @dataclass(frozen=True)
@@ -473,15 +471,6 @@ def recovery_view(
 
 
 @dataclass(frozen=True, kw_only=True)
-class NodeState:
-    """Which logical nodes the scheduler runs on live nodes (``active``) and which of
-    those are being emptied (``draining``); the rest are idle."""
-
-    active: frozenset[NodeId]
-    draining: frozenset[NodeId] = frozenset()
-
-
-@dataclass(frozen=True, kw_only=True)
 class RescaleRound:
     """What one rescale round decided: the planner's ``step``, the moves started now
     (bounded and disjoint, see ``concurrent_moves``) and the commands."""
@@ -500,40 +489,6 @@ class _Started:
 ENDED_KEPT = 20
 """Ended migrations kept per operator for the published status (the dashboard reads
 them every 0.5 s, so it sees each one while at most this many end in between)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class MigrationEnded:
-    """A migration (or restore) both of whose ends reported done, as the controller
-    publishes it: ``pause`` is the one its target measured (None if it reported none),
-    ``completion`` the time from the order to both ends done, ``by`` who ordered it
-    (``controller``: the loop's own moves and restores; ``request``: any other, i.e.
-    ``elastorm migrate`` and the dashboard's form)."""
-
-    operator: str
-    key_group: int
-    epoch: int
-    protocol: Protocol
-    source: int | None
-    target: int
-    at: float
-    completion: float
-    pause: float | None
-    by: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The published form (``controller/status/<operator>``'s ``ended`` list)."""
-        return {
-            "key_group": self.key_group,
-            "epoch": self.epoch,
-            "protocol": self.protocol.value,
-            "source": self.source,
-            "target": self.target,
-            "at": round(self.at, 3),
-            "completion": round(self.completion, 4),
-            "pause": None if self.pause is None else round(self.pause, 4),
-            "by": self.by,
-        }
 
 
 class ControllerLoop:

@@ -16,6 +16,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
+
+from elastorm.core.messages import Protocol
 
 NodeId = str
 
@@ -389,3 +392,51 @@ class TaskRecord:
     @property
     def node_id(self) -> NodeId:
         return self.identity.node_id
+
+
+def node_name(index: int) -> NodeId:
+    """The logical node hosting the ``index``-th task of each keyed operator."""
+    return f"node{index}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeState:
+    """Which logical nodes the scheduler runs on live nodes (``active``) and which of
+    those are being emptied (``draining``); the rest are idle."""
+
+    active: frozenset[NodeId]
+    draining: frozenset[NodeId] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MigrationEnded:
+    """A migration (or restore) both of whose ends reported done, as the controller
+    publishes it: ``pause`` is the one its target measured (None if it reported none),
+    ``completion`` the time from the order to both ends done, ``by`` who ordered it
+    (``controller``: the loop's own moves and restores; ``request``: any other, i.e.
+    ``elastorm migrate`` and the dashboard's form)."""
+
+    operator: str
+    key_group: int
+    epoch: int
+    protocol: Protocol
+    source: int | None
+    target: int
+    at: float
+    completion: float
+    pause: float | None
+    by: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The published form (``controller/status/<operator>``'s ``ended`` list)."""
+        return {
+            "key_group": self.key_group,
+            "epoch": self.epoch,
+            "protocol": self.protocol.value,
+            "source": self.source,
+            "target": self.target,
+            "at": round(self.at, 3),
+            "completion": round(self.completion, 4),
+            "pause": None if self.pause is None else round(self.pause, 4),
+            "by": self.by,
+        }

@@ -34,11 +34,6 @@ class ScalingError(ValueError):
     """A scaling request that cannot be carried out (names what is wrong)."""
 
 
-def logical_node(index: int) -> NodeId:
-    """Logical node ``index``: the ``index``-th task of every keyed operator."""
-    return f"node{index}"
-
-
 # -- the node set: what people and the controller ask of the scheduler -----------------
 @dataclass(frozen=True, kw_only=True)
 class NodeSet:

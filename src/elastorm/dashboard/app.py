@@ -32,7 +32,7 @@ from elastorm.controller.requests import HOLDER, MigrationRequest, RequestError
 from elastorm.core.messages import Protocol
 from elastorm.dashboard.metrics import render
 from elastorm.dashboard.source import DashboardSource
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 from elastorm.runtime.provision import NodeProvisioner
 from elastorm.runtime.scale import carry_out, finish_drain, plan_scale, request_drain
 from elastorm.zk.layout import ZnodeLayout

@@ -20,7 +20,7 @@ from typing import Any
 
 from elastorm.controller.scaling import Binding, RescaleProgress
 from elastorm.dashboard.view import Snapshot, Tracker, build_view
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.reader import (

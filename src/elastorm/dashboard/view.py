@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastorm.controller.model import Allocation, KeyGroupId, TaskRecord
+from elastorm.controller.model import Allocation, KeyGroupId, TaskRecord, node_name
 from elastorm.controller.requests import MigrationRequest
-from elastorm.controller.scaling import Binding, RescaleProgress, logical_node
+from elastorm.controller.scaling import Binding, RescaleProgress
 from elastorm.core.routing import RoutingTable
 
 SUSPECT_AFTER = 3.0
@@ -269,7 +269,7 @@ class Tracker:
 def node_names(binding: Binding) -> dict[str, str]:
     """Logical node (``node<i>``, as the tasks report it) -> the named node the elastic
     scheduler bound it to; unbound logical nodes are left out."""
-    return {logical_node(i): name for i, name in enumerate(binding.nodes) if name is not None}
+    return {node_name(i): name for i, name in enumerate(binding.nodes) if name is not None}
 
 
 def _ordered_protocols(metrics: Mapping[str, Any] | None) -> dict[tuple[str, int], str]:
@@ -466,7 +466,7 @@ def finite(value: Any) -> Any:
 def allocation_view(snap: Snapshot) -> dict[str, Any] | None:
     """The correlations the checkpoint allocation works from and its score against
     theta, as the controller published them in ``controller-metrics.json`` (see
-    ``elastorm.controller.runtime.allocation_summary``); None without that file."""
+    ``elastorm.storm.controller_runtime.allocation_summary``); None without that file."""
     cm = snap.controller_metrics or {}
     summary = cm.get("allocation")
     if not isinstance(summary, dict):

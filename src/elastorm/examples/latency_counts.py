@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 
-from elastorm.runtime.files import write_json_atomic
+from elastorm.files import write_json_atomic
 
 TOP_MS = 2000.0  # 2 s and above share the last bucket
 SECONDS_KEPT = 120  # per-second maxima kept (and written)

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from elastorm.runtime.files import write_json_atomic
+from elastorm.files import write_json_atomic
 
 CONTROL_FILE = "synthetic-control.json"
 

@@ -42,7 +42,7 @@ from elastorm.core.correlation_artifact import (  # noqa: E402
     encode_artifact,
     pearson_from_loads,
 )
-from elastorm.runtime.errors import UserError  # noqa: E402
+from elastorm.errors import UserError  # noqa: E402
 
 log = logging.getLogger("elastorm.correlate")
 

@@ -6,8 +6,8 @@ import argparse
 import shutil
 
 from elastorm.config import TopologyConfig
+from elastorm.errors import UserError
 from elastorm.runtime.config import check_storm_versions, env_nimbus, load_config
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.services import port_open, zookeeper_ok
 from elastorm.storm.wire import EncodingUnavailable, require_encoding
 

@@ -17,7 +17,7 @@ import logging
 import sys
 import traceback
 
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = (
@@ -28,7 +28,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.options_cmd",
     "elastorm.runtime.migrate_cmd",
     "elastorm.runtime.scale_cmd",
-    "elastorm.runtime.dashboard_cmd",
+    "elastorm.dashboard.cli",
     "elastorm.jobs.correlation_cmd",
 )
 

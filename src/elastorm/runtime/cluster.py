@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from thriftpy2.transport import TTransportException
 
+from elastorm.errors import UserError
 from elastorm.runtime import netns
 from elastorm.runtime.config import ElastormConfig, env_nimbus
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.services import (
     LOOPBACK,
     Daemon,

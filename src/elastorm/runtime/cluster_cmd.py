@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from elastorm.errors import UserError
 from elastorm.runtime.cluster import CLUSTER_ENV, down, node_of_port, status, up
 from elastorm.runtime.config import env_nimbus, load_config
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.nimbus import executor_nodes
 
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 
 #: The Maven sources of the JVM side (poms, LocalRunner, the multilang serializer),
 #: shipped inside the package; ``elastorm setup`` builds them into ``<home>/jvm``.

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from elastorm.config import TopologyConfig
+from elastorm.errors import UserError
 from elastorm.examples.options import FlightsOptions, SmokeOptions
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
 from elastorm.runtime.shift_driver import FlightsLoadDriver, ShiftDriver
 

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from elastorm.config import TopologyConfig
+from elastorm.errors import UserError
 from elastorm.examples.options import FlightsOptions
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
 
 SETTLE_SECS = 20.0  # after the input ends, how long totals may stay short of the reference

@@ -18,8 +18,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from elastorm.errors import UserError
 from elastorm.runtime.config import ElastormConfig, env_nimbus
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.services import (
     LOOPBACK,
     Daemon,

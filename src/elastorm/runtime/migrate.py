@@ -14,7 +14,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.requests import MigrationRequest, RequestError, RequestState
 from elastorm.core.messages import Protocol
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.requests import (

@@ -28,8 +28,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastorm.errors import UserError
 from elastorm.runtime.config import ElastormConfig
-from elastorm.runtime.errors import UserError
 
 log = logging.getLogger(__name__)
 

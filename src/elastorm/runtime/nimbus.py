@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ import subprocess
 from collections.abc import Sequence
 from typing import Protocol
 
+from elastorm.errors import UserError
 from elastorm.runtime.cluster import CLUSTER_ENV, node_name, supervisor_daemon
 from elastorm.runtime.config import ElastormConfig, env_nimbus
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.nimbus import cluster_summary
 from elastorm.runtime.services import running_pid, start, stop, wait_until
 

@@ -13,11 +13,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from elastorm.config import ConfigError, check_conf
+from elastorm.errors import UserError
 from elastorm.examples.options import EXAMPLE_SECTIONS
 from elastorm.runtime import nimbus
 from elastorm.runtime.config import ElastormConfig, env_nimbus
 from elastorm.runtime.drivers import FlightsDriver, SmokeDriver
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.local import LOCAL_ENV, local_cluster
 from elastorm.runtime.outcome import Outcome
 from elastorm.runtime.storm_home import ensure_storm_home

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 
+from elastorm.controller.model import node_name
 from elastorm.controller.scaling import (
     NodeSet,
     ScaleChange,
@@ -22,10 +23,9 @@ from elastorm.controller.scaling import (
     active_names,
     check_target,
     drain,
-    logical_node,
     scale_to,
 )
-from elastorm.runtime.errors import UserError
+from elastorm.errors import UserError
 from elastorm.runtime.provision import NodeProvisioner
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import controller_alive, read_status
@@ -83,7 +83,7 @@ def progress(client: KazooClient, layout: ZnodeLayout) -> Progress:
         for owner in status["owners"]:
             index = tasks.index(owner)
             name = binding.nodes[index] if index < len(binding.nodes) else None
-            key = name or f"{logical_node(index)} (idle)"
+            key = name or f"{node_name(index)} (idle)"
             owned.setdefault(key, {}).setdefault(op, 0)
             owned[key][op] += 1
     rescale = read_rescale(client, layout)

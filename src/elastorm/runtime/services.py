@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastorm.errors import UserError
 from elastorm.runtime import netns
 from elastorm.runtime.config import ElastormConfig
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.storm_home import classpath
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
+from elastorm.errors import UserError
 from elastorm.examples.options import FlightsLoadOptions, ShiftOptions
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
 
 

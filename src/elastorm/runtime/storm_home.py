@@ -19,8 +19,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from elastorm.errors import UserError
 from elastorm.runtime.config import JVM_SOURCES, ElastormConfig, check_storm_versions
-from elastorm.runtime.errors import UserError
 
 log = logging.getLogger(__name__)
 

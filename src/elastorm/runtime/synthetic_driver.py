@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastorm.config import TopologyConfig
+from elastorm.errors import UserError
 from elastorm.examples.options import SyntheticOptions
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.outcome import Outcome, Progress
 
 OPERATOR = "counter"

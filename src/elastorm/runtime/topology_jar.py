@@ -19,8 +19,8 @@ import zipfile
 from pathlib import Path
 
 import elastorm
+from elastorm.errors import UserError
 from elastorm.runtime.config import ElastormConfig
-from elastorm.runtime.errors import UserError
 
 MANIFEST = "Manifest-Version: 1.0\nCreated-By: elastorm\n\n"
 

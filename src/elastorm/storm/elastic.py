@@ -22,7 +22,7 @@ return become emits:
   the keyed tasks never block on it;
 * keyed tasks report to the controller on ``elastorm_reports`` (checkpoint stored,
   migration done, aborted, holder lost);
-* the controller (one task, ``elastorm.controller.bolt.MigrationControllerBolt``)
+* the controller (one task, ``elastorm.storm.controller_bolt.MigrationControllerBolt``)
   reads migration requests from ZooKeeper, orders them through
   ``elastorm.core.control.MigrationController`` and sends the commands on
   ``elastorm``.
@@ -197,7 +197,7 @@ def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int])
 def task_zones(config: TopologyConfig, tasks: Iterable[int]) -> list[str]:
     """The fault zone of each task of a keyed operator, by id: node ``i``'s zone from
     ``elastorm.fault_zones``, else the node itself (one zone per node)."""
-    from elastorm.controller.loop import node_name
+    from elastorm.controller.model import node_name
 
     names = [node_name(i) for i in range(len(set(tasks)))]
     return [config.fault_zones.get(n, n) for n in names]
@@ -531,7 +531,7 @@ class KeyedOperator(_Sending):
     clock: Callable[[], float] = staticmethod(time.monotonic)
 
     def setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
-        from elastorm.controller.loop import node_name
+        from elastorm.controller.model import node_name
         from elastorm.zk.requests import task_start
 
         use_elastorm_wire(self, conf)

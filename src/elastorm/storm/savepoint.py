@@ -19,7 +19,7 @@ import json
 import os
 
 from elastorm.core.migration.coordinator import TaskCoordinator
-from elastorm.runtime.files import write_json_atomic
+from elastorm.files import write_json_atomic
 
 
 def group_path(directory: str, operator: str, key_group: int) -> str:

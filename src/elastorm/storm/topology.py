@@ -36,7 +36,7 @@ from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
 from elastorm.config import ConfigError, TopologyConfig
-from elastorm.controller.bolt import MigrationControllerBolt
+from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
     CONTROLLER_COMPONENT,

@@ -32,7 +32,7 @@ from elastorm.zk.codec import ZnodeSchemaError, decode_routing
 from elastorm.zk.layout import ZnodeLayout, zk_settings
 
 if TYPE_CHECKING:
-    from elastorm.controller.loop import MigrationEnded
+    from elastorm.controller.model import MigrationEnded
 
 log = logging.getLogger(__name__)
 

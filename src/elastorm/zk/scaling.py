@@ -16,8 +16,7 @@ from collections.abc import Callable, Iterable
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from elastorm.controller.loop import NodeState
-from elastorm.controller.model import NodeId
+from elastorm.controller.model import NodeId, NodeState, node_name
 from elastorm.controller.scaling import (
     Binding,
     NodeSet,
@@ -27,7 +26,6 @@ from elastorm.controller.scaling import (
     decode_node_set,
     decode_rescale,
     encode_node_set,
-    logical_node,
     release,
 )
 from elastorm.zk.layout import ZnodeLayout
@@ -119,7 +117,7 @@ class NodeWatch:
             return
         now = self._clock() if self._clock else 0.0
         for i, name in enumerate(binding.nodes):
-            node = logical_node(i)
+            node = node_name(i)
             before = self.binding.nodes[i] if i < len(self.binding.nodes) else None
             if name != before or node not in self.bound_at:
                 self.bound_at[node] = now
@@ -127,7 +125,7 @@ class NodeWatch:
             log.info("scheduler binding: %s", binding.nodes)
         if self.first is None and binding.bound:
             self.first = frozenset(
-                logical_node(i) for i, n in enumerate(binding.nodes) if n is not None
+                node_name(i) for i, n in enumerate(binding.nodes) if n is not None
             )
         self.binding = binding
 
@@ -159,7 +157,7 @@ class NodeWatch:
             return None
         active, draining = set(), set()
         for i, name in enumerate(self.binding.nodes):
-            node = logical_node(i)
+            node = node_name(i)
             if name is None:
                 continue
             if name in self.nodes.draining:

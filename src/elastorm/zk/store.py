@@ -12,7 +12,7 @@ allocation and active replicas, with leader election and fencing.
   in memory (latest value per znode) and flushed, in one transaction, when it is
   back. A command that acts on a decision is sent only once ``flush`` says the
   decision is in ZooKeeper (write-ahead for what is acted on; see
-  ``elastorm.controller.runtime``).
+  ``elastorm.storm.controller_runtime``).
 """
 
 from __future__ import annotations

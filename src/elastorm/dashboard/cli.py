@@ -7,8 +7,8 @@ import logging
 import os
 import secrets
 
+from elastorm.errors import UserError
 from elastorm.runtime.config import env_nimbus, load_config
-from elastorm.runtime.errors import UserError
 from elastorm.runtime.provision import provisioner
 
 log = logging.getLogger(__name__)

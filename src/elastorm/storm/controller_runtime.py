@@ -33,7 +33,7 @@ from elastorm.controller.loop import (
 from elastorm.controller.model import Allocation, ClusterView, ControllerModelError, KeyGroupId
 from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
-from elastorm.runtime.files import write_json_atomic
+from elastorm.files import write_json_atomic
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import LeaderInfo
 from elastorm.zk.layout import ZnodeLayout, zk_settings

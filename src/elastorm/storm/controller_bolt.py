@@ -29,7 +29,6 @@ from streamparse import Bolt
 from elastorm.config import TopologyConfig
 from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop
-from elastorm.controller.runtime import ControllerRuntime, log_move, make_loop
 from elastorm.controller.standby import (
     Leadership,
     Restarted,
@@ -48,6 +47,7 @@ from elastorm.core.actions import (
 )
 from elastorm.core.control import MigrationController, MigrationRefused
 from elastorm.core.messages import PeerDown, UpstreamRecovery
+from elastorm.storm.controller_runtime import ControllerRuntime, log_move, make_loop
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     REPORTS,
@@ -80,7 +80,7 @@ class MigrationControllerBolt(_Sending, Bolt):
     A keyed task that restarted empty is recovered by the loop
     (:meth:`ControllerLoop.recover`: ``plan_recovery`` decides, the operator's
     ``MigrationController`` carries it out). Its
-    :class:`~elastorm.controller.runtime.ControllerRuntime` loads an earlier
+    :class:`~elastorm.storm.controller_runtime.ControllerRuntime` loads an earlier
     controller's decisions before any of this, persists every decision before the
     commands acting on it are sent, and, with ``elastorm.controller.adapt`` or a
     ``strategy`` set, runs the loop's rounds on the keyed tasks' heartbeats.
