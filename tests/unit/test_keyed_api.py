@@ -183,11 +183,30 @@ def test_wiring_adds_router_relay_controller_and_direct_streams() -> None:
     assert router[("words", "default")].fields == ["word"]
     assert {("relay", STREAM), ("controller", STREAM)} <= set(router)
     assert set(inputs("relay")) == {("counts", "elastorm_relay")}
+    # The JVM relay: one lane per sender (its FIFO kept), as many tasks as counts has.
+    assert inputs("relay")[("counts", "elastorm_relay")].fields == ["sender"]
+    assert bolts["relay"].common.parallelism_hint == 3
+    assert bolts["relay"].bolt_object.java_object.full_class_name == "elastorm.jvm.RelayBolt"
     assert set(inputs("controller")) == {("counts", "elastorm_reports")}
     assert bolts["counts_router"].common.parallelism_hint == 2
     assert topology.config["elastorm.operators"] == {"counts": ["counts_router"]}
     assert '"elastorm.router.keys": {"words:default": 0}' in bolts["counts_router"].common.json_conf
     assert topology.config["elastorm.key_groups"] == 12
+
+
+def test_the_relay_tasks_option_sets_the_relays_parallelism() -> None:
+    class Narrow(ElasticTopology):
+        config = {"elastorm.relay_tasks": 1}
+        words = Words.spec()
+        counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
+
+    assert Narrow.thrift_bolts["relay"].common.parallelism_hint == 1
+    with pytest.raises(WiringError, match="elastorm.relay_tasks"):
+
+        class Bad(ElasticTopology):
+            config = {"elastorm.relay_tasks": 0}
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
 
 
 def test_sparse_finds_the_users_topology_not_the_base(tmp_path) -> None:

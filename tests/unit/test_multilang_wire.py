@@ -152,17 +152,21 @@ def test_an_elastic_topology_starts_every_python_component_with_its_encoding():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     topology = module.ThroughputElasticJson
-    scripts = [b.bolt_object.shell.script for b in topology.thrift_bolts.values()]
+    shells = [b.bolt_object.shell for b in topology.thrift_bolts.values()]
+    scripts = [s.script for s in shells if s is not None]
     scripts += [s.spout_object.shell.script for s in topology.thrift_spouts.values()]
-    assert len(scripts) == 5  # spout, router, counter, relay, controller
+    assert len(scripts) == 4  # spout, router, counter, controller (the relay is in the JVM)
     assert all(script.startswith("-s json ") for script in scripts)
+    relay = topology.thrift_bolts["relay"].bolt_object
+    assert relay.shell is None and relay.java_object.full_class_name == "elastorm.jvm.RelayBolt"
     default = importlib.util.spec_from_file_location(
         "throughput_elastic", path.with_name("throughput_elastic.py")
     )
     module = importlib.util.module_from_spec(default)
     default.loader.exec_module(module)
     bolts = module.ThroughputElastic.thrift_bolts.values()
-    assert all(b.bolt_object.shell.script.startswith("-s msgpack ") for b in bolts)
+    shells = [b.bolt_object.shell for b in bolts if b.bolt_object.shell is not None]
+    assert len(shells) == 3 and all(s.script.startswith("-s msgpack ") for s in shells)
 
 
 def test_the_encoding_is_one_of_pystorms_serializers():
@@ -184,7 +188,6 @@ def test_a_missing_msgpack_is_a_clear_error_at_submit_and_at_start(monkeypatch) 
     from streamparse import Spout
 
     from elastorm import ElasticTopology, KeyedBolt, keyed
-    from elastorm.storm.elastic import RelayBolt
     from elastorm.storm.keyed_bolt import KeyRouter
     from elastorm.storm.topology import WiringError
     from elastorm.storm.wire import EncodingUnavailable, require_encoding
@@ -203,7 +206,7 @@ def test_a_missing_msgpack_is_a_clear_error_at_submit_and_at_start(monkeypatch) 
     start(KeyRouter, "msgpack")
     monkeypatch.setitem(sys.modules, "msgpack", None)  # import msgpack now fails
     require_encoding("json")
-    for cls in (KeyRouter, RelayBolt, Count):
+    for cls in (KeyRouter, Count):
         with pytest.raises(EncodingUnavailable, match="cannot import msgpack.*or set the option"):
             start(cls, "msgpack")
         start(cls, "json")

@@ -7,10 +7,10 @@ it is installed: a wheel in site-packages or this checkout) and every top-level
 package or module under the project's own ``src/`` (streamparse's layout:
 ``src/bolts``, ``src/spouts``, ...). The only Java inside is
 ``elastorm.jvm.MultilangSerializer`` (with its ``MsgpackCodec`` and the classes of
-``org.msgpack:msgpack-core``) and ``elastorm.jvm.TaskFieldGrouping``
-(``elastorm/jvm/multilang``, built by ``elastorm setup``); config.json names the
-serializer as ``topology.multilang.serializer``: Storm 2.8's own serializer breaks
-direct emits from Python.
+``org.msgpack:msgpack-core``), ``elastorm.jvm.TaskFieldGrouping`` and the relay
+``elastorm.jvm.RelayBolt`` (``elastorm/jvm/multilang``, built by ``elastorm setup``);
+config.json names the serializer as ``topology.multilang.serializer``: Storm 2.8's own
+serializer breaks direct emits from Python.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from streamparse import Bolt, Grouping, Stream
+from streamparse import Grouping, Stream
 
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.actions import (
@@ -100,6 +100,7 @@ OPERATORS_KEY = TopologyConfig.key("operators")  # set by the wiring
 MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
 CARRIED = ["elastorm", "elastorm_task"]  # appended to a carrier stream's own fields
 TASK_GROUPING = "elastorm.jvm.TaskFieldGrouping"  # jvm/multilang, in every topology jar
+RELAY_CLASS = "elastorm.jvm.RelayBolt"  # jvm/multilang: the relay (docs/elastic.md)
 REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
 RELAY_STREAM = Stream(fields=["to_task", "message", "sender"], name=RELAY)
 
@@ -739,20 +740,3 @@ class KeyedOperator(_Sending):
 
     def on_protocol_error(self, message: Message, exc: MigrationProtocolError) -> None:
         """Called when a message broke its key group's protocol."""
-
-
-class RelayBolt(CheckedEncoding, Bolt):
-    """Forwards what keyed tasks send (``elastorm_relay``) to its target on ``elastorm``.
-
-    One task; keeps each sender's order (one FIFO in, one FIFO out per target).
-    """
-
-    outputs = [MESSAGE_STREAM]
-    auto_anchor = False
-
-    def initialize(self, conf, context):
-        use_elastorm_wire(self, conf)
-
-    def process(self, tup):
-        to_task, message, sender = tup.values
-        self.emit([message, sender], stream=STREAM, direct_task=int(to_task))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamparse import Grouping, Topology
+from streamparse import Grouping, JavaBolt, Topology
 from streamparse.dsl.component import ComponentSpec
 from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
@@ -40,14 +40,15 @@ from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
     CONTROLLER_COMPONENT,
+    MESSAGE_STREAM,
     OPERATORS_KEY,
     RELAY,
+    RELAY_CLASS,
     RELAY_COMPONENT,
     REPORTS,
     STREAM,
     KeyedEmitting,
     KeyedOperator,
-    RelayBolt,
     by_task,
 )
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
@@ -249,12 +250,16 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         sources = _replayable_inputs(specs, specs[name], replay_links)
         if sources:
             replay_sources[name] = sources
-    added[RELAY_COMPONENT] = RelayBolt.spec(
-        name=RELAY_COMPONENT,
-        inputs={s[RELAY]: Grouping.GLOBAL for s in keyed_specs},
-        par=1,
-    )
     config = dict(class_dict.get("config") or {})
+    widest = max(s.par if isinstance(s.par, int) else 1 for s in keyed_specs)
+    added[RELAY_COMPONENT] = JavaBolt.spec(
+        name=RELAY_COMPONENT,
+        full_class_name=RELAY_CLASS,
+        args_list=[],
+        inputs={s[RELAY]: Grouping.fields("sender") for s in keyed_specs},
+        par=_checked(classname, config).relay_tasks or widest,
+        outputs=[MESSAGE_STREAM],
+    )
     # The leader and its standbys (elastorm.controller.standby): every report reaches
     # each, so a standby knows of a restarted task that its leader died before handling.
     standbys = _checked(classname, config).controller.standbys
