@@ -427,6 +427,12 @@ class ControllerConfig(Section):
     theta: float = option(
         p + "theta", FLOAT, 0.0, "score drift that triggers re-optimisation", check=at_least(0)
     )
+    epsilon: float | None = option(
+        p + "epsilon", FLOAT, None,
+        "slack of Algorithm 3's constraint 2 (`correlated`): a node's checkpoint load "
+        "stays within (1 + epsilon) times the mean; unset: no bound, as in the paper's runs",
+        check=at_least(0), optional=True,
+    )  # fmt: skip
     reallocate_secs: float = option(
         p + "reallocate_secs", FLOAT, 30.0,
         "seconds between re-optimisations of the checkpoint allocation",
@@ -537,6 +543,11 @@ class ControllerConfig(Section):
     def active(self) -> bool:
         """Whether the loop has anything to decide (allocation, adaptation or replicas)."""
         return self.adapt or self.strategy != "none" or self.replication_budget > 0
+
+    @property
+    def slack(self) -> float:
+        """``epsilon`` as the allocation takes it (``math.inf``: no bound)."""
+        return math.inf if self.epsilon is None else self.epsilon
 
 
 @dataclass(frozen=True, kw_only=True)

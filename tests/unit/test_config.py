@@ -4,6 +4,7 @@ the submit-time check and the README's generated table."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from elastorm.config import (
     check_conf,
 )
 from elastorm.controller.adaptation import Thresholds
-from elastorm.controller.loop import LoopSettings
+from elastorm.controller.loop import loop_thresholds
 from elastorm.examples.options import (
     EXAMPLE_SECTIONS,
     FlightsOptions,
@@ -39,7 +40,7 @@ def test_defaults() -> None:
 
 
 def test_the_loop_has_one_set_of_defaults() -> None:
-    assert LoopSettings() == LoopSettings.from_config(TopologyConfig())
+    assert loop_thresholds(ControllerConfig()) == Thresholds()
     c, t = ControllerConfig(), Thresholds()
     assert (c.cpu_high, c.cpu_low, c.queue_high, c.queue_low) == (
         t.cpu_high,
@@ -188,20 +189,20 @@ def test_changed_only() -> None:
     assert conf == {"elastorm.key_groups": 8, "elastorm.controller.adapt": True}
 
 
-def test_loop_settings_from_config() -> None:
-    s = LoopSettings.from_config(
-        TopologyConfig.from_conf(
-            {
-                "elastorm.controller.adapt": True,
-                "elastorm.controller.strategy": "even",
-                "elastorm.controller.warmup_secs": 7,
-                "elastorm.controller.cooldown_secs": 9,
-                "elastorm.external_load": {"node2": 0.7},
-            }
-        )
-    )
-    assert s.active and s.strategy == "even" and s.warmup == 7.0
-    assert s.thresholds.cooldown == 9.0 and s.background == {"node2": 0.7}
+def test_loop_thresholds_from_config() -> None:
+    c = TopologyConfig.from_conf(
+        {
+            "elastorm.controller.adapt": True,
+            "elastorm.controller.strategy": "even",
+            "elastorm.controller.warmup_secs": 7,
+            "elastorm.controller.cooldown_secs": 9,
+            "elastorm.controller.queue_low": "5",
+        }
+    ).controller
+    assert c.active and c.strategy == "even" and c.warmup_secs == 7.0
+    t = loop_thresholds(c)
+    assert (t.cooldown, t.queue_low) == (9.0, 5.0) and t.queue_high == c.queue_high
+    assert c.slack == math.inf and ControllerConfig(epsilon=0.2).slack == 0.2
 
 
 def test_every_option_is_declared_once() -> None:
