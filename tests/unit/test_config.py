@@ -13,6 +13,8 @@ import pytest
 from elastorm.config import (
     ConfigError,
     ControllerConfig,
+    ProjectConfig,
+    Section,
     TopologyConfig,
     check_conf,
 )
@@ -212,18 +214,37 @@ def test_every_option_is_declared_once() -> None:
     assert all(o.doc for s in (TopologyConfig, *EXAMPLE_SECTIONS) for o in s.options())
 
 
+def readme_table(name: str) -> str:
+    """The README's generated table between ``<!-- name: begin -->`` and its end."""
+    text = README.read_text()
+    begin, end = f"<!-- {name}: begin -->\n", f"<!-- {name}: end -->"
+    assert begin in text and end in text
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
 def test_readme_table_is_what_elastorm_options_prints(capsys) -> None:
     from elastorm.runtime.cli import main
 
-    text = README.read_text()
-    begin, end = "<!-- options-table: begin -->\n", "<!-- options-table: end -->"
-    assert begin in text and end in text
-    table = text.split(begin, 1)[1].split(end, 1)[0]
     assert main(["options", "--examples"]) == 0
-    assert capsys.readouterr().out == table
+    assert capsys.readouterr().out == readme_table("options-table")
     assert main(["options"]) == 0
     own = capsys.readouterr().out
     assert "elastorm.key_groups" in own and "elastorm.flights." not in own
+
+
+def test_readme_config_json_table_is_what_elastorm_options_project_prints(capsys) -> None:
+    """config.json's ``elastorm`` section is declared like the topology's options, and
+    documented the same way; its keys never belong in a topology conf."""
+    from elastorm.runtime.cli import main
+
+    assert main(["options", "--project"]) == 0
+    assert capsys.readouterr().out == readme_table("project-options-table")
+    assert ProjectConfig not in Section.registry
+    with pytest.raises(ConfigError, match="unknown option elastorm.zookeeper_port"):
+        check_conf({"elastorm.zookeeper_port": 2181})
+    assert ProjectConfig.from_section({"home": "/srv/e"}).home == Path("/srv/e")
+    with pytest.raises(ConfigError, match="did you mean elastorm.worker_heap_mb"):
+        ProjectConfig.from_section({"worker_heap": 256})
 
 
 def test_flights_topology_config_is_checked_when_loaded(monkeypatch) -> None:
