@@ -64,8 +64,9 @@ from pathlib import Path
 
 import numpy as np
 
+from elastorm.config import ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import MoveReason, Thresholds, can_take_load
-from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
+from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role
 from elastorm.core.control import MigrationController
 from elastorm.core.keygroups import key_group
@@ -224,6 +225,28 @@ class SimConfig:
         )
     )
 
+    def topology(self) -> TopologyConfig:
+        """The controller's options of this run (``elastorm.controller.*``)."""
+        th = self.thresholds
+        return TopologyConfig(
+            controller=ControllerConfig(
+                strategy=self.strategy,
+                adapt=True,
+                warmup_secs=float(self.warmup),
+                window=self.window,
+                epsilon=None if math.isinf(self.epsilon) else self.epsilon,
+                reallocate_secs=self.reallocate_every,
+                seed=self.seed,
+                cpu_high=th.cpu_high,
+                cpu_low=th.cpu_low,
+                queue_high=th.queue_high,
+                queue_low=th.queue_low,
+                cooldown_secs=th.cooldown,
+                max_moves=th.max_moves,
+                scale_in=th.scale_in,
+            )
+        )
+
 
 def node_names(cfg: SimConfig) -> tuple[list[str], list[str]]:
     """(work nodes, sample nodes); names sort in ring order (``n00``, ``n01``...)."""
@@ -293,16 +316,7 @@ class FlightsCluster:
         self.loop = ControllerLoop(
             controls=controls,
             placement=placement,
-            settings=LoopSettings(
-                strategy=cfg.strategy,
-                adapt=True,
-                warmup=float(cfg.warmup),
-                window=cfg.window,
-                epsilon=cfg.epsilon,
-                reallocate_every=cfg.reallocate_every,
-                seed=cfg.seed,
-                thresholds=cfg.thresholds,
-            ),
+            config=cfg.topology(),
             started_at=0.0,
         )
         # CPU cost per tuple: ops 1-3 nodes at start_util on average in the warm-up,

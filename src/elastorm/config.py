@@ -13,11 +13,13 @@ declarations come
   ``from_conf``);
 * :func:`check_conf`: the submit-time check of a whole topology conf, where *every*
   ``elastorm.*`` key must belong to elastorm's own options or to a given section;
-* :func:`options_table`: the README's option table.
+* :func:`options_table`: the README's option tables.
 
 :class:`TopologyConfig` holds elastorm's own options (a ``controller`` section
 inside); example jobs declare their own small sections with the same helper
-(``elastorm.examples.options``). Pure: no Storm, no ZooKeeper.
+(``elastorm.examples.options``); :class:`ProjectConfig` is the project's own
+``config.json`` ``elastorm`` section (Storm version, home, ports, supervisors), read by
+``elastorm.runtime.config``. Pure: no Storm, no ZooKeeper.
 
 >>> TopologyConfig.from_conf({"elastorm.key_groups": "8"}).key_groups
 8
@@ -33,6 +35,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path, PurePath
 from typing import Any, ClassVar, Self
 
 PREFIX = "elastorm."
@@ -90,6 +93,17 @@ def _str(raw: Any) -> str:
     return raw
 
 
+def _json_int(raw: Any) -> int:
+    """An integer as JSON writes it (config.json: no strings, no true/false)."""
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise TypeError
+    return raw
+
+
+def _path(raw: Any) -> Path:
+    return raw if isinstance(raw, Path) else Path(_str(raw))
+
+
 def _node_shares(raw: Any) -> dict[str, float]:
     if not isinstance(raw, Mapping):
         raise TypeError
@@ -137,6 +151,8 @@ def _names(raw: Any) -> tuple[str, ...]:
 
 
 INT = Kind("integer", _int)
+JSON_INT = Kind("integer", _json_int)
+PATH = Kind("path", _path)
 FLOAT = Kind("number", _float)
 BOOL = Kind("true/false", _bool)
 STR = Kind("string", _str)
@@ -170,6 +186,17 @@ def at_least(low: float) -> Check:
 def above(low: float) -> Check:
     """``value > low``."""
     return Check(f"> {low:g}", lambda v: v > low)
+
+
+def between(low: int, high: int) -> Check:
+    """``low <= value <= high``."""
+    return Check(f"in {low}..{high}", lambda v: low <= v <= high)
+
+
+def port() -> Check:
+    """A TCP port elastorm may take: 1024..65000 (above the privileged ones, below
+    the ephemeral range's top)."""
+    return Check("a port in 1024..65000", lambda v: 1024 <= v <= 65000, whole=True)
 
 
 def share() -> Check:
@@ -240,6 +267,8 @@ class Option:
         """``value`` as a Storm conf (JSON) value."""
         if isinstance(value, Mapping):
             return {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+        if isinstance(value, PurePath):
+            return str(value)
         return value
 
 
@@ -281,11 +310,14 @@ class Section:
     every value is parsed and checked, so an instance always holds valid options.
     """
 
-    registry: ClassVar[list[type[Section]]] = []
+    registry: ClassVar[list[type[Section]]] = []  # a topology conf's sections
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, topology: bool = True, **kwargs: Any) -> None:
+        """Register a topology conf's section (``topology=False``: another file's, such
+        as config.json's, whose keys a topology conf never holds)."""
         super().__init_subclass__(**kwargs)
-        Section.registry.append(cls)
+        if topology:
+            Section.registry.append(cls)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -427,6 +459,12 @@ class ControllerConfig(Section):
     theta: float = option(
         p + "theta", FLOAT, 0.0, "score drift that triggers re-optimisation", check=at_least(0)
     )
+    epsilon: float | None = option(
+        p + "epsilon", FLOAT, None,
+        "slack of Algorithm 3's constraint 2 (`correlated`): a node's checkpoint load "
+        "stays within (1 + epsilon) times the mean; unset: no bound, as in the paper's runs",
+        check=at_least(0), optional=True,
+    )  # fmt: skip
     reallocate_secs: float = option(
         p + "reallocate_secs", FLOAT, 30.0,
         "seconds between re-optimisations of the checkpoint allocation",
@@ -537,6 +575,11 @@ class ControllerConfig(Section):
     def active(self) -> bool:
         """Whether the loop has anything to decide (allocation, adaptation or replicas)."""
         return self.adapt or self.strategy != "none" or self.replication_budget > 0
+
+    @property
+    def slack(self) -> float:
+        """``epsilon`` as the allocation takes it (``math.inf``: no bound)."""
+        return math.inf if self.epsilon is None else self.epsilon
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -733,6 +776,67 @@ class TopologyConfig(Section):
     @classmethod
     def owns(cls, key: str) -> bool:
         return key.count(".") == 1 or super().owns(key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectConfig(Section, topology=False):
+    """The ``elastorm`` section of the project's ``config.json`` (next to streamparse's
+    envs): where elastorm keeps Storm and its daemons, and the local clusters' shape.
+
+    Every key is optional; the section is strict (an unknown key is an error with a
+    did-you-mean) and, as JSON, typed (``"2181"`` is not a port). Built by
+    :meth:`from_section` from the section as read.
+    """
+
+    storm_version: str = option(
+        "elastorm.storm_version", STR, "2.8.3",
+        "must equal `project.clj` and `src/elastorm/jvm/pom.xml` (`elastorm check`)",
+    )  # fmt: skip
+    home: Path = option(
+        "elastorm.home", PATH, Path(".elastorm"),
+        "Storm home, logs, pid files and run outputs (relative to the project)",
+    )  # fmt: skip
+    zookeeper_port: int = option(
+        "elastorm.zookeeper_port", JSON_INT, 12181, "the ZooKeeper server's loopback port",
+        check=port(),
+    )  # fmt: skip
+    local_supervisors: int = option(
+        "elastorm.local_supervisors", JSON_INT, 1,
+        "supervisors inside the embedded LocalCluster",
+        check=between(1, 16),
+    )  # fmt: skip
+    cluster_supervisors: int = option(
+        "elastorm.cluster_supervisors", JSON_INT, 2,
+        "supervisors (nodes) of `elastorm cluster up`",
+        check=between(1, 16),
+    )  # fmt: skip
+    cluster_slots_per_supervisor: int = option(
+        "elastorm.cluster_slots_per_supervisor", JSON_INT, 2,
+        "worker slots per supervisor (at most 8: thrift takes the ninth of its 10 ports)",
+        check=between(1, 8),
+    )  # fmt: skip
+    cluster_first_slot_port: int = option(
+        "elastorm.cluster_first_slot_port", JSON_INT, 16800,
+        "supervisor *i* uses ports `first + 10 i` onwards (slots, then thrift at +8)",
+        check=port(),
+    )  # fmt: skip
+    worker_heap_mb: int = option(
+        "elastorm.worker_heap_mb", JSON_INT, 512, "heap of each worker JVM",
+        check=at_least(128),
+    )  # fmt: skip
+
+    @classmethod
+    def owns(cls, key: str) -> bool:
+        return key.startswith(PREFIX)  # the whole section: any other key is a typo
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> Self:
+        """Parse and check config.json's ``elastorm`` object (keys without the prefix).
+
+        >>> ProjectConfig.from_section({"zookeeper_port": 2181}).zookeeper_port
+        2181
+        """
+        return cls.from_conf({PREFIX + str(key): value for key, value in section.items()})
 
 
 def check_conf(conf: Mapping[str, Any], *sections: type[Section]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ the submit-time check and the README's generated table."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -12,11 +13,13 @@ import pytest
 from elastorm.config import (
     ConfigError,
     ControllerConfig,
+    ProjectConfig,
+    Section,
     TopologyConfig,
     check_conf,
 )
 from elastorm.controller.adaptation import Thresholds
-from elastorm.controller.loop import LoopSettings
+from elastorm.controller.loop import loop_thresholds
 from elastorm.examples.options import (
     EXAMPLE_SECTIONS,
     FlightsOptions,
@@ -39,7 +42,7 @@ def test_defaults() -> None:
 
 
 def test_the_loop_has_one_set_of_defaults() -> None:
-    assert LoopSettings() == LoopSettings.from_config(TopologyConfig())
+    assert loop_thresholds(ControllerConfig()) == Thresholds()
     c, t = ControllerConfig(), Thresholds()
     assert (c.cpu_high, c.cpu_low, c.queue_high, c.queue_low) == (
         t.cpu_high,
@@ -188,20 +191,20 @@ def test_changed_only() -> None:
     assert conf == {"elastorm.key_groups": 8, "elastorm.controller.adapt": True}
 
 
-def test_loop_settings_from_config() -> None:
-    s = LoopSettings.from_config(
-        TopologyConfig.from_conf(
-            {
-                "elastorm.controller.adapt": True,
-                "elastorm.controller.strategy": "even",
-                "elastorm.controller.warmup_secs": 7,
-                "elastorm.controller.cooldown_secs": 9,
-                "elastorm.external_load": {"node2": 0.7},
-            }
-        )
-    )
-    assert s.active and s.strategy == "even" and s.warmup == 7.0
-    assert s.thresholds.cooldown == 9.0 and s.background == {"node2": 0.7}
+def test_loop_thresholds_from_config() -> None:
+    c = TopologyConfig.from_conf(
+        {
+            "elastorm.controller.adapt": True,
+            "elastorm.controller.strategy": "even",
+            "elastorm.controller.warmup_secs": 7,
+            "elastorm.controller.cooldown_secs": 9,
+            "elastorm.controller.queue_low": "5",
+        }
+    ).controller
+    assert c.active and c.strategy == "even" and c.warmup_secs == 7.0
+    t = loop_thresholds(c)
+    assert (t.cooldown, t.queue_low) == (9.0, 5.0) and t.queue_high == c.queue_high
+    assert c.slack == math.inf and ControllerConfig(epsilon=0.2).slack == 0.2
 
 
 def test_every_option_is_declared_once() -> None:
@@ -211,18 +214,37 @@ def test_every_option_is_declared_once() -> None:
     assert all(o.doc for s in (TopologyConfig, *EXAMPLE_SECTIONS) for o in s.options())
 
 
+def readme_table(name: str) -> str:
+    """The README's generated table between ``<!-- name: begin -->`` and its end."""
+    text = README.read_text()
+    begin, end = f"<!-- {name}: begin -->\n", f"<!-- {name}: end -->"
+    assert begin in text and end in text
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
 def test_readme_table_is_what_elastorm_options_prints(capsys) -> None:
     from elastorm.runtime.cli import main
 
-    text = README.read_text()
-    begin, end = "<!-- options-table: begin -->\n", "<!-- options-table: end -->"
-    assert begin in text and end in text
-    table = text.split(begin, 1)[1].split(end, 1)[0]
     assert main(["options", "--examples"]) == 0
-    assert capsys.readouterr().out == table
+    assert capsys.readouterr().out == readme_table("options-table")
     assert main(["options"]) == 0
     own = capsys.readouterr().out
     assert "elastorm.key_groups" in own and "elastorm.flights." not in own
+
+
+def test_readme_config_json_table_is_what_elastorm_options_project_prints(capsys) -> None:
+    """config.json's ``elastorm`` section is declared like the topology's options, and
+    documented the same way; its keys never belong in a topology conf."""
+    from elastorm.runtime.cli import main
+
+    assert main(["options", "--project"]) == 0
+    assert capsys.readouterr().out == readme_table("project-options-table")
+    assert ProjectConfig not in Section.registry
+    with pytest.raises(ConfigError, match="unknown option elastorm.zookeeper_port"):
+        check_conf({"elastorm.zookeeper_port": 2181})
+    assert ProjectConfig.from_section({"home": "/srv/e"}).home == Path("/srv/e")
+    with pytest.raises(ConfigError, match="did you mean elastorm.worker_heap_mb"):
+        ProjectConfig.from_section({"worker_heap": 256})
 
 
 def test_flights_topology_config_is_checked_when_loaded(monkeypatch) -> None:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import pytest
 from controller_oracle import pair
 
-from elastorm.config import ConfigError, TopologyConfig
-from elastorm.controller.adaptation import Thresholds
+from elastorm.config import ConfigError, ControllerConfig, TopologyConfig
 from elastorm.controller.loop import (
     ControllerLoop,
-    LoopSettings,
     Placement,
     build_view,
     per_tuple_cpu,
@@ -36,9 +34,15 @@ G = 4  # key groups per operator
 OP1 = {"node0": 10, "node1": 11, "node2": 12}
 OP2 = {"node0": 20, "node1": 21, "node2": 22}
 BACKGROUND = {"node0": 0.7, "node2": 0.7}
-THRESHOLDS = Thresholds(
-    cpu_high=0.8, cpu_low=0.5, queue_high=50, queue_low=20, cooldown=30, scale_in=False
-)
+# The adaptation thresholds of these tests (``elastorm.controller.*`` options).
+THRESHOLDS = {
+    "cpu_high": 0.8,
+    "cpu_low": 0.5,
+    "queue_high": 50,
+    "queue_low": 20,
+    "cooldown_secs": 30,
+    "scale_in": False,
+}
 
 
 def controls() -> dict[str, MigrationController]:
@@ -84,13 +88,19 @@ def records(share2: float, *, hot: bool) -> list[TaskRecord]:
     ]
 
 
-def make_loop(*, prior=None, prior_weight: float = 0.0, **settings) -> ControllerLoop:
-    """A loop over op1 and op2 on node0-2 (see ``controls``), started at time 0;
-    adaptation on unless ``adapt=False``."""
+def make_loop(
+    *, prior=None, prior_weight: float = 0.0, external_load=None, **options
+) -> ControllerLoop:
+    """A loop over op1 and op2 on node0-2 (see ``controls``), started at time 0, with
+    the controller ``options`` (``elastorm.controller.*``); adaptation on unless
+    ``adapt=False``."""
     return ControllerLoop(
         controls=controls(),
         placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(**{"adapt": True, **settings}),
+        config=TopologyConfig(
+            external_load=external_load or {},
+            controller=ControllerConfig(**{"adapt": True, **options}),
+        ),
         started_at=0.0,
         prior=prior,
         prior_weight=prior_weight,
@@ -110,11 +120,11 @@ def report_checkpoints(loop: ControllerLoop) -> None:
 def run(strategy: str) -> tuple[ControllerLoop, list]:
     loop = make_loop(
         strategy=strategy,
-        warmup=10,
+        warmup_secs=10,
         window=20,
         settle_secs=0,
-        thresholds=THRESHOLDS,
-        background=BACKGROUND,
+        **THRESHOLDS,
+        external_load=BACKGROUND,
     )
     rounds = []
     for t in range(30):  # the ramp: op2's share grows, node2 overloads at t=25
@@ -224,14 +234,20 @@ def test_finished_migrations_become_metrics_records(target_first: bool) -> None:
     assert published["completion"] == pytest.approx(16.5)
 
 
-def settings_of(conf) -> LoopSettings:
-    return LoopSettings.from_config(TopologyConfig.from_conf(conf))
+def loop_of(conf) -> ControllerLoop:
+    """A loop over ``controls`` with the topology conf ``conf``."""
+    return ControllerLoop(
+        controls=controls(),
+        placement=Placement({"op1": OP1, "op2": OP2}),
+        config=TopologyConfig.from_conf(conf),
+        started_at=0.0,
+    )
 
 
-def test_settings_from_conf_defaults_to_requests_only_and_validates() -> None:
-    s = settings_of({})
-    assert not s.active and s.strategy == "none"
-    s = settings_of(
+def test_options_from_conf_default_to_requests_only_and_validate() -> None:
+    s = loop_of({})
+    assert not s.options.active and s.options.strategy == "none"
+    s = loop_of(
         {
             "elastorm.controller.adapt": True,
             "elastorm.controller.strategy": "even",
@@ -239,7 +255,8 @@ def test_settings_from_conf_defaults_to_requests_only_and_validates() -> None:
             "elastorm.external_load": {"node2": 0.7},
         }
     )
-    assert s.active and s.thresholds.queue_high == 80 and s.background == {"node2": 0.7}
+    assert s.options.active and s.thresholds.queue_high == 80
+    assert s.view([], 0.0).node("node2").cpu == 0.7  # external load as background CPU
     for bad in (
         {"elastorm.controller.strategy": "random"},
         {"elastorm.controller.cpu_low": 0.9},
@@ -248,7 +265,7 @@ def test_settings_from_conf_defaults_to_requests_only_and_validates() -> None:
         {"elastorm.external_load": {"node0": 1.5}},
     ):
         with pytest.raises(ConfigError, match="elastorm"):
-            settings_of(bad)
+            loop_of(bad)
 
 
 class FakeClock:
@@ -314,10 +331,10 @@ def test_start_up_zeros_do_not_make_every_pair_look_correlated() -> None:
     op1 and op2 look positively correlated and send op2's checkpoints nowhere useful."""
     loop = make_loop(
         strategy="correlated",
-        warmup=10,
+        warmup_secs=10,
         window=40,
         settle_secs=0,
-        thresholds=THRESHOLDS,
+        **THRESHOLDS,
         adapt=False,
     )
     idle = [rec(t, op, n) for op, tasks in (("op1", OP1), ("op2", OP2)) for n, t in tasks.items()]
@@ -371,7 +388,9 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
     loop = ControllerLoop(
         controls=cs,
         placement=Placement({"op1": OP1, "op2": OP2}),
-        settings=LoopSettings(strategy="correlated", warmup=3, window=20, adapt=False),
+        config=TopologyConfig(
+            controller=ControllerConfig(strategy="correlated", warmup_secs=3, window=20)
+        ),
         started_at=0.0,
         prior=prior,
         prior_weight=20,
@@ -387,7 +406,7 @@ def test_the_spark_artifact_seeds_the_loops_correlation(tmp_path) -> None:
 
 def test_no_migration_during_the_warm_up_even_if_a_node_looks_overloaded() -> None:
     loop = make_loop(
-        strategy="none", warmup=10, window=20, thresholds=THRESHOLDS, background=BACKGROUND
+        strategy="none", warmup_secs=10, window=20, **THRESHOLDS, external_load=BACKGROUND
     )
     early = [loop.round(records(0.5, hot=True), float(t)) for t in range(10)]
     assert not any(r.moves for r in early)  # a start-up backlog is not an overload
@@ -409,12 +428,12 @@ def test_an_assisted_move_waits_for_the_new_holders_first_checkpoint() -> None:
     move then would fall back to direct, so it waits (at most defer_secs)."""
     loop = make_loop(
         strategy="correlated",
-        warmup=10,
+        warmup_secs=10,
         window=20,
         settle_secs=0,
         defer_secs=3,
-        thresholds=THRESHOLDS,
-        background=BACKGROUND,
+        **THRESHOLDS,
+        external_load=BACKGROUND,
     )
     for t in range(10):
         loop.round(records(t / 30, hot=False), float(t))
@@ -427,11 +446,11 @@ def test_an_assisted_move_waits_for_the_new_holders_first_checkpoint() -> None:
     # Without a checkpoint, the wait ends after defer_secs and the move goes direct.
     other = make_loop(
         strategy="correlated",
-        warmup=10,
+        warmup_secs=10,
         settle_secs=0,
         defer_secs=3,
-        thresholds=THRESHOLDS,
-        background=BACKGROUND,
+        **THRESHOLDS,
+        external_load=BACKGROUND,
     )
     for t in range(10):
         other.round(records(t / 30, hot=False), float(t))
@@ -454,7 +473,7 @@ def test_the_metrics_file_carries_the_correlations_and_the_score_against_theta()
     corr = out["correlation"]
     assert len(corr["key_groups"]) == 2 * G == len(corr["matrix"])
     assert all(row[i] == 1.0 for i, row in enumerate(corr["matrix"]))
-    assert out["theta"] == loop.settings.theta
+    assert out["theta"] == loop.options.theta
     assert math.isclose(out["score_drift"], out["allocation_score"] - out["reference_score"])
     fresh = allocation_summary(make_loop(strategy="correlated"), rounds[-1].view)
     assert "allocation_score" not in fresh  # nothing allocated yet: no score

@@ -9,9 +9,9 @@ import doctest
 
 import pytest
 
-from elastorm.config import REPLICATION_PLANNERS, TopologyConfig
+from elastorm.config import REPLICATION_PLANNERS, ControllerConfig, TopologyConfig
 from elastorm.controller import replication
-from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
+from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import (
     ClusterView,
     Heartbeat,
@@ -25,6 +25,7 @@ from elastorm.controller.replication import (
     PLANNERS,
     downstream_operators,
     keyed_tasks,
+    operator_inputs,
     place_replicas,
     plan_replicas,
     predicted_fidelity,
@@ -143,7 +144,7 @@ def test_downstream_operators_and_planner_names() -> None:
     assert doctest.testmod(replication).failed == 0
 
 
-def loop(budget: int, **settings: float) -> ControllerLoop:
+def loop(budget: int, **options: float) -> ControllerLoop:
     def control(tasks: dict[str, int], emitter: int) -> MigrationController:
         return MigrationController(
             num_key_groups=G,
@@ -153,17 +154,19 @@ def loop(budget: int, **settings: float) -> ControllerLoop:
         )
 
     controls = {"left": control(LEFT, 1), "right": control(RIGHT, 2), "join": control(JOIN, 3)}
-    settings = LoopSettings(
-        warmup=0,
-        settle_secs=0,
-        replication_budget=budget,
-        replication_planner="dp",
+    config = TopologyConfig(
         operators=OPERATORS,
-        joins=("join",),
-        **settings,
+        join_operators=("join",),
+        controller=ControllerConfig(
+            warmup_secs=0,
+            settle_secs=0,
+            replication_budget=budget,
+            replication_planner="dp",
+            **options,
+        ),
     )
     placement = Placement({"left": LEFT, "right": RIGHT, "join": JOIN})
-    return ControllerLoop(controls=controls, placement=placement, settings=settings, started_at=0)
+    return ControllerLoop(controls=controls, placement=placement, config=config, started_at=0)
 
 
 def commands(rnd, kind):
@@ -179,7 +182,7 @@ def report_checkpoints(lp: ControllerLoop) -> None:
 
 def test_the_loop_starts_replicas_on_holders_and_publishes_plan_and_fidelity() -> None:
     lp = loop(budget=5)
-    assert lp.settings.active
+    assert lp.options.active
     lp.round(records(), 0.0)  # input begins: warm from here
     first = lp.round(records(), 1.0)
     # The worst case (every keyed task fails): the join's node0 task (three quarters of
@@ -275,9 +278,10 @@ def test_the_budget_and_planner_are_options() -> None:
             "elastorm.operators": OPERATORS,
         }
     )
-    s = LoopSettings.from_config(config)
-    assert (s.replication_budget, s.replication_planner, s.joins) == (2, "greedy", ("join",))
-    assert s.operators["join"] == ("left", "right") and s.active
+    s = config.controller
+    assert (s.replication_budget, s.replication_planner) == (2, "greedy") and s.active
+    assert config.join_operators == ("join",)
+    assert operator_inputs(config.operators, config.routed_from)["join"] == ("left", "right")
 
 
 def join_rates(r30: float, r31: float) -> list[TaskRecord]:

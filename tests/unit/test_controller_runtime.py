@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
+from elastorm.config import ControllerConfig, TopologyConfig
+from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import Allocation, KeyGroupId
 from elastorm.core.actions import CheckpointStored, Send
 from elastorm.core.control import MigrationController
@@ -95,7 +96,7 @@ def test_a_resumed_controller_issues_past_every_epoch_its_predecessor_issued() -
 def test_the_runtime_persists_the_highest_epoch_issued_before_it_sends() -> None:
     cs = controls()
     loop = ControllerLoop(
-        controls=cs, placement=Placement(TASKS), settings=LoopSettings(), started_at=0.0
+        controls=cs, placement=Placement(TASKS), config=TopologyConfig(), started_at=0.0
     )
     store = FakeStore()
     store.state = StoreStatus.ONLINE
@@ -139,7 +140,7 @@ def test_a_resumed_controller_knows_where_each_groups_newest_checkpoint_survives
     store = FakeStore()
     store.state = StoreStatus.ONLINE
     loop = ControllerLoop(
-        controls={"op": before}, placement=Placement(TASKS), settings=LoopSettings(), started_at=0
+        controls={"op": before}, placement=Placement(TASKS), config=TopologyConfig(), started_at=0
     )
     runtime(loop, store).tick(1.0)
     assert store.copies == copies
@@ -208,7 +209,7 @@ def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
     loop = ControllerLoop(
         controls=cs,
         placement=Placement(TASKS),
-        settings=LoopSettings(strategy="even", warmup=0, adapt=False),
+        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
         started_at=0.0,
     )
     store = FakeStore()
@@ -221,7 +222,7 @@ def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
     # Its predecessor had allocated, so was warm: no second warm-up, and the allocation
     # re-optimized later is the resumed one, not one made afresh.
     assert loop.allocation == holders_allocation(cs, Placement(TASKS))
-    settle = loop.settings.settle_secs  # but first it hears the holders' reports
+    settle = loop.options.settle_secs  # but first it hears the holders' reports
     assert not loop.warm(11.0 + settle - 0.5) and loop.warm(11.0 + settle)
     assert ("op", 4) in store.written and "checkpoints" in store.written
     assert ("replicas", Allocation({})) in store.written  # none yet, but recorded
@@ -238,7 +239,7 @@ def test_commands_go_out_only_once_their_decisions_are_in_zookeeper() -> None:
     loop = ControllerLoop(
         controls=controls(),
         placement=Placement(TASKS),
-        settings=LoopSettings(strategy="even", warmup=0, adapt=False),
+        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
         started_at=0.0,
     )
     store = FakeStore()
@@ -263,9 +264,9 @@ def test_a_request_only_controller_resumes_and_persists_before_it_sends() -> Non
     ignore its commands as stale), and a request's commands wait for ZooKeeper."""
     cs = controls()
     loop = ControllerLoop(
-        controls=cs, placement=Placement(TASKS), settings=LoopSettings(), started_at=0.0
+        controls=cs, placement=Placement(TASKS), config=TopologyConfig(), started_at=0.0
     )
-    assert not loop.settings.active
+    assert not loop.options.active
     store = FakeStore()
     rt = runtime(loop, store)
     assert not rt.ready(1.0)  # another leader, or ZooKeeper away: nothing decided

@@ -8,8 +8,9 @@ import random
 
 import pytest
 
+from elastorm.config import ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import Move, MoveReason, Protocol
-from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
+from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import (
     ClusterView,
     ControllerModelError,
@@ -223,7 +224,8 @@ OPS = {
 G = 6
 
 
-def _loop() -> ControllerLoop:
+def _loop(**options: float) -> ControllerLoop:
+    """A loop over ``OPS`` with the controller ``options`` (``elastorm.controller.*``)."""
     controls = {
         op: MigrationController(
             num_key_groups=G,
@@ -234,7 +236,10 @@ def _loop() -> ControllerLoop:
         for op, tasks in OPS.items()
     }
     return ControllerLoop(
-        controls=controls, placement=Placement(OPS), settings=LoopSettings(), started_at=0.0
+        controls=controls,
+        placement=Placement(OPS),
+        config=TopologyConfig(controller=ControllerConfig(**options)),
+        started_at=0.0,
     )
 
 
@@ -381,8 +386,7 @@ def test_a_heavy_group_held_by_the_joining_node_does_not_stop_it_taking_its_shar
 
 
 def test_loop_rescale_goes_ahead_without_a_checkpoint_after_defer_secs() -> None:
-    loop = _loop()
-    loop.settings = LoopSettings(defer_secs=5.0)
+    loop = _loop(defer_secs=5.0)
     state = NodeState(active=frozenset({"node0", "node1", "node2"}))
     loop.rescale(_records(), state, 1.0, limit=4)  # holders placed on node2, none reports
     assert not loop.rescale(_records(), state, 3.0, limit=4).started

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from elastorm.config import ConfigError, TopologyConfig
-from elastorm.controller.loop import LoopSettings, Placement, build_view, recovery_view
+from elastorm.controller.loop import Placement, build_view, recovery_view
 from elastorm.core.control import MigrationController, initial_holders
 from elastorm.core.routing import RoutingTable
 from elastorm.storm.elastic import task_zones
@@ -51,13 +51,11 @@ def test_start_up_holders_leave_the_owners_zone() -> None:
 
 
 def test_the_controllers_views_carry_the_zones() -> None:
-    settings = LoopSettings.from_config(config())
-    assert settings.zones == ZONES
+    zones = config().fault_zones
+    assert zones == ZONES
     placement = Placement.by_index({"op": TASKS})
     control = MigrationController(num_key_groups=8, tasks=TASKS, emitters=[1])
-    view = build_view(
-        [], controls={"op": control}, placement=placement, now=0.0, zones=settings.zones
-    )
+    view = build_view([], controls={"op": control}, placement=placement, now=0.0, zones=zones)
     assert [n.fault_zone for n in view.nodes] == ["node:node0", "rack", "rack", "node:node3"]
     lost = recovery_view(control, "op", [11, 12], placement=placement, now=0.0, zones=ZONES)
     assert {n.node_id: n.fault_zone for n in lost.nodes}["node2"] == "rack"

@@ -118,8 +118,9 @@ def test_with_a_namespace_every_address_is_reachable_from_both_sides(cfg, monkey
 
 
 def test_a_state_file_without_its_namespace_means_no_namespace(cfg) -> None:
-    # A port no cluster uses: a netcut cluster running on this machine has its namespace.
-    cfg = dataclasses.replace(cfg, zookeeper_port=1)
+    # A port no cluster uses (the lowest config.json allows): a netcut cluster running
+    # on this machine has its namespace.
+    cfg = dataclasses.replace(cfg, zookeeper_port=1024)
     cfg.run.mkdir(parents=True, exist_ok=True)
     (cfg.run / netns.STATE_FILE).write_text(json.dumps({"supervisor": 1}))
     assert netns.namespaced_supervisor(cfg) is None  # e.g. after a reboot

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from project_copy import PROJECT, copy_project, edit_config
 
+from elastorm.config import ProjectConfig
 from elastorm.errors import UserError
 from elastorm.runtime import cli
-from elastorm.runtime.config import DEFAULTS, check_storm_versions, env_nimbus, load_config
+from elastorm.runtime.config import check_storm_versions, env_nimbus, load_config
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ def test_shipped_config_is_valid_and_pins_one_storm_version() -> None:
 def test_missing_elastorm_section_falls_back_to_defaults(project: Path) -> None:
     _edit(project, lambda raw: raw.pop("elastorm"))
     cfg = load_config(project)
-    assert cfg.zookeeper_port == DEFAULTS["zookeeper_port"]
+    assert cfg.zookeeper_port == ProjectConfig().zookeeper_port == 12181
     assert cfg.home == project / ".elastorm"
 
 
@@ -44,17 +45,22 @@ def test_missing_envs_is_named(project: Path) -> None:
 
 def test_unknown_key_is_named(project: Path) -> None:
     _edit(project, lambda raw: raw["elastorm"].update(zookeper_port=1))
-    with pytest.raises(UserError, match="unknown key elastorm.zookeper_port"):
+    with pytest.raises(
+        UserError,
+        match="unknown option elastorm.zookeper_port; did you mean elastorm.zookeeper_port",
+    ):
         load_config(project)
 
 
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("zookeeper_port", "2181", "must be int"),
-        ("zookeeper_port", 80, "must be a port"),
-        ("cluster_supervisors", 0, "must be in 1..16"),
-        ("worker_heap_mb", 64, ">= 128"),
+        ("zookeeper_port", "2181", "zookeeper_port = '2181': expected a port in 1024..65000"),
+        ("zookeeper_port", 80, "expected a port in 1024..65000"),
+        ("cluster_supervisors", 0, "expected an integer in 1..16"),
+        ("local_supervisors", True, "expected an integer in 1..16"),
+        ("worker_heap_mb", 64, "expected an integer >= 128"),
+        ("home", 7, "home = 7: expected a path"),
     ],
 )
 def test_bad_values_are_rejected(project: Path, key: str, value, message: str) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
+from elastorm.config import ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import (
     AdaptationState,
     Move,
@@ -92,7 +92,6 @@ from elastorm.core.control import CrashPlan, MigrationController, MigrationRefus
 from elastorm.core.messages import Protocol
 from elastorm.replication.model import TaskGraph
 
-_DEFAULTS = ControllerConfig()
 _TO_WIRE = {
     MoveProtocol.DIRECT: Protocol.DIRECT,
     MoveProtocol.CPA: Protocol.CPA,
@@ -160,103 +159,18 @@ class Placement:
         raise KeyError(f"task {task} is not a placed keyed task")
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoopSettings:
-    """The controller's knobs (``elastorm.controller.*`` in the topology conf).
-
-    ``strategy``: checkpoint allocation (``none`` keeps the start-up holders);
-    ``warmup``: seconds of statistics, from the first round that saw input, before
-    the first allocation (Madsen & Zhou 2015 wait 15 minutes; short runs use seconds);
-    ``window``: samples in the sliding correlation, one every ``sample_secs``,
-    the first ``settle_secs`` after input began left out (start-up transient);
-    ``defer_secs``: how long a checkpoint-assisted move may wait for its target's
-    first checkpoint;
-    ``theta``: score drift that triggers re-optimisation;
-    ``adapt``: whether to plan migrations (after the warm-up too); ``background``: external CPU
-    share per node (0..1) added to its measured CPU; ``zones``: each node's fault zone
-    (a node not named is a zone of its own). The defaults are
-    :class:`elastorm.config.ControllerConfig`'s (``strategy="none"``, ``adapt=False``:
-    the controller then only carries out requests, ``elastorm migrate``); a topology's
-    settings come from its config through :meth:`from_config`.
-    """
-
-    strategy: str = _DEFAULTS.strategy
-    warmup: float = _DEFAULTS.warmup_secs
-    window: int = _DEFAULTS.window
-    sample_secs: float = _DEFAULTS.sample_secs
-    settle_secs: float = _DEFAULTS.settle_secs
-    defer_secs: float = _DEFAULTS.defer_secs
-    theta: float = _DEFAULTS.theta
-    epsilon: float = math.inf
-    adapt: bool = _DEFAULTS.adapt
-    reallocate_every: float = _DEFAULTS.reallocate_secs
-    seed: int = _DEFAULTS.seed
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    background: Mapping[NodeId, float] = field(default_factory=dict)
-    replication_budget: int = _DEFAULTS.replication_budget
-    replication_planner: str = _DEFAULTS.replication_planner
-    replan_secs: float = _DEFAULTS.replan_secs
-    replan_min_gain: float = _DEFAULTS.replan_min_gain
-    operators: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    joins: tuple[str, ...] = ()
-    zones: Mapping[NodeId, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ControllerModelError(
-                f"strategy must be one of {STRATEGIES}, got {self.strategy!r}"
-            )
-        if self.warmup < 0 or self.reallocate_every <= 0 or self.theta < 0:
-            raise ControllerModelError("warmup, theta >= 0 and reallocate_every > 0")
-        if min(self.settle_secs, self.defer_secs) < 0:
-            raise ControllerModelError("settle_secs and defer_secs must be >= 0")
-        if self.sample_secs < 0:
-            raise ControllerModelError(f"sample_secs must be >= 0, got {self.sample_secs}")
-        if self.window < 2:
-            raise ControllerModelError(f"window must be >= 2, got {self.window}")
-        for node, share in self.background.items():
-            if not 0 <= share < 1:
-                raise ControllerModelError(f"background load of {node} must be in [0, 1)")
-
-    @property
-    def active(self) -> bool:
-        """Whether there is anything to decide (allocation, adaptation or replicas)."""
-        return self.adapt or self.strategy != "none" or self.replication_budget > 0
-
-    @classmethod
-    def from_config(cls, config: TopologyConfig) -> LoopSettings:
-        """The loop's settings from a topology's config: its ``controller`` section,
-        plus ``external_load`` as the nodes' background CPU and ``fault_zones``."""
-        c = config.controller
-        return cls(
-            strategy=c.strategy,
-            warmup=c.warmup_secs,
-            window=c.window,
-            sample_secs=c.sample_secs,
-            settle_secs=c.settle_secs,
-            defer_secs=c.defer_secs,
-            theta=c.theta,
-            adapt=c.adapt,
-            reallocate_every=c.reallocate_secs,
-            seed=c.seed,
-            thresholds=Thresholds(
-                cpu_high=c.cpu_high,
-                cpu_low=c.cpu_low,
-                queue_high=c.queue_high,
-                queue_low=c.queue_low,
-                cooldown=c.cooldown_secs,
-                max_moves=c.max_moves,
-                scale_in=c.scale_in,
-            ),
-            background=dict(config.external_load),
-            replication_budget=c.replication_budget,
-            replication_planner=c.replication_planner,
-            replan_secs=c.replan_secs,
-            replan_min_gain=c.replan_min_gain,
-            operators=operator_inputs(config.operators, config.routed_from),
-            joins=tuple(config.join_operators),
-            zones=dict(config.fault_zones),
-        )
+def loop_thresholds(options: ControllerConfig) -> Thresholds:
+    """The adaptation thresholds of a topology's ``elastorm.controller.*`` options (the
+    one place ``Thresholds`` is built from the configuration)."""
+    return Thresholds(
+        cpu_high=options.cpu_high,
+        cpu_low=options.cpu_low,
+        queue_high=options.queue_high,
+        queue_low=options.queue_low,
+        cooldown=options.cooldown_secs,
+        max_moves=options.max_moves,
+        scale_in=options.scale_in,
+    )
 
 
 def per_tuple_cpu(record: TaskRecord) -> float:
@@ -495,8 +409,11 @@ class ControllerLoop:
     """Decides, round by round, where checkpoints live and which key groups move.
 
     ``controls`` holds one ``MigrationController`` per keyed operator (shared with
-    the runtime, which also feeds it reports); ``prior`` is the offline
-    correlation artifact's matrix, if any.
+    the runtime, which also feeds it reports); ``config`` is the topology's
+    configuration: its ``controller`` section (``options``), ``external_load`` as
+    the nodes' background CPU, ``fault_zones``, the keyed operators' inputs
+    (``operators`` and ``routed_from``) and ``join_operators``; ``prior`` is the
+    offline correlation artifact's matrix, if any.
     """
 
     def __init__(
@@ -504,20 +421,24 @@ class ControllerLoop:
         *,
         controls: Mapping[str, MigrationController],
         placement: Placement,
-        settings: LoopSettings,
+        config: TopologyConfig,
         started_at: float,
         prior: CorrelationMatrix | None = None,
         prior_weight: float = 0.0,
     ) -> None:
         self.controls = dict(controls)
         self.placement = placement
-        self.settings = settings
+        self.config = config
+        self.options: ControllerConfig = config.controller
+        self.thresholds = loop_thresholds(config.controller)
+        # Each keyed operator and its inputs, through routers (the Output Fidelity graph).
+        self.operators = operator_inputs(config.operators, config.routed_from)
         self.started_at = started_at
         self.key_groups = tuple(
             KeyGroupId(op, g) for op, c in self.controls.items() for g in range(c.num_key_groups)
         )
         self.correlation = sliding_correlation(
-            self.key_groups, settings.window, prior=prior, prior_weight=prior_weight
+            self.key_groups, self.options.window, prior=prior, prior_weight=prior_weight
         )
         self.adaptation = AdaptationState()
         self.allocation: Allocation | None = None
@@ -566,9 +487,9 @@ class ControllerLoop:
         reports, which this controller has not heard yet (ordering at once made
         every move direct).
         """
-        self.running_since = now - max(self.settings.warmup, self.settings.settle_secs)
+        self.running_since = now - max(self.options.warmup_secs, self.options.settle_secs)
         self._sample_start = now
-        self._quiet_until = now + self.settings.settle_secs
+        self._quiet_until = now + self.options.settle_secs
         self.allocation = allocation
         self.allocated_at = now
 
@@ -585,27 +506,27 @@ class ControllerLoop:
             sends += alloc_sends
             allocated = True
             view = self.view(records, now)
-        usable = usable_checkpoint_share(view, self.settings.thresholds)
+        usable = usable_checkpoint_share(view, self.thresholds)
         if usable is not None:
             self.usable_samples.append((now, usable))
         started: tuple[tuple[KeyGroupId, NodeId], ...] = ()
         dropped: tuple[KeyGroupId, ...] = ()
-        if self.settings.replication_budget > 0 and self.warm(now):
+        if self.options.replication_budget > 0 and self.warm(now):
             started, dropped, replica_sends = self._replicate(records, view, now)
             sends += replica_sends
         elif self.warm(now):  # no replicas: the graph still gives fidelity_now
-            s = self.settings
-            graph = running_graph(records, s.operators, joins=s.joins)
+            joins = self.config.join_operators
+            graph = running_graph(records, self.operators, joins=joins)
             self.replication_graph = graph or self.replication_graph
         moves, refused = [], []
-        if self.settings.adapt and self.warm(now) and not self.rescaling:
+        if self.options.adapt and self.warm(now) and not self.rescaling:
             bound = bound_view(view, self.node_state)
-            planned, state = plan_adaptation(bound, self.settings.thresholds, self.adaptation)
+            planned, state = plan_adaptation(bound, self.thresholds, self.adaptation)
             if self.node_state is not None:
                 self.scale_hint = scale_hint(
                     bound,
                     planned,
-                    self.settings.thresholds,
+                    self.thresholds,
                     self.node_state.active,
                     frozenset(self._joining),
                 )
@@ -646,8 +567,8 @@ class ControllerLoop:
             controls=self.controls,
             placement=self.placement,
             now=now,
-            background=self.settings.background,
-            zones=self.settings.zones,
+            background=self.config.external_load,
+            zones=self.config.fault_zones,
         )
 
     def _sample(self, records: Iterable[TaskRecord], now: float) -> None:
@@ -668,7 +589,7 @@ class ControllerLoop:
         if self.running_since is None:
             self.running_since = self._sample_start = now
             return
-        if now - self.running_since < self.settings.settle_secs:
+        if now - self.running_since < self.options.settle_secs:
             self._sample_start = now
             return
         row = [rates.get(k, 0.0) for k in self.key_groups]
@@ -678,7 +599,7 @@ class ControllerLoop:
             else [a + b for a, b in zip(self._pending, row, strict=True)]
         )
         self._pending_rounds += 1
-        if now - self._sample_start >= self.settings.sample_secs:
+        if now - self._sample_start >= self.options.sample_secs:
             mean = [v / self._pending_rounds for v in self._pending]
             self.correlation = push_loads(self.correlation, mean)
             self._pending, self._pending_rounds, self._sample_start = None, 0, now
@@ -691,7 +612,7 @@ class ControllerLoop:
         """
         return (
             self.running_since is not None
-            and now - self.running_since >= self.settings.warmup
+            and now - self.running_since >= self.options.warmup_secs
             and now >= self._quiet_until
         )
 
@@ -705,18 +626,18 @@ class ControllerLoop:
 
     # -- checkpoint allocation -----------------------------------------------------------
     def _allocation_due(self, now: float) -> bool:
-        s = self.settings
+        s = self.options
         if s.strategy == "none" or not self.warm(now):
             return False
         if self.allocated_at is None:
             return True
-        return s.strategy == "correlated" and now - self.allocated_at >= s.reallocate_every
+        return s.strategy == "correlated" and now - self.allocated_at >= s.reallocate_secs
 
     def _allocate(self, view: ClusterView) -> tuple[list, list[Send]]:
         """Compute the allocation and order the holder changes (skips moving groups)."""
-        s = self.settings
+        s = self.options
         spec = AllocationSpec(
-            view=view, correlation=self.correlation.correlation(), epsilon=s.epsilon
+            view=view, correlation=self.correlation.correlation(), epsilon=s.slack
         )
         if s.strategy == "baseline":
             alloc = baseline_allocation(spec)
@@ -750,8 +671,8 @@ class ControllerLoop:
         holder first (the replica starts from the holder's checkpoint), then, once that
         holder reported the newest checkpoint, start it. Returns the replicas started,
         those dropped and the commands."""
-        s = self.settings
-        graph = running_graph(records, s.operators, joins=s.joins)
+        s = self.options
+        graph = running_graph(records, self.operators, joins=self.config.join_operators)
         if graph is not None:
             self.replication_graph = graph  # the rates now: what fidelity_now is over
             due = self._replanned_at is None or now - self._replanned_at >= s.replan_secs
@@ -803,7 +724,7 @@ class ControllerLoop:
         """Keyed operators whose outputs are tentative now: downstream of an operator
         with key groups still being restored from checkpoints."""
         recovering = {kg.operator for groups in self._restoring.values() for kg in groups}
-        return downstream_operators(self.settings.operators, recovering)
+        return downstream_operators(self.operators, recovering)
 
     def replicas(self) -> dict[KeyGroupId, NodeId]:
         """Each key group with an active replica (started or starting) -> its node."""
@@ -855,15 +776,15 @@ class ControllerLoop:
             placement=self.placement,
             now=now,
             loads=self.last_view,
-            zones=self.settings.zones,
+            zones=self.config.fault_zones,
         )
-        correlated = self.settings.strategy == "correlated" and self.allocation is not None
+        correlated = self.options.strategy == "correlated" and self.allocation is not None
         plan = plan_recovery(
             view,
             nodes,
             rejoined=nodes if rejoined else (),
             correlation=self.correlation.correlation() if correlated else None,
-            epsilon=self.settings.epsilon,
+            epsilon=self.options.slack,
         )
         restores = {
             m.key_group.index: self.placement.task_on(operator, m.target) for m in plan.restores
@@ -926,7 +847,7 @@ class ControllerLoop:
                         )
                 elif control.has_newest(control.holders[g], g):
                     assisted.add(kg)
-                elif now - self._holder_set.get(kg, now) >= self.settings.defer_secs:
+                elif now - self._holder_set.get(kg, now) >= self.options.defer_secs:
                     # The holder never reported (a group that checkpoints rarely): go
                     # ahead after ``defer_secs``; the move falls back to direct.
                     assisted.add(kg)
@@ -1005,7 +926,7 @@ class ControllerLoop:
         if control.holders[kg.index] != target or control.has_newest(target, kg.index):
             return False
         since = self._waiting_since.setdefault(kg, now)
-        return now - since < self.settings.defer_secs
+        return now - since < self.options.defer_secs
 
     def _start(self, move: Move, now: float) -> tuple[Move, list[Send]]:
         """Order ``move`` (``MigrationRefused`` if it cannot be) and record it running;
@@ -1077,7 +998,7 @@ class ControllerLoop:
         """
         if self.last_view is None:
             return None
-        return snapshot(self.records, self.last_view, self.settings.thresholds)
+        return snapshot(self.records, self.last_view, self.thresholds)
 
     def ordered_share(self) -> float | None:
         """Share of ordered (not only finished) migrations that were checkpoint-assisted."""

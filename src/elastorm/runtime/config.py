@@ -1,9 +1,11 @@
 """The project's configuration: ``config.json`` (streamparse envs + an ``elastorm`` section).
 
-Every ``elastorm`` key has a default; unknown or ill-typed keys fail with a one-line
-``UserError``. The Storm version is pinned in three places that must agree:
-``config.json`` (``elastorm.storm_version``), ``project.clj`` (streamparse reads it)
-and ``elastorm/jvm/pom.xml`` (what Maven assembles; package data of elastorm).
+The ``elastorm`` section's keys are options like the topology's, declared once with
+their defaults and checks in :class:`elastorm.config.ProjectConfig`; unknown or
+ill-typed keys fail with a one-line ``UserError``. The Storm version is pinned in
+three places that must agree: ``config.json`` (``elastorm.storm_version``),
+``project.clj`` (streamparse reads it) and ``elastorm/jvm/pom.xml`` (what Maven
+assembles; package data of elastorm).
 
 The project is any streamparse project: the directory holding ``config.json`` (the
 working directory or one of its parents), so elastorm works from a user's own project
@@ -19,23 +21,12 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from elastorm.config import ConfigError, ProjectConfig
 from elastorm.errors import UserError
 
 #: The Maven sources of the JVM side (poms, LocalRunner, the multilang serializer),
 #: shipped inside the package; ``elastorm setup`` builds them into ``<home>/jvm``.
 JVM_SOURCES = Path(__file__).resolve().parents[1] / "jvm"
-
-#: Defaults for every key of config.json's ``elastorm`` section.
-DEFAULTS: dict[str, object] = {
-    "storm_version": "2.8.3",
-    "home": ".elastorm",
-    "zookeeper_port": 12181,
-    "local_supervisors": 1,
-    "cluster_supervisors": 2,
-    "cluster_slots_per_supervisor": 2,
-    "cluster_first_slot_port": 16800,
-    "worker_heap_mb": 512,
-}
 
 #: Every key streamparse 5 reads from an env of config.json, with its JSON type
 #: (``streamparse.util``: nimbus, workers, user, ssh_port, ssh_password,
@@ -72,18 +63,11 @@ STREAMPARSE_LOG_KEYS: dict[str, type] = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class ElastormConfig:
-    """The validated ``elastorm`` section plus where the project lives."""
+class ElastormConfig(ProjectConfig, topology=False):
+    """The validated ``elastorm`` section plus where the project lives (``home``
+    made absolute against it)."""
 
     project: Path
-    storm_version: str
-    home: Path
-    zookeeper_port: int
-    local_supervisors: int
-    cluster_supervisors: int
-    cluster_slots_per_supervisor: int
-    cluster_first_slot_port: int
-    worker_heap_mb: int
 
     @property
     def storm_home(self) -> Path:
@@ -145,29 +129,13 @@ def load_config(project: Path | None = None) -> ElastormConfig:
     section = raw.get("elastorm", {})
     if not isinstance(section, dict):
         raise UserError(f"{path}: 'elastorm' must be an object")
-    unknown = sorted(set(section) - set(DEFAULTS))
-    if unknown:
-        raise UserError(f"{path}: unknown key elastorm.{unknown[0]} (known: {', '.join(DEFAULTS)})")
-    values = {**DEFAULTS, **section}
-    for key, default in DEFAULTS.items():
-        if type(values[key]) is not type(default):
-            raise UserError(
-                f"{path}: elastorm.{key} must be {type(default).__name__}, got {values[key]!r}"
-            )
-    for key in ("zookeeper_port", "cluster_first_slot_port"):
-        if not 1024 <= values[key] <= 65000:
-            raise UserError(f"{path}: elastorm.{key} must be a port in 1024..65000")
-    for key in ("local_supervisors", "cluster_supervisors"):
-        if not 1 <= values[key] <= 16:
-            raise UserError(f"{path}: elastorm.{key} must be in 1..16, got {values[key]}")
-    if not 1 <= values["cluster_slots_per_supervisor"] <= 8:  # 10 ports per supervisor
-        raise UserError(f"{path}: elastorm.cluster_slots_per_supervisor must be in 1..8")
-    if values["worker_heap_mb"] < 128:
-        raise UserError(f"{path}: elastorm.worker_heap_mb must be >= 128")
-    home = Path(values["home"])
-    values["home"] = home if home.is_absolute() else project / home
-    names = {f.name for f in fields(ElastormConfig)} - {"project"}
-    return ElastormConfig(project=project, **{k: values[k] for k in names})
+    try:
+        options = ProjectConfig.from_section(section)
+    except ConfigError as exc:
+        raise UserError(f"{path}: {exc}") from None
+    values = {f.name: getattr(options, f.name) for f in fields(ProjectConfig)}
+    values["home"] = project / options.home  # an absolute home stays as it is
+    return ElastormConfig(project=project, **values)
 
 
 def _typed(value: object, kind: type) -> bool:
@@ -230,7 +198,7 @@ def pinned_storm_versions(project: Path) -> dict[str, str | None]:
     pom_match = re.search(r"<storm\.version>([^<]+)</storm\.version>", pom)
     conf = json.loads((project / "config.json").read_text()).get("elastorm", {})
     return {
-        "config.json": conf.get("storm_version", DEFAULTS["storm_version"]),
+        "config.json": conf.get("storm_version", ProjectConfig().storm_version),
         "project.clj": clj_match.group(1) if clj_match else None,
         "elastorm/jvm/pom.xml": pom_match.group(1) if pom_match else None,
     }

@@ -25,7 +25,6 @@ from elastorm.config import TopologyConfig
 from elastorm.controller.allocation import AllocationSpec, allocation_score, correlated_allocation
 from elastorm.controller.loop import (
     ControllerLoop,
-    LoopSettings,
     Placement,
     Round,
     prior_from_artifact,
@@ -104,19 +103,18 @@ def make_loop(
     controls: Mapping[str, MigrationController],
     operator_tasks: Mapping[str, Sequence[int]],
 ) -> ControllerLoop:
-    """The controller's loop for ``controls``, with the settings of ``config``: one
+    """The controller's loop for ``controls``, with the options of ``config``: one
     node per task index, the offline correlation artifact
     (``elastorm.controller.correlation_artifact``) as prior."""
-    settings = LoopSettings.from_config(config)
     options = config.controller
     prior, weight = None, 0.0
     if options.correlation_artifact:
         prior = _load_prior(options.correlation_artifact, controls)
-        weight = settings.window if options.prior_weight is None else options.prior_weight
+        weight = options.window if options.prior_weight is None else options.prior_weight
     return ControllerLoop(
         controls=controls,
         placement=Placement.by_index(operator_tasks),
-        settings=settings,
+        config=config,
         started_at=time.time(),
         prior=prior,
         prior_weight=weight,
@@ -208,10 +206,10 @@ class ControllerRuntime:
         out = config.output_dir
         log.info(
             "controller: strategy=%s adapt=%s nodes=%s warmup=%.0fs",
-            loop.settings.strategy,
-            loop.settings.adapt,
+            loop.options.strategy,
+            loop.options.adapt,
             loop.placement.nodes,
-            loop.settings.warmup,
+            loop.options.warmup_secs,
         )
         return cls(
             loop=loop,
@@ -249,7 +247,7 @@ class ControllerRuntime:
         now: those of this and earlier decisions whose records ZooKeeper holds."""
         if not self.ready(now):
             return []
-        if self.loop.settings.active and now - self._last_round >= self.round_secs:
+        if self.loop.options.active and now - self._last_round >= self.round_secs:
             self._last_round = now
             records = list(self.watcher.live().values())
             if records:
@@ -325,7 +323,7 @@ class ControllerRuntime:
         if rnd.allocated:
             log.info(
                 "controller: %s allocation, %d checkpoints moved",
-                self.loop.settings.strategy,
+                self.loop.options.strategy,
                 len(rnd.holders_moved),
             )
         for m in rnd.moves:
@@ -355,8 +353,8 @@ class ControllerRuntime:
                 "overloaded": [
                     n.node_id
                     for n in view.nodes
-                    if n.queue_length >= self.loop.settings.thresholds.queue_high
-                    and (n.cpu or 0.0) >= self.loop.settings.thresholds.cpu_high
+                    if n.queue_length >= self.loop.thresholds.queue_high
+                    and (n.cpu or 0.0) >= self.loop.thresholds.cpu_high
                 ],
             }
         )
@@ -379,7 +377,7 @@ class ControllerRuntime:
         write_json_atomic(
             self.metrics_path,
             {
-                "strategy": self.loop.settings.strategy,
+                "strategy": self.loop.options.strategy,
                 "rounds": self.rounds,
                 "allocated_at": self.loop.allocated_at,
                 "started_at": self.loop.started_at,
@@ -428,7 +426,7 @@ def allocation_summary(loop: ControllerLoop, view: ClusterView) -> dict[str, Any
     of the holders now against Algorithm 3's allocation for the same view and
     correlations (Madsen & Zhou 2015, section 6: re-optimisation moves checkpoints when
     that drift exceeds ``theta``). Non-finite scores are written as None."""
-    out: dict[str, Any] = {"theta": loop.settings.theta}
+    out: dict[str, Any] = {"theta": loop.options.theta}
     try:
         corr = loop.correlation.correlation()
     except ControllerModelError as exc:  # a factor-model correlation: no dense matrix
@@ -440,7 +438,7 @@ def allocation_summary(loop: ControllerLoop, view: ClusterView) -> dict[str, Any
         }
     if loop.allocation is not None:
         try:
-            spec = AllocationSpec(view=view, correlation=corr, epsilon=loop.settings.epsilon)
+            spec = AllocationSpec(view=view, correlation=corr, epsilon=loop.options.slack)
             now = allocation_score(spec, holders_allocation(loop.controls, loop.placement))
             best = allocation_score(spec, correlated_allocation(spec))
         except ControllerModelError as exc:  # e.g. InfeasibleAllocationError
