@@ -16,8 +16,8 @@ declarations come
 * :func:`options_table`: the README's option table.
 
 :class:`TopologyConfig` holds elastorm's own options (a ``controller`` section
-inside); example jobs declare their own small sections with the same helper
-(``elastorm.examples.options``). Pure: no Storm, no ZooKeeper.
+inside); a project's jobs declare their own small sections with the same helper
+(this repository's demo jobs: ``src/demos/options.py``). Pure: no Storm, no ZooKeeper.
 
 >>> TopologyConfig.from_conf({"elastorm.key_groups": "8"}).key_groups
 8
@@ -732,7 +732,8 @@ def check_conf(conf: Mapping[str, Any], *sections: type[Section]) -> dict[str, A
     """Validate a whole topology conf at submit; return it unchanged.
 
     Every ``elastorm.*`` key must be one of :class:`TopologyConfig`'s or of
-    ``sections`` (the example jobs' own), and every value must pass its check.
+    ``sections`` (a project's own jobs', e.g. those a driver declares), and every
+    value must pass its check.
     Raises ``ConfigError`` (one line) otherwise.
     """
     everything = (TopologyConfig, *sections)

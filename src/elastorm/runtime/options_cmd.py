@@ -14,19 +14,25 @@ def register(subparsers) -> None:
         help="list the elastorm.* topology options (markdown table)",
         description="Print every elastorm.* option a topology conf may set (in its "
         "`config`, or with `sparse submit -o key=value`), with what is allowed, the "
-        "default and what it means. With --examples, the example jobs' options too.",
+        "default and what it means. With --project, the options of the project's own "
+        "jobs too: the sections its drivers (drivers/NAME.py) declare.",
     )
     parser.add_argument(
-        "--examples", action="store_true", help="also list the example jobs' options"
+        "--project",
+        "--examples",
+        dest="project",
+        action="store_true",
+        help="also list the options the project's drivers declare (--examples: the same)",
     )
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     sections = [TopologyConfig]
-    if args.examples:
-        from elastorm.examples.options import EXAMPLE_SECTIONS
+    if args.project:
+        from elastorm.runtime.config import load_config
+        from elastorm.runtime.drivers import project_sections
 
-        sections.extend(EXAMPLE_SECTIONS)
+        sections.extend(project_sections(load_config().project))
     print(options_table(*sections), end="")
     return 0
