@@ -38,8 +38,9 @@ import bench_common
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # the project's drivers/
 
-from elastorm.runtime import synthetic_driver as sd  # noqa: E402
+from drivers import synthetic as sd  # noqa: E402
 from elastorm.runtime.cluster import CLUSTER_ENV, down, up  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
 from elastorm.runtime.outcome import Outcome  # noqa: E402

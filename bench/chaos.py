@@ -61,6 +61,7 @@ from bench_common import ROOT, commit
 from chaos_table import markdown, ratios, scenario_rows
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the crash drivers live with the tests
+sys.path.insert(0, str(ROOT))  # the project\'s drivers/
 
 
 def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
@@ -183,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from owners import OwnerSampler
 
-    from elastorm.examples.flights_reference import compute_reference
+    from demos.flights_reference import compute_reference
+    from demos.flights_results import read_results
     from elastorm.runtime.cluster import down, up
     from elastorm.runtime.config import load_config
-    from elastorm.runtime.flights_results import read_results
     from elastorm.runtime.provision import LocalSupervisors
     from elastorm.runtime.run import run_topology
 

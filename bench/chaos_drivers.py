@@ -187,7 +187,7 @@ class NetworkCutDriver(SupervisorLossDriver):
         return out
 
     def outcome(self, output_dir: str) -> Outcome:
-        from elastorm.runtime.flights_results import read_results
+        from demos.flights_results import read_results
 
         out = super().outcome(output_dir)
         arrivals: dict[str, dict[str, dict[str, list[int]]]] = {}

@@ -37,13 +37,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-from elastorm.controller.model import Heartbeat
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project's drivers/
+
+from drivers.synthetic import private_zookeeper
+from elastorm.controller.model import Heartbeat  # noqa: E402
 from elastorm.controller.requests import MigrationRequest, RequestState, encode_request
 from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
 from elastorm.runtime.config import load_config
 from elastorm.runtime.services import port_open
-from elastorm.runtime.synthetic_driver import private_zookeeper
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import encode_routing
 from elastorm.zk.heartbeat import HeartbeatPublisher, default_identity

@@ -41,13 +41,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project's drivers/
 
 from throughput import ThroughputDriver  # noqa: E402
 
+from demos.flights_results import read_results  # noqa: E402
+from drivers.flights_elastic import ElasticFlightsDriver  # noqa: E402
 from elastorm.runtime.cluster import up  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
-from elastorm.runtime.drivers import ElasticFlightsDriver  # noqa: E402
-from elastorm.runtime.flights_results import read_results  # noqa: E402
 from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 from elastorm.runtime.services import port_open  # noqa: E402

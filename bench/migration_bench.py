@@ -7,7 +7,7 @@ Usage::
     .venv/bin/python bench/migration_bench.py [--quick] [--repeats R] [--window S] [--json PATH]
         [--plots DIR]
 
-One LocalCluster run of ``topologies/synthetic.py`` (``elastorm.runtime.synthetic_driver``):
+One LocalCluster run of ``topologies/synthetic.py`` (``drivers.synthetic``):
 a rate-limited spout, a pass-through emitter, a counting operator with 20 key
 groups on 3 tasks. One *hot* key group is migrated again and again, by direct,
 CPA and CPAL (order rotated per repeat):
@@ -39,16 +39,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # the project's drivers/
 
-from elastorm.errors import UserError  # noqa: E402
-from elastorm.runtime.config import load_config  # noqa: E402
-from elastorm.runtime.run import run_topology  # noqa: E402
-from elastorm.runtime.synthetic_driver import (  # noqa: E402
+from drivers.synthetic import (  # noqa: E402
     Settings,
     Step,
     SyntheticDriver,
     private_zookeeper,
 )
+from elastorm.errors import UserError  # noqa: E402
+from elastorm.runtime.config import load_config  # noqa: E402
+from elastorm.runtime.run import run_topology  # noqa: E402
 
 PROTOCOLS = ("direct", "cpa", "cpal")
 

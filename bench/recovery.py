@@ -38,6 +38,7 @@ from pathlib import Path
 from bench_common import ROOT, commit, node_loss_cluster
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # NodeLossDriver lives with the tests
+sys.path.insert(0, str(ROOT))  # the project\'s drivers/
 
 WAYS = ("elastorm", "storm")
 MEASURES = ("detected", "restored", "progress")

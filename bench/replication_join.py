@@ -46,6 +46,7 @@ from bench_common import (
 )
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the drivers live with the tests
+sys.path.insert(0, str(ROOT))  # the project\'s drivers/
 
 ARMS = ("none", "planned", "all")
 BEFORE, AFTER = 10, 40  # seconds of baseline before the kill, one-second bins after it

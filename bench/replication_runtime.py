@@ -47,6 +47,7 @@ from bench_common import (
 )
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # the drivers live with the tests
+sys.path.insert(0, str(ROOT))  # the project\'s drivers/
 from crash_driver import AFTER, BEFORE  # noqa: E402
 
 ARMS = ("none", "planned", "all")

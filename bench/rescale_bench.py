@@ -56,14 +56,9 @@ import bench_common
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # the project's drivers/
 
-from elastorm.runtime import nimbus  # noqa: E402
-from elastorm.runtime.cluster import CLUSTER_ENV, down, node_of_port, up  # noqa: E402
-from elastorm.runtime.config import env_nimbus, load_config  # noqa: E402
-from elastorm.runtime.outcome import Outcome  # noqa: E402
-from elastorm.runtime.provision import LocalSupervisors  # noqa: E402
-from elastorm.runtime.run import checked_options, run_topology  # noqa: E402
-from elastorm.runtime.synthetic_driver import (  # noqa: E402
+from drivers.synthetic import (  # noqa: E402
     Settings,
     Step,
     SyntheticDriver,
@@ -71,6 +66,12 @@ from elastorm.runtime.synthetic_driver import (  # noqa: E402
     output_gaps,
     read_jsonl,
 )
+from elastorm.runtime import nimbus  # noqa: E402
+from elastorm.runtime.cluster import CLUSTER_ENV, down, node_of_port, up  # noqa: E402
+from elastorm.runtime.config import env_nimbus, load_config  # noqa: E402
+from elastorm.runtime.outcome import Outcome  # noqa: E402
+from elastorm.runtime.provision import LocalSupervisors  # noqa: E402
+from elastorm.runtime.run import checked_options, run_topology  # noqa: E402
 
 log = logging.getLogger("rescale_bench")
 SETTLE_SECS = 30.0

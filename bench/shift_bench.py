@@ -12,10 +12,10 @@ Usage::
 
 ``--job flights_load`` runs ``topologies/flights_load.py`` instead (the flights load of
 Madsen & Zhou 2015, section 7.3: the flights rows at a ramping rate through op2, op3 and
-op4, each with ``--key-groups`` key groups, on four nodes; see ``elastorm.runtime.shift_driver``),
+op4, each with ``--key-groups`` key groups, on four nodes; see ``drivers.shift``),
 with its own defaults for duration, ramp and rate.
 
-Each run is ``topologies/shift.py`` on a fresh LocalCluster (``elastorm.runtime.shift_driver``):
+Each run is ``topologies/shift.py`` on a fresh LocalCluster (``drivers.shift``):
 a spout whose load moves from op1 to op2 over ``--ramp`` seconds (correlation -1),
 op1's 10 key groups on node1, op2's on node2, node0 and node2 under a 70%
 external CPU load (emulated by throttling their tasks). After the warm-up the
@@ -37,11 +37,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # the project's drivers/
 
+from drivers.flights_load import FlightsLoadDriver  # noqa: E402
+from drivers.shift import ShiftDriver  # noqa: E402
+from elastorm.config import STRATEGIES  # noqa: E402
 from elastorm.errors import UserError  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
-from elastorm.runtime.shift_driver import STRATEGIES, FlightsLoadDriver, ShiftDriver  # noqa: E402
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -70,10 +70,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from flights_throughput import read_procs, with_descendants  # noqa: E402
 
+from demos.options import ThroughputOptions  # noqa: E402
+from demos.throughput_control import CONTROL_FILE  # noqa: E402
 from elastorm.config import TopologyConfig  # noqa: E402
 from elastorm.errors import UserError  # noqa: E402
-from elastorm.examples.options import ThroughputOptions  # noqa: E402
-from elastorm.examples.throughput_control import CONTROL_FILE  # noqa: E402
 from elastorm.files import write_json_atomic  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
 from elastorm.runtime.outcome import Outcome  # noqa: E402
@@ -173,6 +173,10 @@ def percentile(histogram: dict[str, int], q: float) -> float | None:
 
 class ThroughputDriver:
     """Runs the three phases against one submitted topology (``run_topology``'s driver)."""
+
+    sections = (ThroughputOptions,)
+    topology: str = ""  # set by run_topology before submitting
+    zk_hosts: str = ""
 
     def __init__(self, name: str, args, cpu: CpuSnapshot) -> None:
         self.name = name

@@ -31,6 +31,7 @@ from pathlib import Path
 from bench_common import ROOT, commit
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))  # WireLossDriver lives with the tests
+sys.path.insert(0, str(ROOT))  # the project\'s drivers/
 
 WAYS = ("none", "loss")
 

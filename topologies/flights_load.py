@@ -12,7 +12,7 @@ op2, op3, op4: a count per key in key groups, one task per node (node0..node3)
 As in the paper, op2 and op3 start on the "operator" nodes (node0-2) and op4 on
 its own (node3); the operator nodes have little spare CPU (an emulated external
 load, see ``elastorm.storm.load``), so the rising load overloads them and the controller
-moves key groups to node3. ``elastorm.runtime.shift_driver.FlightsLoadDriver`` runs it
+moves key groups to node3. ``drivers.flights_load.FlightsLoadDriver`` runs it
 with a key-group count and a checkpoint-allocation strategy.
 """
 
@@ -22,9 +22,9 @@ from streamparse import Grouping
 
 from bolts.common import topology_config
 from bolts.shift import ShiftCounter, ShiftEmitter
+from demos.options import FlightsLoadOptions, ShiftOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import ControllerConfig, TopologyConfig
-from elastorm.examples.options import FlightsLoadOptions, ShiftOptions
 from elastorm.storm.elastic import STREAM
 from spouts.flights_load import FlightsLoadSpout
 

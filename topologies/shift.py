@@ -11,7 +11,7 @@ As in the paper: op1's key groups start on node1, op2's on node2; node0 and
 node2 are under a 70% external CPU load (emulated, see ``elastorm.storm.load``). The
 controller allocates checkpoints after a warm-up with
 ``ELASTORM_STRATEGY`` (none, baseline, even, correlated) and then balances load
-from the heartbeats. ``elastorm.runtime.shift_driver`` runs it and reports the share of
+from the heartbeats. ``drivers.shift`` runs it and reports the share of
 checkpoint-assisted migrations.
 """
 
@@ -23,9 +23,9 @@ from streamparse import Grouping
 
 from bolts.common import topology_config
 from bolts.shift import ShiftCounter, ShiftEmitter
+from demos.options import ShiftOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import ControllerConfig, TopologyConfig
-from elastorm.examples.options import ShiftOptions
 from elastorm.storm.elastic import STREAM
 from spouts.shift import ShiftSpout
 

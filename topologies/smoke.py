@@ -3,7 +3,7 @@
 from streamparse import Grouping, Topology
 
 from bolts.smoke import CounterBolt
-from elastorm.examples.options import SmokeOptions
+from demos.options import SmokeOptions
 from spouts.smoke import NumberSpout
 
 

@@ -16,9 +16,9 @@ from streamparse import Grouping
 
 from bolts.common import env_int, topology_config
 from bolts.synthetic import SyntheticCounter, SyntheticEmitter
+from demos.options import SyntheticOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import TopologyConfig
-from elastorm.examples.options import SyntheticOptions
 from elastorm.storm.elastic import STREAM
 from spouts.synthetic import SyntheticSpout
 

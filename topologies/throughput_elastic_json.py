@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from bolts.common import topology_config
 from bolts.throughput import KeyedCounter
+from demos.options import ThroughputOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import TopologyConfig
-from elastorm.examples.options import ThroughputOptions
 from spouts.throughput import ThroughputSpout
 
 

@@ -9,7 +9,7 @@ from streamparse import Grouping, Topology
 
 from bolts.common import topology_config
 from bolts.throughput import PlainCounter
-from elastorm.examples.options import ThroughputOptions
+from demos.options import ThroughputOptions
 from spouts.throughput import ThroughputSpout
 
 

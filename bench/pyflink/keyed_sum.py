@@ -9,8 +9,8 @@ topologies at the same parallelism (1):
 
 The map plays the Storm spout: keys ``k0..k<keys-1>`` round robin, ``stamp`` =
 ``time.time()``, as fast as it can while ``throughput-control.json``'s rate is 0,
-else at that rate (``elastorm.examples.throughput_control``). The keyed function counts per key in a
-``ValueState`` and keeps a :class:`~elastorm.examples.latency_counts.LatencyCounts`,
+else at that rate (``demos.throughput_control``). The keyed function counts per key in a
+``ValueState`` and keeps a :class:`~demos.latency_counts.LatencyCounts`,
 written to ``<out>/throughput-<subtask>.json`` about once a second while tuples
 arrive, the file the Storm counters write. Runs until killed.
 
@@ -33,8 +33,8 @@ from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.functions import KeyedProcessFunction, MapFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
-from elastorm.examples.latency_counts import LatencyCounts
-from elastorm.examples.throughput_control import RateControl
+from demos.latency_counts import LatencyCounts
+from demos.throughput_control import RateControl
 
 WRITE_SECS = 1.0
 

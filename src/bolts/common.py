@@ -22,8 +22,8 @@ from typing import Any
 
 from streamparse import Bolt
 
+from demos.options import EXAMPLE_SECTIONS, FlightsOptions
 from elastorm.config import ConfigError, Section, TopologyConfig, check_conf
-from elastorm.examples.options import EXAMPLE_SECTIONS, FlightsOptions
 from elastorm.files import write_json_atomic  # noqa: F401 (re-exported)
 
 OUTPUT_DIR_KEY = TopologyConfig.key("output_dir")

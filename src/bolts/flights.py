@@ -14,7 +14,7 @@ is being recovered, Su & Zhou 2016; it sends them again, final, afterwards).
 Updates go out every ``flush_every`` input tuples and on every tick, so the sink
 holds exact totals once the last update of each task has arrived, which the runner
 detects by comparing ``seen`` with the upstream counts (see
-``elastorm.runtime.flights_results``). Totals are idempotent (the latest wins), so a
+``demos.flights_results``). Totals are idempotent (the latest wins), so a
 later update repairs a lost one for the keys it carries.
 """
 
@@ -36,9 +36,9 @@ from bolts.common import (
     error_detail,
     write_json_atomic,
 )
+from demos.flights_schema import TUPLE_FIELDS
+from demos.options import FlightsOptions
 from elastorm.core.replay import Positions
-from elastorm.examples.flights_schema import TUPLE_FIELDS
-from elastorm.examples.options import FlightsOptions
 
 SAMPLE_STREAM = "sample"
 UPDATE_FIELDS = ["role", "seen", "updates", "ids", "tentative"]

@@ -24,12 +24,12 @@ from bolts.flights import (
     ExtractDelays,
     OperatorBolt,
 )
+from demos.flights_schema import TUPLE_FIELDS
+from demos.options import FlightsOptions
 from elastorm.core.actions import Applied, MigrationDone, Rejected
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.outputs import LatestValues
 from elastorm.core.state import fold
-from elastorm.examples.flights_schema import TUPLE_FIELDS
-from elastorm.examples.options import FlightsOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,

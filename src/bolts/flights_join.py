@@ -20,8 +20,7 @@ import time
 from streamparse import Bolt, Stream
 
 from bolts.common import Counters, required_output_dir, write_json_atomic
-from elastorm import KeyedBolt, MapState, ValueState
-from elastorm.examples.flights_join import (
+from demos.flights_join import (
     AIR,
     ARRIVAL,
     add_to_window,
@@ -29,6 +28,7 @@ from elastorm.examples.flights_join import (
     split_flight,
     window_of,
 )
+from elastorm import KeyedBolt, MapState, ValueState
 
 ARRIVALS, AIRTIMES = "arrivals", "airtimes"
 JOINED_FIELDS = ["tailnum", "row", "arr_delay", "air_time", "ts"]

@@ -23,8 +23,8 @@ from bolts.flights import (
     SampledDelayShare,
     SumDelays,
 )
+from demos.options import FlightsOptions
 from elastorm.config import TopologyConfig
-from elastorm.examples.options import FlightsOptions
 from spouts.flights import FlightsSpout
 
 TICK = Tuple("tick", "__system", "__tick", -1, (1,))

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from bolts.common import CountingBolt
+from demos.options import ShiftOptions
 from elastorm.core.actions import Applied, Rejected
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.state import fold
-from elastorm.examples.options import ShiftOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,

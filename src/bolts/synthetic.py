@@ -43,12 +43,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bolts.common import CountingBolt
+from demos.options import SyntheticOptions
 from elastorm.config import TopologyConfig
 from elastorm.core.actions import Applied
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.messages import Migrate
 from elastorm.core.state import Step, fold
-from elastorm.examples.options import SyntheticOptions
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     RELAY,
@@ -147,7 +147,7 @@ class OutputLog:
 
     Rows: ``{"out": [[group, bucket, earliest stamp bucket]], "in": [[group, stamp
     bucket]], "lat": [[second, ms, count]]}``. The stamps say whether a silent group had
-    input waiting (``synthetic_driver.output_gaps``: its stall) or none to output.
+    input waiting (``drivers.synthetic.output_gaps``: its stall) or none to output.
     """
 
     def __init__(self, path: str) -> None:

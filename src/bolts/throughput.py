@@ -1,7 +1,7 @@
 """The counters of the keyed-count throughput benchmark (bench/throughput.py).
 
 Both count tuples per key and measure each tuple's end-to-end latency (now minus
-the spout's stamp) in a :class:`~elastorm.examples.latency_counts.LatencyCounts`,
+the spout's stamp) in a :class:`~demos.latency_counts.LatencyCounts`,
 written on every tick to ``<output_dir>/throughput-<task>.json``.
 
 * :class:`PlainCounter`: a plain streamparse bolt (fields grouping on the key);
@@ -16,8 +16,8 @@ import os
 from streamparse import Bolt
 
 from bolts.common import required_output_dir
+from demos.latency_counts import LatencyCounts
 from elastorm.core.keyed_state import ValueState
-from elastorm.examples.latency_counts import LatencyCounts
 from elastorm.storm.keyed_bolt import KeyedBolt
 from elastorm.storm.wire import use_elastorm_wire
 

@@ -16,10 +16,10 @@ declarations come
 * :func:`options_table`: the README's option tables.
 
 :class:`TopologyConfig` holds elastorm's own options (a ``controller`` section
-inside); example jobs declare their own small sections with the same helper
-(``elastorm.examples.options``); :class:`ProjectConfig` is the project's own
-``config.json`` ``elastorm`` section (Storm version, home, ports, supervisors), read by
-``elastorm.runtime.config``. Pure: no Storm, no ZooKeeper.
+inside); a project's jobs declare their own small sections with the same helper
+(this repository's demo jobs: ``src/demos/options.py``); :class:`ProjectConfig` is the
+project's own ``config.json`` ``elastorm`` section (Storm version, home, ports,
+supervisors), read by ``elastorm.runtime.config``. Pure: no Storm, no ZooKeeper.
 
 >>> TopologyConfig.from_conf({"elastorm.key_groups": "8"}).key_groups
 8
@@ -843,7 +843,8 @@ def check_conf(conf: Mapping[str, Any], *sections: type[Section]) -> dict[str, A
     """Validate a whole topology conf at submit; return it unchanged.
 
     Every ``elastorm.*`` key must be one of :class:`TopologyConfig`'s or of
-    ``sections`` (the example jobs' own), and every value must pass its check.
+    ``sections`` (a project's own jobs', e.g. those a driver declares), and every
+    value must pass its check.
     Raises ``ConfigError`` (one line) otherwise.
     """
     everything = (TopologyConfig, *sections)

@@ -8,7 +8,7 @@ Each data row becomes one tuple ``(id, key, value, ts)`` on the default stream:
 - ``value``: ``[year, arr_delay, air_time]``, ints, ``None`` where the file says NA;
 - ``ts``: event time, ``time_hour`` as epoch seconds (UTC).
 
-The row rules (columns, NA tokens, ``parse_row``) are ``elastorm.examples.flights_schema``'s,
+The row rules (columns, NA tokens, ``parse_row``) are ``demos.flights_schema``'s,
 shared with the pandas reference. Malformed rows are counted and sent on the
 ``errors`` stream with a reason and never reach the operators. Reasons, checked in
 this order:
@@ -52,7 +52,7 @@ from bolts.common import (
     required_output_dir,
     write_json_atomic,
 )
-from elastorm.examples.flights_schema import (
+from demos.flights_schema import (
     TUPLE_FIELDS,
     FlightsConfigError,
     column_index,
@@ -60,7 +60,7 @@ from elastorm.examples.flights_schema import (
     open_rows,
     parse_row,
 )
-from elastorm.examples.options import FlightsOptions
+from demos.options import FlightsOptions
 from elastorm.storm.replay import REWIND, ReplayableSpout, linked_fields
 
 

@@ -27,13 +27,13 @@ import time
 from streamparse import Spout, Stream
 
 from bolts.common import Counters, required_output_dir
-from elastorm.examples.flights_schema import (
+from demos.flights_schema import (
     column_index,
     default_flights_path,
     open_rows,
     parse_row,
 )
-from elastorm.examples.options import FlightsLoadOptions, FlightsOptions
+from demos.options import FlightsLoadOptions, FlightsOptions
 from spouts.synthetic import Pacer
 
 OPERATORS = ("op2", "op3", "op4")

@@ -25,7 +25,7 @@ import time
 from streamparse import Spout, Stream
 
 from bolts.common import Counters, required_output_dir
-from elastorm.examples.options import ShiftOptions
+from demos.options import ShiftOptions
 from spouts.synthetic import Pacer
 
 OPERATORS = ("op1", "op2")

@@ -11,7 +11,7 @@ import time
 
 from streamparse import Spout, Stream
 
-from elastorm.examples.options import SmokeOptions
+from demos.options import SmokeOptions
 
 
 class NumberSpout(Spout):

@@ -37,9 +37,9 @@ from typing import Any
 from streamparse import Spout, Stream
 
 from bolts.common import Counters, required_output_dir
+from demos.options import SyntheticOptions
+from demos.synthetic_control import CONTROL_FILE, read_control
 from elastorm.config import TopologyConfig
-from elastorm.examples.options import SyntheticOptions
-from elastorm.examples.synthetic_control import CONTROL_FILE, read_control
 
 CONTROL_POLL_SECS = 0.2
 FIELDS = ["key", "stamp"]

@@ -6,7 +6,7 @@ Emits ``(key, stamp)`` tuples without tuple ids, round robin over
 ``time.time()`` at the emit: the counter measures end-to-end latency from it.
 The driver changes the rate while the topology runs through
 ``<output_dir>/throughput-control.json``
-(:class:`~elastorm.examples.throughput_control.RateControl`).
+(:class:`~demos.throughput_control.RateControl`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 from streamparse import Spout
 
 from bolts.common import required_output_dir
-from elastorm.examples.options import ThroughputOptions
-from elastorm.examples.throughput_control import RateControl
+from demos.options import ThroughputOptions
+from demos.throughput_control import RateControl
 from elastorm.storm.wire import use_elastorm_wire
 
 

@@ -10,11 +10,11 @@ import threading
 import time
 from typing import Any
 
+from demos.flights_results import read_results
+from drivers.flights_elastic import ElasticFlightsDriver
+from drivers.flights_join import JoinWindowDriver, read_join_sink
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
-from elastorm.runtime.drivers import ElasticFlightsDriver
-from elastorm.runtime.flights_results import read_results
-from elastorm.runtime.join_driver import JoinWindowDriver, read_join_sink
 from elastorm.runtime.outcome import Outcome
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from dashboard_servers import dashboard_process, prometheus_server, promql
 
+from drivers.flights_elastic import ElasticFlightsDriver
 from elastorm.dashboard.view import SUSPECT_AFTER
-from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.outcome import Outcome
 from elastorm.runtime.provision import LocalSupervisors
 from elastorm.runtime.run import run_topology

@@ -13,11 +13,13 @@ import time
 import pytest
 from shared_cluster import cluster_up
 
+from drivers.flights import FlightsDriver
+from drivers.flights_elastic import ElasticFlightsDriver
+from drivers.smoke import SmokeDriver
 from elastorm.errors import UserError
 from elastorm.runtime import cli, nimbus
 from elastorm.runtime.cluster import down, status
 from elastorm.runtime.config import env_nimbus
-from elastorm.runtime.drivers import ElasticFlightsDriver, FlightsDriver, SmokeDriver
 from elastorm.runtime.run import run_topology
 from elastorm.runtime.storm_home import ensure_storm_home
 from elastorm.runtime.topology_jar import build_topology_jar

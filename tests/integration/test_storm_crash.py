@@ -28,9 +28,9 @@ from crash_driver import (
     WireLossDriver,
 )
 
+from drivers.shift import ShiftDriver
 from elastorm.runtime.provision import LocalSupervisors
 from elastorm.runtime.run import run_topology
-from elastorm.runtime.shift_driver import ShiftDriver
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from drivers.flights_elastic import ElasticFlightsDriver
 from elastorm.controller.requests import RequestState
 from elastorm.core.messages import Protocol
 from elastorm.runtime.config import load_config
-from elastorm.runtime.drivers import ElasticFlightsDriver
 from elastorm.runtime.migrate import connect, request_migration, wait_until_movable
 from elastorm.runtime.run import run_topology
 from elastorm.zk.layout import ZnodeLayout

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from drivers.flights import FlightsDriver
+from drivers.smoke import SmokeDriver
 from elastorm.runtime.config import load_config
-from elastorm.runtime.drivers import FlightsDriver, SmokeDriver
 from elastorm.runtime.run import run_topology
 
 pytestmark = pytest.mark.integration

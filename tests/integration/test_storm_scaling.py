@@ -14,12 +14,12 @@ import os
 
 import pytest
 
+from drivers.synthetic import Settings, Step, SyntheticDriver
 from elastorm.runtime.cluster import CLUSTER_ENV, node_of_port
 from elastorm.runtime.config import env_nimbus
 from elastorm.runtime.nimbus import executor_nodes
 from elastorm.runtime.provision import LocalSupervisors
 from elastorm.runtime.run import run_topology
-from elastorm.runtime.synthetic_driver import Settings, Step, SyntheticDriver
 
 pytestmark = pytest.mark.integration
 

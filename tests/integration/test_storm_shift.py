@@ -21,11 +21,11 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
+from drivers.shift import ShiftDriver, tally
 from elastorm.controller.model import KeyGroupId
 from elastorm.runtime import services
 from elastorm.runtime.config import load_config
 from elastorm.runtime.run import run_topology
-from elastorm.runtime.shift_driver import ShiftDriver, tally
 from elastorm.zk.codec import decode_checkpoints, decode_routing
 from elastorm.zk.layout import ZnodeLayout
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from drivers.synthetic import Settings, Step, SyntheticDriver, private_zookeeper
 from elastorm.runtime.config import load_config
 from elastorm.runtime.run import run_topology
-from elastorm.runtime.synthetic_driver import Settings, Step, SyntheticDriver, private_zookeeper
 
 pytestmark = pytest.mark.integration
 

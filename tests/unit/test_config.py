@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from demos.options import (
+    EXAMPLE_SECTIONS,
+    FlightsOptions,
+    ShiftOptions,
+    SyntheticOptions,
+)
 from elastorm.config import (
     ConfigError,
     ControllerConfig,
@@ -20,12 +26,6 @@ from elastorm.config import (
 )
 from elastorm.controller.adaptation import Thresholds
 from elastorm.controller.loop import loop_thresholds
-from elastorm.examples.options import (
-    EXAMPLE_SECTIONS,
-    FlightsOptions,
-    ShiftOptions,
-    SyntheticOptions,
-)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -264,7 +264,10 @@ def test_drivers_options_are_checked_before_submit() -> None:
     from elastorm.errors import UserError
     from elastorm.runtime.run import checked_options
 
-    assert checked_options({"elastorm.flights.limit": 5}) == {"elastorm.flights.limit": 5}
+    limit = {"elastorm.flights.limit": 5}
+    assert checked_options(limit, EXAMPLE_SECTIONS) == limit
+    with pytest.raises(UserError, match="elastorm.flights.limit"):
+        checked_options(limit)  # a section the driver did not declare
     with pytest.raises(UserError, match="elastorm.key_groups = 0"):
         checked_options({"elastorm.key_groups": 0})
     with pytest.raises(UserError, match="did you mean elastorm.controller.strategy"):

@@ -31,8 +31,8 @@ def write_csv(path, lines) -> str:
 
 def run_lines(tmp_path, lines):
     """Run the pipeline over a CSV of ``lines``: (output dir, result, pandas reference)."""
-    from elastorm.examples.flights_reference import compute_reference
-    from elastorm.runtime.flights_results import read_results
+    from demos.flights_reference import compute_reference
+    from demos.flights_results import read_results
 
     out = tmp_path / "out"
     path = write_csv(tmp_path / "flights.csv", lines)

@@ -10,24 +10,24 @@ from streamparse import Bolt
 
 import elastorm.zk.requests
 from bolts.flights_join import DailyWindows, JoinFlights, JoinWindowSink
-from elastorm.controller.replication import downstream_operators, operator_inputs
-from elastorm.core.actions import Applied, Send
-from elastorm.core.messages import CheckpointAck, Data, DataTuple, Protocol, UpstreamRecovery
-from elastorm.core.migration.table import Phase
-from elastorm.examples.flights_join import (
+from demos.flights_join import (
     add_to_window,
     compute_join_reference,
     join_side,
     split_flight,
     window_of,
 )
-from elastorm.examples.flights_schema import (
+from demos.flights_schema import (
     REQUIRED_COLUMNS,
     default_flights_path,
     open_rows,
     parse_row,
 )
-from elastorm.runtime.join_driver import compare_windows
+from drivers.flights_join import compare_windows
+from elastorm.controller.replication import downstream_operators, operator_inputs
+from elastorm.core.actions import Applied, Send
+from elastorm.core.messages import CheckpointAck, Data, DataTuple, Protocol, UpstreamRecovery
+from elastorm.core.migration.table import Phase
 from elastorm.storm.elastic import STREAM, to_wire
 
 

@@ -9,8 +9,8 @@ import pytest
 from test_flights_harness import TICK, flight_row, make, run_lines, tup, write_csv
 
 from bolts.flights import ResultsSink
-from elastorm.examples.flights_reference import compute_reference
-from elastorm.runtime.flights_results import FlightsResult, compare, format_summary
+from demos.flights_reference import compute_reference
+from demos.flights_results import FlightsResult, compare, format_summary
 
 # N1: two flights, one NA. N2 and N3: only NA flights. N4: one flight with a delay.
 LINES = [

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from test_flights_harness import Pipeline, flight_row, run_lines
 
-from elastorm.examples.flights_reference import compute_reference
-from elastorm.runtime.flights_results import compare, completeness, format_summary, read_results
+from demos.flights_reference import compute_reference
+from demos.flights_results import compare, completeness, format_summary, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 

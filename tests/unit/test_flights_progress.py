@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from elastorm.runtime.drivers import ElasticFlightsDriver, FlightsDriver
-from elastorm.runtime.flights_results import FlightsResult, progress_line
+from demos.flights_results import FlightsResult, progress_line
+from drivers.flights import FlightsDriver
+from drivers.flights_elastic import ElasticFlightsDriver
 
 INCARNATION = 10**12  # a keyed task sends seen = incarnation * 10**12 + tuples
 
@@ -53,7 +54,7 @@ EXPECTED = (
 
 
 def test_progress_line_counts_flights_not_stamped_seen(tmp_path) -> None:
-    from elastorm.runtime.flights_results import read_results
+    from demos.flights_results import read_results
 
     _write(tmp_path, keyed_seen=True)
     result = read_results(str(tmp_path))

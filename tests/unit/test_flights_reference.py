@@ -8,8 +8,8 @@ import zipfile
 
 from test_flights_harness import flight_row, write_csv
 
-from elastorm.examples.flights_reference import compute_reference, main, minutes_in_year
-from elastorm.examples.flights_schema import default_flights_path
+from demos.flights_reference import compute_reference, main, minutes_in_year
+from demos.flights_schema import default_flights_path
 
 
 def test_minutes_in_year():

@@ -7,8 +7,8 @@ import json
 import pytest
 from test_flights_harness import FakeClock, flight_row, run_lines, write_csv
 
-from elastorm.examples.flights_reference import compute_reference
-from elastorm.runtime.flights_results import (
+from demos.flights_reference import compute_reference
+from demos.flights_results import (
     FlightsResult,
     IncompleteRunError,
     compare,

@@ -8,8 +8,8 @@ import json
 import pytest
 from test_flights_harness import FakeClock, flight_row, make, write_csv
 
+from demos.flights_schema import FlightsConfigError, column_index, parse_row
 from elastorm.config import ConfigError
-from elastorm.examples.flights_schema import FlightsConfigError, column_index, parse_row
 from spouts.flights import FlightsSpout
 
 HEADER = ["year", "arr_delay", "air_time", "tailnum", "time_hour"]

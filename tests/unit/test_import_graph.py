@@ -14,10 +14,11 @@ Rules:
    and none of ``bolts``, ``spouts``, ``streamparse``, ``pystorm``, ``kazoo`` or
    ``pyspark``;
 3. the installed library (``elastorm.*``) never imports the example project's
-   ``bolts`` or ``spouts`` (they are not in the wheel);
-4. no module of ``elastorm.jobs`` or ``elastorm.examples`` (the offline jobs, and
-   the flights row schema shared with the Storm side) reaches ``streamparse`` or
-   ``pystorm``, either directly or through other modules of ``src/``;
+   ``bolts``, ``spouts``, ``demos`` or ``drivers`` (they are not in the wheel);
+4. no module of ``elastorm.jobs`` or ``demos`` (the offline jobs, and the demo jobs'
+   flights row schema, pandas references and options, shared with the Storm side)
+   reaches ``streamparse`` or ``pystorm``, either directly or through other modules of
+   ``src/``;
 5. no two packages of ``elastorm`` import each other (``mutual_packages``), and the
    layer order of ``pyproject.toml``'s import-linter contract holds (``lint-imports``,
    run here so that CI checks it; ``python -m tests.unit.test_import_graph`` prints the
@@ -40,8 +41,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 CORE = "elastorm.core"
 CORE_FORBIDDEN = frozenset({"bolts", "spouts", "streamparse", "pystorm", "kazoo", "pyspark"})
 LIBRARY = "elastorm"
-EXAMPLE_PROJECT = frozenset({"bolts", "spouts"})
-OFFLINE = ("elastorm.jobs", "elastorm.examples")
+EXAMPLE_PROJECT = frozenset({"bolts", "spouts", "demos", "drivers"})
+OFFLINE = ("elastorm.jobs", "demos")
 STORM = frozenset({"streamparse", "pystorm"})
 
 
@@ -269,9 +270,9 @@ def graph() -> Graph:
 
 def test_the_graph_sees_the_packages_of_src(graph: Graph) -> None:
     packages = {m.split(".")[0] for m in graph.files}
-    assert packages == {"elastorm", "bolts", "spouts"}
+    assert packages == {"elastorm", "bolts", "spouts", "demos"}
     assert "elastorm.core.migration.keygroup" in graph.files
-    assert "elastorm.examples.flights_schema" in graph.edges("spouts.flights")
+    assert "demos.flights_schema" in graph.edges("spouts.flights")
 
 
 def test_no_import_cycles_in_src(graph: Graph) -> None:
@@ -313,8 +314,8 @@ def test_the_layers_contract_holds() -> None:
 def test_flights_schema_is_pure(graph: Graph) -> None:
     # The flights row schema shared by spouts, bolts and offline jobs: the standard
     # library only, and no other module of src/.
-    assert graph.edges("elastorm.examples.flights_schema") == set()
-    external = {i.name.split(".")[0] for i in graph.external("elastorm.examples.flights_schema")}
+    assert graph.edges("demos.flights_schema") == set()
+    external = {i.name.split(".")[0] for i in graph.external("demos.flights_schema")}
     assert external <= sys.stdlib_module_names
 
 

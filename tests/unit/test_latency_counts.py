@@ -1,4 +1,4 @@
-"""The throughput benchmark's latency counts (elastorm.examples.latency_counts)."""
+"""The throughput benchmark's latency counts (demos.latency_counts)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from elastorm.examples import latency_counts
-from elastorm.examples.latency_counts import SECONDS_KEPT, LatencyCounts, bucket_edge
+from demos import latency_counts
+from demos.latency_counts import SECONDS_KEPT, LatencyCounts, bucket_edge
 
 
 def test_bucket_edges_are_bounded_and_ordered():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from demos.options import FlightsLoadOptions, ShiftOptions
 from elastorm.config import ConfigError
-from elastorm.examples.options import FlightsLoadOptions, ShiftOptions
 from spouts.flights_load import ramp_rate
 from spouts.shift import share_to_op2
 

@@ -1,11 +1,12 @@
 """Nothing in ``src/`` is reachable only from the tests.
 
-Two checks over the code that runs (``src/``, ``topologies/``, ``bench/``; ``bin/``
-holds shell scripts only), never ``tests/``:
+Two checks over the code that runs (``src/``, ``topologies/``, ``drivers/``, ``bench/``;
+``bin/`` holds shell scripts only), never ``tests/``:
 
 - modules: every module of ``src/elastorm`` is imported, directly or through others,
   from a root: the ``elastorm`` command (``elastorm.runtime.cli``), a topology, a
-  component of the example project (``src/bolts``, ``src/spouts``) or a benchmark;
+  driver, a component of the example project (``src/bolts``, ``src/spouts``) or a
+  benchmark;
 - names: ``vulture`` finds no unused function, class, method, property or variable,
   except Storm/streamparse callbacks, dataclass fields, a topology's components, and
   the handlers the migration machines dispatch by name.
@@ -23,7 +24,8 @@ import vulture
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_PROJECT = ROOT / "tests" / "integration" / "user_project"  # a user's code: the API's caller
-SCANNED = [ROOT / "src", ROOT / "topologies", ROOT / "bench", ROOT / "bin", USER_PROJECT]
+SCANNED = [ROOT / "src", ROOT / "topologies", ROOT / "drivers", ROOT / "bench", ROOT / "bin"]
+SCANNED += [USER_PROJECT]
 
 #: Called by Storm/streamparse/pystorm, or read by them from a class.
 CALLBACKS = [
@@ -43,8 +45,9 @@ CALLBACKS = [
     "config",
     "process_element",  # PyFlink's KeyedProcessFunction (bench/pyflink/keyed_sum.py)
 ]
-#: Python calls it: a module's lazy ``__getattr__`` (``elastorm``'s public names).
-PROTOCOL = ["__getattr__"]
+#: Python calls it: a module's lazy ``__getattr__`` (``elastorm``'s public names); and
+#: ``elastorm local/run`` call a project driver's entry function by its name.
+PROTOCOL = ["__getattr__", "make_driver"]
 #: The per-key state handles' methods (PyFlink's ValueState / MapState): the user's API.
 STATE_API = ["value", "update", "clear", "get", "put", "remove", "contains"]
 STATE_API += ["keys", "values", "items", "is_empty"]
@@ -124,8 +127,8 @@ def unreached_modules() -> set[str]:
     roots = [ROOT / "src/elastorm/runtime/cli.py"]
     roots += [
         p
-        for d in (ROOT / "topologies", ROOT / "bench", ROOT / "src/bolts", ROOT / "src/spouts")
-        for p in d.rglob("*.py")
+        for d in ("topologies", "drivers", "bench", "src/bolts", "src/spouts")
+        for p in (ROOT / d).rglob("*.py")
     ]
     reached: set[str] = set()
     todo = [m for p in roots for m in _imports(p, modules)] + ["elastorm.runtime.cli"]

@@ -256,3 +256,27 @@ def test_migrate_against_a_killed_topology_refuses_at_once_and_requests_nothing(
     with pytest.raises(UserError, match="controller of t/op is not running"):
         request_migration(zk, "t", "op", 3, "holder", Protocol.CPA, timeout=60)
     assert zk.created == []
+
+
+def test_migrate_without_operator_takes_the_only_keyed_one_or_names_them() -> None:
+    from elastorm.errors import UserError
+    from elastorm.runtime.migrate import keyed_operator, only_operator
+
+    class RoutingZk(FlakyZk):
+        def get_children(self, path):
+            prefix = path + "/"
+            children = [p[len(prefix) :] for p in self.nodes if p.startswith(prefix)]
+            if not children:
+                raise NoNodeError()
+            return children
+
+    layout = ZnodeLayout("t")
+    zk = RoutingZk()
+    with pytest.raises(UserError, match="t has no keyed operator"):
+        keyed_operator(zk, "t", timeout=0)
+    zk.nodes[layout.routing("counts")] = b""
+    assert keyed_operator(zk, "t", timeout=0) == "counts"
+    zk.nodes[layout.routing("op2")] = b""
+    with pytest.raises(UserError, match="keyed operators counts, op2: pass --operator"):
+        keyed_operator(zk, "t", timeout=0)
+    assert only_operator("t", ["sum_delays"]) == "sum_delays"

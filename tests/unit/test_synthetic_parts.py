@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bolts.synthetic import CheckpointPlan, LatencyBuckets, add_count, message_type
+from drivers.synthetic import Step, merge_buckets, pause_of
 from elastorm.core.keygroups import key_group
-from elastorm.runtime.synthetic_driver import Step, merge_buckets, pause_of
 from spouts.synthetic import KeySpace, Pacer, key_in_group
 
 
@@ -132,7 +132,7 @@ def test_spout_preloads_each_hot_key_once_then_holds_the_steady_mix(tmp_path):
 
 def test_spout_follows_the_control_file(tmp_path):
     from bolts.pipeline import FakeClock, drain
-    from elastorm.examples.synthetic_control import write_control
+    from demos.synthetic_control import write_control
 
     clock = FakeClock()
     spout = _spout(tmp_path, clock, **{"elastorm.synthetic.keys": 10})
@@ -149,7 +149,7 @@ def test_spout_follows_the_control_file(tmp_path):
 
 
 def test_output_gaps_merge_tasks_and_find_the_longest_gap_of_any_key_group() -> None:
-    from elastorm.runtime.synthetic_driver import output_gaps
+    from drivers.synthetic import output_gaps
 
     # Group 1 moves from one task to another: its outputs continue on the second task.
     rows = [
@@ -163,7 +163,7 @@ def test_output_gaps_merge_tasks_and_find_the_longest_gap_of_any_key_group() -> 
 
 
 def test_a_silent_group_stalls_only_while_it_has_input_waiting() -> None:
-    from elastorm.runtime.synthetic_driver import output_gaps
+    from drivers.synthetic import output_gaps
 
     # Group 1: outputs every bucket up to 60, then none until 70, but nothing was
     # stamped between (its input paused): a gap, no stall. Group 2: outputs up to 80,
@@ -185,7 +185,7 @@ def test_a_silent_group_stalls_only_while_it_has_input_waiting() -> None:
 
 
 def test_latency_percentiles_from_histograms() -> None:
-    from elastorm.runtime.synthetic_driver import latency_percentiles
+    from drivers.synthetic import latency_percentiles
 
     rows = [{"lat": [[10, 5, 98], [10, 200, 2], [11, 7, 100], [30, 9000, 5]]}]
     got = latency_percentiles(rows, 10, 11)
@@ -195,7 +195,7 @@ def test_latency_percentiles_from_histograms() -> None:
 
 def test_spout_stamps_each_tuple_when_it_fell_due_and_resumes_a_stopped_jobs_backlog(tmp_path):
     from bolts.pipeline import FakeClock, drain
-    from elastorm.examples.synthetic_control import write_control
+    from demos.synthetic_control import write_control
 
     clock = FakeClock()
     wall = FakeClock(5000.0)  # the wall clock runs with the monotonic one
@@ -254,7 +254,7 @@ def test_checkpoint_plan_checkpoints_a_group_whose_holder_changed_and_the_hot_on
 
 
 def test_first_output_reads_only_what_was_appended(tmp_path):
-    from elastorm.runtime.synthetic_driver import first_output
+    from drivers.synthetic import first_output
 
     path = tmp_path / "outputs-3.jsonl"
     path.write_text('{"out": [], "lat": [[100, 5, 1]]}\n')

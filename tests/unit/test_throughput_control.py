@@ -1,10 +1,10 @@
-"""The throughput benchmark's rate control file (elastorm.examples.throughput_control)."""
+"""The throughput benchmark's rate control file (demos.throughput_control)."""
 
 from __future__ import annotations
 
 import math
 
-from elastorm.examples.throughput_control import POLL_SECS, RateControl
+from demos.throughput_control import POLL_SECS, RateControl
 from elastorm.files import write_json_atomic
 
 

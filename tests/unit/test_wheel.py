@@ -19,6 +19,10 @@ def test_wheel_holds_only_the_elastorm_package(tmp_path: Path) -> None:
     dist_info = [n for n in names if n.startswith("elastorm-0.1.0.dist-info/")]
     top_level = zipfile.ZipFile(wheel).read("elastorm-0.1.0.dist-info/top_level.txt")
     assert top_level.decode().split() == ["elastorm"], dist_info
+    # Nor this repository's demo jobs: their options, schema, references, drivers and
+    # harnesses live in the project's src/demos/ and drivers/ (issue 28).
+    demo = ("elastorm/examples/", "flights", "_driver.py", "latency_counts", "_control.py")
+    assert [n for n in names if any(w in n for w in demo)] == []
     # No tests, data or build output inside the package: Python sources, the
     # Maven poms and Java sources that `elastorm setup` builds in a user's project,
     # and the dashboard's page, script and style.

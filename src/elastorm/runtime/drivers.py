@@ -1,304 +1,133 @@
-"""Per-topology drivers: what to pass at submit, when a run is done, how to check it.
+"""A project's drivers: ``drivers/NAME.py`` runs ``topologies/NAME.py`` and checks it.
 
-A driver knows one topology's output files; ``elastorm.runtime.run`` does the rest (jar,
-cluster, submit, wait, kill) the same way for every topology.
+streamparse finds a topology by name as ``topologies/NAME.py`` next to
+``config.json``; ``elastorm local NAME`` and ``elastorm run NAME`` find its driver
+the same way, as the module ``drivers/NAME.py`` of the project (a package: it has
+``drivers/__init__.py``, so drivers may share code). The driver module defines the
+entry function::
+
+    def make_driver(args: DriverArgs) -> Driver: ...
+
+which gets the command line's generic arguments (:class:`DriverArgs`) and returns an
+:class:`~elastorm.runtime.outcome.Driver`: the options to submit with, when the run
+is complete, and its check. The project's directory and its ``src/`` come first on
+``sys.path`` while drivers load, so a driver imports the project's own packages as
+its components do. A topology without a driver module just runs: it is submitted,
+left running for ``--timeout`` seconds (streamparse's ``sparse run --time``), then
+killed.
 """
 
 from __future__ import annotations
 
-import glob
-import json
-import os
+import importlib
+import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
 
-from elastorm.config import TopologyConfig
+from elastorm.config import Section, TopologyConfig
 from elastorm.errors import UserError
-from elastorm.examples.options import FlightsOptions, SmokeOptions
-from elastorm.runtime.outcome import Outcome, Progress
-from elastorm.runtime.shift_driver import FlightsLoadDriver, ShiftDriver
+from elastorm.runtime.outcome import Driver, Outcome, Progress
+
+TOPOLOGIES_DIR = "topologies"
+DRIVERS_DIR = "drivers"
+ENTRY = "make_driver"
 
 
-class FlightsDriver:
-    """The flights job: done when every emitted tuple reached the sink; checked by pandas."""
+@dataclass(frozen=True, kw_only=True)
+class DriverArgs:
+    """The arguments of ``elastorm local/run`` that a driver may use, each as it likes."""
 
-    name = "flights"
-    keyed: frozenset[str] = frozenset()  # roles on elastorm key groups (see completeness)
-    replayed = False  # the spout or op1 may replay rows (see completeness)
-    tolerated: dict[str, set[str]] = {}  # error reasons expected in this run, per role
+    limit: int | None = None  # how much input to stream (e.g. rows, numbers)
+    strategy: str = "correlated"  # the controller's checkpoint allocation
+
+
+def _names(folder: Path) -> list[str]:
+    """The module names of the ``.py`` files of ``folder`` (none starting with ``_``)."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p.stem for p in folder.glob("*.py") if p.stem.isidentifier() and not p.stem.startswith("_")
+    )
+
+
+def topology_names(project: Path) -> list[str]:
+    """Every topology of the project (``topologies/*.py``)."""
+    return _names(project / TOPOLOGIES_DIR)
+
+
+def driver_names(project: Path) -> list[str]:
+    """Every topology of the project that has a driver module (``drivers/NAME.py``)."""
+    return [n for n in _names(project / DRIVERS_DIR) if n in topology_names(project)]
+
+
+def load_driver(project: Path, name: str, args: DriverArgs) -> Driver:
+    """The driver of ``topologies/<name>.py``: its ``drivers/<name>.py``'s, or a timed run.
+
+    Raises ``UserError`` naming what exists for an unknown topology, and for a driver
+    module without the entry function.
+    """
+    topologies = topology_names(project)
+    if name not in topologies:
+        drivers = driver_names(project)
+        raise UserError(
+            f"no topology {name!r} in {project / TOPOLOGIES_DIR}; have: "
+            f"{', '.join(topologies) or 'none'}"
+            + (f" (with a driver in {DRIVERS_DIR}/: {', '.join(drivers)})" if drivers else "")
+        )
+    if name not in driver_names(project):
+        return TimedRun(name)
+    module = import_driver_module(project, name)
+    make = getattr(module, ENTRY, None)
+    if not callable(make):
+        raise UserError(f"{module.__file__} defines no {ENTRY}(args: DriverArgs) -> Driver")
+    return make(args)
+
+
+def import_driver_module(project: Path, name: str):
+    """Import ``drivers.<name>`` of ``project``, with the project and its ``src/`` first
+    on ``sys.path`` (how streamparse's components see the project)."""
+    for path in (project / "src", project):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    return importlib.import_module(f"{DRIVERS_DIR}.{name}")
+
+
+def project_sections(project: Path) -> list[type[Section]]:
+    """The option sections the project's drivers declare, in the order first met
+    (``elastorm options --jobs``)."""
+    found: list[type[Section]] = []
+    for name in driver_names(project):
+        driver = load_driver(project, name, DriverArgs())
+        found.extend(s for s in driver.sections if s not in found)
+    return found
+
+
+class TimedRun:
+    """A topology without a driver: runs ``timeout`` seconds, then counts as done."""
+
     topology: str = ""  # set by runtime.run before submitting
     zk_hosts: str = ""
+    sections: tuple[type[Section], ...] = ()
 
-    def __init__(self, limit: int | None = None) -> None:
-        self.limit = limit
-        self.first_rows_at: float | None = None  # monotonic time the spout was first seen reading
-        self.complete_at: float | None = None
-
-    def options(self, output_dir: str) -> dict[str, object]:
-        opts = TopologyConfig.overrides(output_dir=output_dir)
-        if self.limit is not None:
-            opts |= FlightsOptions.overrides(limit=self.limit)
-        return opts
-
-    def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
-        from elastorm.runtime.flights_results import (
-            IncompleteRunError,
-            progress_line,
-            wait_until_complete,
-        )
-
-        def report(result, unmet) -> None:
-            now = time.monotonic()
-            if self.first_rows_at is None and result.spout_total("rows_read") > 0:
-                self.first_rows_at = now
-            if not unmet:
-                self.complete_at = now
-            self.on_poll(result)
-            progress(progress_line(result, unmet))
-
-        try:
-            wait_until_complete(
-                output_dir,
-                timeout,
-                poll=1.0,
-                progress_callback=report,
-                keyed=self.keyed,
-                replayed=self.replayed,
-            )
-        except IncompleteRunError as exc:
-            raise UserError(str(exc)) from None
-
-    def on_poll(self, result) -> None:
-        """Called after every poll of a running job (the elastic driver migrates here)."""
-
-    def outcome(self, output_dir: str) -> Outcome:
-        from elastorm.examples.flights_reference import compute_reference
-        from elastorm.runtime.flights_results import compare, format_summary, read_results
-
-        result = read_results(output_dir)
-        report = compare(result, compute_reference(limit=self.limit), tolerated=self.tolerated)
-        facts = {"rows": result.spout_total("rows_read"), "planes": len(result.planes())}
-        if self.first_rows_at is not None and self.complete_at is not None:
-            # From the first poll that saw rows to the poll that saw completion (1 s polls).
-            facts["processing_seconds"] = round(self.complete_at - self.first_rows_at, 2)
-        return Outcome(summary=format_summary(result, report), ok=report.ok, facts=facts)
-
-
-class SmokeDriver:
-    """The smoke topology: N numbers sent by direct emit, split over two counter tasks."""
-
-    name = "smoke"
-
-    def __init__(self, count: int = 1000) -> None:
-        self.count = count
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.seconds = 0.0
 
     def options(self, output_dir: str) -> dict[str, object]:
-        return TopologyConfig.overrides(output_dir=output_dir) | SmokeOptions.overrides(
-            count=self.count
-        )
-
-    def _read(self, output_dir: str) -> list[dict]:
-        files = sorted(glob.glob(os.path.join(output_dir, "smoke-*.json")))
-        return [json.loads(open(path).read()) for path in files]
+        return TopologyConfig.overrides(output_dir=output_dir)
 
     def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
-        from elastorm.runtime.services import wait_until
-
-        def done() -> bool:
-            got = sum(part["received"] for part in self._read(output_dir))
-            progress(f"{got} of {self.count} numbers counted")
-            return got >= self.count
-
-        wait_until(done, "smoke topology", timeout)
+        started = time.monotonic()
+        while self.seconds < timeout:
+            progress(f"{self.name}: {self.seconds:.0f} of {timeout:.0f} s (no driver to wait for)")
+            time.sleep(min(1.0, timeout - self.seconds))
+            self.seconds = time.monotonic() - started
 
     def outcome(self, output_dir: str) -> Outcome:
-        parts = self._read(output_dir)
-        received = sum(p["received"] for p in parts)
-        total = sum(p["total"] for p in parts)
-        want = self.count * (self.count - 1) // 2
-        wrong = sum(p["wrong_payload"] for p in parts)
-        ok = received == self.count and total == want and len(parts) == 2 and wrong == 0
-        lines = [f"task {p['task']}: {p['received']} numbers, sum {p['total']}" for p in parts]
-        lines.append(
-            f"check: {received} numbers (want {self.count}), sum {total} (want {want}), "
-            f"{len(parts)} tasks (want 2), {wrong} payloads damaged (want 0): "
-            f"{'OK' if ok else 'FAILED'}"
-        )
         return Outcome(
-            summary="\n".join(lines), ok=ok, facts={"received": received, "tasks": len(parts)}
+            summary=f"{self.name} ran {self.seconds:.0f} s; nothing checked "
+            f"(write {DRIVERS_DIR}/{self.name}.py with {ENTRY}() to check a run)",
+            ok=True,
+            facts={},
         )
-
-
-class ElasticFlightsDriver(FlightsDriver):
-    """The flights job on key groups, with a scripted series of migrations while it runs.
-
-    ``script`` holds ``(share of rows read, protocol)``: when the spout has read that
-    share of the rows, a key group moves by that protocol (CPA/CPAL to its holder,
-    direct to a task that is neither owner nor holder), through ``elastorm migrate``'s
-    path. The run passes only if every migration completed, each protocol was used
-    as asked, and every plane's totals still equal pandas'.
-    """
-
-    name = "flights_elastic"
-    keyed = frozenset({"op2"})
-    # Seconds a scripted migration may take. The first ones of a run can wait behind
-    # the start-up backlog for tens of seconds (control is FIFO with data); on a
-    # loaded 2-core machine one took over 60 s.
-    migration_timeout = 180.0
-    DEFAULT_SCRIPT = tuple(
-        (share, protocol)
-        for share, protocol in zip(
-            (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
-            ("direct", "cpa", "cpal", "direct", "cpa", "cpal", "cpa", "cpal"),
-            strict=True,
-        )
-    )
-
-    def __init__(
-        self,
-        limit: int | None = None,
-        script: tuple[tuple[float, str], ...] = DEFAULT_SCRIPT,
-        key_groups: int = 20,
-        checkpoint_interval: float = 5.0,
-        max_rate: float = 4000.0,
-    ) -> None:
-        super().__init__(limit)
-        self.max_rate = max_rate
-        self.script = list(script)
-        self.scripted = len(script)
-        self.key_groups = key_groups
-        self.checkpoint_interval = checkpoint_interval
-        self.migrations: list[dict[str, Any]] = []
-        self._client = None
-
-    def options(self, output_dir: str) -> dict[str, object]:
-        return (
-            super().options(output_dir)
-            | TopologyConfig.overrides(
-                key_groups=self.key_groups, checkpoint_interval_secs=self.checkpoint_interval
-            )
-            | FlightsOptions.overrides(max_rate=self.max_rate)
-        )
-
-    def _total_rows(self) -> int:
-        return self.limit or 336_776
-
-    def on_poll(self, result) -> None:
-        # Migrations run one at a time; those still due when the input is exhausted
-        # (a slow one delays the rest) run then, before the run can count as complete.
-        while self.script:
-            share, protocol = self.script[0]
-            if result.spout_total("rows_read") < share * self._total_rows():
-                return
-            self.script.pop(0)
-            self.migrations.append(self._migrate(len(self.migrations), protocol))
-            if not result.exhausted:
-                return
-
-    def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
-        from elastorm.core.messages import Protocol
-        from elastorm.runtime.migrate import connect, request_migration, wait_until_movable
-
-        if self._client is None:
-            self._client = connect(self.zk_hosts)
-        group = (index * 7 + 3) % self.key_groups
-        # Like a controller would: move a group once its last move is over, and by
-        # CPA/CPAL once its holder has reported the newest checkpoint.
-        status = wait_until_movable(
-            self._client,
-            self.topology,
-            "sum_delays",
-            group,
-            assisted=protocol != "direct",
-            timeout=self.migration_timeout,
-        )
-        if protocol == "direct":
-            target: int | str = self._direct_target(group, status)
-        else:
-            target = "holder"
-        done = request_migration(
-            self._client,
-            self.topology,
-            "sum_delays",
-            group,
-            target,
-            Protocol(protocol),
-            timeout=self.migration_timeout,
-        )
-        times = done.times
-        return {
-            "group": group,
-            "asked": protocol,
-            "used": done.protocol_used.value if done.protocol_used else None,
-            "state": done.state.value,
-            "source": done.source,
-            "target": done.target,
-            "ms": round((times["done"] - times["started"]) * 1000) if "done" in times else None,
-            "detail": done.detail,
-        }
-
-    def _direct_target(self, group: int, status: dict[str, Any]) -> int:
-        """A live task that neither owns ``group`` nor holds its checkpoint; waits (at
-        most the migration timeout) for a task declared lost to be back if need be."""
-        from elastorm.runtime.migrate import wait_for_status
-
-        deadline = time.monotonic() + self.migration_timeout
-        while True:
-            busy = {status["owners"][group], status["holders"][group], *status.get("lost", ())}
-            free = [t for t in status["tasks"] if t not in busy]
-            if free:
-                return free[0]
-            if time.monotonic() > deadline:
-                raise UserError(f"no live task to move key group {group} to: {status}")
-            time.sleep(0.5)
-            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
-
-    def _migrations_ok(self) -> bool:
-        """Every scripted migration ran, completed, and used the protocol asked."""
-        return len(self.migrations) == self.scripted and all(
-            m["state"] == "done" and m["used"] == m["asked"] for m in self.migrations
-        )
-
-    def outcome(self, output_dir: str) -> Outcome:
-        base = super().outcome(output_dir)
-        if self._client is not None:
-            self._client.stop()
-            self._client.close()
-        lines = [
-            f"migration {i + 1}: key group {m['group']} task {m['source']} -> {m['target']}, "
-            f"asked {m['asked']}, used {m['used']}, {m['state']}"
-            + (f" in {m['ms']} ms" if m["ms"] is not None else f" ({m['detail']})")
-            for i, m in enumerate(self.migrations)
-        ]
-        all_done = self._migrations_ok()
-        missing = f"{len(self.script)} scripted migrations never ran" if self.script else ""
-        lines.append(
-            f"migrations: {len(self.migrations)} run, "
-            + ("all done as asked" if all_done and not missing else "NOT all done as asked")
-            + (f"; {missing}" if missing else "")
-        )
-        facts = base.facts | {"migrations": self.migrations}
-        ok = base.ok and all_done and not self.script
-        return Outcome(summary=base.summary + "\n" + "\n".join(lines), ok=ok, facts=facts)
-
-
-def driver_for(topology: str, limit: int | None, *, strategy: str = "correlated"):
-    """The driver of a topology in ``topologies/``."""
-    if topology == "flights":
-        return FlightsDriver(limit)
-    if topology == "flights_elastic":
-        return ElasticFlightsDriver(limit)
-    if topology == "flights_join":
-        from elastorm.runtime.join_driver import JoinWindowDriver
-
-        return JoinWindowDriver(limit)
-    if topology == "smoke":
-        return SmokeDriver(limit or 1000)
-    if topology == "shift":
-        return ShiftDriver(strategy)
-    if topology == "flights_load":
-        return FlightsLoadDriver(strategy)
-    raise UserError(
-        f"unknown topology {topology!r} "
-        "(have: flights, flights_elastic, flights_join, flights_load, shift, smoke)"
-    )

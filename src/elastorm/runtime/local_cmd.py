@@ -4,37 +4,39 @@ from __future__ import annotations
 
 import argparse
 
+from elastorm.config import STRATEGIES
 from elastorm.runtime.config import load_config
-from elastorm.runtime.drivers import driver_for
+from elastorm.runtime.drivers import DriverArgs, load_driver
 from elastorm.runtime.local import LOCAL_ENV
 from elastorm.runtime.run import run_topology
 from elastorm.runtime.topology_jar import build_topology_jar
 
-#: What ``elastorm local`` and ``elastorm run`` accept (``topologies/synthetic.py`` is
-#: driven by ``bench/migration_bench.py`` only). The README's command table lists these.
-TOPOLOGIES = ("flights", "flights_elastic", "flights_join", "flights_load", "shift", "smoke")
-
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("topology", choices=TOPOLOGIES, help="topology in topologies/")
+    parser.add_argument(
+        "topology",
+        help="topology NAME: topologies/NAME.py, run and checked by drivers/NAME.py's "
+        "make_driver() if the project has one",
+    )
     parser.add_argument(
         "--strategy",
-        choices=("none", "baseline", "even", "correlated"),
+        choices=STRATEGIES,
         default="correlated",
-        help="shift, flights_load: the controller's checkpoint allocation (default correlated)",
+        help="for the driver: the controller's checkpoint allocation (default correlated)",
     )
     parser.add_argument(
         "--limit",
         type=int,
         default=None,
-        help="flights: stream only the first N rows (default: all 336,776); "
-        "smoke: numbers to send (default 1000)",
+        help="for the driver: how much input to stream (e.g. flights: the first N rows; "
+        "smoke: numbers to send)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
         default=900,
-        help="give up if the run is not complete after this many seconds (default 900)",
+        help="give up if the run is not complete after this many seconds; a topology "
+        "without a driver runs this long (default 900)",
     )
     parser.add_argument(
         "--output-dir",
@@ -76,10 +78,11 @@ def _execute(args: argparse.Namespace, env: str) -> int:
     from pathlib import Path
 
     cfg = load_config()
+    driver_args = DriverArgs(limit=args.limit, strategy=args.strategy)
     outcome = run_topology(
         cfg,
         env,
-        driver_for(args.topology, args.limit, strategy=args.strategy),
+        load_driver(cfg.project, args.topology, driver_args),
         args.timeout,
         Path(args.output_dir).resolve() if args.output_dir else None,
     )

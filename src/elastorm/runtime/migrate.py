@@ -19,6 +19,7 @@ from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.requests import (
     controller_alive,
+    read_operators,
     read_request,
     read_status,
     submit_request,
@@ -35,6 +36,32 @@ def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
         client.close()
         raise UserError(f"ZooKeeper at {hosts} does not answer") from None
     return client
+
+
+def only_operator(topology: str, operators: list[str]) -> str:
+    """The keyed operator to migrate when none is named: the topology's only one.
+
+    Raises ``UserError`` naming the operators when there are several (or none).
+    """
+    if len(operators) == 1:
+        return operators[0]
+    if not operators:
+        raise UserError(
+            f"{topology} has no keyed operator with a routing table: is the topology "
+            "running, and is it an elastic one?"
+        )
+    raise UserError(f"{topology} has keyed operators {', '.join(operators)}: pass --operator")
+
+
+def keyed_operator(client: KazooClient, topology: str, timeout: float) -> str:
+    """The topology's only keyed operator, waiting up to ``timeout`` s for the
+    controller's first routing table."""
+    deadline = time.monotonic() + timeout
+    while not (operators := read_operators(client, ZnodeLayout(topology))):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return only_operator(topology, operators)
 
 
 def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: float) -> dict:

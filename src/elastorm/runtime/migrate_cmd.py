@@ -7,7 +7,12 @@ import json
 
 from elastorm.core.messages import Protocol
 from elastorm.runtime.config import load_config
-from elastorm.runtime.migrate import connect, request_migration, wait_for_status
+from elastorm.runtime.migrate import (
+    connect,
+    keyed_operator,
+    request_migration,
+    wait_for_status,
+)
 
 
 def register(subparsers) -> None:
@@ -22,7 +27,9 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--topology", required=True, help="topology name as submitted")
     parser.add_argument(
-        "--operator", default="sum_delays", help="keyed component (default: sum_delays)"
+        "--operator",
+        default=None,
+        help="keyed component (default: the topology's keyed operator, if it has only one)",
     )
     parser.add_argument("--group", type=int, help="key group to move")
     parser.add_argument("--to", default="holder", help="target task id, or 'holder' (default)")
@@ -51,7 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     hosts = args.zookeeper or f"127.0.0.1:{load_config().zookeeper_port}"
     client = connect(hosts)
     try:
-        status = wait_for_status(client, args.topology, args.operator, timeout=10)
+        operator = args.operator or keyed_operator(client, args.topology, timeout=10)
+        status = wait_for_status(client, args.topology, operator, timeout=10)
         if args.status or args.group is None:
             print(json.dumps(status, indent=2))
             return 0
@@ -59,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         result = request_migration(
             client,
             args.topology,
-            args.operator,
+            operator,
             args.group,
             target,
             Protocol(args.protocol),

@@ -1,5 +1,6 @@
-"""``elastorm options``: every topology option (or, with ``--project``, every key of
-config.json's ``elastorm`` section), its allowed values, default and meaning."""
+"""``elastorm options``: every topology option (with ``--jobs``, the project's jobs' too;
+with ``--project``, every key of config.json's ``elastorm`` section instead), its
+allowed values, default and meaning."""
 
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ def register(subparsers) -> None:
         help="list the elastorm.* topology options (markdown table)",
         description="Print every elastorm.* option a topology conf may set (in its "
         "`config`, or with `sparse submit -o key=value`), with what is allowed, the "
-        "default and what it means. With --examples, the example jobs' options too; "
-        "with --project, the keys of config.json's `elastorm` section instead.",
+        "default and what it means. With --jobs, the options of the project's own jobs "
+        "too (the sections its drivers, drivers/NAME.py, declare); with --project, the "
+        "keys of config.json's `elastorm` section instead.",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
-        "--examples", action="store_true", help="also list the example jobs' options"
+        "--jobs",
+        "--examples",
+        dest="jobs",
+        action="store_true",
+        help="also list the options the project's drivers declare (--examples: the same)",
     )
     which.add_argument(
         "--project",
@@ -34,9 +40,10 @@ def _run(args: argparse.Namespace) -> int:
     sections: list[type[Section]] = [TopologyConfig]
     if args.project:
         sections = [ProjectConfig]
-    elif args.examples:
-        from elastorm.examples.options import EXAMPLE_SECTIONS
+    elif args.jobs:
+        from elastorm.runtime.config import load_config
+        from elastorm.runtime.drivers import project_sections
 
-        sections.extend(EXAMPLE_SECTIONS)
+        sections.extend(project_sections(load_config().project))
     print(options_table(*sections), end="")
     return 0

@@ -12,26 +12,26 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from elastorm.config import ConfigError, check_conf
+from elastorm.config import ConfigError, Section, check_conf
 from elastorm.errors import UserError
-from elastorm.examples.options import EXAMPLE_SECTIONS
 from elastorm.runtime import nimbus
 from elastorm.runtime.config import ElastormConfig, env_nimbus
-from elastorm.runtime.drivers import FlightsDriver, SmokeDriver
 from elastorm.runtime.local import LOCAL_ENV, local_cluster
-from elastorm.runtime.outcome import Outcome
+from elastorm.runtime.outcome import Driver, Outcome
 from elastorm.runtime.storm_home import ensure_storm_home
 from elastorm.runtime.topology_jar import build_topology_jar
 
 log = logging.getLogger(__name__)
 
 
-def checked_options(options: dict[str, object]) -> dict[str, object]:
-    """What a driver passes with ``-o``, checked against the topology options
-    (:func:`elastorm.config.check_conf`) before anything is submitted: a bad value is
-    a one-line ``UserError`` here, not a worker crash."""
+def checked_options(
+    options: dict[str, object], sections: tuple[type[Section], ...] = ()
+) -> dict[str, object]:
+    """What a driver passes with ``-o``, checked against the topology options and the
+    driver's own ``sections`` (:func:`elastorm.config.check_conf`) before anything is
+    submitted: a bad value is a one-line ``UserError`` here, not a worker crash."""
     try:
-        return check_conf(options, *EXAMPLE_SECTIONS)
+        return check_conf(options, *sections)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
 
@@ -39,7 +39,7 @@ def checked_options(options: dict[str, object]) -> dict[str, object]:
 def run_topology(
     cfg: ElastormConfig,
     env: str,
-    driver: FlightsDriver | SmokeDriver,
+    driver: Driver,
     timeout: float,
     output_dir: Path | None = None,
     extra_options: dict[str, object] | None = None,
@@ -51,7 +51,9 @@ def run_topology(
     output_dir.mkdir(parents=True, exist_ok=True)
     jar = build_topology_jar(cfg, cfg.home / "jars" / "topology.jar")
     name = f"{driver.name}-{stamp}"
-    options = checked_options(driver.options(str(output_dir)) | (extra_options or {}))
+    options = checked_options(
+        driver.options(str(output_dir)) | (extra_options or {}), driver.sections
+    )
     driver.topology = name
     driver.zk_hosts = f"127.0.0.1:{cfg.zookeeper_port}"
     context = local_cluster(cfg, jar) if env == LOCAL_ENV else nullcontext(None)

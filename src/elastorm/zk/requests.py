@@ -226,6 +226,14 @@ def read_routing(client: KazooClient, layout: ZnodeLayout, operator: str) -> Rou
         return None
 
 
+def read_operators(client: KazooClient, layout: ZnodeLayout) -> list[str]:
+    """The keyed operators the controller keeps a routing table for, sorted."""
+    try:
+        return sorted(client.get_children(layout.routing_dir))
+    except NoNodeError:
+        return []
+
+
 def read_status(client: KazooClient, layout: ZnodeLayout, operator: str) -> dict | None:
     """The controller's view of ``operator``: its status (holders, migrations) with the
     routing table's ``epoch`` and ``owners``; None until both are written."""

@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastorm.examples.flights_reference import FlightsReference, minutes_in_year
+from demos.flights_reference import FlightsReference, minutes_in_year
 
 ROLES = ("spout", "op1", "op2", "op3", "op4", "sink")
 OPERATOR_NAMES = {

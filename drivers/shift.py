@@ -18,9 +18,10 @@ import os
 import time
 from typing import Any
 
+from demos.options import EXAMPLE_SECTIONS, ShiftOptions
 from elastorm.config import STRATEGIES, ControllerConfig, TopologyConfig
 from elastorm.errors import UserError
-from elastorm.examples.options import FlightsLoadOptions, ShiftOptions
+from elastorm.runtime.drivers import DriverArgs
 from elastorm.runtime.outcome import Outcome, Progress
 
 
@@ -62,6 +63,7 @@ class ShiftDriver:
     """Runs the shift job for ``duration`` s at ``rate`` tuples/s with ``strategy``."""
 
     name = "shift"
+    sections = EXAMPLE_SECTIONS
     topology: str = ""
     zk_hosts: str = ""
 
@@ -147,40 +149,6 @@ class ShiftDriver:
         return Outcome(summary=summary, ok=exact, facts=facts)
 
 
-class FlightsLoadDriver(ShiftDriver):
-    """The flights-load job (Madsen & Zhou 2015, section 7.3, on Storm) with
-    ``key_groups`` per operator; ``rate`` is the rows/s the ramp ends at."""
-
-    name = "flights_load"
-
-    def __init__(
-        self,
-        strategy: str = "correlated",
-        *,
-        key_groups: int = 16,
-        duration: float = 200.0,
-        ramp: float = 180.0,
-        rate: float = 600.0,
-        warmup: float = 60.0,
-        extra: dict[str, object] | None = None,
-    ) -> None:
-        super().__init__(
-            strategy, duration=duration, ramp=ramp, rate=rate, warmup=warmup, extra=extra
-        )
-        if key_groups < 1:
-            raise UserError(f"key groups must be >= 1, got {key_groups}")
-        self.key_groups = key_groups
-
-    def job_options(self) -> dict[str, object]:
-        return TopologyConfig.overrides(key_groups=self.key_groups) | FlightsLoadOptions.overrides(
-            duration_secs=self.duration, ramp_secs=self.ramp, rate_end=self.rate
-        )
-
-    def outcome(self, output_dir: str) -> Outcome:
-        out = super().outcome(output_dir)
-        out.facts["key_groups"] = self.key_groups
-        return Outcome(
-            summary=f"{self.key_groups} key groups/operator, {out.summary}",
-            ok=out.ok,
-            facts=out.facts,
-        )
+def make_driver(args: DriverArgs) -> ShiftDriver:
+    """``elastorm local shift [--strategy S]``: 110 s of shifting load."""
+    return ShiftDriver(args.strategy)

@@ -1,5 +1,5 @@
 """The join-and-window job's driver (``topologies/flights_join.py``): submit options,
-when the run is done, and its check against pandas (``elastorm.examples.flights_join``)."""
+when the run is done, and its check against pandas (``demos.flights_join``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import os
 import time
 from typing import Any
 
+from demos.options import EXAMPLE_SECTIONS, FlightsOptions
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
-from elastorm.examples.options import FlightsOptions
+from elastorm.runtime.drivers import DriverArgs
 from elastorm.runtime.outcome import Outcome, Progress
 
 SETTLE_SECS = 20.0  # after the input ends, how long totals may stay short of the reference
@@ -77,6 +78,7 @@ class JoinWindowDriver:
     totals equal pandas'."""
 
     name = "flights_join"
+    sections = EXAMPLE_SECTIONS
     topology: str = ""  # set by runtime.run before submitting
     zk_hosts: str = ""
 
@@ -108,7 +110,7 @@ class JoinWindowDriver:
         )
 
     def reference(self):
-        from elastorm.examples.flights_join import compute_join_reference
+        from demos.flights_join import compute_join_reference
 
         if self.expected is None:
             self.expected = compute_join_reference(limit=self.limit)
@@ -158,3 +160,8 @@ class JoinWindowDriver:
             f"{sink['tentative_updates']}, rectified {sink['rectified']}"
         )
         return Outcome(summary=summary, ok=report["ok"], facts=facts)
+
+
+def make_driver(args: DriverArgs) -> JoinWindowDriver:
+    """``elastorm local flights_join [--limit N]``: the first N rows (default: all)."""
+    return JoinWindowDriver(args.limit)

@@ -48,9 +48,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from demos.options import EXAMPLE_SECTIONS, SyntheticOptions
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
-from elastorm.examples.options import SyntheticOptions
+from elastorm.runtime.drivers import DriverArgs
 from elastorm.runtime.outcome import Outcome, Progress
 
 OPERATOR = "counter"
@@ -234,6 +235,7 @@ class SyntheticDriver:
     """Runs ``plan`` on the synthetic topology and measures each migration."""
 
     name = "synthetic"
+    sections = EXAMPLE_SECTIONS
     topology: str = ""  # set by runtime.run
     zk_hosts: str = ""
 
@@ -258,7 +260,7 @@ class SyntheticDriver:
         self.emitted_before = 0  # tuples the spouts of stopped topologies emitted
 
     def options(self, output_dir: str) -> dict[str, object]:
-        from elastorm.examples.synthetic_control import write_control
+        from demos.synthetic_control import write_control
 
         s = self.settings
         self.output_dir = output_dir
@@ -293,7 +295,7 @@ class SyntheticDriver:
         return out
 
     def _set(self, **changes: Any) -> None:
-        from elastorm.examples.synthetic_control import write_control
+        from demos.synthetic_control import write_control
 
         self.control.update(changes)
         write_control(self.output_dir, self.control)
@@ -789,3 +791,11 @@ def latency_percentiles(
                 out[key] = float(ms)
                 break
     return out
+
+
+def make_driver(args: DriverArgs) -> SyntheticDriver:
+    """``elastorm local synthetic``: a noise-floor window, then the hot key group moved
+    once by each protocol (``bench/migration_bench.py`` runs longer plans)."""
+    plan = [Step(kind="idle", seconds=Settings.window, tag="idle")]
+    plan += [Step(kind="migrate", protocol=p, replay=1000) for p in ("direct", "cpa", "cpal")]
+    return SyntheticDriver(plan)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from elastorm.examples.flights_reference import _number, _read
-from elastorm.examples.flights_schema import NA_TOKENS, default_flights_path, parse_event_time
+from demos.flights_reference import _number, _read
+from demos.flights_schema import NA_TOKENS, default_flights_path, parse_event_time
 
 DAY_SECS = 86_400
 ARRIVAL, AIR = "arr", "air"  # the join's two sides

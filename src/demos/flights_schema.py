@@ -2,7 +2,7 @@
 
 One place defines what a flights row is, so the spout (``spouts.flights``,
 ``spouts.flights_load``), the bolts (their input fields) and the pandas reference
-(``elastorm.examples.flights_reference``) cannot disagree on it:
+(``demos.flights_reference``) cannot disagree on it:
 
 - the columns a flights CSV must have (``REQUIRED_COLUMNS``) and how to find and
   read them (``default_flights_path``, ``open_rows``, ``column_index``);
@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-PATH_KEY = "elastorm.flights.path"  # named in messages; declared in elastorm.examples.options
+PATH_KEY = "elastorm.flights.path"  # named in messages; declared in demos.options
 
 TUPLE_FIELDS = ["id", "key", "value", "ts"]
 NA_TOKENS = frozenset({"", "NA"})

