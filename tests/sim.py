@@ -23,9 +23,9 @@ from elastorm.core.actions import (
 )
 from elastorm.core.control import MigrationController, Moving, next_task
 from elastorm.core.messages import Message, Protocol, Trim
-from elastorm.core.migration.coordinator import EMITTER_MESSAGES, TaskCoordinator
+from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
-from elastorm.core.migration.table import Phase
+from elastorm.core.migration.table import EMITTER_MESSAGES, Phase
 from elastorm.core.outputs import LatestValues
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step, sum_step

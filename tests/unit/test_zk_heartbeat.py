@@ -6,10 +6,12 @@ the publisher's loop is driven by hand so the state machine is checked exactly.
 
 from __future__ import annotations
 
+import pytest
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from elastorm.controller.model import Heartbeat, TaskIdentity
+from elastorm.core.errors import StateTransitionError
 from elastorm.zk.codec import decode_task
 from elastorm.zk.heartbeat import HeartbeatPublisher, PublisherState
 from elastorm.zk.layout import ZnodeLayout
@@ -239,3 +241,26 @@ def test_an_expiry_without_a_fence_just_registers_again():
     fake.expire()  # a ZooKeeper outage: nobody declared this task lost
     pub._step()
     assert pub.state() is PublisherState.REGISTERED and LAYOUT.task(4) in fake.nodes
+
+
+def test_fenced_while_a_step_was_under_way_it_stays_fenced() -> None:
+    """fence() comes from another thread (the liveness link): a step already past its
+    FENCED check then finds its znode refreshed, and the registration's table refuses
+    that input (the loop logs and counts it) instead of registering a fenced task."""
+    fake = FakeKazoo()
+    calls = []
+
+    def heartbeat():
+        calls.append(1)
+        if len(calls) == 2:
+            pub.fence("told over the liveness link")
+        return Heartbeat()
+
+    pub = make(fake, heartbeat)
+    pub._step()
+    with pytest.raises(StateTransitionError, match="registered not allowed in state fenced"):
+        pub._step()
+    assert pub.state() is PublisherState.FENCED
+    assert states(pub)[-1] == (PublisherState.REGISTERED, PublisherState.FENCED)
+    pub._step()  # and takes no step again
+    assert pub.state() is PublisherState.FENCED and len(calls) == 2

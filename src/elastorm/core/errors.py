@@ -36,3 +36,8 @@ class MigrationProtocolError(ElastormError):
 
 class CheckpointOrderError(ElastormError):
     """A checkpoint delta does not follow the held copy (duplicate, stale or gap)."""
+
+
+class StateTransitionError(ElastormError):
+    """An input that a state machine's table does not allow in its current state
+    (``elastorm.core.sessions``): the caller fed it wrong; the state is unchanged."""

@@ -4,11 +4,12 @@ The task's processing never waits for ZooKeeper: the publisher runs on its own
 thread, each ZooKeeper call has a timeout, and what happens to the session
 (disconnected, expired, registered again) arrives as a :class:`SessionEvent`
 (``poll_events()`` or ``on_event``) and in ``state()``, never as an exception.
+The registration's state is a sans-IO machine (``elastorm.core.sessions``): this
+adapter does the ZooKeeper calls and feeds it what it saw.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import socket
@@ -21,6 +22,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
+from elastorm.core.sessions import PublisherInput, PublisherState, RegistrationMachine
 from elastorm.zk.client import BackgroundLoop, make_client, session_id
 from elastorm.zk.codec import encode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
@@ -28,30 +30,6 @@ from elastorm.zk.layout import ZkSettings, ZnodeLayout
 log = logging.getLogger(__name__)
 
 _ZK_ERRORS = (KazooException, KazooTimeoutError)
-
-
-class PublisherState(enum.Enum):
-    """Where the task's registration stands.
-
-    * ``STARTING``: not registered yet (not connected, or a previous incarnation's
-      znode is still there until its session expires);
-    * ``REGISTERED``: the znode exists in the current session and is refreshed;
-    * ``DISCONNECTED``: ZooKeeper unreachable; the session (and znode) may still live;
-    * ``EXPIRED``: the session ended, so the znode is gone and the controller may have
-      declared this task dead and restored its key groups elsewhere; the publisher
-      registers again as soon as it can (then ``REGISTERED``) unless it was fenced;
-    * ``FENCED``: after an expiry, ``fences/<operator>-<task>`` named the znode this
-      process had registered: the controller declared it lost, so its state is stale
-      and someone else owns its key groups. It never registers again; the task must stop;
-    * ``STOPPED``: ``stop()`` was called.
-    """
-
-    STARTING = "starting"
-    FENCED = "fenced"
-    REGISTERED = "registered"
-    DISCONNECTED = "disconnected"
-    EXPIRED = "expired"
-    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,7 +92,7 @@ class HeartbeatPublisher(BackgroundLoop):
         self._clock = clock
         self._czxid: int | None = None  # creation zxid of the znode we last registered
         self._expired = False  # check the fence before registering again
-        self._state = PublisherState.STARTING
+        self._registration = RegistrationMachine()
         self._session: int | None = None  # session our znode was created in
         self._last = Heartbeat()
         self._seq = 0
@@ -128,7 +106,7 @@ class HeartbeatPublisher(BackgroundLoop):
 
     def state(self) -> PublisherState:
         """The registration state (never blocks)."""
-        return self._state
+        return self._registration.state
 
     @property
     def incarnation(self) -> int | None:
@@ -146,7 +124,7 @@ class HeartbeatPublisher(BackgroundLoop):
     def fence(self, detail: str) -> None:
         """Go ``FENCED`` for good: the controller declared this incarnation lost (told
         over another channel than the fence znode, e.g. ``elastorm.storm.liveness``)."""
-        self._set_state(PublisherState.FENCED, detail)
+        self._feed(PublisherInput.FENCED, detail)
 
     def health(self) -> dict[str, int]:
         """Counts since start, for the task's counters file: heartbeats ``published``,
@@ -168,37 +146,41 @@ class HeartbeatPublisher(BackgroundLoop):
         so the controller sees a clean leave at once instead of after the session
         timeout."""
         self._halt(timeout)
-        registered = self._state is PublisherState.REGISTERED
+        registered = self.state() is PublisherState.REGISTERED
         if registered and self._client.connected:
             try:
                 self._client.delete_async(self._path).get(timeout=timeout)
             except (*_ZK_ERRORS, NoNodeError) as exc:
                 log.info("task %s: znode not deleted on stop (%s)", self._path, exc)
-        self._set_state(PublisherState.STOPPED)
+        self._feed(PublisherInput.STOP)
         self._close_client()
 
     # -- loop
 
-    def _set_state(self, state: PublisherState, detail: str = "") -> None:
-        if state is self._state:
-            return
-        previous, self._state = self._state, state
-        self._emit(SessionEvent(state=state, previous=previous, at=self._clock(), detail=detail))
+    def _feed(self, given: PublisherInput, detail: str = "") -> None:
+        """Feed ``given`` to the registration machine (from any thread); a change of
+        state is a ``SessionEvent``."""
+        with self._lock:
+            previous = self._registration.state
+            state = self._registration.feed(given)
+        if state is not previous:
+            self._emit(
+                SessionEvent(state=state, previous=previous, at=self._clock(), detail=detail)
+            )
 
     def _step(self) -> None:
-        if self._state is PublisherState.FENCED:
+        if self.state() is PublisherState.FENCED:
             return
         if self._take_session_lost() and self._session is not None:
-            self._set_state(PublisherState.EXPIRED, "session expired; znode gone")
+            self._feed(PublisherInput.SESSION_ENDED, "session expired; znode gone")
             self._expired = True
         if not self._client.connected:
-            if self._state is PublisherState.REGISTERED:
-                self._set_state(PublisherState.DISCONNECTED, "ZooKeeper unreachable")
+            self._feed(PublisherInput.UNREACHABLE, "ZooKeeper unreachable")
             return
         current = session_id(self._client)
         if self._session is not None and current != self._session:
             # The listener may not have seen LOST (e.g. it was removed while reconnecting).
-            self._set_state(PublisherState.EXPIRED, "new session; znode gone")
+            self._feed(PublisherInput.SESSION_ENDED, "new session; znode gone")
             self._session = None
             self._expired = True
         data = encode_task(self._record())
@@ -206,10 +188,10 @@ class HeartbeatPublisher(BackgroundLoop):
             if self._expired and self._fenced():
                 return
             if self._session == current and self._set(data):
-                self._set_state(PublisherState.REGISTERED)
+                self._feed(PublisherInput.REGISTERED)
             elif self._register(data, current):
                 self._session = current
-                self._set_state(PublisherState.REGISTERED)
+                self._feed(PublisherInput.REGISTERED)
         except _ZK_ERRORS as exc:
             self.failures += 1
             log.debug("task %s: heartbeat not published (%r)", self._path, exc)
@@ -240,9 +222,7 @@ class HeartbeatPublisher(BackgroundLoop):
         self._expired = False
         if data.decode() != str(self._czxid):
             return False
-        self._set_state(
-            PublisherState.FENCED, f"declared lost while away (znode zxid {self._czxid})"
-        )
+        self._feed(PublisherInput.FENCED, f"declared lost while away (znode zxid {self._czxid})")
         return True
 
     def _set(self, data: bytes) -> bool:
@@ -267,8 +247,8 @@ class HeartbeatPublisher(BackgroundLoop):
             if stat is None:
                 return False  # gone meanwhile: next step creates it
             if stat.ephemeralOwner != session:
-                self._set_state(
-                    PublisherState.STARTING,
+                self._feed(
+                    PublisherInput.HELD_ELSEWHERE,
                     f"znode held by session {stat.ephemeralOwner:#x}; waiting for it to expire",
                 )
                 return False

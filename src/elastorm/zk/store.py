@@ -13,11 +13,13 @@ allocation and active replicas, with leader election and fencing.
   back. A command that acts on a decision is sent only once ``flush`` says the
   decision is in ZooKeeper (write-ahead for what is acted on; see
   ``elastorm.storm.controller_runtime``).
+
+The store's status is a sans-IO machine (``elastorm.core.sessions``): this adapter
+does the ZooKeeper calls and feeds it what it saw.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import socket
@@ -40,6 +42,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.model import Allocation
 from elastorm.core.routing import RoutingTable
+from elastorm.core.sessions import LeadershipMachine, StoreInput, StoreStatus
 from elastorm.zk.client import BackgroundLoop, make_client, session_id
 from elastorm.zk.codec import (
     LeaderInfo,
@@ -62,21 +65,6 @@ log = logging.getLogger(__name__)
 
 _ZK_ERRORS = (KazooException, KazooTimeoutError)
 _UNANSWERED_KEPT = 16  # values remembered per znode from commits with no reply
-
-
-class StoreStatus(enum.Enum):
-    """``STARTING``: decisions not loaded yet. ``STANDBY``: another controller leads.
-    ``ONLINE``: leader, connected, writes go through. ``OFFLINE``: ZooKeeper
-    unreachable (or the lead being re-taken): decisions held in memory.
-    ``CONFLICT``: deposed, or our znodes were changed by someone else: this
-    controller must stop deciding (restart it to reload). ``CLOSED``: stopped."""
-
-    STARTING = "starting"
-    STANDBY = "standby"
-    ONLINE = "online"
-    OFFLINE = "offline"
-    CONFLICT = "conflict"
-    CLOSED = "closed"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,7 +136,7 @@ class ControllerStore(BackgroundLoop):
         self._timeout = settings.request_timeout
         self._clock = clock
         self._cond = threading.Condition(self._lock)
-        self._status = StoreStatus.STARTING
+        self._leadership = LeadershipMachine()
         self._detail = ""
         self._leader_session: int | None = None
         self._leader: LeaderInfo | None = None  # another controller that leads
@@ -169,7 +157,8 @@ class ControllerStore(BackgroundLoop):
     # -- state
 
     def status(self) -> StoreStatus:
-        return self._status
+        """The leadership status (never blocks)."""
+        return self._leadership.state
 
     def leader(self) -> LeaderInfo | None:
         """The other controller that leads, as last seen while in ``STANDBY`` (None if
@@ -202,8 +191,8 @@ class ControllerStore(BackgroundLoop):
         self.wake()
         done = (StoreStatus.ONLINE, StoreStatus.STANDBY, StoreStatus.CONFLICT, StoreStatus.CLOSED)
         with self._cond:
-            self._cond.wait_for(lambda: self._status in done, timeout)
-            status = self._status
+            self._cond.wait_for(lambda: self.status() in done, timeout)
+            status = self.status()
         if status is StoreStatus.CONFLICT:
             raise StoreConflictError(self._detail)
         if status is not StoreStatus.ONLINE:
@@ -219,7 +208,7 @@ class ControllerStore(BackgroundLoop):
         with self._cond:
             return (
                 self._cond.wait_for(
-                    lambda: not self._pending or self._status is StoreStatus.CONFLICT, timeout
+                    lambda: not self._pending or self.status() is StoreStatus.CONFLICT, timeout
                 )
                 and not self._pending
             )
@@ -232,7 +221,7 @@ class ControllerStore(BackgroundLoop):
                 self._client.delete_async(self._layout.leader).get(timeout=timeout)
             except (*_ZK_ERRORS, NoNodeError):
                 pass
-        self._set_status(StoreStatus.CLOSED)
+        self._feed(StoreInput.CLOSE)
         self._close_client()
 
     # -- decisions (write-behind)
@@ -292,8 +281,9 @@ class ControllerStore(BackgroundLoop):
     def _writable(self) -> None:
         if not self._loaded:
             raise StoreError("call load() before writing decisions")
-        if self._status in (StoreStatus.CONFLICT, StoreStatus.CLOSED):
-            raise StoreConflictError(f"store is {self._status.value}: {self._detail}")
+        status = self.status()
+        if status in (StoreStatus.CONFLICT, StoreStatus.CLOSED):
+            raise StoreConflictError(f"store is {status.value}: {self._detail}")
 
     def _put(self, path: str, data: bytes | None) -> None:
         self._seq += 1
@@ -302,13 +292,15 @@ class ControllerStore(BackgroundLoop):
 
     # -- status
 
-    def _set_status(self, status: StoreStatus, detail: str = "") -> None:
+    def _feed(self, given: StoreInput, detail: str = "") -> None:
+        """Feed ``given`` to the leadership machine (from any thread); a change of
+        status wakes the waiters and is a ``StoreEvent``."""
         with self._cond:
-            if status is self._status or self._status is StoreStatus.CLOSED:
+            previous = self._leadership.state
+            status = self._leadership.feed(given)
+            if status is previous:
                 return
-            if self._status is StoreStatus.CONFLICT and status is not StoreStatus.CLOSED:
-                return  # terminal until restarted
-            previous, self._status, self._detail = self._status, status, detail
+            self._detail = detail
             self._cond.notify_all()
         log.info("controller store: %s -> %s %s", previous.value, status.value, detail)
         self._emit(StoreEvent(status=status, previous=previous, at=self._clock(), detail=detail))
@@ -316,24 +308,22 @@ class ControllerStore(BackgroundLoop):
     # -- the loop
 
     def _step(self) -> None:
-        if self._status in (StoreStatus.CONFLICT, StoreStatus.CLOSED):
+        if self.status() in (StoreStatus.CONFLICT, StoreStatus.CLOSED):
             return
         if self._take_session_lost():
             self._leader_session = None
         if not self._client.connected:
-            if self._status is StoreStatus.ONLINE:
-                self._set_status(StoreStatus.OFFLINE, "ZooKeeper unreachable; holding decisions")
+            self._feed(StoreInput.UNREACHABLE, "ZooKeeper unreachable; holding decisions")
             return
         try:
             sid = session_id(self._client)
             if self._leader_session != sid:
-                if self._status is StoreStatus.ONLINE:
-                    self._set_status(StoreStatus.OFFLINE, "session lost; re-taking the lead")
+                self._feed(StoreInput.LEAD_LOST, "session lost; re-taking the lead")
                 if not self._acquire(sid):
                     return
             if not self._loaded:
                 self._load_all()
-            self._set_status(StoreStatus.ONLINE)
+            self._feed(StoreInput.LEADING)
             if self._pending:
                 self._commit()
         except _ZK_ERRORS as exc:
@@ -372,11 +362,11 @@ class ControllerStore(BackgroundLoop):
                 holder = "?" if leader is None else leader.controller
                 if holder != self._id and self._term_version is not None:
                     # We led, lost our session, and a standby leads now: deposed.
-                    self._set_status(StoreStatus.CONFLICT, f"deposed: controller {holder} leads")
+                    self._feed(StoreInput.CONFLICT, f"deposed: controller {holder} leads")
                     return False
                 if holder != self._id:
                     self._leader = leader
-                    self._set_status(StoreStatus.STANDBY, f"controller {holder} leads")
+                    self._feed(StoreInput.ANOTHER_LEADS, f"controller {holder} leads")
                     return False
                 # Our own earlier incarnation: its session is dead or about to be.
                 try:
@@ -406,8 +396,8 @@ class ControllerStore(BackgroundLoop):
             and version != self._term_version
             and data != self._term_data  # not our own bump whose reply was lost
         ):
-            self._set_status(
-                StoreStatus.CONFLICT,
+            self._feed(
+                StoreInput.CONFLICT,
                 f"deposed: term moved from {self._term_version} to {version} while away",
             )
             return False
@@ -434,7 +424,7 @@ class ControllerStore(BackgroundLoop):
             replicas = self._read_optional(lay.replicas, decode_replicas, versions)
         except ZnodeSchemaError as exc:
             # Never overwrite decisions we cannot read.
-            self._set_status(StoreStatus.CONFLICT, f"malformed decision znode: {exc}")
+            self._feed(StoreInput.CONFLICT, f"malformed decision znode: {exc}")
             return
         with self._lock:
             self._routing, self._checkpoints = routing, checkpoints
@@ -492,7 +482,7 @@ class ControllerStore(BackgroundLoop):
                 self._cond.notify_all()
             return
         if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
-            self._set_status(StoreStatus.CONFLICT, f"deposed: term check failed ({results[0]!r})")
+            self._feed(StoreInput.CONFLICT, f"deposed: term check failed ({results[0]!r})")
             return
         self._reconcile(batch)
 
@@ -516,5 +506,5 @@ class ControllerStore(BackgroundLoop):
             ):
                 self._versions[path] = stat.version
                 continue
-            self._set_status(StoreStatus.CONFLICT, f"{path} was changed by someone else")
+            self._feed(StoreInput.CONFLICT, f"{path} was changed by someone else")
             return

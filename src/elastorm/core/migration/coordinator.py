@@ -7,8 +7,10 @@ receives and every tick, and performs the actions it returns, in order.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from elastorm.core.actions import (
     Action,
@@ -19,9 +21,10 @@ from elastorm.core.actions import (
     TuplesStalled,
 )
 from elastorm.core.checkpoint import CheckpointHolder
-from elastorm.core.errors import CheckpointOrderError
+from elastorm.core.errors import CheckpointOrderError, MigrationProtocolError
 from elastorm.core.keygroups import key_group as key_group_of
 from elastorm.core.messages import (
+    MESSAGE_TYPES,
     CheckpointAck,
     CheckpointDelta,
     CheckpointNack,
@@ -34,11 +37,24 @@ from elastorm.core.messages import (
     UpstreamRecovery,
 )
 from elastorm.core.migration.keygroup import KeyGroupMachine
-from elastorm.core.migration.table import LIVE, Phase
+from elastorm.core.migration.table import COORDINATOR_TABLE, LIVE, Phase
 from elastorm.core.state import KeyGroupState, Step, sum_step
 
-EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck", "Resend")
-"""Messages for the task's upstream-side :class:`Emitter`, not for the coordinator."""
+_Handler = Callable[["TaskCoordinator", int, Any], list[Action]]
+
+
+def _control(handler: _Handler) -> _Handler:
+    """Mark a handler of a control message (``COORDINATOR_TABLE``): the message is
+    counted by kind (``in.<kind>``) and refused if its key group is out of range."""
+
+    @functools.wraps(handler)
+    def checked(self: TaskCoordinator, sender: int, message: Any) -> list[Action]:
+        self._stats[f"in.{type(message).__name__}"] += 1
+        if not 0 <= message.key_group < self.num_key_groups:
+            return self._reject(sender, message, "key group out of range")
+        return handler(self, sender, message)
+
+    return checked
 
 
 class TaskCoordinator:
@@ -93,6 +109,9 @@ class TaskCoordinator:
         self._asked: dict[tuple[int, str, int], float] = {}  # gap -> last Resend sent
         self._reported_gaps: set[tuple[int, str, int]] = set()
         self.upstream_recovering = False
+        self._handlers: dict[type[Message], Callable[[int, Any], list[Action]]] = {
+            MESSAGE_TYPES[kind]: getattr(self, name) for kind, name in COORDINATOR_TABLE.items()
+        }
         for g in owned:
             self._check_group(g)
             self._machines[g] = self._new_machine(g, owned=True)
@@ -156,42 +175,65 @@ class TaskCoordinator:
     def receive(self, sender: int, message: Message) -> list[Action]:
         """Handle ``message`` from task ``sender``; return the actions to perform.
 
-        Raises ``MigrationProtocolError`` when the message is illegal for its key
-        group's phase (that group's machine then stays ``FAILED``).
+        The message's kind picks its handler (``COORDINATOR_TABLE``). Raises
+        ``MigrationProtocolError`` when the message is illegal for its key group's
+        phase (that group's machine then stays ``FAILED``).
         """
-        if type(message) is Data:  # the per-tuple path first
-            self.data_in += 1
-            g = message.key_group
-            if not 0 <= g < self.num_key_groups:
-                return self._reject(sender, message, "key group out of range")
-            if key_group_of(message.item.key, self.num_key_groups) != g:
-                return self._reject(sender, message, "key not in the named key group")
-            m = self._machines.get(g)
-            if m is None:
-                m = self.machine(g)
-            return m.receive_data(sender, message)
-        name = type(message).__name__
-        self._stats[f"in.{name}"] += 1
-        if name in EMITTER_MESSAGES:
-            return self._reject(sender, message, "emitter message sent to a coordinator")
-        if not 0 <= message.key_group < self.num_key_groups:
+        try:
+            handler = self._handlers[type(message)]
+        except KeyError:
+            raise MigrationProtocolError(
+                f"task {self.task}: {type(message).__name__} from {sender} is no message "
+                "for a coordinator"
+            ) from None
+        return handler(sender, message)
+
+    def _on_data(self, sender: int, message: Data) -> list[Action]:
+        """The per-tuple path: refuse a tuple whose key group is out of range or does
+        not hold its key, give the rest to the group's machine."""
+        self.data_in += 1
+        g = message.key_group
+        if not 0 <= g < self.num_key_groups:
             return self._reject(sender, message, "key group out of range")
-        if isinstance(message, CheckpointDelta):
-            return self._on_delta(sender, message)
-        if isinstance(message, CheckpointRequest):
-            return self._on_request(message.key_group)
-        if isinstance(message, (CheckpointAck, CheckpointNack)):
-            self._unacked.discard(message.key_group)
-        if isinstance(message, PeerDown):
-            return self.peer_down(message.task)
-        if isinstance(message, UpstreamRecovery):
-            self.set_upstream_recovering(message.recovering)
-            return []
-        if isinstance(message, SetHolder):
-            self._unacked.discard(message.key_group)
-            self.machine(message.key_group).set_holder(message.holder)
-            return []
+        if key_group_of(message.item.key, self.num_key_groups) != g:
+            return self._reject(sender, message, "key not in the named key group")
+        m = self._machines.get(g)
+        if m is None:
+            m = self.machine(g)
+        return m.receive_data(sender, message)
+
+    @_control
+    def _on_group_message(self, sender: int, message: Message) -> list[Action]:
+        """A protocol message of one key group: its machine's table decides."""
         return self.machine(message.key_group).receive(sender, message)
+
+    @_control
+    def _on_answer(self, sender: int, message: CheckpointAck | CheckpointNack) -> list[Action]:
+        """The group's last checkpoint is answered (a request may take another); the
+        machine forwards the trim or asks for a full one."""
+        self._unacked.discard(message.key_group)
+        return self.machine(message.key_group).receive(sender, message)
+
+    @_control
+    def _on_set_holder(self, sender: int, message: SetHolder) -> list[Action]:
+        """The group checkpoints to ``message.holder`` from now on (the next is full)."""
+        self._unacked.discard(message.key_group)
+        self.machine(message.key_group).set_holder(message.holder)
+        return []
+
+    @_control
+    def _on_peer_down(self, sender: int, message: PeerDown) -> list[Action]:
+        return self.peer_down(message.task)
+
+    @_control
+    def _on_upstream_recovery(self, sender: int, message: UpstreamRecovery) -> list[Action]:
+        self.set_upstream_recovering(message.recovering)
+        return []
+
+    def _on_emitter_message(self, sender: int, message: Message) -> list[Action]:
+        """An upstream-side message sent to the downstream side: counted, refused."""
+        self._stats[f"in.{type(message).__name__}"] += 1
+        return self._reject(sender, message, "emitter message sent to a coordinator")
 
     def checkpoint(self, key_group: int, *, full: bool = False) -> list[Action]:
         """Checkpoint ``key_group`` now (no-op unless owned and a holder is set)."""
@@ -201,10 +243,12 @@ class TaskCoordinator:
             self._unacked.add(key_group)
         return actions
 
-    def _on_request(self, key_group: int) -> list[Action]:
-        """An upstream's buffer of ``key_group`` passed its high-water mark
+    @_control
+    def _on_request(self, sender: int, message: CheckpointRequest) -> list[Action]:
+        """An upstream's buffer of the group passed its high-water mark
         (``Emitter.request_at``): checkpoint now, unless a checkpoint is already on its
         way (its ack brings the trim). The clock restarts from the last tick."""
+        key_group = message.key_group
         m = self._machines.get(key_group)
         if m is None or key_group in self._unacked:
             self._stats["checkpoint_requests_skipped"] += 1
@@ -293,6 +337,7 @@ class TaskCoordinator:
         return actions
 
     # -- holder side -----------------------------------------------------------
+    @_control
     def _on_delta(self, sender: int, delta: CheckpointDelta) -> list[Action]:
         g = delta.key_group
         if self.machine(g).phase is Phase.REPLICA:  # the owner checkpoints to its replica

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from elastorm.core.actions import Action, Rejected, Send
@@ -38,6 +37,7 @@ from elastorm.core.messages import (
     ToStateAck,
     Trim,
 )
+from elastorm.core.migration.table import EMITTER_TRANSITIONS, Route
 from elastorm.core.routing import RoutingTable
 
 _trusted_tuple = DataTuple.trusted
@@ -57,15 +57,6 @@ _new_object = object.__new__
 _set_field = object.__setattr__
 
 
-class Route(Enum):
-    """How an emitter sends one key group's tuples."""
-
-    OWNER = "owner"  # to the routing table's owner
-    DUPLICATE = "duplicate"  # CPAL: to source and target
-    REPLICATED = "replicated"  # to the owner and its active replica
-    FAILED = "failed"
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Duplication:
     source: int
@@ -81,29 +72,6 @@ class _Outgoing:
     epoch: int
     items: tuple[DataTuple, ...]
     sent: int = 0
-
-
-EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
-    (Route.OWNER, "cpa"): ("_on_cpa", frozenset({Route.OWNER})),
-    (Route.OWNER, "cpal"): ("_on_cpal", frozenset({Route.DUPLICATE})),
-    (Route.OWNER, "restore"): ("_on_restore", frozenset({Route.OWNER})),
-    (Route.DUPLICATE, "restore"): ("_on_restore", frozenset({Route.OWNER})),
-    (Route.DUPLICATE, "ProcessedAllReplay"): (
-        "_on_processed_all",
-        frozenset({Route.OWNER, Route.DUPLICATE}),  # DUPLICATE: a stale epoch, ignored
-    ),
-    (Route.OWNER, "ProcessedAllReplay"): ("_ignore", frozenset({Route.OWNER})),
-    (Route.DUPLICATE, "ToStateAck"): ("_on_to_state_ack", frozenset({Route.DUPLICATE})),
-    (Route.OWNER, "ToStateAck"): ("_ignore_ack", frozenset({Route.OWNER})),  # stale
-    (Route.OWNER, "replicate"): ("_on_replicate", frozenset({Route.REPLICATED})),
-    (Route.REPLICATED, "restore"): ("_on_restore", frozenset({Route.OWNER})),
-    (Route.REPLICATED, "DropReplica"): ("_on_drop_replica", frozenset({Route.OWNER})),
-    (Route.OWNER, "DropReplica"): ("_on_drop_replica", frozenset({Route.OWNER})),  # moot
-    (Route.REPLICATED, "ProcessedAllReplay"): ("_ignore", frozenset({Route.REPLICATED})),
-    (Route.REPLICATED, "ToStateAck"): ("_ignore_ack", frozenset({Route.REPLICATED})),
-}
-"""``(route, event) -> (handler, allowed next routes)``; events are the protocol of
-a ``Migrate`` command or a message type name. Missing pairs are illegal."""
 
 
 class Emitter:

@@ -31,6 +31,7 @@ from elastorm.core.messages import (
     DropReplica,
     Message,
     Migrate,
+    PeerDown,
     ProcessedAllReplay,
     Protocol,
     SyncGroup,
@@ -39,7 +40,7 @@ from elastorm.core.messages import (
     ToStateAck,
     Trim,
 )
-from elastorm.core.migration.table import LIVE, QUIET, TRANSITIONS, Phase
+from elastorm.core.migration.table import LIVE, PEER_DOWN, QUIET, TRANSITIONS, Phase
 from elastorm.core.state import KeyGroupState, Step
 
 
@@ -141,11 +142,16 @@ class KeyGroupMachine:
             )
         if self._stale(message):
             return self._on_stale(sender, message)
-        name = type(message).__name__
-        entry = TRANSITIONS.get((self.phase, name))
+        return self._transition(sender, type(message).__name__, message)
+
+    def _transition(self, sender: int, event: str, message: Message) -> list[Action]:
+        """Run ``(phase, event)``'s handler from ``TRANSITIONS``: the one way the phase
+        changes; a missing pair, or a handler that leaves the row's allowed phases,
+        fails the machine."""
+        entry = TRANSITIONS.get((self.phase, event))
         if entry is None:
             return self._fail(
-                f"{name} from task {sender} not allowed in phase {self.phase.value}",
+                f"{event} from task {sender} not allowed in phase {self.phase.value}",
                 self._hint_for(message),
             )
         handler, allowed = entry
@@ -178,25 +184,12 @@ class KeyGroupMachine:
         self.holder = holder
 
     def peer_down(self, task: int) -> list[Action]:
-        """Task ``task`` died: stop waiting for it; report a lost holder or target."""
-        actions: list[Action] = []
+        """Task ``task`` died: the ``PEER_DOWN`` event (ignored once ``FAILED``: a
+        failed machine refuses messages, but a peer's death is no fault of the
+        caller's, and the coordinator tells every machine)."""
         if self.phase is Phase.FAILED:
-            return actions
-        if self.phase is Phase.DIRECT_SOURCE and self._direct_target == task:
-            self.phase = Phase.ACTIVE
-            self._direct = None
-            actions.append(
-                MigrationAborted(
-                    key_group=self.key_group,
-                    epoch=self.epoch,
-                    reason=f"direct target {task} died",
-                    hint=Hint.FALL_BACK_TO_DIRECT,
-                )
-            )
-        if self._pending:
-            self._pending.discard(task)
-            actions += self._maybe_complete()
-        return actions
+            return []
+        return self._transition(-1, PEER_DOWN, PeerDown(key_group=self.key_group, task=task))
 
     # -- helpers -----------------------------------------------------------
     def _fail(self, reason: str, hint: Hint = Hint.NONE) -> list[Action]:
@@ -527,6 +520,27 @@ class KeyGroupMachine:
         stale from now on, so it never starts."""
         self.epoch = max(self.epoch, message.epoch)
         return []
+
+    def _on_peer_down(self, sender: int, message: PeerDown) -> list[Action]:
+        """Stop waiting for the dead task (which may complete a migration); abort a
+        direct migration whose target it was (the source owns the group again)."""
+        task = message.task
+        actions: list[Action] = []
+        if self.phase is Phase.DIRECT_SOURCE and self._direct_target == task:
+            self.phase = Phase.ACTIVE
+            self._direct = None
+            actions.append(
+                MigrationAborted(
+                    key_group=self.key_group,
+                    epoch=self.epoch,
+                    reason=f"direct target {task} died",
+                    hint=Hint.FALL_BACK_TO_DIRECT,
+                )
+            )
+        if self._pending:
+            self._pending.discard(task)
+            actions += self._maybe_complete()
+        return actions
 
     def _on_nack(self, sender: int, message: CheckpointNack) -> list[Action]:
         if self.state is not None:

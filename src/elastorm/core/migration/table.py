@@ -1,8 +1,16 @@
-"""Phases of a key group on one task, and the transition table (one table, as data).
+"""The migration protocols' tables, as data, in one place (h11's ``_state.py``).
 
-``TRANSITIONS[(phase, event)] = (handler, allowed next phases)``. A pair missing
-from the table is illegal: the machine raises ``MigrationProtocolError`` and
-stays ``FAILED``. ``docs/protocols.md`` draws its diagrams from this table.
+* ``COORDINATOR_TABLE``: which handler of a task's ``TaskCoordinator`` takes each
+  message kind (every kind of ``core.messages`` has a row).
+* ``TRANSITIONS``: one key group on one task (``KeyGroupMachine``),
+  ``(phase, event) -> (handler, allowed next phases)``.
+* ``EMITTER_TRANSITIONS``: one key group at an upstream ``Emitter``,
+  ``(route, event) -> (handler, allowed next routes)``.
+
+A pair missing from a transition table is illegal: the machine raises
+``MigrationProtocolError`` and stays ``FAILED``; a handler that moves to a phase its
+row does not allow is a bug and fails the same way. ``docs/protocols.md`` shows
+these tables (``tests/unit/test_protocol_tables.py`` checks them against the code).
 
 Messages whose ``epoch`` is older than the machine's are stale leftovers of an
 earlier (finished or aborted) migration; they are filtered before the table is
@@ -41,6 +49,9 @@ of a migration; a ``REPLICA`` holds a shadow, not the group)."""
 
 QUIET = frozenset({Phase.SHADOW, Phase.REPLICA})
 """Phases that apply data without sending its outputs: another task sends them."""
+
+PEER_DOWN = "peer_down"
+"""The event of a peer's death at a key group's machine (not a message type name)."""
 
 P = Phase
 _OWNERISH = (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.REPLAYING)
@@ -87,4 +98,70 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     **{(p, "CheckpointAck"): ("_on_ack", frozenset({p})) for p in LIVE - {P.DIRECT_SOURCE}},
     (P.DIRECT_SOURCE, "CheckpointAck"): ("_on_ack", frozenset({P.DIRECT_SOURCE, P.ACTIVE})),
     **{(p, "CheckpointNack"): ("_on_nack", frozenset({p})) for p in (P.IDLE, *LIVE)},
+    # A peer died (not a message: the coordinator's PeerDown, fanned out to every
+    # group): stop waiting for it, which may complete a migration; a direct source
+    # whose target died aborts and owns the group again. A FAILED machine ignores it.
+    **{(p, PEER_DOWN): ("_on_peer_down", frozenset({p})) for p in (P.IDLE, P.ACTIVE, P.REPLICA)},
+    (P.DIRECT_SOURCE, PEER_DOWN): ("_on_peer_down", frozenset({P.DIRECT_SOURCE, P.ACTIVE})),
+    (P.DRAINING, PEER_DOWN): ("_on_peer_down", frozenset({P.DRAINING, P.IDLE})),
+    (P.REPLAYING, PEER_DOWN): ("_on_peer_down", frozenset({P.REPLAYING, P.ACTIVE})),
+    (P.SHADOW, PEER_DOWN): ("_on_peer_down", frozenset({P.SHADOW, P.SYNCING, P.ACTIVE})),
+    (P.SYNCING, PEER_DOWN): ("_on_peer_down", frozenset({P.SYNCING, P.ACTIVE})),
 }
+"""``(phase, event) -> (handler, allowed next phases)`` of one key group on one task;
+events are message type names, and ``PEER_DOWN``."""
+
+
+class Route(Enum):
+    """How an emitter sends one key group's tuples."""
+
+    OWNER = "owner"  # to the routing table's owner
+    DUPLICATE = "duplicate"  # CPAL: to source and target
+    REPLICATED = "replicated"  # to the owner and its active replica
+    FAILED = "failed"
+
+
+R = Route
+
+EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
+    (R.OWNER, "cpa"): ("_on_cpa", frozenset({R.OWNER})),
+    (R.OWNER, "cpal"): ("_on_cpal", frozenset({R.DUPLICATE})),
+    (R.OWNER, "restore"): ("_on_restore", frozenset({R.OWNER})),
+    (R.DUPLICATE, "restore"): ("_on_restore", frozenset({R.OWNER})),
+    (R.DUPLICATE, "ProcessedAllReplay"): (
+        "_on_processed_all",
+        frozenset({R.OWNER, R.DUPLICATE}),  # DUPLICATE: a stale epoch, ignored
+    ),
+    (R.OWNER, "ProcessedAllReplay"): ("_ignore", frozenset({R.OWNER})),
+    (R.DUPLICATE, "ToStateAck"): ("_on_to_state_ack", frozenset({R.DUPLICATE})),
+    (R.OWNER, "ToStateAck"): ("_ignore_ack", frozenset({R.OWNER})),  # stale
+    (R.OWNER, "replicate"): ("_on_replicate", frozenset({R.REPLICATED})),
+    (R.REPLICATED, "restore"): ("_on_restore", frozenset({R.OWNER})),
+    (R.REPLICATED, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),
+    (R.OWNER, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),  # moot
+    (R.REPLICATED, "ProcessedAllReplay"): ("_ignore", frozenset({R.REPLICATED})),
+    (R.REPLICATED, "ToStateAck"): ("_ignore_ack", frozenset({R.REPLICATED})),
+}
+"""``(route, event) -> (handler, allowed next routes)`` of one key group at an
+emitter; events are the protocol of a ``Migrate`` command or a message type name."""
+
+EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck", "Resend")
+"""Messages for the task's upstream-side :class:`Emitter`, not for the coordinator."""
+
+COORDINATOR_TABLE: dict[str, str] = {
+    "Data": "_on_data",  # the per-tuple path: range and key checks, then the machine
+    **dict.fromkeys(
+        ("ToState", "ToCheckpoint", "SyncGroup", "Migrate", "DropReplica"), "_on_group_message"
+    ),
+    "CheckpointAck": "_on_answer",  # the checkpoint is answered, then the machine
+    "CheckpointNack": "_on_answer",
+    "CheckpointDelta": "_on_delta",  # holder side (a replica's machine takes its own)
+    "CheckpointRequest": "_on_request",
+    "SetHolder": "_on_set_holder",
+    "PeerDown": "_on_peer_down",  # every machine (``PEER_DOWN``), holders lost
+    "UpstreamRecovery": "_on_upstream_recovery",
+    **dict.fromkeys(EMITTER_MESSAGES, "_on_emitter_message"),  # refused
+}
+"""``message kind -> handler`` of a ``TaskCoordinator``: the one dispatch of what a
+task's downstream side receives. Every kind but ``Data`` and the emitter's is counted
+and refused if its key group is out of range before its handler runs."""
