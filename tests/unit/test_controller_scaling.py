@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.adaptation import Move, MoveReason
 from elastorm.controller.loop import ControllerLoop, LoopSettings, Placement
 from elastorm.controller.model import (
     ClusterView,
@@ -37,6 +37,7 @@ from elastorm.controller.scaling import (
 )
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role
 from elastorm.core.control import MigrationController
+from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
 
 # -- node sets ---------------------------------------------------------------------------
