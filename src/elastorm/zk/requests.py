@@ -208,11 +208,11 @@ def withdraw_request(client: KazooClient, layout: ZnodeLayout, name: str) -> boo
     path = layout.request(name)
     try:
         data, stat = client.get(path)
-        if decode_request(data).state is not RequestState.PENDING:
+        if decode_record(data).state is not RequestState.PENDING:
             return False
         client.delete(path, version=stat.version)
         return True
-    except (NoNodeError, BadVersionError):
+    except (NoNodeError, BadVersionError, RequestError):
         return False
 
 
