@@ -15,8 +15,9 @@ allocation), put together. Each round (one per heartbeat interval) the runtime h
    by more than ``theta`` (correlated only), and turns holder changes into
    ``SetHolder`` commands;
 4. plans adaptation (``plan_adaptation``) and orders each move through the
-   operator's ``MigrationController`` (which falls back to direct unless the
-   target holds the newest checkpoint);
+   operator's ``MigrationController``, its protocol chosen by
+   :func:`~elastorm.core.protocol_choice.choose_protocol` (the one place; a lazy move
+   places the checkpoint first), as are operator requests (:meth:`ControllerLoop.request`);
 5. keeps Madsen & Zhou 2015's section 7.3 metrics (:meth:`ControllerLoop.metrics`).
 
 Tasks are placed on *nodes* by :class:`Placement`: one task of every keyed
