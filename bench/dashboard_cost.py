@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project's dr
 
 from drivers.synthetic import private_zookeeper
 from elastorm.controller.model import Heartbeat  # noqa: E402
-from elastorm.controller.requests import MigrationRequest, RequestState, encode_request
+from elastorm.controller.requests import MigrationRequest, RequestEvent, encode_request
 from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
 from elastorm.runtime.config import load_config
@@ -161,10 +161,10 @@ class FakeCluster:
         name = submit_request(self.client, LAYOUT, req)
         now = time.time()
         source, target = self.owners[g], self.holders[g]
-        req = req.with_state(
-            RequestState.STARTED, now, source=source, protocol_used=Protocol.CPAL, epoch=1
+        req = req.advance(
+            RequestEvent.START, now, source=source, protocol_used=Protocol.CPAL, epoch=1
         )
-        req = req.with_state(RequestState.DONE, now + 0.02)
+        req = req.advance(RequestEvent.FINISH, now + 0.02)
         self.client.set(LAYOUT.request(name), encode_request(req))
         self.owners[g], self.holders[g] = target, source
         self.moves += 1

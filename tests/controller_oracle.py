@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from elastorm.controller.adaptation import Move, Protocol
+from elastorm.controller.adaptation import Move
 from elastorm.controller.allocation import AllocationSpec
 from elastorm.controller.correlation import Correlation, CorrelationFactors, CorrelationMatrix
 from elastorm.controller.model import (
@@ -28,6 +28,7 @@ from elastorm.controller.model import (
     NodeId,
 )
 from elastorm.controller.recovery import RecoveryPlan
+from elastorm.core.messages import Protocol
 
 
 def apply_moves(view: ClusterView, moves: Iterable[Move]) -> ClusterView:

@@ -247,8 +247,10 @@ class Cluster:
             self._send(CONTROLLER, send.to_task, send.message)
 
     def migrate(self, key_group: int, target: int, protocol: Protocol) -> Protocol:
-        """Order a migration through the controller; returns the protocol used."""
-        used, sends = self.control.migrate(key_group, target, protocol, now=self.now)
+        """Order a migration through the controller; returns the protocol used (the one
+        ``choose_protocol`` picks: direct when the target cannot run ``protocol``)."""
+        used = self.control.choose(key_group, target, protocol).protocol
+        sends = self.control.migrate(key_group, target, used, now=self.now)
         self._send_all(sends)
         self.stats[f"migrate.{used.value}"] += 1
         return used

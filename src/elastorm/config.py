@@ -523,6 +523,12 @@ class ControllerConfig(Section):
         p + "max_moves", INT, 16, "migrations planned per round at most", check=at_least(0)
     )
     scale_in: bool = option(p + "scale_in", BOOL, True, "empty under-loaded nodes")
+    lazy_move: bool = option(
+        p + "lazy_move", BOOL, False,
+        "a move whose target holds no checkpoint of its key group first makes the target "
+        "its holder, waits for that full checkpoint, then runs CPA (Madsen & Zhou 2015's "
+        "lazy move); false: it goes direct at once",
+    )  # fmt: skip
     max_concurrent_migrations: int = option(
         p + "max_concurrent_migrations", INT, 4,
         "migrations a rescale runs at once (never two sharing a source or target task)",

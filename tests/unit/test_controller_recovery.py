@@ -4,7 +4,7 @@ section 7.3 metrics."""
 import pytest
 from controller_oracle import restore_work
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol, Thresholds
+from elastorm.controller.adaptation import Move, MoveReason, Thresholds
 from elastorm.controller.allocation import AllocationSpec, constraint_violations, even_allocation
 from elastorm.controller.metrics import (
     MigrationRecord,
@@ -21,6 +21,7 @@ from elastorm.controller.model import (
 )
 from elastorm.controller.recovery import plan_recovery
 from elastorm.controller.synthetic import synthetic_cluster
+from elastorm.core.messages import Protocol
 
 
 def test_lost_node_restored_in_parallel_across_holders():

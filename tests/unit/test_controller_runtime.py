@@ -272,7 +272,7 @@ def test_a_request_only_controller_resumes_and_persists_before_it_sends() -> Non
     assert not rt.ready(1.0)  # another leader, or ZooKeeper away: nothing decided
     store.state = StoreStatus.ONLINE
     assert rt.ready(2.0) and cs["op"].routing.epoch == 4  # resumed
-    _, sends = cs["op"].migrate(0, 6, Protocol.DIRECT, now=2.0)
+    sends = cs["op"].migrate(0, 6, Protocol.DIRECT, now=2.0)
     store.durable = False
     assert rt.order(sends) == [] and ("op", 5) in store.written  # persisted, held
     store.durable = True

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from elastorm.config import ControllerConfig, TopologyConfig
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.adaptation import Move, MoveReason
 from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import (
     ClusterView,
@@ -38,6 +38,7 @@ from elastorm.controller.scaling import (
 )
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role
 from elastorm.core.control import MigrationController
+from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
 
 # -- node sets ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from starlette.testclient import TestClient
 from test_dashboard_view import ST, T0, TASKS, _families, _sample, request, snap
 
-from elastorm.controller.requests import RequestState
+from elastorm.controller.requests import RequestEvent, RequestState
 from elastorm.controller.scaling import (
     Binding,
     NodeSet,
@@ -93,9 +93,8 @@ def test_a_lost_node_stays_lost_even_while_draining_and_joining_is_flagged():
 def test_a_done_migration_carries_its_pause_to_the_timeline_and_metrics():
     tracker = Tracker()
     tracker.observe(snap(T0, TASKS, st=ST))
-    times = {"pending": T0, "started": T0 + 0.5, "done": T0 + 0.6}
-    done = request(RequestState.DONE, times=times)
-    done = done.with_state(RequestState.DONE, T0 + 0.6, pause=0.012)
+    started = request(RequestState.STARTED, times={"pending": T0, "started": T0 + 0.5})
+    done = started.advance(RequestEvent.FINISH, T0 + 0.6, pause=0.012)
     s = snap(T0 + 1, TASKS, st=ST, requests=[("req-1", done)])
     events = tracker.observe(s)
     (finished,) = [e for e in events if e["what"] == "done"]

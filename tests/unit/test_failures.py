@@ -12,6 +12,7 @@ import pytest
 
 import elastorm.storm.controller_bolt as bolt_module
 from elastorm.controller.failures import FailureDetector
+from elastorm.controller.requests import RequestEvent
 from elastorm.core.actions import CheckpointStored
 from elastorm.core.messages import Migrate, PeerDown, Protocol, SetHolder
 from elastorm.storm.controller_bolt import MigrationControllerBolt
@@ -191,13 +192,17 @@ def test_a_request_to_migrate_onto_a_lost_task_is_refused(controller) -> None:
     assert bolt.detector.declared == {11}
     group = next(g for g in range(6) if bolt.controls["op"].owner(g) == 10)
     request = MigrationRequest(operator="op", key_group=group, target=11, protocol=Protocol.DIRECT)
-    refused = []
+    applied = []
     board = SimpleNamespace(
-        pending=lambda: [("req-1", request)], refuse=lambda name, why: refused.append(why)
+        pending=lambda: [("req-1", request)],
+        apply=lambda name, event, **kw: applied.append((event, kw)),
     )
     sent.clear()
     bolt.carry_out_requests("op", board)
-    assert refused == ["task 11 is lost (declared by the controller)"] and sent == []
+    assert applied == [
+        (RequestEvent.REFUSE, {"detail": "task 11 is lost (declared by the controller)"})
+    ]
+    assert sent == []
     assert bolt.controls["op"].owner(group) == 10
 
 
@@ -258,8 +263,9 @@ def test_a_requested_migration_is_finished_with_the_pause_its_target_reported(co
     finished = []
     board = SimpleNamespace(
         pending=lambda: [("req-1", request)],
-        start=lambda name, **kw: None,
-        finish=lambda name, pause=None: finished.append((name, pause)),
+        apply=lambda name, event, **kw: (
+            finished.append((name, kw["pause"])) if event is RequestEvent.FINISH else None
+        ),
     )
     bolt.boards["op"] = board
     bolt.carry_out_requests("op", board)

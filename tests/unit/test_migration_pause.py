@@ -9,7 +9,7 @@ from test_core_migration import cluster_with_checkpoint, drain
 
 from elastorm.controller.requests import (
     MigrationRequest,
-    RequestState,
+    RequestEvent,
     decode_request,
     encode_request,
 )
@@ -105,7 +105,8 @@ def test_the_pause_travels_in_the_report_and_onto_the_done_request() -> None:
     old = {k: v for k, v in encode_report(done).items() if k != "pause"}  # an older task
     assert decode_report(old).pause is None
     req = MigrationRequest(operator="op", key_group=3, target="holder", protocol=Protocol.CPAL)
-    finished = req.with_state(RequestState.DONE, 10.0, pause=0.02)
+    started = req.advance(RequestEvent.START, 9.0, protocol_used=Protocol.CPAL, epoch=2)
+    finished = started.advance(RequestEvent.FINISH, 10.0, pause=0.02)
     assert decode_request(encode_request(finished)).pause == 0.02
 
 

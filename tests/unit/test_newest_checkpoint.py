@@ -9,10 +9,11 @@ the gap. ``docs/failures.md`` tells the story; these tests play it step by step.
 
 from __future__ import annotations
 
+import pytest
 from sim import CONTROLLER, Cluster
 
 from elastorm.core.actions import CheckpointStored
-from elastorm.core.control import MigrationController
+from elastorm.core.control import MigrationController, MigrationRefused
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Protocol
 from elastorm.core.migration.table import Phase
@@ -37,7 +38,10 @@ def test_an_older_copy_is_not_the_newest_after_the_newest_is_lost() -> None:
     c.recover((2,), restores={}, holders={0: 1}, now=0.0)
     assert c.holders[0] == 1
     assert not c.has_newest(1, 0)
-    assert c.migrate(0, 1, Protocol.CPA, now=0.0)[0] is Protocol.DIRECT
+    choice = c.choose(0, 1, Protocol.CPA)
+    assert choice.protocol is Protocol.DIRECT and choice.changed
+    with pytest.raises(MigrationRefused, match="no newest checkpoint"):
+        c.migrate(0, 1, Protocol.CPA, now=0.0)  # never downgraded in silence
 
 
 def test_owner_lost_after_the_newest_copy_leaves_no_surviving_copy() -> None:

@@ -14,6 +14,7 @@ from sim import Cluster
 
 from elastorm.controller.requests import (
     MigrationRequest,
+    RequestEvent,
     RequestState,
     decode_request,
     encode_request,
@@ -136,9 +137,9 @@ def state_of(zk: FlakyZk, board: RequestBoard, name: str) -> MigrationRequest:
 def test_a_state_change_zookeeper_missed_is_written_on_the_next_tick_in_order() -> None:
     zk, board, name = board_with_request()
     zk.fail = 1
-    board.start(name, protocol_used=Protocol.CPA, epoch=4, source=0, target=1)
+    board.apply(name, RequestEvent.START, protocol_used=Protocol.CPA, epoch=4, source=0, target=1)
     zk.fail = 1  # still away: both changes wait, in order
-    board.finish(name)
+    board.apply(name, RequestEvent.FINISH)
     assert state_of(zk, board, name).state is RequestState.PENDING
     assert len(board.unwritten) == 2
     board.retry_unwritten()  # the next tick, ZooKeeper back
@@ -149,11 +150,15 @@ def test_a_state_change_zookeeper_missed_is_written_on_the_next_tick_in_order() 
 
 def test_stuck_is_recorded_with_its_reason_and_done_may_follow() -> None:
     zk, board, name = board_with_request()
-    board.start(name, protocol_used=Protocol.CPA, epoch=4, source=0, target=1)
-    board.stuck(name, "stuck: waiting for MigrationDone from the target (task 1)")
+    board.apply(name, RequestEvent.START, protocol_used=Protocol.CPA, epoch=4, source=0, target=1)
+    board.apply(
+        name,
+        RequestEvent.OVERDUE,
+        detail="stuck: waiting for MigrationDone from the target (task 1)",
+    )
     stuck = state_of(zk, board, name)
     assert stuck.state is RequestState.STUCK and "target (task 1)" in stuck.detail
-    board.finish(name)
+    board.apply(name, RequestEvent.FINISH)
     assert state_of(zk, board, name).state is RequestState.DONE
 
 
@@ -163,7 +168,7 @@ def test_withdraw_deletes_only_a_request_nobody_picked_up() -> None:
     zk, board, name = board_with_request()
     assert withdraw_request(zk, ZnodeLayout("t"), name) and f"{board.path}/{name}" not in zk.nodes
     zk, board, name = board_with_request()
-    board.start(name, protocol_used=Protocol.CPA, epoch=1, source=0, target=1)
+    board.apply(name, RequestEvent.START, protocol_used=Protocol.CPA, epoch=1, source=0, target=1)
     assert not withdraw_request(zk, ZnodeLayout("t"), name)
     assert json.loads(zk.nodes[f"{board.path}/{name}"])["state"] == "started"
 

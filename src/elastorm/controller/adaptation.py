@@ -20,12 +20,15 @@ note that the simple rule oscillates):
 
 Targets that already hold the key group's checkpoint are preferred (CPA, or
 CPAL when there is something to replay); otherwise ``lazy_move`` relocates the
-checkpoint first (full checkpoints), else the move is direct.
+checkpoint first (full checkpoints) and then moves by CPA, else the move is direct.
+The protocol comes from :func:`~elastorm.core.protocol_choice.choose_protocol`, the
+one place that chooses it.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -37,22 +40,8 @@ from elastorm.controller.model import (
     KeyGroupInfo,
     NodeId,
 )
-
-
-class Protocol(enum.Enum):
-    """How a key group moves (Madsen & Zhou 2015, section 5: state migration), or is
-    restored after a failure."""
-
-    DIRECT = "direct"
-    CPA = "cpa"
-    CPAL = "cpal"
-    LAZY_CPA = "lazy_cpa"  # relocate the checkpoint at its next full checkpoint, then CPA
-    RESTORE = "restore"  # failure recovery: holder converts checkpoint to state + replay
-
-    @property
-    def checkpoint_assisted(self) -> bool:
-        """True for the protocols that start from an existing checkpoint at the target."""
-        return self is not Protocol.DIRECT
+from elastorm.core.messages import Protocol
+from elastorm.core.protocol_choice import choose_protocol
 
 
 class MoveReason(enum.Enum):
@@ -62,6 +51,7 @@ class MoveReason(enum.Enum):
     SCALE_OUT = "scale_out"
     SCALE_IN = "scale_in"
     RECOVERY = "recovery"
+    REQUEST = "request"  # an operator's (``elastorm migrate``, the dashboard's form)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -142,10 +132,23 @@ def can_take_load(view: ClusterView, node: NodeId, thresholds: Thresholds) -> bo
     )
 
 
-def _protocol_at(kg: KeyGroupInfo, target: NodeId, holders: tuple[NodeId, ...], th: Thresholds):
-    if target in holders:
-        return Protocol.CPAL if kg.replay_size >= th.cpal_min_replay else Protocol.CPA
-    return Protocol.LAZY_CPA if th.lazy_move else Protocol.DIRECT
+def _protocol_at(
+    kg: KeyGroupInfo, target: NodeId, holders: tuple[NodeId, ...], th: Thresholds
+) -> Protocol:
+    """The protocol proposed for moving ``kg`` to ``target``, by the one rule
+    (:func:`~elastorm.core.protocol_choice.choose_protocol`) on what the view shows:
+    a holder target is taken as ready (the loop checks its newest checkpoint before
+    ordering), and a lazy move may wait (its checkpoint is placed first)."""
+    return choose_protocol(
+        None,
+        target_is_holder=target in holders,
+        holder_ready=True,
+        replay=kg.replay_size,
+        cpal_min_replay=th.cpal_min_replay,
+        lazy=th.lazy_move,
+        waited=0.0,
+        defer_secs=math.inf,
+    ).protocol
 
 
 class _Round:

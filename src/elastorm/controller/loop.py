@@ -15,8 +15,9 @@ allocation), put together. Each round (one per heartbeat interval) the runtime h
    by more than ``theta`` (correlated only), and turns holder changes into
    ``SetHolder`` commands;
 4. plans adaptation (``plan_adaptation``) and orders each move through the
-   operator's ``MigrationController`` (which falls back to direct unless the
-   target holds the newest checkpoint);
+   operator's ``MigrationController``, its protocol chosen by
+   :func:`~elastorm.core.protocol_choice.choose_protocol` (the one place; a lazy move
+   places the checkpoint first), as are operator requests (:meth:`ControllerLoop.request`);
 5. keeps Madsen & Zhou 2015's section 7.3 metrics (:meth:`ControllerLoop.metrics`).
 
 Tasks are placed on *nodes* by :class:`Placement`: one task of every keyed
@@ -40,7 +41,6 @@ from elastorm.controller.adaptation import (
     Thresholds,
     plan_adaptation,
 )
-from elastorm.controller.adaptation import Protocol as MoveProtocol
 from elastorm.controller.allocation import (
     AllocationSpec,
     baseline_allocation,
@@ -80,6 +80,7 @@ from elastorm.controller.replication import (
     running_graph,
     task_name,
 )
+from elastorm.controller.requests import HOLDER, MigrationRequest
 from elastorm.controller.scaling import (
     RescaleStep,
     RescaleView,
@@ -88,21 +89,10 @@ from elastorm.controller.scaling import (
     scale_hint,
 )
 from elastorm.core.actions import MigrationDone, Send
-from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused
+from elastorm.core.control import CrashPlan, MigrationController, MigrationRefused, Overdue
 from elastorm.core.messages import Protocol
+from elastorm.core.protocol_choice import ProtocolChoice, Verdict
 from elastorm.replication.model import TaskGraph
-
-_TO_WIRE = {
-    MoveProtocol.DIRECT: Protocol.DIRECT,
-    MoveProtocol.CPA: Protocol.CPA,
-    MoveProtocol.CPAL: Protocol.CPAL,
-    MoveProtocol.LAZY_CPA: Protocol.CPA,
-}
-_FROM_WIRE = {
-    Protocol.DIRECT: MoveProtocol.DIRECT,
-    Protocol.CPA: MoveProtocol.CPA,
-    Protocol.CPAL: MoveProtocol.CPAL,
-}
 
 
 @dataclass(frozen=True)
@@ -170,6 +160,7 @@ def loop_thresholds(options: ControllerConfig) -> Thresholds:
         cooldown=options.cooldown_secs,
         max_moves=options.max_moves,
         scale_in=options.scale_in,
+        lazy_move=options.lazy_move,
     )
 
 
@@ -277,6 +268,7 @@ class Round:
     sends: tuple[Send, ...] = ()
     moves: tuple[Move, ...] = ()  # as ordered (protocol = the one actually used)
     refused: tuple[tuple[Move, str], ...] = ()
+    changed: tuple[tuple[Move, str], ...] = ()  # of ``moves``: protocol changed, and why
     holders_moved: tuple[tuple[KeyGroupId, NodeId, NodeId], ...] = ()
     allocated: bool = False
     replicas_started: tuple[tuple[KeyGroupId, NodeId], ...] = ()
@@ -327,11 +319,41 @@ def graph_json(graph: TaskGraph) -> dict[str, Any]:
 @dataclass(frozen=True, kw_only=True)
 class Recovery:
     """What the loop did after keyed tasks were lost or restarted empty: the planner's
-    ``plan`` (over nodes) and the operator controller's commands carrying it out."""
+    ``plan`` (over nodes), the operator controller's commands carrying it out, and the
+    operator requests it ended (``refused``: request name -> why)."""
 
     operator: str
     plan: RecoveryPlan
     crash: CrashPlan
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ordered:
+    """A move the loop ordered: ``move`` as ordered (its protocol the one run), the
+    ``choice`` behind that protocol (``choice.changed``: not the one wanted, and
+    ``choice.reason`` says why), the routing ``epoch`` it runs under, its end tasks and
+    the commands that start it."""
+
+    move: Move
+    choice: ProtocolChoice
+    epoch: int
+    source: int
+    target: int
+    sends: tuple[Send, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestOutcome:
+    """What the loop made of an operator request: ``ordered`` (started), else
+    ``refused`` says why it cannot run."""
+
+    ordered: Ordered | None = None
+    refused: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.ordered is None) == (not self.refused):
+            raise ControllerModelError("a request outcome is either ordered or refused")
 
 
 def recovery_view(
@@ -392,12 +414,21 @@ class RescaleRound:
     step: RescaleStep
     started: tuple[Move, ...] = ()
     sends: tuple[Send, ...] = ()
+    changed: tuple[tuple[Move, str], ...] = ()  # of ``started``: protocol changed, and why
 
 
 @dataclass
 class _Started:
     move: Move
     at: float
+
+
+@dataclass(frozen=True)
+class _PutOff:
+    """A move not ordered this round: why, and the commands of its lazy relocation."""
+
+    reason: str = ""
+    sends: tuple[Send, ...] = ()
 
 
 ENDED_KEPT = 20
@@ -473,6 +504,7 @@ class ControllerLoop:
         self.replication_graph: TaskGraph | None = None
         self._replanned_at: float | None = None
         self._restoring: dict[str, set[KeyGroupId]] = {}  # dead task -> groups restoring
+        self.requested: dict[KeyGroupId, str] = {}  # moving for an operator request: its name
         self.recoveries: list[dict[str, Any]] = []  # each recovery: restored, promoted
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
@@ -518,7 +550,7 @@ class ControllerLoop:
             joins = self.config.join_operators
             graph = running_graph(records, self.operators, joins=joins)
             self.replication_graph = graph or self.replication_graph
-        moves, refused = [], []
+        moves, refused, changed = [], [], []
         if self.options.adapt and self.warm(now) and not self.rescaling:
             bound = bound_view(view, self.node_state)
             planned, state = plan_adaptation(bound, self.thresholds, self.adaptation)
@@ -532,18 +564,20 @@ class ControllerLoop:
                 )
             waiting = []
             for move in planned:
-                if self._wait_for_checkpoint(move, now):
-                    waiting.append(move.key_group)
-                    refused.append((move, "waiting for the target's first checkpoint"))
-                    continue
-                self._waiting_since.pop(move.key_group, None)
                 try:
-                    ordered, move_sends = self._start(move, now)
+                    ordered, put_off = self._start(move, now, patient=True)
                 except MigrationRefused as exc:
                     refused.append((move, str(exc)))
                     continue
-                sends += move_sends
-                moves.append(ordered)
+                if ordered is None:
+                    waiting.append(move.key_group)
+                    refused.append((move, put_off.reason))
+                    sends += put_off.sends
+                    continue
+                sends += ordered.sends
+                moves.append(ordered.move)
+                if ordered.choice.changed:
+                    changed.append((ordered.move, ordered.choice.reason))
             # A move put off is not a move: it must not start the group's cooldown.
             self.adaptation = AdaptationState(
                 moved_at={k: t for k, t in state.moved_at.items() if k not in waiting},
@@ -555,6 +589,7 @@ class ControllerLoop:
             sends=tuple(sends),
             moves=tuple(moves),
             refused=tuple(refused),
+            changed=tuple(changed),
             holders_moved=tuple(holders_moved),
             allocated=allocated,
             replicas_started=started,
@@ -797,6 +832,11 @@ class ControllerLoop:
         crash = control.recover(dead, restores=restores, holders=holders, now=now)
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
+        refused = tuple(
+            (name, f"tasks {sorted(dead)} died; key group {g} restored instead")
+            for g in crash.restored
+            if (name := self.requested.pop(KeyGroupId(operator, g), None)) is not None
+        )
         self.recoveries.append(
             {
                 "t": now,
@@ -811,7 +851,7 @@ class ControllerLoop:
             self._restoring[task_name(operator, d)] = {
                 KeyGroupId(operator, g) for g in groups if g in restores and g not in crash.promoted
             }
-        return Recovery(operator=operator, plan=plan, crash=crash)
+        return Recovery(operator=operator, plan=plan, crash=crash, refused=refused)
 
     # -- scale-out and scale-in ------------------------------------------------------------
     def rescale(
@@ -878,14 +918,17 @@ class ControllerLoop:
             if out:
                 self._holder_set[kg] = now
             sends += out
-        started = []
+        started, changed = [], []
         for move in concurrent_moves(step.moves, in_flight, limit):
             try:
-                ordered, move_sends = self._start(move, now)
+                ordered, _ = self._start(move, now, patient=False)
             except MigrationRefused:
                 continue
-            sends += move_sends
-            started.append(ordered)
+            assert ordered is not None  # an impatient move is always ordered
+            sends += ordered.sends
+            started.append(ordered.move)
+            if ordered.choice.changed:
+                changed.append((ordered.move, ordered.choice.reason))
         released = tuple(n for n in step.released if n in nodes.draining)
         step = RescaleStep(
             holders=step.holders,
@@ -895,7 +938,9 @@ class ControllerLoop:
             pending=step.pending,
         )
         self.last_view = view
-        return RescaleRound(step=step, started=tuple(started), sends=tuple(sends))
+        return RescaleRound(
+            step=step, started=tuple(started), sends=tuple(sends), changed=tuple(changed)
+        )
 
     @property
     def rescaling(self) -> bool:
@@ -913,40 +958,106 @@ class ControllerLoop:
         return frozenset(self._joining)
 
     # -- migrations ----------------------------------------------------------------------
-    def _wait_for_checkpoint(self, move: Move, now: float) -> bool:
-        """Whether to put off a checkpoint-assisted move whose target was made the
-        holder but has not reported a checkpoint yet (e.g. right after an
-        allocation): ordering it now would fall back to direct. Put off for at most
-        ``defer_secs``; then it goes ahead (direct if still no checkpoint)."""
-        if not move.protocol.checkpoint_assisted:
-            return False
+    def _start(self, move: Move, now: float, *, patient: bool) -> tuple[Ordered | None, _PutOff]:
+        """Choose ``move``'s protocol (:func:`~elastorm.core.protocol_choice.choose_protocol`,
+        the one place) and order it, recording it running; ``MigrationRefused`` if it
+        cannot be ordered.
+
+        ``patient`` (adaptation's moves): a checkpoint-assisted move whose target has
+        no newest checkpoint yet is put off for up to ``defer_secs``, and with
+        ``thresholds.lazy_move`` a move to a target that is not the holder first makes it
+        the holder (Madsen & Zhou 2015's lazy move; the ``SetHolder`` is in the
+        returned put-off's sends); then (None, why). Impatient moves (a rescale's, which
+        waits for its holders itself) are ordered at once."""
         kg = move.key_group
         control = self.controls[kg.operator]
         target = self.placement.task_on(kg.operator, move.target)
-        if control.holders[kg.index] != target or control.has_newest(target, kg.index):
-            return False
-        since = self._waiting_since.setdefault(kg, now)
-        return now - since < self.options.defer_secs
+        rules: dict[str, Any] = {}
+        if patient:
+            since = self._waiting_since.setdefault(kg, now)
+            rules = {
+                "lazy": self.thresholds.lazy_move,
+                "waited": now - since,
+                "defer_secs": self.options.defer_secs,
+            }
+        choice = control.choose(kg.index, target, move.protocol, **rules)
+        if choice.verdict is Verdict.WAIT:
+            return None, _PutOff(reason=choice.reason)
+        if choice.verdict is Verdict.RELOCATE:
+            sends = control.set_holder(kg.index, target)
+            if sends:
+                self._holder_set[kg] = now
+            return None, _PutOff(reason=choice.reason, sends=tuple(sends))
+        self._waiting_since.pop(kg, None)
+        ordered = self._order(kg.operator, kg.index, target, choice, move.reason, now)
+        self.orders.append(ordered.move)
+        self._running[kg] = _Started(ordered.move, now)
+        return ordered, _PutOff()
 
-    def _start(self, move: Move, now: float) -> tuple[Move, list[Send]]:
-        """Order ``move`` (``MigrationRefused`` if it cannot be) and record it running;
-        returns the move as ordered (with the protocol used) and the sends that start it."""
-        used, sends = self._order(move, now)
-        ordered = Move(
-            key_group=move.key_group,
-            source=move.source,
-            target=move.target,
-            protocol=_FROM_WIRE[used],
-            reason=move.reason,
+    def _order(
+        self,
+        operator: str,
+        key_group: int,
+        target: int,
+        choice: ProtocolChoice,
+        reason: MoveReason,
+        now: float,
+    ) -> Ordered:
+        """Order the move of ``key_group`` to task ``target`` by ``choice.protocol``
+        (``MigrationRefused`` if it cannot run): the commands, and the move as ordered."""
+        control = self.controls[operator]
+        sends = control.migrate(key_group, target, choice.protocol, now=now)
+        moving = control.moving[key_group]
+        assert moving.source is not None  # a migration always has a source
+        move = Move(
+            key_group=KeyGroupId(operator, key_group),
+            source=self.placement.node_of(moving.source),
+            target=self.placement.node_of(target),
+            protocol=choice.protocol,
+            reason=reason,
         )
-        self.orders.append(ordered)
-        self._running[move.key_group] = _Started(ordered, now)
-        return ordered, sends
+        return Ordered(
+            move=move,
+            choice=choice,
+            epoch=moving.epoch,
+            source=moving.source,
+            target=target,
+            sends=tuple(sends),
+        )
 
-    def _order(self, move: Move, now: float) -> tuple[Protocol, list[Send]]:
-        control = self.controls[move.key_group.operator]
-        target = self.placement.task_on(move.key_group.operator, move.target)
-        return control.migrate(move.key_group.index, target, _TO_WIRE[move.protocol], now=now)
+    def request(
+        self, name: str, request: MigrationRequest, now: float, *, lost: Collection[int] = ()
+    ) -> RequestOutcome:
+        """An operator's request ``name`` (``elastorm migrate``, the dashboard's form),
+        decided like the loop's own moves: the same protocol choice, the same order, at
+        once (a request never waits: what it asked for runs now, or direct, and the
+        outcome's ``choice`` says so and why). Refused, not raised, when its operator is
+        not keyed here, its target task is ``lost`` (declared by the failure detector)
+        or the operator's controller refuses the order (busy, replicated, unknown task,
+        already the owner). A started request is tracked until it ends
+        (:meth:`on_migration_done`, :meth:`recover`)."""
+        control = self.controls.get(request.operator)
+        if control is None:
+            return RequestOutcome(refused=f"{request.operator!r} is not a keyed operator here")
+        g = request.key_group
+        target = control.holders.get(g, -1) if request.target == HOLDER else int(request.target)
+        if target in lost:
+            return RequestOutcome(refused=f"task {target} is lost (declared by the controller)")
+        try:
+            choice = control.choose(g, target, request.protocol)
+            ordered = self._order(request.operator, g, target, choice, MoveReason.REQUEST, now)
+        except MigrationRefused as exc:
+            return RequestOutcome(refused=str(exc))
+        self.requested[ordered.move.key_group] = name
+        return RequestOutcome(ordered=ordered)
+
+    def overdue(self, operator: str, now: float, limit: float) -> list[tuple[Overdue, str | None]]:
+        """``operator``'s migrations and restores past ``limit`` s (each reported once),
+        with the operator request each carries out, if any."""
+        return [
+            (o, self.requested.get(KeyGroupId(operator, o.key_group)))
+            for o in self.controls[operator].overdue(now, limit)
+        ]
 
     def on_migration_done(
         self, operator: str, done: MigrationDone, now: float
@@ -970,6 +1081,7 @@ class ControllerLoop:
             for groups in self._restoring.values():
                 groups.discard(KeyGroupId(operator, g))
         started = self._running.pop(KeyGroupId(operator, g), None)
+        request = self.requested.pop(KeyGroupId(operator, g), None)
         completion = max(0.0, now - (started.at if started else moving.since))
         if started is not None:
             self.records.append(
@@ -986,6 +1098,7 @@ class ControllerLoop:
             completion=completion,
             pause=pause,
             by="controller" if started or moving.protocol is Protocol.RESTORE else "request",
+            request=request,
         )
         if moving.protocol is not Protocol.REPLICATE:  # a replica's start moves nothing
             self.ended[operator].append(ended)

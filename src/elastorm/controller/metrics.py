@@ -54,6 +54,7 @@ def checkpoint_assisted_share(moves: Iterable[Move]) -> float | None:
     ``None`` when there was no migration. ``O(#moves)``.
 
     >>> from elastorm.controller.model import KeyGroupId
+    >>> from elastorm.core.messages import Protocol
     >>> m = Move(key_group=KeyGroupId("op", 0), source="a", target="b",
     ...          protocol=Protocol.CPA, reason=MoveReason.LOAD_BALANCE)
     >>> checkpoint_assisted_share([m])

@@ -426,6 +426,7 @@ class MigrationEnded:
     completion: float
     pause: float | None
     by: str
+    request: str | None = None  # the operator request it carried out, if any
 
     def to_json(self) -> dict[str, Any]:
         """The published form (``controller/status/<operator>``'s ``ended`` list)."""

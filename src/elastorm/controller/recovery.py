@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol
+from elastorm.controller.adaptation import Move, MoveReason
 from elastorm.controller.allocation import (
     AllocationSpec,
     CheckpointMove,
@@ -39,6 +39,7 @@ from elastorm.controller.model import (
     KeyGroupInfo,
     NodeId,
 )
+from elastorm.core.messages import Protocol
 
 AllocatePolicy = Callable[..., Allocation]
 

@@ -26,8 +26,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from elastorm.controller.adaptation import Move, MoveReason, Protocol, Thresholds, is_overloaded
+from elastorm.controller.adaptation import Move, MoveReason, Thresholds, is_overloaded
 from elastorm.controller.model import ClusterView, ControllerModelError, KeyGroupId, NodeId
+from elastorm.core.messages import Protocol
 
 
 class ScalingError(ValueError):

@@ -10,9 +10,12 @@ rules below are written once:
 * at most one migration of a key group at a time (wait for both ``MigrationDone``);
 * CPA / CPAL only to the group's holder, and only if it reported
   (``CheckpointStored``) the group's newest checkpoint since the group last
-  changed owner, else DIRECT (Madsen & Zhou 2015: the target must hold the newest
-  checkpoint); the newest stays the newest when its holder dies, so an older copy
-  that survives never passes for it (buffers may be trimmed past that copy);
+  changed owner (Madsen & Zhou 2015: the target must hold the newest checkpoint);
+  which protocol a move gets is chosen in one place,
+  :func:`~elastorm.core.protocol_choice.choose_protocol` (:meth:`choose` hands it
+  this controller's facts), and :meth:`migrate` refuses a CPA/CPAL that cannot run
+  instead of changing it; the newest stays the newest when its holder dies, so an
+  older copy that survives never passes for it (buffers may be trimmed past that copy);
 * after a migration the old owner becomes the holder; after a restore, the next
   live task after the new owner does;
 * a crashed task restarts empty, with ``stale_through`` = the epoch at the crash;
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
 from elastorm.core.messages import CheckpointId, DropReplica, Migrate, Protocol, SetHolder
+from elastorm.core.protocol_choice import MOVES, ProtocolChoice, choose_protocol
 from elastorm.core.routing import RoutingTable
 
 
@@ -248,13 +252,28 @@ class MigrationController:
         self.newest.pop(key_group, None)
 
     # -- orders ----------------------------------------------------------------------
-    def migrate(
-        self, key_group: int, target: int, protocol: Protocol, *, now: float
-    ) -> tuple[Protocol, list[Send]]:
-        """Order a migration at time ``now``; returns the protocol used and the commands.
+    def choose(
+        self, key_group: int, target: int, wanted: Protocol | None, **rules
+    ) -> ProtocolChoice:
+        """:func:`~elastorm.core.protocol_choice.choose_protocol` for moving ``key_group``
+        to ``target``, with this controller's facts (is ``target`` the holder, did it
+        report the newest checkpoint); ``rules``: its other arguments (lazy, waiting).
+        Raises ``MigrationRefused`` for a protocol that moves nothing (RESTORE, REPLICATE)."""
+        if wanted is not None and wanted not in MOVES:
+            raise MigrationRefused(f"{wanted.value} is not a migration one can order")
+        return choose_protocol(
+            wanted,
+            target_is_holder=self.holders.get(key_group) == target,
+            holder_ready=self.has_newest(target, key_group),
+            **rules,
+        )
 
-        CPA/CPAL fall back to DIRECT unless ``target`` is the holder and holds the
-        newest copy. Raises ``MigrationRefused`` for an order that cannot run.
+    def migrate(self, key_group: int, target: int, protocol: Protocol, *, now: float) -> list[Send]:
+        """Order a migration by ``protocol`` at time ``now``; returns the commands.
+
+        Raises ``MigrationRefused`` for an order that cannot run, including CPA/CPAL
+        unless ``target`` is the holder and holds the newest copy (:meth:`choose` says
+        which protocol can run, and why; nothing here changes it).
         """
         g = key_group
         if not 0 <= g < self.num_key_groups:
@@ -270,9 +289,12 @@ class MigrationController:
             raise MigrationRefused(f"task {target} already owns key group {g}")
         if protocol in (Protocol.RESTORE, Protocol.REPLICATE):
             raise MigrationRefused(f"{protocol.value} is not a migration one can order")
-        assisted = self.holders[g] == target and self.has_newest(target, g)
-        if protocol is not Protocol.DIRECT and not assisted:
-            protocol = Protocol.DIRECT
+        if protocol is not Protocol.DIRECT:
+            choice = self.choose(g, target, protocol)
+            if choice.changed:
+                raise MigrationRefused(
+                    f"{protocol.value} of key group {g} to task {target}: {choice.reason}"
+                )
         self.epoch += 1
         cmd = Migrate(
             key_group=g, epoch=self.epoch, protocol=protocol, source=source, target=target
@@ -286,7 +308,7 @@ class MigrationController:
             protocol, source, target, self.epoch, {Role.SOURCE, Role.TARGET}, since=now
         )
         self.stats[f"migrate.{protocol.value}"] += 1
-        return protocol, sends
+        return sends
 
     def can_replicate(self, key_group: int, replica: int) -> bool:
         """Whether an active replica of ``key_group`` can start on ``replica`` now: the

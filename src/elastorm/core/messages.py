@@ -41,6 +41,11 @@ class Protocol(Enum):
     RESTORE = "restore"
     REPLICATE = "replicate"
 
+    @property
+    def checkpoint_assisted(self) -> bool:
+        """Whether the move starts from a checkpoint its target holds (all but DIRECT)."""
+        return self in (Protocol.CPA, Protocol.CPAL, Protocol.RESTORE)
+
 
 def _check_group(key_group: int) -> None:
     if not isinstance(key_group, int) or key_group < 0:

@@ -23,6 +23,8 @@ from prometheus_client.core import (
     SummaryMetricFamily,
 )
 
+from elastorm.controller.requests import FINAL
+
 KEY_GROUP_LIMIT = 64
 
 
@@ -136,7 +138,7 @@ def metric_families(
     ended: collections.Counter[tuple[str, str, str]] = collections.Counter()
     took: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for r in view["requests"]:
-        if r["state"] in ("done", "refused"):
+        if r["state"] in {s.value for s in FINAL}:
             ended[(r["operator"], r["protocol"], r["state"])] += 1
         if r["seconds"] is not None:
             took[(r["operator"], r["protocol"])].append(r["seconds"])

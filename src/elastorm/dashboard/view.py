@@ -22,6 +22,7 @@ from typing import Any
 from elastorm.controller.model import Allocation, KeyGroupId, TaskRecord, node_name
 from elastorm.controller.requests import MigrationRequest
 from elastorm.controller.scaling import Binding, RescaleProgress
+from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
 
 SUSPECT_AFTER = 3.0
@@ -29,7 +30,7 @@ SUSPECT_AFTER = 3.0
 shown as suspect: its znode is still there, but it has stopped refreshing it (a
 killed process keeps its ephemeral znode until the session expires, 4-6 s)."""
 
-ASSISTED = frozenset({"cpa", "cpal", "lazy_cpa"})
+ASSISTED = frozenset(p.value for p in Protocol if p.checkpoint_assisted)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,7 +316,7 @@ def _request_event(name: str, req: MigrationRequest, state: str, t: float) -> di
         event["assisted"] = (used or req.protocol.value) in ASSISTED
     if state == "done" and req.pause is not None:
         event["pause"] = round(req.pause, 4)
-    if req.detail and state in ("refused", "stuck"):
+    if req.detail:  # why refused, stuck, abandoned, re-driven, or run by another protocol
         event["detail"] = req.detail
     return event
 

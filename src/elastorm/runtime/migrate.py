@@ -12,7 +12,7 @@ import time
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from elastorm.controller.requests import MigrationRequest, RequestError, RequestState
+from elastorm.controller.requests import FINAL, MigrationRequest, RequestError, RequestState
 from elastorm.core.messages import Protocol
 from elastorm.errors import UserError
 from elastorm.zk.client import make_client
@@ -113,8 +113,8 @@ def request_migration(
     *,
     until_stuck: bool = False,
 ) -> MigrationRequest:
-    """Submit a request and wait until it is done or refused (or, with ``until_stuck``,
-    reported stuck by the controller); return its latest form.
+    """Submit a request and wait until it ends (done, refused, abandoned; or, with
+    ``until_stuck``, reported stuck by the controller); return its latest form.
 
     Refuses at once if the topology's controller is not running. A request still
     pending at the timeout is withdrawn, so a late controller does not act on it.
@@ -131,9 +131,7 @@ def request_migration(
             "(topology killed, or not an elastic topology); nothing was requested"
         )
     name = submit_request(client, ZnodeLayout(topology), request)
-    ends = {RequestState.DONE, RequestState.REFUSED} | (
-        {RequestState.STUCK} if until_stuck else set()
-    )
+    ends = set(FINAL) | ({RequestState.STUCK} if until_stuck else set())
     deadline = time.monotonic() + timeout
     while True:
         current = read_request(client, ZnodeLayout(topology), name)

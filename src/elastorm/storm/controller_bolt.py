@@ -6,8 +6,9 @@ no topology needs a controller subclass. It translates only: reports from the
 keyed tasks (``elastorm_reports``) and requests from the request board in;
 commands on ``elastorm`` out. What to do is decided by the
 :class:`~elastorm.controller.loop.ControllerLoop` (checkpoint allocation,
-adaptation, recovery through :func:`~elastorm.controller.recovery.plan_recovery`)
-and, for operator requests, by the operator's ``MigrationController`` rules.
+adaptation, recovery through :func:`~elastorm.controller.recovery.plan_recovery`,
+and operator requests through :meth:`~elastorm.controller.loop.ControllerLoop.request`);
+a request's state changes through its table (``elastorm.controller.requests``).
 
 With ``elastorm.controller.standbys`` the component has more tasks: the one whose
 store leads acts, the others stand by (``elastorm.controller.standby``) until its
@@ -29,6 +30,7 @@ from streamparse import Bolt
 from elastorm.config import TopologyConfig
 from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop
+from elastorm.controller.requests import RequestEvent, after_leader_lost
 from elastorm.controller.standby import (
     Leadership,
     Restarted,
@@ -45,9 +47,9 @@ from elastorm.core.actions import (
     TuplesStalled,
     decode_report,
 )
-from elastorm.core.control import MigrationController, MigrationRefused
+from elastorm.core.control import MigrationController
 from elastorm.core.messages import PeerDown, UpstreamRecovery
-from elastorm.storm.controller_runtime import ControllerRuntime, log_move, make_loop
+from elastorm.storm.controller_runtime import ControllerRuntime, log_changed, log_move, make_loop
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     REPORTS,
@@ -108,13 +110,15 @@ class MigrationControllerBolt(_Sending, Bolt):
             for op, tasks in self.operator_tasks.items()
         }
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
-        self.active: dict[tuple[str, int], str] = {}  # (operator, key group) -> request
         self.migration_timeout = config.migration_timeout_secs
         self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
         self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
         self.boards = {
             op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
         }
+        # Operators whose requests a dead leader may have left in flight: looked at once
+        # this task leads (see close_orphans), before any new request is ordered.
+        self.orphans: set[str] = set()
         # Scale-out / scale-in: the node set and the elastic scheduler's binding.
         self.nodes = NodeWatch(self.runtime.client, self.runtime.layout)
         self.nodes.start(time.time)
@@ -177,6 +181,7 @@ class MigrationControllerBolt(_Sending, Bolt):
                 self._task,
                 took.at - took.standby_since,
             )
+        self.orphans = set(self.operators)
         if self.config.controller.liveness_connections and self.liveness is None:
             self.liveness = self._listen(self.conf)
         for op, task in restarted_to_recover(self.seen_restarts, self.runtime.routing_epochs()):
@@ -288,10 +293,8 @@ class MigrationControllerBolt(_Sending, Bolt):
             return
         if isinstance(report, MigrationDone):
             ended = self.loop.on_migration_done(op, report, time.time())
-            if ended is not None:
-                name = self.active.pop((op, report.key_group), None)
-                if name is not None:
-                    self.boards[op].finish(name, pause=ended.pause)
+            if ended is not None and ended.request is not None:
+                self.boards[op].apply(ended.request, RequestEvent.FINISH, pause=ended.pause)
         elif isinstance(report, CheckpointStored):
             control.on_checkpoint_stored(tup.task, report)
         elif isinstance(report, TaskStarted):
@@ -353,10 +356,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         ]
         for send in self.runtime.order([*crash.sends, *downs]):
             self.send(send)
-        for g in crash.restored:
-            name = self.active.pop((op, g), None)
-            if name is not None:
-                self.boards[op].refuse(name, f"tasks {dead} died; key group {g} restored instead")
+        for name, why in recovery.refused:
+            self.boards[op].apply(name, RequestEvent.REFUSE, detail=why)
 
     def process_tick(self, tup):
         with self._lock:
@@ -371,7 +372,10 @@ class MigrationControllerBolt(_Sending, Bolt):
             self.recover_restarted()
         for op, board in self.boards.items():
             board.retry_unwritten()
-            self.carry_out_requests(op, board)
+            if op in self.orphans:
+                self.close_orphans(op, board)
+            if op not in self.orphans:
+                self.carry_out_requests(op, board)
             self.report_overdue(op, now)
         self.rescale(now)
         for send in self.runtime.tick(time.time()):
@@ -414,6 +418,7 @@ class MigrationControllerBolt(_Sending, Bolt):
             log.info("controller: rescale: checkpoint of %s to %s", kg, node)
         for m in rnd.started:
             log_move(m)
+        log_changed(rnd.changed)
         for send in self.runtime.order(list(rnd.sends)):
             self.send(send)
         self.nodes.publish(
@@ -425,37 +430,67 @@ class MigrationControllerBolt(_Sending, Bolt):
             except ZK_ERRORS as exc:
                 log.warning("controller: release of %s not written yet (%s)", node, exc)
 
-    def carry_out_requests(self, op: str, board: RequestBoard) -> None:
-        """Order the board's pending requests of ``op`` (``elastorm migrate``)."""
+    def close_orphans(self, op: str, board: RequestBoard) -> None:
+        """Once this task leads: re-drive or close each request of ``op`` that a dead
+        leader left ``started`` or ``stuck`` (``after_leader_lost`` decides, from the
+        routing epoch loaded); tried again next tick while ZooKeeper is away."""
+        found = board.in_flight()
+        if found is None:
+            return
+        epoch = self.runtime.routing_epochs().get(op, -1)
         control = self.controls[op]
+        for name, request in found:
+            event = after_leader_lost(request, epoch)
+            if event is RequestEvent.REDRIVE:
+                detail = (
+                    f"its controller died before the order reached ZooKeeper (routing epoch "
+                    f"{epoch} < {request.epoch}); ordered again"
+                )
+            else:
+                detail = (
+                    f"its controller died after ordering it (epoch {request.epoch}); key group "
+                    f"{request.key_group} is routed to task {control.owner(request.key_group)}, "
+                    "but the migration's end was not seen"
+                )
+            log.warning("controller: request %s: %s", name, detail)
+            board.apply(name, event, detail=detail)
+        self.orphans.discard(op)
+
+    def carry_out_requests(self, op: str, board: RequestBoard) -> None:
+        """Hand the board's pending requests of ``op`` (``elastorm migrate``, the
+        dashboard's form) to the loop; send what it orders and write the outcome."""
         for name, request in board.pending():
-            g = request.key_group
-            target = control.holders.get(g, -1) if request.target == "holder" else request.target
-            if int(target) in self.detector.declared:
-                board.refuse(name, f"task {target} is lost (declared by the controller)")
+            outcome = self.loop.request(name, request, time.time(), lost=self.detector.declared)
+            ordered = outcome.ordered
+            if ordered is None:
+                board.apply(name, RequestEvent.REFUSE, detail=outcome.refused)
                 continue
-            try:
-                used, sends = control.migrate(g, int(target), request.protocol, now=time.time())
-            except MigrationRefused as exc:
-                board.refuse(name, str(exc))
-                continue
-            for send in self.runtime.order(sends):
+            choice = ordered.choice
+            if choice.changed:
+                log.warning(
+                    "controller: request %s: %s asked, %s used: %s",
+                    name,
+                    request.protocol.value,
+                    choice.protocol.value,
+                    choice.reason,
+                )
+            for send in self.runtime.order(list(ordered.sends)):
                 self.send(send)
-            self.active[(op, g)] = name
-            board.start(
+            board.apply(
                 name,
-                protocol_used=used,
-                epoch=control.epoch,
-                source=control.moving[g].source,
-                target=int(target),
+                RequestEvent.START,
+                protocol_used=choice.protocol,
+                epoch=ordered.epoch,
+                source=ordered.source,
+                target=ordered.target,
+                detail=choice.reason if choice.changed else "",
             )
 
     def report_overdue(self, op: str, now: float) -> None:
         """Migrations and restores past ``elastorm.migration_timeout_secs``: logged, their
         request marked ``stuck`` with what they wait for, and published in the status."""
-        for overdue in self.controls[op].overdue(now, self.migration_timeout):
+        for overdue, name in self.loop.overdue(op, now, self.migration_timeout):
             detail = overdue.describe()
             log.error("controller: %s/%s", op, detail)
-            name = self.active.get((op, overdue.key_group))
             if name is not None:
-                self.boards[op].stuck(name, detail)
+                self.boards[op].apply(name, RequestEvent.OVERDUE, detail=detail)

@@ -144,6 +144,15 @@ def log_move(m) -> None:
     )
 
 
+def log_changed(changed) -> None:
+    """One warning per move whose protocol is not the one wanted, with the reason
+    (``choose_protocol``'s): a fallback to direct is never silent."""
+    for m, why in changed:
+        log.warning(
+            "controller: %s of %s runs %s: %s", m.reason.value, m.key_group, m.protocol.value, why
+        )
+
+
 class ControllerRuntime:
     """The controller's ZooKeeper side, for every elastic topology: one client shared
     by the watcher, the store and the request boards; earlier decisions loaded before
@@ -328,6 +337,7 @@ class ControllerRuntime:
             )
         for m in rnd.moves:
             log_move(m)
+        log_changed(rnd.changed)
         for m, why in rnd.refused:
             log.info("controller: move of %s refused: %s", m.key_group, why)
 

@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from elastorm.controller.model import Allocation
-from elastorm.controller.requests import MigrationRequest, RequestError, decode_request
+from elastorm.controller.requests import FINAL, MigrationRequest, RequestError, decode_request
 from elastorm.controller.scaling import (
     Binding,
     NodeSet,
@@ -100,9 +100,6 @@ class RequestCache:
     final: dict[str, MigrationRequest] = field(default_factory=dict)
 
 
-FINAL_REQUEST_STATES = frozenset({"done", "refused"})
-
-
 def read_requests(
     reader: CountingReads, topology: str, cache: RequestCache
 ) -> list[tuple[str, MigrationRequest]]:
@@ -120,7 +117,7 @@ def read_requests(
             request = decode_request(reader.get(f"{path}/{name}"))
         except (NoNodeError, RequestError):
             continue
-        if request.state.value in FINAL_REQUEST_STATES:
+        if request.state in FINAL:
             cache.final[name] = request
         out.append((name, request))
     return out

@@ -20,11 +20,17 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.requests import (
+    IN_FLIGHT,
     MigrationRequest,
     RequestError,
+    RequestEvent,
     RequestState,
+    UnreadableRequest,
+    decode_record,
     decode_request,
     encode_request,
+    encode_unreadable,
+    refuse_unreadable,
 )
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import make_client
@@ -41,7 +47,11 @@ _T = TypeVar("_T")
 
 
 class RequestBoard:
-    """The controller bolt's view of its topology's requests (never blocks on ZooKeeper)."""
+    """The controller bolt's view of its topology's requests (never blocks on ZooKeeper).
+
+    Every state it writes is the request's table's (``RequestEvent`` applied with
+    ``MigrationRequest.advance`` to the record as ZooKeeper holds it); an event the
+    record's state does not allow is logged and dropped, never written."""
 
     def __init__(self, client: KazooClient, layout: ZnodeLayout, operator: str) -> None:
         self.client = client
@@ -50,14 +60,16 @@ class RequestBoard:
         self.status = layout.status(operator)
         self.seen: set[str] = set()
         self._published: bytes | None = None
-        # State changes ZooKeeper did not take, in order, retried on every tick: a
-        # request must not stay ``started`` because one write hit a lost connection.
-        self.unwritten: list[tuple[str, RequestState, float, dict[str, Any]]] = []
+        # Events ZooKeeper did not take, in order, retried on every tick: a request
+        # must not stay ``started`` because one write hit a lost connection.
+        self.unwritten: list[tuple[str, RequestEvent, float, dict[str, Any]]] = []
 
-    def pending(self) -> list[tuple[str, MigrationRequest]]:
-        """New ``PENDING`` requests for our operator, oldest first; [] if ZooKeeper is away."""
+    def _requests(self, *, fresh: bool = True) -> list[tuple[str, MigrationRequest]] | None:
+        """Our operator's readable requests, oldest first (unreadable ones refused on the
+        way); with ``fresh``, only those not seen yet, marked seen. None if ZooKeeper is
+        away."""
         if not self.client.connected:
-            return []
+            return None
         found = []
         try:
             names = sorted(self.client.get_children(self.path))
@@ -65,74 +77,77 @@ class RequestBoard:
             return []
         except ZK_ERRORS as exc:
             log.warning("requests: ZooKeeper unavailable (%s); retrying next tick", exc)
-            return []
+            return None
         for name in names:
-            if name in self.seen:
+            if fresh and name in self.seen:
                 continue
             try:
-                request = decode_request(self.client.get(f"{self.path}/{name}")[0])
+                raw = self.client.get(f"{self.path}/{name}")[0]
+                record = decode_record(raw)
             except RequestError as exc:
                 log.error("request %s is malformed, refusing it: %s", name, exc)
-                self._write_raw(name, {"state": "refused", "detail": str(exc)})
+                self._write_unreadable(name, refuse_unreadable(raw, str(exc), time.time()))
                 self.seen.add(name)
                 continue
             except ZK_ERRORS as exc:
                 log.warning("request %s unreadable now (%s)", name, exc)
-                return found
-            self.seen.add(name)
-            if request.operator == self.operator and request.state is RequestState.PENDING:
-                found.append((name, request))
+                return found if fresh else None
+            if fresh:
+                self.seen.add(name)
+            if isinstance(record, MigrationRequest) and record.operator == self.operator:
+                found.append((name, record))
         return found
 
-    def _update(self, name: str, state: RequestState, **changes: Any) -> None:
-        self.unwritten.append((name, state, time.time(), changes))
+    def pending(self) -> list[tuple[str, MigrationRequest]]:
+        """New ``PENDING`` requests for our operator, oldest first; [] if ZooKeeper is away."""
+        return [(n, r) for n, r in self._requests() or [] if r.state is RequestState.PENDING]
+
+    def in_flight(self) -> list[tuple[str, MigrationRequest]] | None:
+        """Our operator's requests left ``started`` or ``stuck`` (by a controller that
+        died: asked when this one takes over); None if ZooKeeper is away (ask again)."""
+        found = self._requests(fresh=False)
+        return None if found is None else [(n, r) for n, r in found if r.state in IN_FLIGHT]
+
+    def apply(self, name: str, event: RequestEvent, **changes: Any) -> None:
+        """Apply ``event`` (with ``changes`` to the request's fields) to request ``name``:
+        written now, or owed and retried on every tick."""
+        self.unwritten.append((name, event, time.time(), changes))
+        if event is RequestEvent.REDRIVE:
+            self.seen.discard(name)  # pending again: for pending() to pick up
         self.retry_unwritten()
 
     def retry_unwritten(self) -> None:
-        """Write the state changes still owed to ZooKeeper, oldest first; stop at the
-        first failure (the rest wait for the next tick, keeping their order)."""
+        """Write the events still owed to ZooKeeper, oldest first; stop at the first
+        failure (the rest wait for the next tick, keeping their order)."""
         while self.unwritten:
-            name, state, at, changes = self.unwritten[0]
+            name, event, at, changes = self.unwritten[0]
             try:
                 request = decode_request(self.client.get(f"{self.path}/{name}")[0])
-                request = request.with_state(state, at, **changes)
+                request = request.advance(event, at, **changes)
                 self.client.set(f"{self.path}/{name}", encode_request(request))
             except NoNodeError:
-                log.warning("request %s was deleted; dropping its state %s", name, state.value)
-            except RequestError as exc:
-                log.error("request %s became unreadable (%s); state %s dropped", name, exc, state)
+                log.warning("request %s was deleted; dropping its event %s", name, event.value)
+            except RequestError as exc:  # unreadable now, or the event is illegal there
+                log.error("request %s: event %s dropped (%s)", name, event.value, exc)
             except ZK_ERRORS as exc:
                 log.warning(
-                    "request %s: state %s not recorded yet (%s); %d writes owed, retrying "
+                    "request %s: event %s not recorded yet (%s); %d writes owed, retrying "
                     "next tick",
                     name,
-                    state.value,
+                    event.value,
                     exc,
                     len(self.unwritten),
                 )
                 return
             else:
-                log.info("request %s: %s %s", name, state.value, changes or "")
+                log.info("request %s: %s %s", name, request.state.value, changes or "")
             self.unwritten.pop(0)
 
-    def _write_raw(self, name: str, data: dict) -> None:
+    def _write_unreadable(self, name: str, record: UnreadableRequest) -> None:
         try:
-            self.client.set(f"{self.path}/{name}", json.dumps(data).encode())
+            self.client.set(f"{self.path}/{name}", encode_unreadable(record))
         except ZK_ERRORS as exc:
             log.error("request %s: could not record refusal (%s)", name, exc)
-
-    def start(self, name: str, **changes: Any) -> None:
-        self._update(name, RequestState.STARTED, **changes)
-
-    def finish(self, name: str, pause: float | None = None) -> None:
-        """Both ends are done; ``pause`` is the one the target measured, if it did."""
-        self._update(name, RequestState.DONE, pause=pause)
-
-    def refuse(self, name: str, detail: str) -> None:
-        self._update(name, RequestState.REFUSED, detail=detail)
-
-    def stuck(self, name: str, detail: str) -> None:
-        self._update(name, RequestState.STUCK, detail=detail)
 
     def publish_status(
         self, control, lost: Collection[int] = (), ended: Iterable[MigrationEnded] = ()
@@ -193,11 +208,11 @@ def withdraw_request(client: KazooClient, layout: ZnodeLayout, name: str) -> boo
     path = layout.request(name)
     try:
         data, stat = client.get(path)
-        if decode_request(data).state is not RequestState.PENDING:
+        if decode_record(data).state is not RequestState.PENDING:
             return False
         client.delete(path, version=stat.version)
         return True
-    except (NoNodeError, BadVersionError):
+    except (NoNodeError, BadVersionError, RequestError):
         return False
 
 

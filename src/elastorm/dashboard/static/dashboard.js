@@ -9,7 +9,7 @@ const $ = (sel) => document.querySelector(sel);
 const TIMELINE_SECS = 300;
 const SERIES_SECS = 150;
 const LANES = ["failure", "recovery", "scaling", "move", "migration"];
-const PROTOCOL_COLORS = { cpa: "#4cc38a", cpal: "#37b3e6", direct: "#f5a524", lazy_cpa: "#8fd16a",
+const PROTOCOL_COLORS = { cpa: "#4cc38a", cpal: "#37b3e6", direct: "#f5a524",
   restore: "#80e0a0", unknown: "#a0a0c0" };
 const AXIS = { axisLine: { lineStyle: { color: "#5c677a" } }, axisLabel: { color: "#8a96a8", fontSize: 10 },
   splitLine: { lineStyle: { color: "#263041" } } };
