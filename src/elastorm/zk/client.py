@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
 from kazoo.retry import KazooRetry
 
 from elastorm.zk.layout import ZkSettings
@@ -37,6 +38,16 @@ def make_client(settings: ZkSettings) -> KazooClient:
     )
 
 
+def write_znode(client: KazooClient, path: str, data: bytes) -> None:
+    """Set ``path`` to ``data``, creating it (and its parents) if absent: the one
+    upsert of every adapter that publishes a value (created with its data, so never
+    readable empty)."""
+    try:
+        client.set(path, data)
+    except NoNodeError:
+        client.create(path, data, makepath=True)
+
+
 def session_id(client: KazooClient) -> int | None:
     """The client's current session id, ``None`` before the first connection."""
     cid = client.client_id
@@ -50,19 +61,22 @@ class BackgroundLoop:
     only records the state). Exceptions in ``_step`` are logged and counted, never
     raised into anyone's processing path. Events go to a queue (``poll_events``) and
     to the optional ``on_event`` callback, which runs on this loop's thread.
+
+    ``client`` may be shared (then the caller starts and closes it); without one the
+    loop makes its own from ``settings`` and owns it.
     """
 
     def __init__(
         self,
-        client: KazooClient,
+        client: KazooClient | None,
         *,
+        settings: ZkSettings,
         name: str,
         interval: float,
-        own_client: bool,
         on_event: Callable[[Any], None] | None = None,
     ) -> None:
-        self._client = client
-        self._own_client = own_client
+        self._own_client = client is None
+        self._client = make_client(settings) if client is None else client
         self._interval = interval
         self._on_event = on_event
         self._wake = threading.Event()

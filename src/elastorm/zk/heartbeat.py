@@ -23,7 +23,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
 from elastorm.core.sessions import PublisherInput, PublisherState, RegistrationMachine
-from elastorm.zk.client import BackgroundLoop, make_client, session_id
+from elastorm.zk.client import BackgroundLoop, session_id
 from elastorm.zk.codec import encode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
@@ -78,10 +78,10 @@ class HeartbeatPublisher(BackgroundLoop):
     ) -> None:
         settings = settings or ZkSettings()
         super().__init__(
-            client if client is not None else make_client(settings),
+            client,
+            settings=settings,
             name=f"elastorm-heartbeat-{identity.task_id}",
             interval=settings.heartbeat_interval,
-            own_client=client is None,
             on_event=on_event,
         )
         self._layout = layout

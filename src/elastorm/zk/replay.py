@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from elastorm.core.replay import RestartPoint, RewindAsk
 from elastorm.core.routing import RoutingTable
-from elastorm.zk.client import BackgroundLoop, make_client
+from elastorm.zk.client import BackgroundLoop, write_znode
 from elastorm.zk.codec import (
     RewindRequest,
     ZnodeSchemaError,
@@ -81,27 +81,27 @@ def emitter_start(
         request = encode_rewind(RewindRequest(token=f"{task}#{incarnation}", positions=positions))
         for source in sources:
             path = f"{layout.rewinds(source)}/{task}"
-            try:
-                client.create(path, request, makepath=True)
-            except NodeExistsError:
-                client.set(path, request)
+            write_znode(client, path, request)
         return EmitterStart(incarnation=incarnation, routing=routing, point=point)
 
     return at_start(conf, component, task, read)[1]
 
 
-class RestartPointWriter(BackgroundLoop):
+class _TopologyLoop(BackgroundLoop):
+    """A background loop on a ZooKeeper client of its own, for the topology whose
+    Storm conf is ``conf`` (its layout in ``_layout``)."""
+
+    def __init__(self, conf: Mapping[str, Any], *, name: str, interval: float) -> None:
+        self._layout = ZnodeLayout(str(conf["topology.name"]))
+        super().__init__(None, settings=zk_settings(conf), name=name, interval=interval)
+
+
+class RestartPointWriter(_TopologyLoop):
     """Writes an emitter's newest durable restart point; ``offer`` never blocks."""
 
     def __init__(self, conf: Mapping[str, Any], component: str, task: int) -> None:
-        layout = ZnodeLayout(str(conf["topology.name"]))
-        super().__init__(
-            make_client(zk_settings(conf)),
-            name=f"elastorm-restart-{component}-{task}",
-            interval=1.0,
-            own_client=True,
-        )
-        self._path = layout.restart_point(component, task)
+        super().__init__(conf, name=f"elastorm-restart-{component}-{task}", interval=1.0)
+        self._path = self._layout.restart_point(component, task)
         self._offered: RestartPoint | None = None
         self._written: RestartPoint | None = None
         self.writes = 0
@@ -117,10 +117,7 @@ class RestartPointWriter(BackgroundLoop):
             return
         data = encode_restart_point(point)
         try:
-            try:
-                self._client.set(self._path, data)
-            except NoNodeError:
-                self._client.create(self._path, data, makepath=True)
+            write_znode(self._client, self._path, data)
         except ZK_ERRORS as exc:
             log.debug("restart point not written yet (%r)", exc)
             return
@@ -128,19 +125,13 @@ class RestartPointWriter(BackgroundLoop):
         self.writes += 1
 
 
-class RewindAsker(BackgroundLoop):
+class RewindAsker(_TopologyLoop):
     """Writes a live emitter's rewind requests (``RewindAsk``, a lossy link) to
     ``rewinds/<spout>/<task>``; ``ask`` never blocks. The newest ask per spout wins
     (the spout serves the token it finds there); one not written yet is retried."""
 
     def __init__(self, conf: Mapping[str, Any], component: str, task: int) -> None:
-        self._layout = ZnodeLayout(str(conf["topology.name"]))
-        super().__init__(
-            make_client(zk_settings(conf)),
-            name=f"elastorm-rewind-asks-{component}-{task}",
-            interval=0.2,
-            own_client=True,
-        )
+        super().__init__(conf, name=f"elastorm-rewind-asks-{component}-{task}", interval=0.2)
         self._task = task
         self._pending: dict[str, RewindAsk] = {}  # spout component -> newest ask
         self.writes = 0
@@ -159,10 +150,7 @@ class RewindAsker(BackgroundLoop):
             path = f"{self._layout.rewinds(spout)}/{self._task}"
             data = encode_rewind(RewindRequest(token=ask.token, positions=ask.positions))
             try:
-                try:
-                    self._client.set(path, data)
-                except NoNodeError:
-                    self._client.create(path, data, makepath=True)
+                write_znode(self._client, path, data)
             except ZK_ERRORS as exc:
                 log.warning("rewind %s not written yet (%r); retrying", ask.token, exc)
                 continue
@@ -172,18 +160,12 @@ class RewindAsker(BackgroundLoop):
             self.writes += 1
 
 
-class RewindBoard(BackgroundLoop):
+class RewindBoard(_TopologyLoop):
     """A replayable spout's view of the rewind requests addressed to it, and the
     restart points of the emitters it feeds (``requests()`` never blocks)."""
 
     def __init__(self, conf: Mapping[str, Any], source: str) -> None:
-        self._layout = ZnodeLayout(str(conf["topology.name"]))
-        super().__init__(
-            make_client(zk_settings(conf)),
-            name=f"elastorm-rewinds-{source}",
-            interval=0.1,
-            own_client=True,
-        )
+        super().__init__(conf, name=f"elastorm-rewinds-{source}", interval=0.1)
         self._path = self._layout.rewinds(source)
         self._requests: dict[str, RewindRequest] = {}
 

@@ -33,7 +33,7 @@ from elastorm.controller.requests import (
     refuse_unreadable,
 )
 from elastorm.core.routing import RoutingTable
-from elastorm.zk.client import make_client
+from elastorm.zk.client import make_client, write_znode
 from elastorm.zk.codec import ZnodeSchemaError, decode_routing
 from elastorm.zk.layout import ZnodeLayout, zk_settings
 
@@ -189,10 +189,7 @@ class RequestBoard:
         if encoded == self._published:
             return
         try:
-            try:
-                self.client.set(self.status, encoded)
-            except NoNodeError:  # created with its data: never readable empty
-                self.client.create(self.status, encoded, makepath=True)
+            write_znode(self.client, self.status, encoded)
             self._published = encoded
         except ZK_ERRORS as exc:
             log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
@@ -282,21 +279,13 @@ def write_fence(
 ) -> None:
     """Record that ``task``'s znode of ``incarnation`` (its creation zxid) was declared
     lost: that process, if alive, must stop (``elastorm.zk.heartbeat``: ``FENCED``)."""
-    path = layout.fence(component, task)
-    data = str(incarnation).encode()
-    try:
-        client.set(path, data)
-    except NoNodeError:
-        client.create(path, data, makepath=True)
+    write_znode(client, layout.fence(component, task), str(incarnation).encode())
 
 
 def write_liveness(client: KazooClient, layout: ZnodeLayout, address: str) -> None:
     """Publish where this controller takes liveness connections (``elastorm.storm.liveness``);
     a later controller overwrites it."""
-    try:
-        client.set(layout.liveness, address.encode())
-    except NoNodeError:
-        client.create(layout.liveness, address.encode(), makepath=True)
+    write_znode(client, layout.liveness, address.encode())
 
 
 def read_liveness(client: KazooClient, layout: ZnodeLayout) -> str | None:

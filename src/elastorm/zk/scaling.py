@@ -28,6 +28,7 @@ from elastorm.controller.scaling import (
     encode_node_set,
     release,
 )
+from elastorm.zk.client import write_znode
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import ZK_ERRORS
 
@@ -191,10 +192,7 @@ class NodeWatch:
         if data == self._published:
             return
         try:
-            try:
-                self.client.set(self.layout.rescale, data)
-            except NoNodeError:
-                self.client.create(self.layout.rescale, data, makepath=True)
+            write_znode(self.client, self.layout.rescale, data)
             self._published = data
         except ZK_ERRORS as exc:
             log.warning("controller/rescale not written (%s); retrying next tick", exc)

@@ -43,7 +43,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from elastorm.controller.model import Allocation
 from elastorm.core.routing import RoutingTable
 from elastorm.core.sessions import LeadershipMachine, StoreInput, StoreStatus
-from elastorm.zk.client import BackgroundLoop, make_client, session_id
+from elastorm.zk.client import BackgroundLoop, session_id
 from elastorm.zk.codec import (
     LeaderInfo,
     ZnodeSchemaError,
@@ -125,10 +125,10 @@ class ControllerStore(BackgroundLoop):
     ) -> None:
         settings = settings or ZkSettings()
         super().__init__(
-            client if client is not None else make_client(settings),
+            client,
+            settings=settings,
             name=f"elastorm-store-{layout.topology}",
             interval=0.5,
-            own_client=client is None,
             on_event=on_event,
         )
         self._layout = layout

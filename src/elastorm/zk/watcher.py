@@ -20,7 +20,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from elastorm.controller.model import TaskRecord
-from elastorm.zk.client import BackgroundLoop, make_client
+from elastorm.zk.client import BackgroundLoop
 from elastorm.zk.codec import ZnodeSchemaError, decode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, ZnodeLayoutError, task_id_from_name
 from elastorm.zk.view import (
@@ -57,10 +57,10 @@ class ClusterWatcher(BackgroundLoop):
     ) -> None:
         settings = settings or ZkSettings()
         super().__init__(
-            client if client is not None else make_client(settings),
+            client,
+            settings=settings,
             name=f"elastorm-watcher-{layout.topology}",
             interval=min(1.0, resync_interval),
-            own_client=client is None,
             on_event=on_event,
         )
         self._layout = layout
