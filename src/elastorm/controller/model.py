@@ -13,7 +13,7 @@ utilisation is ``(background_load + sum of owned loads) / capacity``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -257,38 +257,52 @@ class ClusterView:
 # statistics the controller decides on). The ZooKeeper codec only encodes these.
 
 
-def _pairs(value, what: str, conv) -> tuple:
-    items = value.items() if isinstance(value, Mapping) else value
-    out = tuple(sorted((k, conv(v)) for k, v in items))
-    if len({k for k, _ in out}) != len(out):
-        raise ControllerModelError(f"{what}: duplicate keys")
-    return out
+class FieldChecks:
+    """The checks of a record's fields, each raising ``error`` naming the field: one set
+    for the model (``ControllerModelError``) and the ZooKeeper codec that decodes it
+    (``ZnodeSchemaError``), so both accept exactly the same values."""
+
+    def __init__(self, error: type[ValueError]) -> None:
+        self.error = error
+
+    def pairs(self, value: object, what: str, conv: Callable[[Any], Any]) -> tuple:
+        """``(key, conv(value))`` pairs of a mapping or pair list, sorted; keys unique."""
+        items = value.items() if isinstance(value, Mapping) else value
+        out = tuple(sorted((k, conv(v)) for k, v in items))
+        if len({k for k, _ in out}) != len(out):
+            raise self.error(f"{what}: duplicate keys")
+        return out
+
+    def nonneg(self, x: object, what: str) -> float:
+        """A finite number >= 0 (not a bool), as a float."""
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+            raise self.error(f"{what} must be a finite number >= 0, got {x!r}")
+        return float(x)
+
+    def opt_nonneg(self, x: object, what: str) -> float | None:
+        """None, or what :meth:`nonneg` accepts."""
+        return None if x is None else self.nonneg(x, what)
+
+    def integer(self, x: object, what: str, low: int = 0) -> int:
+        """An int >= ``low`` (not a bool)."""
+        if isinstance(x, bool) or not isinstance(x, int) or x < low:
+            raise self.error(f"{what} must be an int >= {low}, got {x!r}")
+        return x
+
+    def string(self, x: object, what: str) -> str:
+        """A non-empty string."""
+        if not isinstance(x, str) or not x:
+            raise self.error(f"{what} must be a non-empty string, got {x!r}")
+        return x
+
+    def opt_string(self, x: object, what: str) -> str | None:
+        """None, or what :meth:`string` accepts."""
+        return None if x is None else self.string(x, what)
 
 
-def _nonneg(x: object, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
-        raise ControllerModelError(f"{what} must be a finite number >= 0, got {x!r}")
-    return float(x)
-
-
-def _opt_nonneg(x: object, what: str) -> float | None:
-    return None if x is None else _nonneg(x, what)
-
-
-def _int(x: object, what: str, low: int = 0) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < low:
-        raise ControllerModelError(f"{what} must be an int >= {low}, got {x!r}")
-    return x
-
-
-def _str(x: object, what: str) -> str:
-    if not isinstance(x, str) or not x:
-        raise ControllerModelError(f"{what} must be a non-empty string, got {x!r}")
-    return x
-
-
-def _opt_str(x: object, what: str) -> str | None:
-    return None if x is None else _str(x, what)
+_CHECKS = FieldChecks(ControllerModelError)
+_pairs, _nonneg, _opt_nonneg = _CHECKS.pairs, _CHECKS.nonneg, _CHECKS.opt_nonneg
+_int, _str, _opt_str = _CHECKS.integer, _CHECKS.string, _CHECKS.opt_string
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -11,12 +11,12 @@ See docs/znodes.md for the field tables.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from elastorm.controller.model import (
     Allocation,
+    FieldChecks,
     Heartbeat,
     KeyGroupId,
     TaskIdentity,
@@ -51,38 +51,8 @@ class ZnodeTooLargeError(ValueError):
 # --------------------------------------------------------------------------- helpers
 
 
-def _pairs(value, what: str, conv) -> tuple:
-    items = value.items() if isinstance(value, Mapping) else value
-    out = tuple(sorted((k, conv(v)) for k, v in items))
-    if len({k for k, _ in out}) != len(out):
-        raise ZnodeSchemaError(f"{what}: duplicate keys")
-    return out
-
-
-def _nonneg(x: object, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
-        raise ZnodeSchemaError(f"{what} must be a finite number >= 0, got {x!r}")
-    return float(x)
-
-
-def _opt_nonneg(x: object, what: str) -> float | None:
-    return None if x is None else _nonneg(x, what)
-
-
-def _int(x: object, what: str, low: int = 0) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < low:
-        raise ZnodeSchemaError(f"{what} must be an int >= {low}, got {x!r}")
-    return x
-
-
-def _str(x: object, what: str) -> str:
-    if not isinstance(x, str) or not x:
-        raise ZnodeSchemaError(f"{what} must be a non-empty string, got {x!r}")
-    return x
-
-
-def _opt_str(x: object, what: str) -> str | None:
-    return None if x is None else _str(x, what)
+_CHECKS = FieldChecks(ZnodeSchemaError)
+_nonneg, _int, _str = _CHECKS.nonneg, _CHECKS.integer, _CHECKS.string
 
 
 def _list(x: object, what: str) -> list:
