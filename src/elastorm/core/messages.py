@@ -141,14 +141,16 @@ class Data(Message):
     @classmethod
     def trusted(cls, key_group: int, item: DataTuple) -> Data:
         """Build without validation (the emitter's hot path: it computed both)."""
-        message = _new_object(cls)
-        _set_field(message, "key_group", key_group)
-        _set_field(message, "item", item)
+        message = new_unchecked(cls)
+        set_unchecked(message, "key_group", key_group)
+        set_unchecked(message, "item", item)
         return message
 
 
-_new_object = object.__new__
-_set_field = object.__setattr__
+#: A frozen dataclass built field by field, without its ``__init__`` (its checks and its
+#: keyword-argument call): only on the per-tuple paths, from values already checked.
+new_unchecked = object.__new__
+set_unchecked = object.__setattr__
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

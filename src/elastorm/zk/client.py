@@ -11,16 +11,21 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from elastorm.zk.layout import ZkSettings
+from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
 log = logging.getLogger(__name__)
+
+#: What a kazoo call raises when ZooKeeper refuses it or does not answer in time.
+KAZOO_ERRORS = (KazooException, KazooTimeoutError)
 
 
 def make_client(settings: ZkSettings) -> KazooClient:
@@ -63,20 +68,27 @@ class BackgroundLoop:
     to the optional ``on_event`` callback, which runs on this loop's thread.
 
     ``client`` may be shared (then the caller starts and closes it); without one the
-    loop makes its own from ``settings`` and owns it.
+    loop makes its own from ``settings`` and owns it. Every ZooKeeper call waits at
+    most ``settings.request_timeout`` s (``_timeout``); ``clock`` stamps the events.
     """
 
     def __init__(
         self,
         client: KazooClient | None,
         *,
-        settings: ZkSettings,
+        layout: ZnodeLayout,
+        settings: ZkSettings | None,
         name: str,
         interval: float,
         on_event: Callable[[Any], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        settings = settings or ZkSettings()
         self._own_client = client is None
         self._client = make_client(settings) if client is None else client
+        self._layout = layout
+        self._timeout = settings.request_timeout
+        self._clock = clock
         self._interval = interval
         self._on_event = on_event
         self._wake = threading.Event()

@@ -18,18 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
 from elastorm.core.sessions import PublisherInput, PublisherState, RegistrationMachine
-from elastorm.zk.client import BackgroundLoop, session_id
+from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop, session_id
 from elastorm.zk.codec import encode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
 log = logging.getLogger(__name__)
-
-_ZK_ERRORS = (KazooException, KazooTimeoutError)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,17 +76,16 @@ class HeartbeatPublisher(BackgroundLoop):
         settings = settings or ZkSettings()
         super().__init__(
             client,
+            layout=layout,
             settings=settings,
             name=f"elastorm-heartbeat-{identity.task_id}",
             interval=settings.heartbeat_interval,
             on_event=on_event,
+            clock=clock,
         )
-        self._layout = layout
         self._path = layout.task(identity.task_id)
         self._identity = identity
         self._heartbeat_fn = heartbeat
-        self._timeout = settings.request_timeout
-        self._clock = clock
         self._czxid: int | None = None  # creation zxid of the znode we last registered
         self._expired = False  # check the fence before registering again
         self._registration = RegistrationMachine()
@@ -150,7 +146,7 @@ class HeartbeatPublisher(BackgroundLoop):
         if registered and self._client.connected:
             try:
                 self._client.delete_async(self._path).get(timeout=timeout)
-            except (*_ZK_ERRORS, NoNodeError) as exc:
+            except (*KAZOO_ERRORS, NoNodeError) as exc:
                 log.info("task %s: znode not deleted on stop (%s)", self._path, exc)
         self._feed(PublisherInput.STOP)
         self._close_client()
@@ -192,7 +188,7 @@ class HeartbeatPublisher(BackgroundLoop):
             elif self._register(data, current):
                 self._session = current
                 self._feed(PublisherInput.REGISTERED)
-        except _ZK_ERRORS as exc:
+        except KAZOO_ERRORS as exc:
             self.failures += 1
             log.debug("task %s: heartbeat not published (%r)", self._path, exc)
 

@@ -89,11 +89,16 @@ def emitter_start(
 
 class _TopologyLoop(BackgroundLoop):
     """A background loop on a ZooKeeper client of its own, for the topology whose
-    Storm conf is ``conf`` (its layout in ``_layout``)."""
+    Storm conf is ``conf``."""
 
     def __init__(self, conf: Mapping[str, Any], *, name: str, interval: float) -> None:
-        self._layout = ZnodeLayout(str(conf["topology.name"]))
-        super().__init__(None, settings=zk_settings(conf), name=name, interval=interval)
+        super().__init__(
+            None,
+            layout=ZnodeLayout(str(conf["topology.name"])),
+            settings=zk_settings(conf),
+            name=name,
+            interval=interval,
+        )
 
 
 class RestartPointWriter(_TopologyLoop):

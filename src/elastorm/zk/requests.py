@@ -16,8 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from elastorm.controller.requests import (
     IN_FLIGHT,
@@ -33,7 +32,7 @@ from elastorm.controller.requests import (
     refuse_unreadable,
 )
 from elastorm.core.routing import RoutingTable
-from elastorm.zk.client import make_client, write_znode
+from elastorm.zk.client import KAZOO_ERRORS, make_client, write_znode
 from elastorm.zk.codec import ZnodeSchemaError, decode_routing
 from elastorm.zk.layout import ZnodeLayout, zk_settings
 
@@ -42,7 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ZK_ERRORS = (KazooException, KazooTimeoutError, OSError)
+#: kazoo's errors and a socket's (``OSError``): what the callers of this module catch.
+ZK_ERRORS = (*KAZOO_ERRORS, OSError)
 _T = TypeVar("_T")
 
 

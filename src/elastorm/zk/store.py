@@ -33,17 +33,15 @@ from types import MappingProxyType
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.model import Allocation
 from elastorm.core.routing import RoutingTable
 from elastorm.core.sessions import LeadershipMachine, StoreInput, StoreStatus
-from elastorm.zk.client import BackgroundLoop, session_id
+from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop, session_id
 from elastorm.zk.codec import (
     LeaderInfo,
     ZnodeSchemaError,
@@ -63,7 +61,6 @@ from elastorm.zk.layout import ZkSettings, ZnodeLayout, check_name
 
 log = logging.getLogger(__name__)
 
-_ZK_ERRORS = (KazooException, KazooTimeoutError)
 _UNANSWERED_KEPT = 16  # values remembered per znode from commits with no reply
 
 
@@ -123,18 +120,16 @@ class ControllerStore(BackgroundLoop):
         on_event: Callable[[StoreEvent], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        settings = settings or ZkSettings()
         super().__init__(
             client,
+            layout=layout,
             settings=settings,
             name=f"elastorm-store-{layout.topology}",
             interval=0.5,
             on_event=on_event,
+            clock=clock,
         )
-        self._layout = layout
         self._id = check_name(controller_id, "controller id")
-        self._timeout = settings.request_timeout
-        self._clock = clock
         self._cond = threading.Condition(self._lock)
         self._leadership = LeadershipMachine()
         self._detail = ""
@@ -219,7 +214,7 @@ class ControllerStore(BackgroundLoop):
         if self._leader_session is not None and self._client.connected:
             try:
                 self._client.delete_async(self._layout.leader).get(timeout=timeout)
-            except (*_ZK_ERRORS, NoNodeError):
+            except (*KAZOO_ERRORS, NoNodeError):
                 pass
         self._feed(StoreInput.CLOSE)
         self._close_client()
@@ -326,7 +321,7 @@ class ControllerStore(BackgroundLoop):
             self._feed(StoreInput.LEADING)
             if self._pending:
                 self._commit()
-        except _ZK_ERRORS as exc:
+        except KAZOO_ERRORS as exc:
             log.debug("controller store: ZooKeeper call failed (%r)", exc)
 
     def _call(self, async_result):

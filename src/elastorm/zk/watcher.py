@@ -15,12 +15,11 @@ import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from elastorm.controller.model import TaskRecord
-from elastorm.zk.client import BackgroundLoop
+from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop
 from elastorm.zk.codec import ZnodeSchemaError, decode_task
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, ZnodeLayoutError, task_id_from_name
 from elastorm.zk.view import (
@@ -31,8 +30,6 @@ from elastorm.zk.view import (
 )
 
 log = logging.getLogger(__name__)
-
-_ZK_ERRORS = (KazooException, KazooTimeoutError)
 
 
 class ClusterWatcher(BackgroundLoop):
@@ -55,18 +52,16 @@ class ClusterWatcher(BackgroundLoop):
         resync_interval: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        settings = settings or ZkSettings()
         super().__init__(
             client,
+            layout=layout,
             settings=settings,
             name=f"elastorm-watcher-{layout.topology}",
             interval=min(1.0, resync_interval),
             on_event=on_event,
+            clock=clock,
         )
-        self._layout = layout
-        self._timeout = settings.request_timeout
         self._resync_interval = resync_interval
-        self._clock = clock
         self._entries: dict[str, TaskEntry] = {}
         self._bad: set[str] = set()
         self._dirty: set[str] = set()
@@ -134,7 +129,7 @@ class ClusterWatcher(BackgroundLoop):
                 for name in sorted(dirty):
                     self._reread(new, name)
                 self._apply(new)
-        except _ZK_ERRORS as exc:
+        except KAZOO_ERRORS as exc:
             self._resync = True  # whatever we missed, read it all again
             log.debug("watcher: read failed (%r); will resync", exc)
 

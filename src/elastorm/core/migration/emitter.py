@@ -36,6 +36,8 @@ from elastorm.core.messages import (
     ToState,
     ToStateAck,
     Trim,
+    new_unchecked,
+    set_unchecked,
 )
 from elastorm.core.migration.table import EMITTER_TRANSITIONS, Route
 from elastorm.core.routing import RoutingTable
@@ -47,14 +49,10 @@ _trusted_data = Data.trusted
 def _send(to_task: int, message: Message) -> Send:
     """``Send(to_task=..., message=...)`` without its checks, for the per-tuple path
     (the task comes from the routing table, which checked it)."""
-    action = _new_object(Send)
-    _set_field(action, "to_task", to_task)
-    _set_field(action, "message", message)
+    action = new_unchecked(Send)
+    set_unchecked(action, "to_task", to_task)
+    set_unchecked(action, "message", message)
     return action
-
-
-_new_object = object.__new__
-_set_field = object.__setattr__
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

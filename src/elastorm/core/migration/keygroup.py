@@ -39,6 +39,8 @@ from elastorm.core.messages import (
     ToState,
     ToStateAck,
     Trim,
+    new_unchecked,
+    set_unchecked,
 )
 from elastorm.core.migration.table import LIVE, PEER_DOWN, QUIET, TRANSITIONS, Phase
 from elastorm.core.state import KeyGroupState, Step
@@ -49,17 +51,13 @@ def _applied(
 ) -> Applied:
     """``Applied(...)`` built field by field (it has no checks to skip; this only
     saves the keyword-argument call once per tuple)."""
-    action = _new_object(Applied)
-    _set_field(action, "key_group", key_group)
-    _set_field(action, "item", item)
-    _set_field(action, "result", result)
-    _set_field(action, "emit_output", emit)
-    _set_field(action, "tentative", tentative)
+    action = new_unchecked(Applied)
+    set_unchecked(action, "key_group", key_group)
+    set_unchecked(action, "item", item)
+    set_unchecked(action, "result", result)
+    set_unchecked(action, "emit_output", emit)
+    set_unchecked(action, "tentative", tentative)
     return action
-
-
-_new_object = object.__new__
-_set_field = object.__setattr__
 
 
 class Gap(NamedTuple):
