@@ -7,7 +7,7 @@ import time
 
 from demos.options import EXAMPLE_SECTIONS, FlightsOptions
 from elastorm.config import TopologyConfig
-from elastorm.errors import UserError
+from elastorm.errors import as_user_error
 from elastorm.runtime.drivers import DriverArgs
 from elastorm.runtime.outcome import Outcome, Progress
 
@@ -50,7 +50,7 @@ class FlightsDriver:
             self.on_poll(result)
             progress(progress_line(result, unmet))
 
-        try:
+        with as_user_error(IncompleteRunError):
             wait_until_complete(
                 output_dir,
                 timeout,
@@ -59,8 +59,6 @@ class FlightsDriver:
                 keyed=self.keyed,
                 replayed=self.replayed,
             )
-        except IncompleteRunError as exc:
-            raise UserError(str(exc)) from None
 
     def on_poll(self, result) -> None:
         """Called after every poll of a running job (the elastic driver migrates here)."""

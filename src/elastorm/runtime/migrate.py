@@ -14,7 +14,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.requests import FINAL, MigrationRequest, RequestError, RequestState
 from elastorm.core.messages import Protocol
-from elastorm.errors import UserError
+from elastorm.errors import UserError, as_user_error
 from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.requests import (
@@ -119,12 +119,10 @@ def request_migration(
     Refuses at once if the topology's controller is not running. A request still
     pending at the timeout is withdrawn, so a late controller does not act on it.
     """
-    try:
+    with as_user_error(RequestError):
         request = MigrationRequest(
             operator=operator, key_group=key_group, target=target, protocol=protocol
         )
-    except RequestError as exc:
-        raise UserError(str(exc)) from None
     if not controller_alive(client, ZnodeLayout(topology)):
         raise UserError(
             f"the controller of {topology}/{operator} is not running "

@@ -13,7 +13,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from elastorm.config import ConfigError, Section, check_conf
-from elastorm.errors import UserError
+from elastorm.errors import as_user_error
 from elastorm.runtime import nimbus
 from elastorm.runtime.config import ElastormConfig, env_nimbus
 from elastorm.runtime.local import LOCAL_ENV, local_cluster
@@ -30,10 +30,8 @@ def checked_options(
     """What a driver passes with ``-o``, checked against the topology options and the
     driver's own ``sections`` (:func:`elastorm.config.check_conf`) before anything is
     submitted: a bad value is a one-line ``UserError`` here, not a worker crash."""
-    try:
+    with as_user_error(ConfigError):
         return check_conf(options, *sections)
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
 
 
 def run_topology(

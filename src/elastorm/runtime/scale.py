@@ -25,7 +25,7 @@ from elastorm.controller.scaling import (
     drain,
     scale_to,
 )
-from elastorm.errors import UserError
+from elastorm.errors import UserError, as_user_error
 from elastorm.runtime.provision import NodeProvisioner
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.requests import controller_alive, read_status
@@ -112,15 +112,13 @@ def plan_scale(
     """The change ``--nodes`` asks for (nothing started or written yet)."""
     binding = _checked(client, layout)
     current = read_node_set(client, layout)
-    try:
+    with as_user_error(ScalingError):
         check_target(nodes, binding)  # before asking the provisioner for spare nodes
         live = provisioner.live()
         need = max(0, nodes - len(active_names(current, binding)))
         return scale_to(
             nodes, nodes=current, binding=binding, live=live, spare=provisioner.spare(need)
         )
-    except ScalingError as exc:
-        raise UserError(str(exc)) from None
 
 
 def apply_scale(
@@ -169,10 +167,8 @@ def carry_out(
 def request_drain(client: KazooClient, layout: ZnodeLayout, name: str) -> NodeSet:
     """Mark ``name`` draining (``UserError`` naming why it cannot be)."""
     binding = _checked(client, layout)
-    try:
+    with as_user_error(ScalingError):
         return update_node_set(client, layout, lambda ns: drain(name, nodes=ns, binding=binding))
-    except ScalingError as exc:
-        raise UserError(str(exc)) from None
 
 
 def finish_drain(
