@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             driver = scenarios[name]()
             began, load_start = time.monotonic(), os.getloadavg()[0]  # the machine is shared
-            sampler = OwnerSampler(f"127.0.0.1:{cfg.zookeeper_port}", driver)
+            sampler = OwnerSampler(cfg.zookeeper, driver)
             sampler.start()
             try:
                 outcome = run_topology(cfg, "cluster", driver, timeout=args.timeout)

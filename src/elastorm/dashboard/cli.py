@@ -9,6 +9,7 @@ import secrets
 
 from elastorm.errors import UserError
 from elastorm.runtime.config import env_nimbus, load_config
+from elastorm.runtime.migrate import add_zookeeper_option
 from elastorm.runtime.provision import provisioner
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8088)")
-    parser.add_argument(
-        "--zookeeper",
-        default=None,
-        help="ZooKeeper host:port (default: this project's, 127.0.0.1:<zookeeper_port>)",
-    )
+    add_zookeeper_option(parser)
     parser.add_argument(
         "-e",
         "--env",
@@ -82,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.interval <= 0 or args.interval > 1.0:
         raise UserError("--interval must be in (0, 1] (the page updates at least once a second)")
     cfg = load_config()
-    hosts = args.zookeeper or f"127.0.0.1:{cfg.zookeeper_port}"
+    hosts = args.zookeeper or cfg.zookeeper
     nimbus = None if args.env == "none" else env_nimbus(cfg.project, args.env)
     token, nodes = None, None
     if args.enable_actions:

@@ -49,8 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         host, port = env_nimbus(cfg.project, args.env)
         if args.env != "prod" and not zookeeper_ok(cfg.zookeeper_port):
             raise UserError(
-                f"ZooKeeper on 127.0.0.1:{cfg.zookeeper_port} is down "
-                "(start it with `elastorm cluster up`)"
+                f"ZooKeeper on {cfg.zookeeper} is down (start it with `elastorm cluster up`)"
             )
         if not port_open(port, host, timeout=3):
             raise UserError(f"Nimbus of env {args.env} at {host}:{port} is unreachable")

@@ -89,6 +89,12 @@ class ElastormConfig(ProjectConfig, topology=False):
         """Pid files and per-daemon state."""
         return self.home / "run"
 
+    @property
+    def zookeeper(self) -> str:
+        """This project's ZooKeeper as ``host:port`` (on loopback): what the commands
+        and drivers connect to unless told otherwise."""
+        return f"127.0.0.1:{self.zookeeper_port}"
+
 
 def project_root() -> Path:
     """The streamparse project elastorm works on.

@@ -7,7 +7,10 @@ exercises exactly what adaptation will use.
 
 from __future__ import annotations
 
+import argparse
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -36,6 +39,27 @@ def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
         client.close()
         raise UserError(f"ZooKeeper at {hosts} does not answer") from None
     return client
+
+
+@contextmanager
+def connected(hosts: str, timeout: float = 10.0) -> Iterator[KazooClient]:
+    """A command's session: :func:`connect`, then stop and close the client at the end."""
+    client = connect(hosts, timeout)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def add_zookeeper_option(parser: argparse.ArgumentParser) -> None:
+    """``--zookeeper HOST:PORT`` of the commands that talk to a running topology
+    (unset: the project's, ``ElastormConfig.zookeeper``)."""
+    parser.add_argument(
+        "--zookeeper",
+        default=None,
+        help="ZooKeeper host:port (default: this project's, 127.0.0.1:<zookeeper_port>)",
+    )
 
 
 def only_operator(topology: str, operators: list[str]) -> str:

@@ -8,7 +8,8 @@ import json
 from elastorm.core.messages import Protocol
 from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import (
-    connect,
+    add_zookeeper_option,
+    connected,
     keyed_operator,
     request_migration,
     wait_for_status,
@@ -39,11 +40,7 @@ def register(subparsers) -> None:
         default="cpal",
         help="migration protocol (default: cpal)",
     )
-    parser.add_argument(
-        "--zookeeper",
-        default=None,
-        help="ZooKeeper host:port (default: this project's, 127.0.0.1:<zookeeper_port>)",
-    )
+    add_zookeeper_option(parser)
     parser.add_argument("--timeout", type=float, default=60, help="seconds to wait (default 60)")
     parser.add_argument(
         "--status",
@@ -55,9 +52,7 @@ def register(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    hosts = args.zookeeper or f"127.0.0.1:{load_config().zookeeper_port}"
-    client = connect(hosts)
-    try:
+    with connected(args.zookeeper or load_config().zookeeper) as client:
         operator = args.operator or keyed_operator(client, args.topology, timeout=10)
         status = wait_for_status(client, args.topology, operator, timeout=10)
         if args.status or args.group is None:
@@ -74,9 +69,6 @@ def _run(args: argparse.Namespace) -> int:
             args.timeout,
             until_stuck=True,
         )
-    finally:
-        client.stop()
-        client.close()
     times = result.times
     took = times.get("done", 0) - times.get("started", 0) if "done" in times else None
     used = result.protocol_used.value if result.protocol_used else "-"

@@ -53,7 +53,7 @@ def run_topology(
         driver.options(str(output_dir)) | (extra_options or {}), driver.sections
     )
     driver.topology = name
-    driver.zk_hosts = f"127.0.0.1:{cfg.zookeeper_port}"
+    driver.zk_hosts = cfg.zookeeper
     context = local_cluster(cfg, jar) if env == LOCAL_ENV else nullcontext(None)
     with context:
         host, port = env_nimbus(cfg.project, env)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
 from elastorm.runtime.config import load_config
-from elastorm.runtime.migrate import connect
-from elastorm.runtime.provision import provisioner
+from elastorm.runtime.migrate import add_zookeeper_option, connected
+from elastorm.runtime.provision import NodeProvisioner, provisioner
 from elastorm.runtime.scale import (
     Autoscaler,
     Progress,
@@ -33,11 +36,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="who starts and stops nodes: 'local' (supervisors of this machine's "
         "cluster, default) or 'command:<script>' (see docs/scaling.md)",
     )
-    parser.add_argument(
-        "--zookeeper",
-        default=None,
-        help="ZooKeeper host:port (default: this project's, 127.0.0.1:<zookeeper_port>)",
-    )
+    add_zookeeper_option(parser)
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait (default 300)")
     parser.add_argument("--no-wait", action="store_true", help="return once the request is written")
 
@@ -85,14 +84,21 @@ def register(subparsers) -> None:
     auto.set_defaults(func=_autoscale)
 
 
-def _autoscale(args: argparse.Namespace) -> int:
+@contextmanager
+def _session(
+    args: argparse.Namespace,
+) -> Iterator[tuple[KazooClient, ZnodeLayout, NodeProvisioner]]:
+    """The ZooKeeper client, znode layout and node provisioner ``args`` name, for one
+    command (the client closed at the end)."""
     cfg = load_config()
-    client = connect(args.zookeeper or f"127.0.0.1:{cfg.zookeeper_port}")
-    layout = ZnodeLayout(args.topology)
-    nodes = provisioner(args.provisioner, cfg)
+    with connected(args.zookeeper or cfg.zookeeper) as client:
+        yield client, ZnodeLayout(args.topology), provisioner(args.provisioner, cfg)
+
+
+def _autoscale(args: argparse.Namespace) -> int:
     scaler = Autoscaler(low=args.min, high=args.max, hold=args.hold, cooldown=args.cooldown)
-    began = time.monotonic()
-    try:
+    with _session(args) as (client, layout, nodes):
+        began = time.monotonic()
         while args.duration is None or time.monotonic() - began < args.duration:
             try:
                 if not client.connected:  # a call now would wait for the connection
@@ -113,9 +119,6 @@ def _autoscale(args: argparse.Namespace) -> int:
                     flush=True,
                 )
             time.sleep(1.0)
-    finally:
-        client.stop()
-        client.close()
     return 0
 
 
@@ -127,11 +130,7 @@ def _show(p: Progress, took: float) -> None:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    cfg = load_config()
-    client = connect(args.zookeeper or f"127.0.0.1:{cfg.zookeeper_port}")
-    layout = ZnodeLayout(args.topology)
-    nodes = provisioner(args.provisioner, cfg)
-    try:
+    with _session(args) as (client, layout, nodes):
         began = time.monotonic()
         change = plan_scale(client, layout, args.nodes, nodes)
         print(
@@ -145,18 +144,11 @@ def _scale(args: argparse.Namespace) -> int:
         for name in change.drain:
             print(f"stopped {name}")
         _show(done.settled, time.monotonic() - began)
-    finally:
-        client.stop()
-        client.close()
     return 0
 
 
 def _drain(args: argparse.Namespace) -> int:
-    cfg = load_config()
-    client = connect(args.zookeeper or f"127.0.0.1:{cfg.zookeeper_port}")
-    layout = ZnodeLayout(args.topology)
-    nodes = provisioner(args.provisioner, cfg)
-    try:
+    with _session(args) as (client, layout, nodes):
         began = time.monotonic()
         after = request_drain(client, layout, args.node)
         print(f"{args.node} draining; node set now wanted {list(after.wanted or ())}")
@@ -166,7 +158,4 @@ def _drain(args: argparse.Namespace) -> int:
         if not args.keep:
             print(f"stopped {args.node}")
         _show(p, time.monotonic() - began)
-    finally:
-        client.stop()
-        client.close()
     return 0
