@@ -22,11 +22,11 @@ says ``done`` and how many tuples went to each operator.
 from __future__ import annotations
 
 import random
-import time
+from collections.abc import Mapping
+from typing import Any
 
-from streamparse import Spout, Stream
+from streamparse import Stream
 
-from bolts.common import Counters, required_output_dir
 from demos.flights_schema import (
     column_index,
     default_flights_path,
@@ -34,7 +34,7 @@ from demos.flights_schema import (
     parse_row,
 )
 from demos.options import FlightsLoadOptions, FlightsOptions
-from spouts.synthetic import Pacer
+from spouts.synthetic import PacedSpout, Pacer
 
 OPERATORS = ("op2", "op3", "op4")
 FIELDS = ["key", "operator", "stamp"]
@@ -47,17 +47,12 @@ def ramp_rate(elapsed: float, start: float, end: float, ramp: float) -> float:
     return start + (end - start) * min(1.0, max(0.0, elapsed / ramp))
 
 
-class FlightsLoadSpout(Spout):
+class FlightsLoadSpout(PacedSpout):
     """See the module docstring."""
 
     outputs = [Stream(fields=FIELDS)]
-    clock = staticmethod(time.monotonic)
-    wall = staticmethod(time.time)
-    sleep = staticmethod(time.sleep)
 
-    def initialize(self, storm_conf, context):
-        self.output_dir = required_output_dir(storm_conf)
-        self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
+    def setup(self, storm_conf: Mapping[str, Any]) -> None:
         self.cfg = FlightsLoadOptions.from_conf(storm_conf)
         self.random = random.Random(int(self.cfg.seed))
         self.rows = open_rows(FlightsOptions.from_conf(storm_conf).path or default_flights_path())
@@ -71,7 +66,6 @@ class FlightsLoadSpout(Spout):
         self.pacer = Pacer(self.cfg.rate_start, self.start)
         self.next_sample = self.start
         self.done = False
-        self.write_counts()
 
     def emit_to(self, key: str, operator: str, stamp: float) -> None:
         self.emit([key, operator, stamp])

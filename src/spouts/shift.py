@@ -20,13 +20,13 @@ the driver checks against the operators' state.
 from __future__ import annotations
 
 import random
-import time
+from collections.abc import Mapping
+from typing import Any
 
-from streamparse import Spout, Stream
+from streamparse import Stream
 
-from bolts.common import Counters, required_output_dir
 from demos.options import ShiftOptions
-from spouts.synthetic import Pacer
+from spouts.synthetic import PacedSpout, Pacer
 
 OPERATORS = ("op1", "op2")
 FIELDS = ["key", "operator", "stamp"]
@@ -39,17 +39,12 @@ def share_to_op2(elapsed: float, hold: float, ramp: float) -> float:
     return min(1.0, max(0.0, (elapsed - hold) / ramp))
 
 
-class ShiftSpout(Spout):
+class ShiftSpout(PacedSpout):
     """Rate-limited generator of the shifting load; see the module docstring."""
 
     outputs = [Stream(fields=FIELDS)]
-    clock = staticmethod(time.monotonic)
-    wall = staticmethod(time.time)
-    sleep = staticmethod(time.sleep)
 
-    def initialize(self, storm_conf, context):
-        self.output_dir = required_output_dir(storm_conf)
-        self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
+    def setup(self, storm_conf: Mapping[str, Any]) -> None:
         task = self.counters.task
         self.cfg = ShiftOptions.from_conf(storm_conf)
         self.random = random.Random(int(self.cfg.seed) * 1000 + task)
@@ -58,7 +53,6 @@ class ShiftSpout(Spout):
         self.start = self.clock()
         self.pacer = Pacer(self.cfg.rate, self.start)
         self.done = False
-        self.write_counts()
 
     def next_tuple(self):
         now = self.clock()

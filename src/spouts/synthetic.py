@@ -110,10 +110,11 @@ class Pacer:
         return self.wall_since + (self.sent + i + 1) / self.rate
 
 
-class SyntheticSpout(Spout):
-    """Rate-limited generator; see the module docstring."""
+class PacedSpout(Spout):
+    """A generator paced by a :class:`Pacer` that writes its counters (the synthetic,
+    shift and flights-load spouts): ``setup`` reads the job's options, then the counters
+    are written once. Its clocks and sleep are class attributes, so tests replace them."""
 
-    outputs = [Stream(fields=FIELDS)]
     clock = staticmethod(time.monotonic)
     wall = staticmethod(time.time)
     sleep = staticmethod(time.sleep)
@@ -121,6 +122,24 @@ class SyntheticSpout(Spout):
     def initialize(self, storm_conf, context):
         self.output_dir = required_output_dir(storm_conf)
         self.counters = Counters.from_conf(storm_conf, context, "spout", clock=self.clock)
+        self.setup(storm_conf)
+        self.write_counts()
+
+    def setup(self, storm_conf: Mapping[str, Any]) -> None:
+        """The job's own state, from its options in ``storm_conf``."""
+        raise NotImplementedError
+
+    def write_counts(self) -> None:
+        """Write the counters, with what this job adds to them."""
+        raise NotImplementedError
+
+
+class SyntheticSpout(PacedSpout):
+    """Rate-limited generator; see the module docstring."""
+
+    outputs = [Stream(fields=FIELDS)]
+
+    def setup(self, storm_conf: Mapping[str, Any]) -> None:
         task = self.counters.task
         options = SyntheticOptions.from_conf(storm_conf)
         self.rate = options.rate
@@ -141,7 +160,6 @@ class SyntheticSpout(Spout):
         self.pacer = Pacer(self.preload_rate, now, self.wall())
         self.resumed = False
         self.apply_control({}, now)
-        self.write_counts()
 
     def apply_control(self, control: Mapping[str, Any], now: float) -> None:
         self.rate = float(control.get("rate", self.rate))
