@@ -46,13 +46,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from demos.options import EXAMPLE_SECTIONS, SyntheticOptions
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
 from elastorm.runtime.drivers import DriverArgs
 from elastorm.runtime.outcome import Outcome, Progress
+
+if TYPE_CHECKING:
+    from elastorm.runtime.provision import NodeProvisioner
 
 OPERATOR = "counter"
 BUCKET_SECS = 0.1  # bolts.synthetic.BUCKET_SECS (not imported: no streamparse here)
@@ -414,7 +417,7 @@ class SyntheticDriver:
         if self.provisioner is None:
             raise UserError("a scale step needs the driver's provisioner")
         layout = ZnodeLayout(self.topology)
-        before = self.assignments() if self.assignments else None
+        before = self._assignment()
         submitted = time.time()
         change = plan_scale(self._client, layout, step.nodes, self.provisioner)
         done = carry_out(self._client, layout, change, self.provisioner, timeout)
@@ -436,18 +439,28 @@ class SyntheticDriver:
             "started": done.applied_at,
             "done": done.settled_at,
             "assignment_before": before,
-            "assignment_after": self.assignments() if self.assignments else None,
+            "assignment_after": self._assignment(),
             "load": os.getloadavg()[0],
         }
+
+    def _assignment(self) -> dict[str, Any] | None:
+        """Nimbus's executor assignments now (None: the driver was given no way to ask)."""
+        return self.assignments() if self.assignments else None
+
+    @staticmethod
+    def _start_missing(provisioner: NodeProvisioner, nodes: int) -> tuple[str, ...]:
+        """Start spare nodes until ``nodes`` run (Storm's and Flink's ways to use a new
+        node both start it first); the nodes started."""
+        started = provisioner.spare(max(0, nodes - len(provisioner.live())))
+        provisioner.start(started, 120)
+        return started
 
     def _rebalance(self, step: Step) -> dict[str, Any]:
         """Storm's way to use a new node: start it, ``rebalance``, watch ``seconds``."""
         if self.provisioner is None or self.rebalancer is None:
             raise UserError("a rebalance step needs the driver's provisioner and rebalancer")
-        missing = step.nodes - len(self.provisioner.live())
-        started_nodes = self.provisioner.spare(max(0, missing))
-        self.provisioner.start(started_nodes, 120)
-        before = self.assignments() if self.assignments else None
+        started_nodes = self._start_missing(self.provisioner, step.nodes)
+        before = self._assignment()
         started = time.time()
         self.rebalancer(step.wait, step.nodes)
         time.sleep(step.seconds)
@@ -462,7 +475,7 @@ class SyntheticDriver:
             "started": started,
             "done": time.time(),
             "assignment_before": before,
-            "assignment_after": self.assignments() if self.assignments else None,
+            "assignment_after": self._assignment(),
             "load": os.getloadavg()[0],
         }
 
@@ -477,10 +490,8 @@ class SyntheticDriver:
         (``resume_from``), so the downtime shows in the latencies."""
         if self.provisioner is None or self.killer is None or self.resubmitter is None:
             raise UserError("a resubmit step needs the driver's provisioner, killer, resubmitter")
-        missing = step.nodes - len(self.provisioner.live())
-        started_nodes = self.provisioner.spare(max(0, missing))
-        self.provisioner.start(started_nodes, 120)
-        before = self.assignments() if self.assignments else None
+        started_nodes = self._start_missing(self.provisioner, step.nodes)
+        before = self._assignment()
         started = time.time()
         self._set(rate=0.0, final=True)  # stop reading the input; counters report totals
 
@@ -550,7 +561,7 @@ class SyntheticDriver:
             "done": time.time(),
             "topology": self.topology,
             "assignment_before": before,
-            "assignment_after": self.assignments() if self.assignments else None,
+            "assignment_after": self._assignment(),
             "load": os.getloadavg()[0],
         }
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError
+from memory_zk import MemoryZk
 from sim import Cluster
 
 from elastorm.controller.requests import (
@@ -88,14 +89,12 @@ def test_a_restore_whose_target_never_answers_is_reported_too() -> None:
 # -- the request board (a fake kazoo client: unit test of the adapter's logic) ----------
 
 
-class FlakyZk:
-    """Enough of KazooClient for RequestBoard; ``fail`` next calls raise ConnectionLoss."""
-
-    connected = True
+class FlakyZk(MemoryZk):
+    """The in-memory kazoo client whose next ``fail`` reads and writes raise
+    ConnectionLoss (ZooKeeper away for a while)."""
 
     def __init__(self) -> None:
-        self.nodes: dict[str, bytes] = {}
-        self.versions: dict[str, int] = {}
+        super().__init__()
         self.fail = 0
 
     def _maybe_fail(self) -> None:
@@ -103,21 +102,13 @@ class FlakyZk:
             self.fail -= 1
             raise ConnectionLoss()
 
-    def get(self, path):
+    def get(self, path: str):
         self._maybe_fail()
-        if path not in self.nodes:
-            raise NoNodeError()
-        return self.nodes[path], type("Stat", (), {"version": self.versions[path]})()
+        return super().get(path)
 
-    def set(self, path, data):
+    def set(self, path: str, data: bytes, version: int = -1) -> None:
         self._maybe_fail()
-        self.nodes[path] = data
-        self.versions[path] += 1
-
-    def delete(self, path, version=-1):
-        if version != -1 and version != self.versions[path]:
-            raise BadVersionError()
-        del self.nodes[path]
+        super().set(path, data, version)
 
 
 def board_with_request() -> tuple[FlakyZk, RequestBoard, str]:
