@@ -92,10 +92,9 @@ def test_both_gone_is_declared_once_with_its_reason() -> None:
     d = _detector()
     d.heard(7, 70, 59.0)  # last beat: then the process froze (or the network was cut)
     d.left(7, "op", 70)  # its session ended at 63
-    assert d.due(63.0, connected=True)  # silent for ANSWER s and the session gone
+    # silent for ANSWER s and the session gone
+    assert _declared(d.due(63.0, connected=True)) == {"op": [(7, 70, Reason.SILENT)]}
     assert d.declared == {7}
-    (decl,) = d.declarations
-    assert (decl.task, decl.incarnation, decl.reason) == (7, 70, Reason.SILENT)
     d.left(7, "op", 70)  # the same loss seen again (a resync): not declared twice
     assert d.due(70.0, connected=True) == {}
 

@@ -253,11 +253,6 @@ class FailureDetector:
         """Tasks declared lost and not back yet."""
         return frozenset(self._declared)
 
-    @property
-    def declarations(self) -> tuple[Declared, ...]:
-        """The declarations in force, by task."""
-        return tuple(self._declared[t] for t in sorted(self._declared))
-
     def declared_as(self, task: int, incarnation: int) -> bool:
         """Whether ``task``'s ``incarnation`` is the one declared lost (a newer one is not)."""
         declared = self._declared.get(task)
