@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 import elastorm.storm.controller_bolt as bolt_module
-from elastorm.controller.failures import FailureDetector
+from elastorm.controller.failures import Bounds, Evidence, FailureDetector, Reason, verdict
 from elastorm.controller.requests import RequestEvent
 from elastorm.core.actions import CheckpointStored
 from elastorm.core.messages import Migrate, PeerDown, Protocol, SetHolder
@@ -21,38 +21,167 @@ from elastorm.zk.view import TaskJoined, TaskLeft
 
 # -- the detector -------------------------------------------------------------------
 
+GRACE, ANSWER = 5.0, 4.0
 
-def test_a_leave_is_declared_once_after_the_grace_and_a_join_clears_it() -> None:
-    d = FailureDetector(grace=3.0)
-    d.left(7, "op", 70)
-    assert d.due(10.0, connected=True) == {}  # just connected: within the grace
-    assert d.due(13.0, connected=True) == {"op": [(7, 70)]}
-    assert d.due(14.0, connected=True) == {} and d.declared == {7}
+
+def _ev(closed=False, own=60.0, leading=60.0, silent=None, liveness=True) -> Evidence:
+    return Evidence(
+        closed=closed, own_connection=own, leading=leading, silent=silent, liveness=liveness
+    )
+
+
+@pytest.mark.parametrize(
+    ("evidence", "reason"),
+    [
+        # the fast path: a closed connection is a dead process, no grace of any kind
+        (_ev(closed=True, own=0.1, leading=0.1, silent=0.0), Reason.PROCESS_DEAD),
+        (_ev(closed=True, own=None), Reason.PROCESS_DEAD),
+        # the controller's own ZooKeeper connection down, or just back: no leave counts
+        (_ev(own=None), None),
+        (_ev(own=GRACE - 0.1), None),
+        # without liveness connections the session decides
+        (_ev(liveness=False), Reason.SESSION),
+        (_ev(liveness=False, leading=0.1), Reason.SESSION),
+        # a loaded machine: the session lapsed, the liveness connection still answers
+        (_ev(silent=0.0), None),
+        (_ev(silent=ANSWER - 0.1), None),
+        # both gone: lost
+        (_ev(silent=ANSWER), Reason.SILENT),
+        (_ev(silent=30.0), Reason.SILENT),
+        # a standby that just took over has heard nobody yet: a grace to connect
+        (_ev(leading=0.0), None),
+        (_ev(leading=GRACE - 0.1), None),
+        (_ev(leading=None), None),
+        (_ev(leading=GRACE), Reason.UNHEARD),
+        # ... but a task heard since and silent again is lost without waiting for it
+        (_ev(leading=1.0, silent=ANSWER + 0.5), Reason.SILENT),
+    ],
+)
+def test_the_verdict_table(evidence: Evidence, reason: Reason | None) -> None:
+    text, got = verdict(evidence, Bounds(grace=GRACE, answer_secs=ANSWER))
+    assert got is reason, text
+
+
+def _detector(**kw) -> FailureDetector:
+    d = FailureDetector(grace=GRACE, answer_secs=ANSWER, **kw)
+    d.observe(0.0, connected=True)
+    d.lead(0.0)
+    return d
+
+
+def _declared(out) -> dict[str, list[tuple[int, int, Reason]]]:
+    return {op: [(x.task, x.incarnation, x.reason) for x in lost] for op, lost in out.items()}
+
+
+def test_a_lapsed_session_while_the_task_beats_is_no_failure() -> None:
+    """The elastic-flights stall, replayed: ZooKeeper expired a live task's session
+    under load; it kept beating on its liveness connection, re-registered, and is not
+    declared."""
+    d = _detector()
+    for t in range(0, 60):
+        d.heard(12, 612, float(t))
+    d.left(12, "op", 612)  # session expired at 60.2
+    for now in (60.2, 61.0, 62.0, 63.5):
+        d.heard(12, 612, now - 0.5)  # beats still arrive (late, under load)
+        assert d.due(now, connected=True) == {}
+    d.joined(12, 700)  # re-registered: a new znode
+    assert d.due(100.0, connected=True) == {} and d.declared == frozenset()
+
+
+def test_both_gone_is_declared_once_with_its_reason() -> None:
+    d = _detector()
+    d.heard(7, 70, 59.0)  # last beat: then the process froze (or the network was cut)
+    d.left(7, "op", 70)  # its session ended at 63
+    # silent for ANSWER s and the session gone
+    assert _declared(d.due(63.0, connected=True)) == {"op": [(7, 70, Reason.SILENT)]}
+    assert d.declared == {7}
     d.left(7, "op", 70)  # the same loss seen again (a resync): not declared twice
-    assert d.due(15.0, connected=True) == {}
-    d.joined(7)  # Storm restarted it, empty
-    assert d.declared == frozenset()
-    d.left(7, "op", 70)  # and it can be lost again
-    assert d.due(16.0, connected=True) == {"op": [(7, 70)]}
+    assert d.due(70.0, connected=True) == {}
+
+
+def test_a_silent_task_is_declared_when_its_beats_stop() -> None:
+    d = _detector()
+    d.heard(7, 70, 60.0)
+    d.left(7, "op", 70)
+    assert d.due(62.0, connected=True) == {}  # heard 2 s ago: answers
+    assert _declared(d.due(64.5, connected=True)) == {"op": [(7, 70, Reason.SILENT)]}
+
+
+def test_a_closed_connection_is_declared_at_once_even_within_every_grace() -> None:
+    d = FailureDetector(grace=GRACE, answer_secs=ANSWER)
+    d.observe(100.0, connected=True)
+    d.lead(100.0)
+    d.heard(9, 90, 100.05)
+    d.closed(9, "op", 90)  # kill -9: the kernel closed the connection
+    assert _declared(d.due(100.1, connected=True)) == {"op": [(9, 90, Reason.PROCESS_DEAD)]}
+    assert d.declared_as(9, 90) and not d.declared_as(9, 91)
+
+
+def test_a_standby_that_takes_over_waits_for_each_task_to_connect() -> None:
+    d = FailureDetector(grace=GRACE, answer_secs=ANSWER)
+    d.observe(0.0, connected=True)  # standing by since 0: its connection is old
+    d.left(12, "op", 612)  # a live task's session lapses as the leader changes
+    d.left(5, "op", 50)  # a task that died with the old leader
+    d.lead(53.8)
+    assert d.due(54.7, connected=True) == {}  # the first look: nobody heard yet
+    d.heard(12, 612, 55.0)  # task 12 follows the new address and connects
+    assert d.due(58.0, connected=True) == {}
+    assert _declared(d.due(58.8, connected=True)) == {"op": [(5, 50, Reason.UNHEARD)]}
+    d.heard(12, 612, 60.0)
+    d.joined(12, 700)  # re-registered
+    assert d.due(70.0, connected=True) == {} and d.declared == {5}
 
 
 def test_tasks_back_within_the_grace_after_an_outage_are_no_failure() -> None:
-    d = FailureDetector(grace=3.0)
+    d = FailureDetector(grace=3.0, answer_secs=ANSWER, liveness=False)
+    d.lead(0.0)
     assert d.due(0.0, connected=True) == {}
     assert d.due(5.0, connected=False) == {}  # ZooKeeper away: every session may expire
     d.left(1, "op", 10)  # the resync after reconnecting misses tasks not re-registered yet
     d.left(2, "op", 20)
     assert d.due(20.0, connected=True) == {}  # reconnected now: grace starts
-    d.joined(1)  # re-registered
-    assert d.due(23.5, connected=True) == {"op": [(2, 20)]}  # 2 really is gone
+    d.joined(1, 11)  # re-registered
+    assert _declared(d.due(23.5, connected=True)) == {"op": [(2, 20, Reason.SESSION)]}
+
+
+def test_an_older_incarnations_news_says_nothing_of_a_newer_one() -> None:
+    d = _detector()
+    d.heard(4, 41, 60.0)  # re-registered as 41 and connected under it
+    d.closed(4, "op", 40)  # then its connection of 40 closes: not a death
+    d.left(4, "op", 40)
+    assert d.due(60.1, connected=True) == {}
+    d.left(3, "op", 30)
+    assert d.due(60.2, connected=True, live={3: 31}) == {}  # back under 31 already
+    assert d.declared == frozenset()
+
+
+def test_a_declared_task_is_usable_again_once_its_restart_is_recovered() -> None:
+    """After a declaration and a restart, ``elastorm migrate`` must accept the task: the
+    join of a newer znode, or the recovery of its ``TaskStarted``, forgets it."""
+    d = _detector()
+    d.closed(4, "op", 40)
+    assert d.due(60.0, connected=True) and d.declared == {4}
+    d.joined(4, 40)  # a late view of the old znode: still declared
+    assert d.declared == {4}
+    d.joined(4, 44)
+    assert d.declared == frozenset()
+    d.closed(4, "op", 44)
+    assert d.due(90.0, connected=True) and d.declared == {4}
+    d.forget(4)  # its new incarnation reported TaskStarted; recovered
+    assert d.declared == frozenset()
+    d.left(4, "op", 44)  # and it can be lost again
+    assert d.due(95.0, connected=True) and d.declared == {4}
 
 
 def test_several_operators_are_declared_together() -> None:
-    d = FailureDetector(grace=0.0)
+    d = _detector(liveness=False)
     d.left(5, "op2", 50)
     d.left(9, "op3", 90)
     d.left(4, "op2", 40)
-    assert d.due(1.0, connected=True) == {"op2": [(4, 40), (5, 50)], "op3": [(9, 90)]}
+    assert _declared(d.due(60.0, connected=True)) == {
+        "op2": [(4, 40, Reason.SESSION), (5, 50, Reason.SESSION)],
+        "op3": [(9, 90, Reason.SESSION)],
+    }
 
 
 # -- the controller bolt --------------------------------------------------------------

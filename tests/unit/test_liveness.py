@@ -90,3 +90,40 @@ def test_a_malformed_hello_is_counted_and_dropped(server) -> None:
     assert drops == []
     with pytest.raises(ValueError):
         parse_hello(b"11\n")
+
+
+def test_a_connected_task_beats_so_the_controller_hears_it_alive(server, monkeypatch) -> None:
+    """A beat every ``RECHECK_SECS``: the controller tells a task whose ZooKeeper session
+    lapsed while it lives (still heard) from one that is frozen or cut off (silent)."""
+    monkeypatch.setattr(liveness, "RECHECK_SECS", 0.05)
+    srv, _, _ = server
+    LivenessClient(
+        13, address=lambda: srv.address, incarnation=lambda: 8, on_fenced=lambda: None
+    ).start()
+    wait(lambda: srv.connected(13, 8))
+    first = srv.heard()[13]
+    wait(lambda: srv.heard()[13][1] > first[1])
+    assert srv.heard()[13][0] == 8
+
+
+def test_a_client_moves_to_the_address_a_new_leader_publishes(server, monkeypatch) -> None:
+    """After a takeover the new leader publishes its own address; a task connected to
+    the old one (which may live on, deposed) moves to it within ``RECHECK_SECS``."""
+    monkeypatch.setattr(liveness, "RECHECK_SECS", 0.05)
+    old, old_drops, _ = server
+    new = LivenessServer("127.0.0.1", on_drop=lambda t, i: None, fenced=lambda t, i: False)
+    new.start()
+    try:
+        address = [old.address]
+        LivenessClient(
+            14, address=lambda: address[0], incarnation=lambda: 3, on_fenced=lambda: None
+        ).start()
+        wait(lambda: old.connected(14, 3))
+        address[0] = None  # ZooKeeper does not answer: stay where it is
+        time.sleep(0.2)
+        assert old.connected(14, 3)
+        address[0] = new.address
+        wait(lambda: new.connected(14, 3))
+        wait(lambda: old_drops == [(14, 3)])
+    finally:
+        new.close()

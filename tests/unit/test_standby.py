@@ -13,6 +13,7 @@ import pytest
 from streamparse import Grouping
 from test_failures import make_controller
 
+from elastorm.controller.failures import Reason
 from elastorm.controller.standby import (
     Leadership,
     Restarted,
@@ -26,7 +27,7 @@ from elastorm.core.actions import CheckpointStored, TaskStarted, encode_report
 from elastorm.core.messages import Migrate
 from elastorm.storm.elastic import REPORTS
 from elastorm.zk.codec import LeaderInfo, decode_leader, encode_leader
-from elastorm.zk.view import TaskLeft
+from elastorm.zk.view import TaskJoined, TaskLeft
 
 # -- the role, sans-IO ---------------------------------------------------------------
 
@@ -132,7 +133,7 @@ def _report(task: int, report) -> SimpleNamespace:
     return SimpleNamespace(stream=REPORTS, task=task, values=[json.dumps(encode_report(report))])
 
 
-def test_a_standby_decides_writes_and_listens_to_nothing_until_it_leads(standby) -> None:
+def test_a_standby_decides_writes_and_listens_to_nothing_until_it_leads(standby, caplog) -> None:
     bolt, runtime, sent, fenced = standby
     control = _checkpointed(bolt)
     lost = [g for g in range(6) if control.owner(g) == 11]
@@ -151,17 +152,46 @@ def test_a_standby_decides_writes_and_listens_to_nothing_until_it_leads(standby)
     assert bolt.detector.declared == frozenset() and bolt.liveness is None
     assert runtime.layout.liveness not in runtime.znodes
     assert bolt.leadership.role is Role.STANDBY
-    # The leader's znode goes: this task loads the decisions and leads. It declares
-    # task 11 lost at once (its connection has been up far longer than the grace),
-    # fences it and restores its groups on their holders.
+    # The leader's znode goes: this task loads the decisions and leads. Task 11 has
+    # not connected to it yet, so it gets the grace to (a live task whose session
+    # lapsed as the leader changed would connect and not be declared) ...
     runtime.loaded = True
     takeover = 100.0 + 10 * bolt.detector.grace + 0.5
     bolt.detect_failures(takeover)
+    assert fenced == [] and sent == []
+    # ... and once the grace is over, never heard, it is declared lost, fenced and its
+    # groups restored on their holders.
+    with caplog.at_level("ERROR", logger="elastorm.storm.controller_bolt"):
+        bolt.detect_failures(takeover + bolt.detector.grace)
     assert fenced == [(11, 5)]
+    assert any(Reason.UNHEARD.value in r.getMessage() for r in caplog.records)
     restores = {s.message.key_group for s in sent if isinstance(s.message, Migrate)}
     assert restores == set(lost) and lost
     assert runtime.znodes[runtime.layout.liveness] == bolt.liveness.address.encode()
     assert bolt.leadership.role is Role.LEADING
+
+
+def test_a_live_task_whose_session_lapses_at_the_takeover_is_not_declared(standby) -> None:
+    """The elastic-flights stall: the standby took over and, on its first look, declared
+    task 12 lost, whose session had lapsed under load while it lived. Now the task
+    connects to the new leader's liveness address and beats; it is not declared and
+    its znode comes back."""
+    bolt, runtime, sent, fenced = standby
+    _checkpointed(bolt)
+    bolt.detect_failures(100.0)
+    runtime.loaded = True
+    bolt.detect_failures(134.5)  # takes over: listens, publishes its address
+    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=5)]
+    beats = {11: (5, 135.0)}
+    bolt.liveness.heard = lambda: dict(beats)
+    for now in (135.4, 137.0, 139.0, 134.5 + 2 * bolt.detector.grace):
+        beats[11] = (5, now - 0.5)
+        bolt.detect_failures(now)
+    assert fenced == [] and sent == [] and bolt.detector.declared == frozenset()
+    runtime.watcher.events = [TaskJoined(task_id=11, operator="op", node_id="node1", incarnation=9)]
+    beats[11] = (9, 150.0)
+    bolt.detect_failures(150.5)
+    assert fenced == [] and bolt.detector.declared == frozenset()
 
 
 def test_a_successor_recovers_only_the_restarts_its_predecessor_never_handled(standby) -> None:

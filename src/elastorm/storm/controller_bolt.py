@@ -128,7 +128,11 @@ class MigrationControllerBolt(_Sending, Bolt):
         # start-up routing would restore the wrong groups); those reported before this
         # task led are in seen_restarts until it does.
         self.restarted: list[tuple[str, int]] = []
-        self.detector = FailureDetector(grace=config.zookeeper_session_secs + GRACE_MARGIN)
+        self.detector = FailureDetector(
+            grace=config.zookeeper_session_secs + GRACE_MARGIN,
+            answer_secs=config.zookeeper_session_secs,
+            liveness=config.controller.liveness_connections,
+        )
         self.recover_lost = config.controller.recover_lost
         self.tentative: frozenset[str] = frozenset()  # operators told their outputs are
         # The detector's thread and the bolt's own calls share the controllers.
@@ -174,7 +178,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         """Start acting, as a restarted controller would (the decisions are loaded):
         take the liveness connections and recover the restarted tasks the dead leader
         left unhandled. The tasks that died meanwhile are declared by the detector,
-        which watched their znodes all along."""
+        which watched their znodes all along, once each has had the grace to connect
+        here (``FailureDetector.lead``)."""
         if took.standby_since is not None:
             log.warning(
                 "controller task %d: leading now, after standing by for %.1f s",
@@ -182,8 +187,10 @@ class MigrationControllerBolt(_Sending, Bolt):
                 took.at - took.standby_since,
             )
         self.orphans = set(self.operators)
+        self.detector.lead(took.at)
         if self.config.controller.liveness_connections and self.liveness is None:
             self.liveness = self._listen(self.conf)
+            self.detector.liveness = self.liveness is not None
         for op, task in restarted_to_recover(self.seen_restarts, self.runtime.routing_epochs()):
             log.warning("controller: task %s of %s restarted unhandled; recovering it", task, op)
             self.restarted.append((op, task))
@@ -236,8 +243,11 @@ class MigrationControllerBolt(_Sending, Bolt):
                 log.warning("controller: task %s of %s is gone", event.task_id, event.operator)
                 self.detector.left(event.task_id, event.operator, event.incarnation)
             elif isinstance(event, TaskJoined):
-                self.detector.joined(event.task_id)
+                self.detector.joined(event.task_id, event.incarnation)
         live = self.runtime.watcher.incarnations()
+        if self.liveness is not None:
+            for task, (incarnation, at) in self.liveness.heard().items():
+                self.detector.heard(task, incarnation, at)
         while self.drops:
             task, incarnation = self.drops.popleft()
             op = self.operator_of.get(task)
@@ -245,26 +255,29 @@ class MigrationControllerBolt(_Sending, Bolt):
             if op is None or reconnected or live.get(task, incarnation) != incarnation:
                 continue  # not keyed, a blip, or an older incarnation's connection
             log.warning("controller: task %s of %s closed its liveness connection", task, op)
-            self.detector.left(task, op, incarnation)
+            self.detector.closed(task, op, incarnation)
         if not ready:
             return
-        for op, lost in self.detector.due(now, connected=self.runtime.client.connected).items():
-            # A new incarnation registered meanwhile: it is back (and started empty).
-            back = [t for t, inc in lost if live.get(t, inc) != inc]
-            lost = [(t, inc) for t, inc in lost if live.get(t, inc) == inc]
-            if back:
-                log.warning("controller: tasks %s of %s are back already", back, op)
-            if not lost:
-                continue
+        due = self.detector.due(now, connected=self.runtime.client.connected, live=live)
+        for op, lost in due.items():
+            for d in lost:
+                log.error(
+                    "controller: task %s of %s (zxid %s) declared lost: %s",
+                    d.task,
+                    op,
+                    d.incarnation,
+                    d.reason.value,
+                )
             if not self.recover_lost:
                 log.error(
-                    "controller: tasks %s of %s lost; waiting for Storm to restart them", lost, op
+                    "controller: tasks %s of %s lost; waiting for Storm to restart them",
+                    [d.task for d in lost],
+                    op,
                 )
                 continue
-            log.error("controller: tasks %s of %s lost; restoring their key groups", lost, op)
-            for task, incarnation in lost:
-                self.fence(op, task, incarnation)
-            self.recover(op, [t for t, _ in lost], rejoined=False)
+            for d in lost:
+                self.fence(op, d.task, d.incarnation)
+            self.recover(op, [d.task for d in lost], rejoined=False)
 
     def fence(self, op: str, task: int, incarnation: int) -> None:
         """Fence ``task``'s lost ``incarnation``: if that process is only cut off, it
@@ -326,6 +339,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         while self.restarted:
             op, task = self.restarted.pop(0)
             self.recover(op, [task], rejoined=True)
+            self.detector.forget(task)  # its new incarnation is usable again
 
     def recover(self, op: str, dead: list[int], *, rejoined: bool) -> None:
         """The ``dead`` tasks lost their state (declared lost, or restarted empty): carry

@@ -3,14 +3,20 @@ controller, and the kernel closes it the instant the process dies (kill -9, a cr
 worker, a killed supervisor), so the controller hears of the death at once instead of
 one ZooKeeper session timeout later.
 
-A host that dies or a network cut closes nothing on the other side: those are still
-found by the session timeout (``elastorm.zk.watcher``). A connection lost while the
+A host that dies, a frozen process or a network cut closes nothing on the other side:
+those are found by the session timeout (``elastorm.zk.watcher``), and declared only
+once the connection also stops answering: the task sends a beat every
+``RECHECK_SECS``, so a task whose session lapsed on a loaded machine while its beats
+still arrive is alive (``elastorm.controller.failures``). A connection lost while the
 task lives on is a blip if the task is back before the controller's next look (it
 reconnects at once); if the controller declared it lost meanwhile, the reconnecting
-task is told ``fenced`` and stops, as it would on finding its fence in ZooKeeper.
+task is told ``fenced`` and stops, as it would on finding its fence in ZooKeeper. A
+task follows the published address: when another controller takes over, it leaves
+the old one and connects to the new one within ``RECHECK_SECS``.
 
 Wire: the task sends one line, ``<task id> <incarnation>\\n`` (its znode's creation
-zxid); the controller answers only ``fenced\\n`` (then closes) or nothing.
+zxid), then ``BEAT`` every ``RECHECK_SECS``; the controller answers only
+``fenced\\n`` (then closes) or nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 FENCED = b"fenced\n"
+BEAT = b".\n"
 RETRY_SECS = 0.2  # between a task's attempts to (re)connect
 RECHECK_SECS = 1.0  # how often a connected task checks that its incarnation still holds
 
@@ -39,10 +46,11 @@ def parse_hello(line: bytes) -> tuple[int, int]:
 
 
 class LivenessServer:
-    """The controller's end: accepts one connection per task incarnation and calls
-    ``on_drop(task, incarnation)`` when one closes. ``fenced(task, incarnation)`` says
-    whether that incarnation was declared lost (it is then told so and turned away).
-    One thread per connection (a topology has tens of keyed tasks, not thousands)."""
+    """The controller's end: accepts one connection per task incarnation, notes when
+    each was last heard (:meth:`heard`) and calls ``on_drop(task, incarnation)`` when
+    one closes. ``fenced(task, incarnation)`` says whether that incarnation was declared
+    lost (it is then told so and turned away). One thread per connection (a topology
+    has tens of keyed tasks, not thousands)."""
 
     def __init__(
         self,
@@ -57,6 +65,7 @@ class LivenessServer:
         self._fenced = fenced
         self._lock = threading.Lock()
         self._open: dict[int, int] = {}  # task -> incarnation of its open connection
+        self._heard: dict[int, tuple[int, float]] = {}  # task -> (incarnation, last heard)
         self.malformed = 0
 
     def start(self) -> LivenessServer:
@@ -68,8 +77,17 @@ class LivenessServer:
         with self._lock:
             return self._open.get(task) == incarnation
 
+    def heard(self) -> dict[int, tuple[int, float]]:
+        """Task -> (incarnation, wall-clock time) of the last hello or beat heard."""
+        with self._lock:
+            return dict(self._heard)
+
     def close(self) -> None:
         self._sock.close()
+
+    def _hear(self, task: int, incarnation: int) -> None:
+        with self._lock:
+            self._heard[task] = (incarnation, time.time())
 
     def _accept(self) -> None:
         while True:
@@ -94,9 +112,10 @@ class LivenessServer:
                 return
             with self._lock:
                 self._open[task] = incarnation
+            self._hear(task, incarnation)
             try:
                 while conn.recv(64):
-                    pass  # a task sends nothing after its hello
+                    self._hear(task, incarnation)  # a beat
             except OSError:
                 pass
             with self._lock:
@@ -114,10 +133,11 @@ def _send(conn: socket.socket, data: bytes) -> None:
 
 
 class LivenessClient:
-    """A keyed task's end: keeps a connection to the controller's address (read anew
-    before every attempt: a restarted controller listens elsewhere) under its current
-    ``incarnation`` (``None`` until its znode exists), and calls ``on_fenced`` if the
-    controller says it was declared lost."""
+    """A keyed task's end: keeps a connection to the controller's address (looked at
+    anew every ``RECHECK_SECS``: a restarted controller, or a standby that took over,
+    listens elsewhere; ``address`` must not block, e.g. a watched znode's last value)
+    under its current ``incarnation`` (``None`` until its znode exists), beats on it,
+    and calls ``on_fenced`` if the controller says it was declared lost."""
 
     def __init__(
         self,
@@ -140,31 +160,42 @@ class LivenessClient:
     def _run(self) -> None:
         while True:
             try:
-                if self._session():
-                    return
+                ended = self._session()
             except Exception:  # never let detection kill the task; try again
                 log.exception("liveness: task %s", self.task)
-            time.sleep(RETRY_SECS)
+                ended = "error"
+            if ended == "fenced":
+                return
+            if ended != "moved":  # re-registered or a new controller: at once
+                time.sleep(RETRY_SECS)
 
-    def _session(self) -> bool:
-        """One connection, until it closes; True if the controller fenced us."""
+    def _session(self) -> str:
+        """One connection, until it closes: ``fenced`` (the controller said so),
+        ``moved`` (a new incarnation or a new controller address: connect anew at once)
+        or ``closed``."""
         incarnation = self._incarnation()
         address = self._address()
         if incarnation is None or not address:
-            return False
+            return "closed"
         host, port = address.rsplit(":", 1)
         try:
             conn = socket.create_connection((host, int(port)), timeout=2.0)
         except OSError:
-            return False
+            return "closed"
         with conn:
             conn.settimeout(RECHECK_SECS)
             conn.sendall(f"{self.task} {incarnation}\n".encode())
             reply = b""
-            while self._incarnation() == incarnation:  # re-registered: say so anew
+            while True:
                 try:
                     chunk = conn.recv(64)
                 except TimeoutError:
+                    try:
+                        conn.sendall(BEAT)  # first: nothing may delay a beat
+                    except OSError:
+                        break
+                    if self._moved(incarnation, address):
+                        return "moved"
                     continue
                 except OSError:
                     break
@@ -173,5 +204,13 @@ class LivenessClient:
                 reply += chunk
         if reply.startswith(FENCED):
             self._on_fenced()
+            return "fenced"
+        return "closed"
+
+    def _moved(self, incarnation: int, address: str) -> bool:
+        """Whether this task re-registered, or another controller publishes its address
+        now (``None``: ZooKeeper does not answer, so stay)."""
+        if self._incarnation() != incarnation:
             return True
-        return False
+        now = self._address()
+        return now is not None and now != address

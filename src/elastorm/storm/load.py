@@ -131,11 +131,27 @@ def start_liveness(publisher, task: int):
     the incarnation ``publisher`` registered; a ``fenced`` answer fences the publisher
     (the task then stops, ``KeyedOperator.stop_if_fenced``)."""
     from elastorm.storm.liveness import LivenessClient
-    from elastorm.zk.requests import read_liveness
+    from elastorm.zk.requests import ZK_ERRORS
+
+    # The published address, kept by a watch (set on the client's own thread, once
+    # ZooKeeper answers): the client looks at it every second and must not wait for
+    # ZooKeeper to do so (a beat waits behind it).
+    published: dict[str, str | None] = {}
+
+    def on_address(data, _stat) -> None:
+        published["address"] = data.decode() if data else None
+
+    def address() -> str | None:
+        if not published:
+            try:
+                publisher.client.DataWatch(publisher.layout.liveness, on_address)
+            except ZK_ERRORS:
+                return None
+        return published.get("address")
 
     return LivenessClient(
         task,
-        address=lambda: read_liveness(publisher.client, publisher.layout),
+        address=address,
         incarnation=lambda: publisher.incarnation,
         on_fenced=lambda: publisher.fence("declared lost while its liveness connection was down"),
     ).start()

@@ -288,16 +288,6 @@ def write_liveness(client: KazooClient, layout: ZnodeLayout, address: str) -> No
     write_znode(client, layout.liveness, address.encode())
 
 
-def read_liveness(client: KazooClient, layout: ZnodeLayout) -> str | None:
-    """The controller's liveness address, or ``None`` if none is published or ZooKeeper
-    does not answer (the caller tries again)."""
-    try:
-        data, _ = client.get(layout.liveness)
-    except (*ZK_ERRORS, NoNodeError):
-        return None
-    return data.decode() or None
-
-
 START_DEADLINE = 20.0
 """Seconds a keyed task keeps trying ZooKeeper at start before it gives up (and dies,
 so Storm restarts it); below Storm's 30 s subprocess heartbeat timeout."""
