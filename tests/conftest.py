@@ -26,3 +26,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def emitter_first_start():
+    """Emitters start without ZooKeeper: every ``emitter_start`` is a first start
+    (module-scoped, so Hypothesis tests in the module may use it)."""
+    import elastorm.zk.replay
+    from elastorm.zk.replay import EmitterStart
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            elastorm.zk.replay,
+            "emitter_start",
+            lambda *a: EmitterStart(incarnation=1, routing={}, point=None),
+        )
+        yield

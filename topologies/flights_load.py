@@ -37,6 +37,7 @@ class FlightsLoadTopology(ElasticTopology):
             key_groups=16,
             checkpoint_interval_secs=2,
             initial_nodes={"op2": [0, 1, 2], "op3": [0, 1, 2], "op4": [3]},
+            sources_at_most_once=["generator"],  # a load generator: no replay, no guarantee
             external_load={"node0": 0.8, "node1": 0.8, "node2": 0.8},
             controller=ControllerConfig(
                 adapt=True,

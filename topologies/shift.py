@@ -38,6 +38,7 @@ class ShiftTopology(ElasticTopology):
             key_groups=10,
             checkpoint_interval_secs=2,
             initial_nodes={"op1": [1], "op2": [2]},
+            sources_at_most_once=["generator"],  # a load generator: no replay, no guarantee
             external_load={"node0": 0.7, "node2": 0.7},
             controller=ControllerConfig(
                 adapt=True,

@@ -26,7 +26,8 @@ KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=3)  # owner, holder, a 
 
 
 class SyntheticTopology(ElasticTopology):
-    config = topology_config(TopologyConfig(), SyntheticOptions())
+    # A benchmark's generator: no replay, no guarantee (elastorm.sources.at_most_once).
+    config = topology_config(TopologyConfig(sources_at_most_once=["generator"]), SyntheticOptions())
 
     generator = SyntheticSpout.spec(par=1)
     emitter = SyntheticEmitter.spec(inputs={generator: Grouping.SHUFFLE}, par=1)

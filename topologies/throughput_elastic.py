@@ -17,7 +17,13 @@ from spouts.throughput import ThroughputSpout
 
 
 class ThroughputElastic(ElasticTopology):
-    config = topology_config(TopologyConfig(initial_nodes={"counter": [0]}), ThroughputOptions())
+    config = topology_config(
+        TopologyConfig(
+            initial_nodes={"counter": [0]},
+            sources_at_most_once=["spout"],  # a benchmark's load: no replay, no guarantee
+        ),
+        ThroughputOptions(),
+    )
 
     spout = ThroughputSpout.spec(par=1)
     counter = KeyedCounter.spec(inputs={spout: keyed("key")}, par=2)

@@ -16,7 +16,11 @@ from spouts.throughput import ThroughputSpout
 
 class ThroughputElasticJson(ElasticTopology):
     config = topology_config(
-        TopologyConfig(initial_nodes={"counter": [0]}, multilang_encoding="json"),
+        TopologyConfig(
+            initial_nodes={"counter": [0]},
+            multilang_encoding="json",
+            sources_at_most_once=["spout"],  # a benchmark's load: no replay, no guarantee
+        ),
         ThroughputOptions(),
     )
 

@@ -5,7 +5,10 @@ What a user imports (``from elastorm import ...``):
 * :class:`KeyedBolt`, :class:`ValueState`, :class:`MapState`: a keyed bolt and its
   per-key states (``elastorm.storm.keyed_bolt``, ``elastorm.core.keyed_state``);
 * :class:`ElasticTopology`, :func:`keyed`: a streamparse topology whose keyed inputs
-  elastorm wires (``elastorm.storm.topology``).
+  elastorm wires (``elastorm.storm.topology``);
+* :class:`GeneratedSpout`, :class:`LinesSpout`, :class:`ReplayableSpout`: sources with
+  a position and a replay from it, which a spout feeding a keyed bolt must be
+  (``elastorm.storm.sources``, ``elastorm.storm.replay``).
 
 Layers, bottom to top (imports point down only; the ``layers`` contract of
 import-linter in ``pyproject.toml`` checks it in CI): ``core`` (sans-IO: key groups,
@@ -27,6 +30,9 @@ _PUBLIC = {
     "KeyedBolt": "elastorm.storm.keyed_bolt",
     "ElasticTopology": "elastorm.storm.topology",
     "keyed": "elastorm.storm.topology",
+    "GeneratedSpout": "elastorm.storm.sources",
+    "LinesSpout": "elastorm.storm.sources",
+    "ReplayableSpout": "elastorm.storm.replay",
     "ValueState": "elastorm.core.keyed_state",
     "MapState": "elastorm.core.keyed_state",
 }

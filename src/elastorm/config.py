@@ -741,6 +741,14 @@ class TopologyConfig(Section):
         "link (a stream declared with `linked_fields`, subscribed with `by_task()`), "
         "and that emitter; set by ElasticTopology",
     )  # fmt: skip
+    sources_at_most_once: tuple[str, ...] = option(
+        "elastorm.sources.at_most_once", NAMES, (),
+        "spouts allowed to feed keyed operators although they cannot replay: NO GUARANTEE "
+        "for their data (a crash of the spout, of its router or emitter, or a lost tuple "
+        "loses it for good: at most once); set it knowingly. Any other spout that feeds a "
+        "keyed operator must replay from a position (`ReplayableSpout`, `LinesSpout`, "
+        "`GeneratedSpout`) or the topology is refused at submit",
+    )  # fmt: skip
     zookeeper_hosts: str | None = option(
         "elastorm.zookeeper.hosts", STR, None,
         "`host:port,...` of elastorm's own ZooKeeper (unset: Storm's)",

@@ -17,6 +17,8 @@ from elastorm.storm.elastic import (
     to_wire,
 )
 
+pytestmark = pytest.mark.usefixtures("emitter_first_start")
+
 CONTEXT = {
     "taskid": 1,
     "componentid": "emitter",

@@ -9,6 +9,7 @@ data tuples, with a fake clock that only its pauses advance.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pytest import approx
@@ -17,6 +18,8 @@ from elastorm.core.holdback import Admission, HoldBack
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import CheckpointRequest, Data, Trim
 from elastorm.storm.elastic import HOLD_BACK_SECS, STREAM, KeyedEmitting, to_wire
+
+pytestmark = pytest.mark.usefixtures("emitter_first_start")
 
 CONTEXT = {"taskid": 1, "componentid": "router", "task->component": {"1": "router", "20": "op"}}
 

@@ -9,7 +9,7 @@ from streamparse import Bolt, Grouping, Spout, Stream
 from streamparse.dsl.topology import TopologyType
 
 import elastorm.zk.requests
-from elastorm import ElasticTopology, KeyedBolt, MapState, ValueState, keyed
+from elastorm import ElasticTopology, GeneratedSpout, KeyedBolt, MapState, ValueState, keyed
 from elastorm.core.keyed_state import KeyState, StateAccessError
 from elastorm.core.messages import Data, DataTuple
 from elastorm.core.routing import RoutingTable
@@ -20,8 +20,8 @@ from elastorm.storm.replay import REWIND, REWIND_STREAM, ReplayableSpout, linked
 from elastorm.storm.topology import WiringError
 
 
-class Words(Spout):
-    outputs = ["word", "n"]
+class Words(GeneratedSpout):
+    fields = ["word", "n"]
 
 
 class Sink(Bolt):
@@ -190,7 +190,7 @@ def test_wiring_adds_router_relay_controller_and_direct_streams() -> None:
     assert set(inputs("controller")) == {("counts", "elastorm_reports")}
     assert bolts["counts_router"].common.parallelism_hint == 2
     assert topology.config["elastorm.operators"] == {"counts": ["counts_router"]}
-    assert '"elastorm.router.keys": {"words:default": 0}' in bolts["counts_router"].common.json_conf
+    assert '"elastorm.router.keys": {"words:default": 1}' in bolts["counts_router"].common.json_conf
     assert topology.config["elastorm.key_groups"] == 12
 
 
@@ -260,6 +260,7 @@ def test_a_bad_elastorm_option_fails_when_the_topology_is_declared() -> None:
             counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
 
 
+@pytest.mark.usefixtures("emitter_first_start")
 def test_router_sends_each_tuple_to_its_key_groups_owner(monkeypatch) -> None:
     router = KeyRouter(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
     sent = []

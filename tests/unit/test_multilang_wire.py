@@ -217,6 +217,6 @@ def test_a_missing_msgpack_is_a_clear_error_at_submit_and_at_start(monkeypatch) 
             counts = Count.spec(inputs={words: keyed("word")}, par=2)
 
     class JsonJob(ElasticTopology):
-        config = TopologyConfig.overrides(multilang_encoding="json")
+        config = TopologyConfig.overrides(multilang_encoding="json", sources_at_most_once=["words"])
         words = Words.spec()
         counts = Count.spec(inputs={words: keyed("word")}, par=2)

@@ -102,6 +102,30 @@ class Links:
         return self._sent[i], self.tasks[i]
 
 
+def emitter_source(component: str, task: int, incarnation: int, *, replayed: bool) -> str:
+    """The source name an emitter numbers its tuples under (receivers de-duplicate by
+    it, ``KeyGroupState.admission``).
+
+    An emitter that recovers by replay keeps ``component:task`` across restarts: its
+    output is a function of its inputs, so the replay numbers every tuple as before
+    and receivers drop what they already applied. One that cannot replay restarts
+    empty: under its old name its new tuples (1, 2, ...) would sit at or below the old
+    watermark and be dropped as duplicates, silently. So each of its incarnations after
+    the first numbers under a name of its own, ``component:task@n``, from 1.
+
+    >>> emitter_source("words_router", 5, 1, replayed=False)
+    'words_router:5'
+    >>> emitter_source("words_router", 5, 3, replayed=False)
+    'words_router:5@3'
+    >>> emitter_source("words_router", 5, 3, replayed=True)
+    'words_router:5'
+    """
+    if incarnation < 1:
+        raise ValueError(f"incarnation must be >= 1, got {incarnation}")
+    name = f"{component}:{task}"
+    return name if replayed or incarnation == 1 else f"{name}@{incarnation}"
+
+
 def replay_start(points: Iterable[RestartPoint | None], upstream: str) -> int:
     """Where ``upstream`` (a replayable source) starts so that every emitter it feeds
     gets what it needs: the smallest start over their restart points; 0 if any

@@ -66,7 +66,7 @@ from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.migration.pause import PauseMeter
 from elastorm.core.migration.table import TRANSITIONS, Phase
-from elastorm.core.replay import ReplayTracker, RestartPoint
+from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
 from elastorm.storm.load import (
@@ -225,29 +225,33 @@ class KeyedEmitting(_Sending):
         if not operators:
             raise ValueError(f"{OPERATORS_KEY} names no keyed operator fed by {component}")
         sources = config.replay_sources.get(component, ())
-        start = None
-        if sources:
-            from elastorm.zk.replay import emitter_start
+        from elastorm.zk.replay import emitter_start
 
-            start = emitter_start(conf, component, task, operators, sources)
-        point = start.point if start and start.point else RestartPoint()
+        # Every start is counted: a restart reads the routing tables in force, and an
+        # emitter that cannot replay numbers under a new source name (emitter_source).
+        start = emitter_start(conf, component, task, operators, sources)
+        point = start.point if sources and start.point else RestartPoint()
+        source = emitter_source(component, task, start.incarnation, replayed=bool(sources))
+        if start.incarnation > 1 and not sources:
+            log.warning(
+                "emitter task %s restarted (incarnation %d) with nothing to replay from: "
+                "numbering as %s; what it had not sent before is lost (at most once)",
+                task, start.incarnation, source,
+            )  # fmt: skip
         self.emitters: dict[str, Emitter] = {}
         self._operator_of: dict[int, str] = {}
         for op in operators:
             tasks = tasks_of(context, op)
             self._operator_of.update(dict.fromkeys(tasks, op))
-            routing = start.routing.get(op) if start else None
-            # The source name must survive restarts: receivers de-duplicate by it.
-            routing = routing or initial_routing(config, op, tasks)
+            routing = start.routing.get(op) or initial_routing(config, op, tasks)
             emitter = self.emitters[op] = Emitter(
                 task=task,
                 routing=routing,
-                source=f"{component}:{task}",
+                source=source,
                 request_at=checkpoint_request_at(config.max_buffered, routing.num_key_groups),
                 probe_after=config.resend_after_secs,
             )
             resumed = point.counters.get(op, {})
-            source = emitter.source
             emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
         self._first = operators[0]
         self.emitter = self.emitters[self._first]
@@ -266,7 +270,7 @@ class KeyedEmitting(_Sending):
         self.replay: ReplayTracker | None = None
         self.resumed_state = point.state  # the bolt's own part of its restart point
         self._linked_sources: frozenset[str] = frozenset()
-        if start is not None:
+        if sources:
             restarted = start.incarnation > 1
             token = f"{task}#{start.incarnation}"
             self.replay = ReplayTracker(

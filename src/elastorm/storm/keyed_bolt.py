@@ -210,7 +210,10 @@ class KeyRouter(KeyedEmitting, Bolt):
     """Routes the tuples of plain upstreams to a keyed bolt's key-group owners.
 
     Its component conf (``elastorm.router.keys``) names the key field of each input
-    stream; the tuple's values travel as the data message's value.
+    stream; the tuple's values travel as the data message's value. Fed by a
+    replayable spout, it recovers by replay like a hand-written emitter
+    (``elastorm.core.replay``): the wiring subscribes it to the spout's rewind stream
+    and records it in ``elastorm.replay_sources``.
     """
 
     outputs = [MESSAGE_STREAM]
@@ -230,6 +233,9 @@ class KeyRouter(KeyedEmitting, Bolt):
             except (ValueError, MigrationProtocolError) as exc:
                 log.error("router: bad control tuple from task %s: %s", tup.task, exc)
             return
+        tup = self.replay_admit(tup)  # behind a replayable spout: rewinds, replays
+        if tup is None:
+            return
         index = self.key_index.get(f"{tup.component}:{tup.stream}")
         if index is None or index >= len(tup.values):
             log.error(
@@ -240,6 +246,7 @@ class KeyRouter(KeyedEmitting, Bolt):
             )
             return
         self.emit_keyed(str(tup.values[index]), tup.values, time.time())
+        self.replay_done()
 
     def process_tick(self, tup):
         self.tick_emitting()

@@ -32,6 +32,7 @@ from typing import Any
 
 from streamparse import Grouping, JavaBolt, Topology
 from streamparse.dsl.component import ComponentSpec
+from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
 from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
@@ -156,6 +157,83 @@ def _replayable_inputs(
     return sources
 
 
+def _emitters_of(operators: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
+    """``[(emitter, [keyed operators it feeds]), ...]`` by name, from ``{keyed operator:
+    [emitters]}``."""
+    out: dict[str, list[str]] = {}
+    for op, emitters in sorted(operators.items()):
+        for name in emitters:
+            out.setdefault(name, []).append(op)
+    return sorted(out.items())
+
+
+def _unreplayed(
+    specs: dict[str, ComponentSpec], emitter: ComponentSpec, replayed: list[str]
+) -> list[tuple[str, str | None]]:
+    """The spouts whose tuples reach ``emitter`` without a replay behind them, each with
+    the first plain bolt they pass (None: they feed it directly). A replayable spout
+    feeding it directly is covered (``replayed``); through a plain bolt it is not (what
+    the bolt holds when it crashes is lost). Upstream keyed operators and emitters are
+    elastorm's to recover. O(components)."""
+    found: list[tuple[str, str | None]] = []
+    seen: set[str] = set()
+    stack: list[tuple[ComponentSpec, str | None]] = [(emitter, None)]
+    while stack:
+        spec, via = stack.pop()
+        for stream_id in spec.inputs:
+            upstream = _component(stream_id)
+            if isinstance(upstream, str):
+                upstream = specs.get(upstream)
+            if (
+                upstream is None
+                or stream_id.streamId == REWIND_STREAM
+                or _is(upstream, KeyedOperator)
+                or _is(upstream, KeyedEmitting)
+            ):
+                continue
+            if isinstance(upstream, JavaSpoutSpec | ShellSpoutSpec):
+                if via is not None or upstream.name not in replayed:
+                    found.append((upstream.name, via))
+            elif upstream.name not in seen:
+                seen.add(upstream.name)
+                stack.append((upstream, via or upstream.name))
+    return found
+
+
+def _refuse_unreplayable(
+    classname: str,
+    specs: dict[str, ComponentSpec],
+    emitters: dict[str, tuple[ComponentSpec, list[str]]],
+    replay_sources: dict[str, list[str]],
+    at_most_once: tuple[str, ...],
+) -> None:
+    """Refuse, in one line, a topology in which a spout feeds a keyed operator without
+    a replay and without the explicit ``elastorm.sources.at_most_once`` opt-out (its
+    data would be lost silently when a router or an emitter restarts). O(components)."""
+    option = TopologyConfig.key("sources_at_most_once")
+    spouts = {n for n, s in specs.items() if isinstance(s, JavaSpoutSpec | ShellSpoutSpec)}
+    stray = sorted(set(at_most_once) - spouts)
+    if stray:
+        raise WiringError(f"{classname}: {option} names {stray}, not spouts of this topology")
+    offenders: dict[str, str] = {}
+    for name, (emitter, ops) in emitters.items():
+        for spout, via in _unreplayed(specs, emitter, replay_sources.get(name, [])):
+            if spout not in at_most_once and spout not in offenders:
+                through = f" through plain bolt {via!r}" if via else ""
+                bolts = ", ".join(repr(op) for op in ops)
+                offenders[spout] = f"spout {spout!r} feeds keyed bolt {bolts}{through}"
+    if not offenders:
+        return
+    raise WiringError(
+        f"{classname}: {'; '.join(offenders.values())} and cannot replay there, so a "
+        "crash would lose its tuples silently; fix: make it replayable "
+        "(subclass elastorm.ReplayableSpout, or use "
+        "elastorm.LinesSpout / elastorm.GeneratedSpout) subscribed directly by keyed() or "
+        "by an emitter, or accept the loss knowingly with config "
+        f"{{{option!r}: {sorted(offenders)!r}}} (no guarantee: at most once)"
+    )
+
+
 def wire(classname: str, class_dict: dict[str, Any]) -> None:
     """Add routers, relay, controller, direct streams and conf to ``class_dict``."""
     specs: dict[str, ComponentSpec] = {}
@@ -244,13 +322,23 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         spec.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
     replay_sources: dict[str, list[str]] = {}
     replay_links: dict[str, str] = {}
-    for name in sorted({e for es in operators.values() for e in es} - added.keys()):
-        specs[name].inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
-        specs[name].inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
-        sources = _replayable_inputs(specs, specs[name], replay_links)
+    for name in sorted({e for es in operators.values() for e in es}):
+        emitter = added.get(name)
+        if emitter is None:  # a hand-written emitter (a router has these streams already)
+            emitter = specs[name]
+            emitter.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
+            emitter.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
+        sources = _replayable_inputs(specs, emitter, replay_links)
         if sources:
             replay_sources[name] = sources
     config = dict(class_dict.get("config") or {})
+    _refuse_unreplayable(
+        classname,
+        specs,
+        {name: (added.get(name) or specs[name], ops) for name, ops in _emitters_of(operators)},
+        replay_sources,
+        _checked(classname, config).sources_at_most_once,
+    )
     widest = max(s.par if isinstance(s.par, int) else 1 for s in keyed_specs)
     added[RELAY_COMPONENT] = JavaBolt.spec(
         name=RELAY_COMPONENT,

@@ -1,7 +1,6 @@
 import random
-import time
 
-from streamparse import Spout
+from elastorm import GeneratedSpout
 
 VOCABULARY = "storm stream state key group checkpoint migrate elastic python bolt".split()
 
@@ -12,18 +11,16 @@ def words(n=4000, seed=13):
     return [rng.choice(VOCABULARY) for _ in range(n)]
 
 
-class Words(Spout):
-    """words() at about 100 a second (some 40 s), then nothing."""
+WORDS = words()
 
-    outputs = ["word"]
 
-    def initialize(self, conf, context):
-        self.stream = iter(words())
+class Words(GeneratedSpout):
+    """words() at about 100 a second (some 40 s), then nothing. Each tuple is
+    [position, word]: word number `position` is the same every time, so elastorm
+    can replay the stream from any position after a crash."""
 
-    def next_tuple(self):
-        word = next(self.stream, None)
-        if word is None:
-            time.sleep(0.1)
-            return
-        time.sleep(0.01)
-        self.emit([word])
+    fields = ["word"]
+    rate = 100
+
+    def generate(self, position):
+        return [WORDS[position]] if position < len(WORDS) else None

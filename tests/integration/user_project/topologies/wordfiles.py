@@ -1,0 +1,13 @@
+from bolts.sink import Sink
+from bolts.wordcount import CountWords
+from spouts.lines import WordLines
+from streamparse import Grouping
+
+from elastorm import ElasticTopology, keyed
+
+
+class WordFiles(ElasticTopology):
+    config = {"elastorm.key_groups": 12, "elastorm.checkpoint_interval_secs": 1}
+    words = WordLines.spec()
+    counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
+    sink = Sink.spec(inputs={counts: Grouping.SHUFFLE})
