@@ -12,7 +12,8 @@ local directory and on HDFS:
 
 Backends: ``elastorm.durable.local`` (``file://``, the default) and
 ``elastorm.durable.webhdfs`` (``hdfs://`` / ``webhdfs://``), each exposing
-``open_store(uri: str) -> DurableStore``; :func:`open_store` picks one by scheme.
+``open_store(uri: str) -> DurableStore`` (``uri`` is the topology's root, as made by
+:func:`resolve_uri`); :func:`open_store` picks one by scheme.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class StoreError(OSError):
 
 @runtime_checkable
 class DurableStore(Protocol):
-    """Whole files under relative paths (``topology/operator/g0003/base-...``).
+    """Whole files under relative paths (``operator/g00003/base-...``) below the URI's root.
 
     Paths are relative, ``/``-separated, with no empty, ``.`` or ``..`` segment;
     parent directories are created as needed. Names starting with ``.`` are reserved
@@ -71,6 +72,18 @@ def check_path(path: str) -> str:
     if not path or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"bad store path {path!r}: relative, '/'-separated, no empty/./.. parts")
     return path
+
+
+def resolve_uri(uri: str, *, home: str, topology: str) -> str | None:
+    """The store a topology writes to (its own directory under ``uri``): ``None`` for
+    ``none`` (no durable tier); a bare ``file://`` means ``file://<home>/durable``
+    (``home`` absolute). ``resolve_uri("hdfs://nn:9870/elastorm", home=..., topology="t")``
+    is ``hdfs://nn:9870/elastorm/t``."""
+    if uri == "none":
+        return None
+    if uri == "file://":
+        uri = f"file://{home.rstrip('/')}/durable"
+    return f"{uri.rstrip('/')}/{check_path(topology)}"
 
 
 def open_store(uri: str) -> DurableStore:
