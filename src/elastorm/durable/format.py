@@ -1,4 +1,4 @@
-"""The durable checkpoint format (Kwon et al. 2008's checkpoints in a DFS): sans-IO, bytes in and out.
+"""The durable checkpoint format (Kwon et al. 2008: checkpoints in a DFS): sans-IO, bytes only.
 
 Per (topology, operator, key group) one directory, ``<operator>/g<group>`` in the
 topology's store (``elastorm.durable.store.resolve_uri``),
