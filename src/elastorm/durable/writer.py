@@ -254,7 +254,7 @@ class DurableWriter:
 
     def _write_until_done(self, item: _Pending, track: _GroupTrack) -> None:
         """Write ``item``, retrying with backoff until it is written or cannot be."""
-        backoff = 0.5
+        backoff = min(0.5, self.retry_max_secs)
         while True:
             try:
                 self._write(item, track)
