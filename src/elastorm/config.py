@@ -637,7 +637,8 @@ class DurableConfig(Section):
     )  # fmt: skip
     compact_bytes: int = option(
         p + "compact_bytes", INT, 64 << 20,
-        "... or after its deltas reach this many bytes",
+        "a key group's next durable checkpoint is a new base once its deltas since the "
+        "last base reach this many bytes",
         check=at_least(1),
     )  # fmt: skip
     retain: int = option(
@@ -651,10 +652,6 @@ class DurableConfig(Section):
         "a failed write is retried, in order, after 0.5 s doubling up to this",
         check=above(0),
     )  # fmt: skip
-
-    @property
-    def enabled(self) -> bool:
-        return self.uri != "none"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -217,6 +217,7 @@ def test_the_lazy_move_places_the_checkpoint_on_its_target_then_runs_cpa() -> No
     and cannot take load). Without the lazy move the loop goes direct; with it, it
     makes node1 the holder first (a ``SetHolder`` to the owner, whose next checkpoint
     is full), waits for that checkpoint, then moves by CPA."""
+
     def loop_with(lazy: bool):
         return make_loop(
             warmup_secs=0,

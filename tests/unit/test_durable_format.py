@@ -220,7 +220,7 @@ def test_resolve_uri_and_options():
     assert set(BACKENDS) == set(DURABLE_SCHEMES)
     config = TopologyConfig.from_conf({"elastorm.durable.every": "3"})
     assert config.durable.every == 3 and config.durable.uri == "file://"
-    assert not TopologyConfig.from_conf({"elastorm.durable.uri": "none"}).durable.enabled
+    assert TopologyConfig.from_conf({"elastorm.durable.uri": "none"}).durable.uri == "none"
     with pytest.raises(ConfigError, match="elastorm.durable.uri"):
         TopologyConfig.from_conf({"elastorm.durable.uri": "s3://bucket"})
     with pytest.raises(ConfigError, match="did you mean elastorm.durable.every"):

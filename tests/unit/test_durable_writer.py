@@ -138,3 +138,28 @@ def test_a_new_process_continues_the_stored_chain(store):
     wait_until(second.drained)
     assert load_latest(store, OP, 3).copy.entries == {"a": 3}
     second.close()
+
+
+def test_a_keyed_task_hands_every_checkpoint_it_sends_to_the_writer(store):
+    """The Storm adapter's side: a ``Send`` of a checkpoint also goes to the durable writer
+    (``KeyedOperator.perform``), and the lag reaches the counters file."""
+    from elastorm.core.migration.coordinator import TaskCoordinator
+    from elastorm.storm.elastic import KeyedOperator
+
+    bolt = object.__new__(KeyedOperator)  # no Storm: only what perform uses
+    sent = []
+    bolt.send = sent.append
+    bolt._component = OP
+    bolt.durable = DurableWriter(store)
+    bolt.coordinator = TaskCoordinator(
+        task=7, num_key_groups=8, upstreams=[1], owned=[3], holders={3: 9}
+    )
+    for value in (1, 2, 4):
+        bolt.coordinator.state(3).update("a", value)
+        bolt.perform(bolt.coordinator.checkpoint(3))
+    assert [s.to_task for s in sent] == [9, 9, 9]  # the holder still gets each one
+    wait_until(bolt.durable.drained)
+    assert load_latest(store, OP, 3).copy.entries == {"a": 7}
+    health = bolt.durable_health()
+    assert health["writes"] == 3 and health["lag"] == {"3": [0, 0.0]}
+    bolt.durable.close()

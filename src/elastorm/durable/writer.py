@@ -24,6 +24,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from elastorm.config import DurableConfig
 from elastorm.core.messages import CheckpointDelta
 from elastorm.durable.format import (
     Manifest,
@@ -39,7 +40,7 @@ from elastorm.durable.format import (
     to_delete,
 )
 from elastorm.durable.restore import load_latest, read_set
-from elastorm.durable.store import DurableStore, StoreError
+from elastorm.durable.store import DurableStore, StoreError, open_store, resolve_uri
 
 log = logging.getLogger(__name__)
 
@@ -301,3 +302,28 @@ class DurableWriter:
 
         found = load_latest(self.store, operator, key_group, on_damage=damaged)
         return [] if found is None else [found.manifest]
+
+
+def start_writer(config: DurableConfig, *, topology: str, home: str) -> DurableWriter | None:
+    """A task process's writer for ``config`` (``None`` when the durable tier is off).
+
+    ``home`` fills in a bare ``file://`` (``elastorm run`` submits it resolved, so this
+    is only a fallback for a topology submitted by other means).
+    """
+    uri = resolve_uri(config.uri, home=home, topology=topology)
+    if uri is None:
+        return None
+    policy = Policy(
+        compact_deltas=config.compact_deltas,
+        compact_bytes=config.compact_bytes,
+        retain=config.retain,
+    )
+    store = open_store(uri)
+    log.info("durable checkpoints of %s go to %s (every %d)", topology, store.uri, config.every)
+    return DurableWriter(
+        store,
+        policy=policy,
+        every=config.every,
+        capacity=config.queue,
+        retry_max_secs=config.retry_max_secs,
+    )
