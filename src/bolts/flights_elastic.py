@@ -194,5 +194,6 @@ class KeyedSumDelays(KeyedOperator, OperatorBolt):
         self.counters.extra["replicas"] = list(self.coordinator.replicas())
         self.counters.extra["held"] = sorted(self.coordinator.held)
         self.counters.extra["heartbeats"] = self.heartbeat_health()
+        self.counters.extra["durable"] = self.durable_health()
         # [took over at, first tuple applied at] (wall clock) per key group taken over
         self.counters.extra["takeovers"] = {str(g): list(t) for g, t in self.takeovers.items()}

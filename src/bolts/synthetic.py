@@ -367,6 +367,7 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         extra["outputs_hot"] = self.outputs_hot
         extra["checkpoint_request_seen"] = self.plan.seen_request
         extra["heartbeats"] = self.heartbeat_health()
+        extra["durable"] = self.durable_health()
         saving = control.get("savepoint")
         if saving and extra.get("savepoint", {}).get("dir") != saving:  # once per request
             groups = write_savepoint(saving, self.context["componentid"], coordinator)

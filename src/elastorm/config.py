@@ -588,6 +588,72 @@ class ControllerConfig(Section):
         return math.inf if self.epsilon is None else self.epsilon
 
 
+DURABLE_SCHEMES = ("file", "hdfs", "webhdfs")  # elastorm.durable.store.BACKENDS
+
+
+def durable_uri() -> Check:
+    """``none``, or a URI of a durable store backend (``file://`` alone: the default dir)."""
+    return Check(
+        "none, file:// (the default directory), file:///dir, hdfs://host:port/dir or "
+        "webhdfs://host:port/dir",
+        lambda v: v == "none" or v.split("://", 1)[0] in DURABLE_SCHEMES and "://" in v,
+        whole=True,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DurableConfig(Section):
+    """``elastorm.durable.*``: the durable checkpoint tier (Kwon et al. 2008): key groups'
+    checkpoints also written, asynchronously, to a store that outlives the cluster."""
+
+    p: ClassVar[str] = "elastorm.durable."
+    uri: str = option(
+        p + "uri", STR, "file://",
+        "where durable checkpoints go (each topology in its own directory below it): "
+        "`file://` is `<elastorm.home>/durable` on the submitting machine (a shared "
+        "mount for a multi-host cluster), `hdfs://namenode:port/dir` HDFS through "
+        "WebHDFS; `none` turns the durable tier off. Costs one JSON encoding of every "
+        "written checkpoint on the task's writer thread, and the store's I/O",
+        check=durable_uri(),
+    )  # fmt: skip
+    every: int = option(
+        p + "every", INT, 1,
+        "write every k-th checkpoint of a key group (the ones between are merged into "
+        "it): k times fewer writes, a durable copy up to k checkpoint intervals older, "
+        "and upstream buffers kept that much longer for a durable restore",
+        check=at_least(1),
+    )  # fmt: skip
+    queue: int = option(
+        p + "queue", INT, 64,
+        "checkpoints a worker's writer holds before it merges a new one into the oldest "
+        "pending one of its key group (the task never waits for the store)",
+        check=at_least(1),
+    )  # fmt: skip
+    compact_deltas: int = option(
+        p + "compact_deltas", INT, 20,
+        "a key group's next durable checkpoint is a new base after this many deltas "
+        "(reading the set back to merge it); fewer: faster restores, more bytes written",
+        check=at_least(1),
+    )  # fmt: skip
+    compact_bytes: int = option(
+        p + "compact_bytes", INT, 64 << 20,
+        "a key group's next durable checkpoint is a new base once its deltas since the "
+        "last base reach this many bytes",
+        check=at_least(1),
+    )  # fmt: skip
+    retain: int = option(
+        p + "retain", INT, 1,
+        "complete sets kept per key group besides the newest (a fallback when the "
+        "newest is found corrupt)",
+        check=at_least(0),
+    )  # fmt: skip
+    retry_max_secs: float = option(
+        p + "retry_max_secs", FLOAT, 30.0,
+        "a failed write is retried, in order, after 0.5 s doubling up to this",
+        check=above(0),
+    )  # fmt: skip
+
+
 @dataclass(frozen=True, kw_only=True)
 class TopologyConfig(Section):
     """Every elastorm topology option (``elastorm.*`` in the topology conf).
@@ -786,6 +852,7 @@ class TopologyConfig(Section):
         check=at_least(0),
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
+    durable: DurableConfig = section(DurableConfig)
 
     @classmethod
     def owns(cls, key: str) -> bool:

@@ -12,7 +12,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from elastorm.config import ConfigError, Section, check_conf
+from elastorm.config import ConfigError, DurableConfig, Section, check_conf
 from elastorm.errors import as_user_error
 from elastorm.runtime import nimbus
 from elastorm.runtime.config import ElastormConfig, env_nimbus
@@ -34,6 +34,12 @@ def checked_options(
         return check_conf(options, *sections)
 
 
+def durable_home(cfg: ElastormConfig) -> dict[str, object]:
+    """The default durable store, ``<elastorm.home>/durable`` made absolute on this machine
+    (a worker's working directory is Storm's, not the project's)."""
+    return {DurableConfig.key("uri"): f"file://{cfg.home.resolve()}/durable"}
+
+
 def run_topology(
     cfg: ElastormConfig,
     env: str,
@@ -50,7 +56,8 @@ def run_topology(
     jar = build_topology_jar(cfg, cfg.home / "jars" / "topology.jar")
     name = f"{driver.name}-{stamp}"
     options = checked_options(
-        driver.options(str(output_dir)) | (extra_options or {}), driver.sections
+        durable_home(cfg) | driver.options(str(output_dir)) | (extra_options or {}),
+        driver.sections,
     )
     driver.topology = name
     driver.zk_hosts = cfg.zookeeper

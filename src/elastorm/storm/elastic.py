@@ -61,7 +61,15 @@ from elastorm.core.chaos import wire_loss_on
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.holdback import Admission, HoldBack, checkpoint_request_at
-from elastorm.core.messages import Data, Message, Protocol, Trim, from_json, to_json
+from elastorm.core.messages import (
+    CheckpointDelta,
+    Data,
+    Message,
+    Protocol,
+    Trim,
+    from_json,
+    to_json,
+)
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.migration.pause import PauseMeter
@@ -69,6 +77,7 @@ from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
+from elastorm.durable.writer import DurableWriter, start_writer
 from elastorm.storm.load import (
     LoadMeter,
     resident_bytes,
@@ -172,6 +181,15 @@ class _Sending(CheckedEncoding):
 
     def send(self, action: Send) -> None:
         self.emit([to_wire(action.message), self._task], stream=STREAM, direct_task=action.to_task)
+
+
+def start_durable(conf: Mapping[str, Any], config: TopologyConfig) -> DurableWriter | None:
+    """This task process's durable writer (``elastorm.durable.*``), or ``None`` when off."""
+    return start_writer(
+        config.durable,
+        topology=str(conf.get("topology.name", "topology")),
+        home=os.path.abspath(".elastorm"),
+    )
 
 
 def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int]) -> RoutingTable:
@@ -534,6 +552,8 @@ class KeyedOperator(_Sending):
     """
 
     clock: Callable[[], float] = staticmethod(time.monotonic)
+    durable: DurableWriter | None = None  # the process's durable writer (setup_keyed)
+    _component: str = ""
 
     def setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
         from elastorm.controller.model import node_name
@@ -574,6 +594,8 @@ class KeyedOperator(_Sending):
 
             restored = restore_savepoint(config.restore_from, component, self.coordinator)
             log.info("task %s: key groups %s restored from %s", task, restored, config.restore_from)
+        self._component = component
+        self.durable = start_durable(conf, config)
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
@@ -645,6 +667,10 @@ class KeyedOperator(_Sending):
             self.emit([json.dumps(encode_report(self._started))], stream=REPORTS)
             self._started = None
         self.perform(self.coordinator.on_tick(self.clock()))
+        if self.durable is not None:  # a broken durable chain restarts from a full checkpoint
+            for operator, g in sorted(self.durable.wants_full()):
+                if operator == self._component and g in self.coordinator.owned():
+                    self.perform(self.coordinator.checkpoint(g, full=True))
         self._full_gc.tick(time.monotonic())
         self._last_heartbeat = self.measure()
         if self.heartbeats is not None:
@@ -701,9 +727,19 @@ class KeyedOperator(_Sending):
 
         return self._last_heartbeat or Heartbeat(key_groups=self.coordinator.owned())
 
+    def durable_health(self) -> dict[str, Any] | None:
+        """The durable writer's counts and per-group lag (checkpoints, seconds) for the
+        task's counters file; ``None`` with the durable tier off."""
+        if self.durable is None:
+            return None
+        lag = {str(g): [n, round(s, 3)] for (_, g), (n, s) in self.durable.lag().items()}
+        return {**self.durable.health(), "lag": lag}
+
     def perform(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
+                if self.durable is not None and type(action.message) is CheckpointDelta:
+                    self.durable.offer(self._component, action.message)  # never waits
                 self.send(action)
             elif isinstance(action, Applied):
                 self.load_meter.applied(action.key_group, action.item.ts)

@@ -1,0 +1,329 @@
+"""The durable writer: checkpoints go to the store on a thread, so processing never waits.
+
+Kwon et al. 2008 (SGuard) write checkpoints into a replicated DFS asynchronously; here
+each keyed task's process has one :class:`DurableWriter`, a thread with a bounded
+queue. :meth:`DurableWriter.offer` only appends (or merges) and returns: when the queue
+is full, the new checkpoint is merged into its key group's newest pending one, or the
+oldest two pending checkpoints of one group are merged to make room (merging loses
+nothing: the result equals applying both). A failed write is retried, in order, with
+backoff doubling up to ``retry_max_secs``. Which checkpoints are written
+(``every``), compaction and retention are ``elastorm.durable.format``'s decisions.
+
+Numbers for heartbeats and the dashboard: :meth:`DurableWriter.health` (writes, bytes,
+errors, coalesced, queue) and :meth:`DurableWriter.lag` (per key group, how many
+checkpoints and seconds the durable copy trails the newest).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from elastorm.config import DurableConfig
+from elastorm.core.messages import CheckpointDelta
+from elastorm.durable.format import (
+    Manifest,
+    Policy,
+    checkpoint_file,
+    due_for_base,
+    encode_checkpoint,
+    encode_manifest,
+    first_manifest,
+    follows,
+    group_dir,
+    merge,
+    to_delete,
+)
+from elastorm.durable.restore import load_latest, read_set
+from elastorm.durable.store import DurableStore, StoreError, open_store, resolve_uri
+
+log = logging.getLogger(__name__)
+
+Group = tuple[str, int]
+"""(operator, key group)."""
+
+
+class ChainBroken(Exception):
+    """A delta does not follow the group's durable set: only a full checkpoint can go on."""
+
+
+def write_checkpoint(
+    store: DurableStore,
+    policy: Policy,
+    operator: str,
+    current: Manifest | None,
+    delta: CheckpointDelta,
+) -> Manifest:
+    """Write ``delta`` after the set ``current`` (its file, then its manifest); return the new set.
+
+    A new base when :func:`~elastorm.durable.format.due_for_base` says so (compaction
+    reads the current set back and merges it with ``delta``). Raises
+    :class:`ChainBroken` if ``delta`` does not follow ``current``, ``StoreError`` if the
+    store fails (nothing is half-visible: the manifest goes last).
+    """
+    if not follows(current, delta):
+        have = None if current is None else current.checkpoint
+        raise ChainBroken(f"{operator} group {delta.key_group}: {delta.checkpoint} on {have}")
+    directory = group_dir(operator, delta.key_group)
+    if due_for_base(current, delta, policy):
+        if not delta.full:
+            assert current is not None
+            _, chain = read_set(store, directory, current.name)
+            delta = functools.reduce(merge, [*chain, delta])
+        data = encode_checkpoint(delta)
+        name = checkpoint_file(delta)
+        manifest = first_manifest(delta.key_group, name, data, dict(delta.watermarks))
+    else:
+        assert current is not None
+        data = encode_checkpoint(delta)
+        name = checkpoint_file(delta)
+        manifest = current.then(name, data, dict(delta.watermarks))
+    store.put(f"{directory}/{name}", data)
+    store.put(f"{directory}/{manifest.name}", encode_manifest(manifest))
+    return manifest
+
+
+def retire(store: DurableStore, operator: str, kept: list[Manifest]) -> list[str]:
+    """Delete what no kept set (newest first) needs in the group's directory; the deleted names."""
+    if not kept:
+        return []
+    directory = group_dir(operator, kept[0].key_group)
+    gone = to_delete(store.list(directory), kept)
+    for name in gone:
+        store.delete(f"{directory}/{name}")
+    return gone
+
+
+@dataclass
+class _Pending:
+    """A checkpoint waiting for the store; ``offers`` = the group's offer count it reflects."""
+
+    group: Group
+    delta: CheckpointDelta
+    offers: int
+
+
+@dataclass
+class _GroupTrack:
+    """Per key group: offers, what is durable, the writer's view of its sets."""
+
+    offered: int = 0  # checkpoints offered (all, including ones ``every`` skips)
+    durable: int = 0  # the offer count reflected by the newest durable set
+    times: deque = field(default_factory=deque)  # (offer count, clock) not yet durable
+    held_back: CheckpointDelta | None = None  # merged checkpoints ``every`` has not written
+    newest: tuple[int, int] | None = None  # newest checkpoint id offered
+    kept: list = field(default_factory=list)  # Manifests written, newest first
+    read: bool = False  # the store's newest set was looked up (first write after start)
+
+
+class DurableWriter:
+    """One process's asynchronous writer of durable checkpoints (a daemon thread)."""
+
+    def __init__(
+        self,
+        store: DurableStore,
+        *,
+        policy: Policy | None = None,
+        every: int = 1,
+        capacity: int = 64,
+        retry_max_secs: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if every < 1 or capacity < 1 or retry_max_secs <= 0:
+            raise ValueError("every, capacity >= 1 and retry_max_secs > 0")
+        self.store = store
+        self.policy = Policy() if policy is None else policy
+        self.every = every
+        self.capacity = capacity
+        self.retry_max_secs = retry_max_secs
+        self.clock = clock
+        self._queue: deque[_Pending] = deque()
+        self._tracks: dict[Group, _GroupTrack] = {}
+        self._wants_full: set[Group] = set()
+        self._stats: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._idle = True
+        self._thread = threading.Thread(target=self._run, name="elastorm-durable", daemon=True)
+        self._thread.start()
+
+    # -- the task's side (never blocks on the store) ------------------------------------
+    def offer(self, operator: str, delta: CheckpointDelta) -> None:
+        """Hand over one checkpoint of ``operator``'s key group; returns at once."""
+        group = (operator, delta.key_group)
+        with self._lock:
+            track = self._tracks.setdefault(group, _GroupTrack())
+            if track.newest is not None and tuple(delta.checkpoint) <= track.newest:
+                self._stats["duplicates"] += 1  # the same delta to a holder and a replica
+                return
+            track.newest = tuple(delta.checkpoint)
+            track.offered += 1
+            track.times.append((track.offered, self.clock()))
+            track.held_back = delta if track.held_back is None else merge(track.held_back, delta)
+            if track.offered % self.every and not delta.full:
+                return
+            delta, track.held_back = track.held_back, None
+            self._enqueue(_Pending(group=group, delta=delta, offers=track.offered))
+            self._wake.notify()
+
+    def _enqueue(self, item: _Pending) -> None:
+        """Append, or merge when full (the caller holds the lock)."""
+        queue = self._queue
+        if len(queue) >= self.capacity:
+            for pending in reversed(queue):
+                if pending.group == item.group:
+                    pending.delta = merge(pending.delta, item.delta)
+                    pending.offers = item.offers
+                    self._stats["coalesced"] += 1
+                    return
+            if self._coalesce_oldest_pair():
+                self._stats["coalesced"] += 1
+            else:
+                self._stats["overflow"] += 1  # more groups than slots: grow, never block
+        queue.append(item)
+
+    def _coalesce_oldest_pair(self) -> bool:
+        """Merge the oldest pending checkpoint that has a later one of its group into it."""
+        queue = self._queue
+        seen: dict[Group, int] = {}
+        for i, pending in enumerate(queue):
+            if pending.group in seen:
+                j = seen[pending.group]
+                first = queue[j]
+                pending.delta = merge(first.delta, pending.delta)
+                del queue[j]
+                return True
+            seen[pending.group] = i
+        return False
+
+    def wants_full(self) -> set[Group]:
+        """Groups whose durable chain broke (a delta lost or out of order): their owner
+        should send a full checkpoint. Cleared by the call."""
+        with self._lock:
+            out, self._wants_full = self._wants_full, set()
+            return out
+
+    # -- numbers ------------------------------------------------------------------------
+    def health(self) -> dict[str, int]:
+        """Counts: writes, bytes, errors (failed attempts), coalesced, duplicates,
+        chain_breaks, damaged, overflow; and the queue's length now."""
+        with self._lock:
+            out = dict(self._stats)
+            out["queue"] = len(self._queue) + (0 if self._idle else 1)
+            return out
+
+    def lag(self) -> dict[Group, tuple[int, float]]:
+        """Per key group: (checkpoints, seconds) the durable copy trails the newest offered."""
+        now = self.clock()
+        with self._lock:
+            return {
+                g: (t.offered - t.durable, now - t.times[0][1] if t.times else 0.0)
+                for g, t in sorted(self._tracks.items())
+            }
+
+    def drained(self) -> bool:
+        """Whether nothing is queued or being written."""
+        with self._lock:
+            return self._idle and not self._queue
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (for up to ``timeout`` seconds), then stop the thread."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    # -- the writer thread --------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._idle = True
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                item = self._queue.popleft()
+                self._idle = False
+                track = self._tracks[item.group]
+            self._write_until_done(item, track)
+
+    def _write_until_done(self, item: _Pending, track: _GroupTrack) -> None:
+        """Write ``item``, retrying with backoff until it is written or cannot be."""
+        backoff = min(0.5, self.retry_max_secs)
+        while True:
+            try:
+                self._write(item, track)
+                return
+            except ChainBroken as exc:
+                log.error("durable checkpoint not written, asking for a full one: %s", exc)
+                with self._lock:
+                    self._stats["chain_breaks"] += 1
+                    self._wants_full.add(item.group)
+                return
+            except (StoreError, OSError) as exc:
+                with self._lock:
+                    self._stats["errors"] += 1
+                    if self._closed:
+                        return
+                    log.warning("durable write failed (retry in %.1f s): %s", backoff, exc)
+                    self._wake.wait(backoff)
+                backoff = min(backoff * 2, self.retry_max_secs)
+
+    def _write(self, item: _Pending, track: _GroupTrack) -> None:
+        operator, key_group = item.group
+        if not track.read and not item.delta.full:
+            track.kept = self._newest_set(operator, key_group)
+        track.read = True
+        current = track.kept[0] if track.kept else None
+        manifest = write_checkpoint(self.store, self.policy, operator, current, item.delta)
+        kept = [manifest, *track.kept][: self.policy.retain + 1]
+        if len(kept) == self.policy.retain + 1:
+            retire(self.store, operator, kept)
+        with self._lock:
+            track.kept = kept
+            track.durable = max(track.durable, item.offers)
+            while track.times and track.times[0][0] <= track.durable:
+                track.times.popleft()
+            self._stats["writes"] += 1
+            self._stats["bytes"] += manifest.sizes[-1]
+
+    def _newest_set(self, operator: str, key_group: int) -> list[Manifest]:
+        """The store's newest intact set of the group, if any (the chain a delta continues)."""
+
+        def damaged(_reason: str) -> None:
+            with self._lock:
+                self._stats["damaged"] += 1
+
+        found = load_latest(self.store, operator, key_group, on_damage=damaged)
+        return [] if found is None else [found.manifest]
+
+
+def start_writer(config: DurableConfig, *, topology: str, home: str) -> DurableWriter | None:
+    """A task process's writer for ``config`` (``None`` when the durable tier is off).
+
+    ``home`` fills in a bare ``file://`` (``elastorm run`` submits it resolved, so this
+    is only a fallback for a topology submitted by other means).
+    """
+    uri = resolve_uri(config.uri, home=home, topology=topology)
+    if uri is None:
+        return None
+    policy = Policy(
+        compact_deltas=config.compact_deltas,
+        compact_bytes=config.compact_bytes,
+        retain=config.retain,
+    )
+    store = open_store(uri)
+    log.info("durable checkpoints of %s go to %s (every %d)", topology, store.uri, config.every)
+    return DurableWriter(
+        store,
+        policy=policy,
+        every=config.every,
+        capacity=config.queue,
+        retry_max_secs=config.retry_max_secs,
+    )
