@@ -115,8 +115,7 @@ def up(cfg: ElastormConfig) -> Postgres:
         return pg
     if port_open(pg.port):
         raise UserError(
-            f"port {pg.port} is taken by another server; set elastorm.postgres_port in "
-            "config.json"
+            f"port {pg.port} is taken by another server; set elastorm.postgres_port in config.json"
         )
     if not (pg.data / "PG_VERSION").is_file():
         _run(pg, "initdb", "-D", str(pg.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8")

@@ -130,7 +130,11 @@ class SQLiteStore(Store):
     def connect(self) -> None:
         self.close()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+        # One thread at a time uses a store (a sink task), not always the one that
+        # opened it (closing it may come from another).
+        self._conn = sqlite3.connect(
+            self.path, isolation_level=None, timeout=60, check_same_thread=False
+        )
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(self._marks_ddl())
 
@@ -152,8 +156,11 @@ class SQLiteStore(Store):
         try:
             yield cursor
         except BaseException:
-            if self._conn is not None and self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
+            try:
+                if self._conn is not None and self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+            except sqlite3.Error:  # the connection broke: closing it rolls back
+                self.close()
             raise
         cursor.execute("COMMIT")
 
