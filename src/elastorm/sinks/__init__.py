@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"Sink": "bolt"}
+_LAZY = {"Sink": "elastorm.sinks.bolt"}
 
 __all__ = sorted(_LAZY)
 
@@ -21,4 +21,4 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'elastorm.sinks' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"elastorm.sinks.{module}"), name)
+    return getattr(importlib.import_module(module), name)
