@@ -9,6 +9,9 @@ What a user imports (``from elastorm import ...``):
 * :class:`GeneratedSpout`, :class:`LinesSpout`, :class:`ReplayableSpout`: sources with
   a position and a replay from it, which a spout feeding a keyed bolt must be
   (``elastorm.storm.sources``, ``elastorm.storm.replay``).
+* :func:`output_id_fields`, :class:`Sink`: a keyed bolt's outputs with stable ids,
+  and a sink that commits each id once, into SQLite or PostgreSQL
+  (``elastorm.sinks``, ``docs/sinks.md``).
 
 Layers, bottom to top (imports point down only; the ``layers`` contract of
 import-linter in ``pyproject.toml`` checks it in CI): ``core`` (sans-IO: key groups,
@@ -16,9 +19,9 @@ routing, state, the migration protocols); ``replication``, ``config``, ``files``
 ``errors`` (pure models, the one typed configuration, small helpers);
 ``controller`` (the pure planners and the decision loop: no I/O); ``zk``
 (ZooKeeper adapters); ``storm`` (streamparse adapters, the controller bolt and its
-runtime); ``runtime`` and ``jobs`` (the ``elastorm`` command, the offline Spark
-job); ``dashboard`` (the live page). The names below load on first use, so
-importing ``elastorm.core`` never pulls in Storm.
+runtime); ``runtime``, ``jobs`` and ``sinks`` (the ``elastorm`` command, the offline
+Spark job, the exactly-once sinks); ``dashboard`` (the live page). The names below
+load on first use, so importing ``elastorm.core`` never pulls in Storm.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ _PUBLIC = {
     "GeneratedSpout": "elastorm.storm.sources",
     "LinesSpout": "elastorm.storm.sources",
     "ReplayableSpout": "elastorm.storm.replay",
+    "output_id_fields": "elastorm.storm.elastic",
+    "Sink": "elastorm.sinks",
     "ValueState": "elastorm.core.keyed_state",
     "MapState": "elastorm.core.keyed_state",
 }

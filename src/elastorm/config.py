@@ -43,6 +43,7 @@ STRATEGIES = ("none", "baseline", "even", "correlated")
 REPLICATION_PLANNERS = ("dp", "greedy", "structure_aware")
 ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
 CHAOS_DROP_ON = ("emitter", "spout")  # elastorm.chaos.drop_on: whose emits are lost
+SINK_STORES = ("sqlite", "postgres")  # elastorm.sinks.store
 
 
 class ConfigError(ValueError):
@@ -197,6 +198,15 @@ def port() -> Check:
     """A TCP port elastorm may take: 1024..65000 (above the privileged ones, below
     the ephemeral range's top)."""
     return Check("a port in 1024..65000", lambda v: 1024 <= v <= 65000, whole=True)
+
+
+def identifier() -> Check:
+    """An SQL identifier elastorm may put in a statement unquoted: ``[A-Za-z_][A-Za-z0-9_]*``."""
+    return Check(
+        "an SQL name ([A-Za-z_][A-Za-z0-9_]*)",
+        lambda v: v.isascii() and v.replace("_", "a").isalnum() and not v[0].isdigit(),
+        whole=True,
+    )
 
 
 def share() -> Check:
@@ -655,6 +665,48 @@ class DurableConfig(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SinkConfig(Section):
+    """``elastorm.sinks.*``: the sinks that commit each output id once (``elastorm.sinks``)."""
+
+    p: ClassVar[str] = "elastorm.sinks."
+    store: str = option(
+        p + "store", STR, "sqlite",
+        "the database of an `elastorm.sinks.Sink`: an embedded SQLite file, or PostgreSQL",
+        check=one_of(*SINK_STORES),
+    )  # fmt: skip
+    sqlite_path: str | None = option(
+        p + "sqlite_path", STR, None,
+        "the SQLite file of a sink (absolute: a worker's working directory is "
+        "temporary); unset: `sink.sqlite` in `elastorm.output_dir`",
+        optional=True,
+    )  # fmt: skip
+    postgres_dsn: str | None = option(
+        p + "postgres_dsn", STR, None,
+        "libpq connection string of a sink on PostgreSQL, e.g. `host=127.0.0.1 port=15432 "
+        "dbname=elastorm user=postgres` (what `elastorm postgres up` prints)",
+        optional=True,
+    )  # fmt: skip
+    batch_rows: int = option(
+        p + "batch_rows", INT, 500,
+        "outputs a sink task commits in one transaction at most (it also commits what it "
+        "has on every tick)",
+        check=at_least(1),
+    )  # fmt: skip
+    commit_attempts: int = option(
+        p + "commit_attempts", INT, 5,
+        "attempts at one transaction, reconnecting and re-reading the committed ids "
+        "between them, before the sink task fails",
+        check=at_least(1),
+    )  # fmt: skip
+    marks_table: str = option(
+        p + "marks_table", STR, "elastorm_sink_marks",
+        "the table of the output ids each sink has committed, written in the same "
+        "transaction as its rows",
+        check=identifier(),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
 class TopologyConfig(Section):
     """Every elastorm topology option (``elastorm.*`` in the topology conf).
 
@@ -853,6 +905,7 @@ class TopologyConfig(Section):
     )  # fmt: skip
     controller: ControllerConfig = section(ControllerConfig)
     durable: DurableConfig = section(DurableConfig)
+    sink: SinkConfig = section(SinkConfig)
 
     @classmethod
     def owns(cls, key: str) -> bool:
@@ -904,6 +957,12 @@ class ProjectConfig(Section, topology=False):
     worker_heap_mb: int = option(
         "elastorm.worker_heap_mb", JSON_INT, 512, "heap of each worker JVM",
         check=at_least(128),
+    )  # fmt: skip
+    postgres_port: int = option(
+        "elastorm.postgres_port", JSON_INT, 15432,
+        "the loopback port of the private PostgreSQL server of `elastorm postgres up` "
+        "(data in `<home>/postgres`)",
+        check=port(),
     )  # fmt: skip
 
     @classmethod

@@ -23,3 +23,18 @@ def storm_cluster():
     summary = cluster_up(cfg)
     yield cfg, summary
     down(cfg, wipe=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The project's private PostgreSQL server (``elastorm postgres up``: Debian's
+    package, data under ``<home>/postgres``, port ``elastorm.postgres_port``); stopped
+    at the end unless it was running before."""
+    from elastorm.runtime import postgres
+
+    cfg = load_config()
+    was_running = postgres.running(postgres.server(cfg))
+    server = postgres.up(cfg)
+    yield server
+    if not was_running:
+        postgres.down(cfg)

@@ -9,7 +9,8 @@ A fresh virtualenv there gets elastorm from a wheel of this repository (non-edit
 ``sparse submit -e cluster`` to the session's ``elastorm cluster up`` (the workers run
 the project's virtualenv: ``use_virtualenv`` with ``install_virtualenv: false``),
 ``elastorm migrate`` of key groups by every protocol while it runs. Then every word's
-emitted counts must be exactly 1..n, n its count in a single-process fold.
+counts committed by the project's sink (``elastorm.sinks.Sink`` into SQLite) must be
+exactly 1..n, n its count in a single-process fold.
 
 Talks to: the real ZooKeeper, Nimbus and supervisors of the ``storm_cluster`` fixture,
 pip (its cache), Maven (``~/.m2``) for the project's JVM build.
@@ -21,6 +22,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -87,10 +89,14 @@ def _stream() -> list[str]:
 
 
 def _lines(path: Path) -> list[tuple[str, int]]:
+    """The (word, count) rows the project's sink has committed to its SQLite file."""
     if not path.exists():
         return []
-    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
-    return [(word, int(count)) for word, count in rows]
+    with sqlite3.connect(path) as db:
+        try:
+            return [(w, int(n)) for w, n in db.execute("SELECT word, count FROM counts")]
+        except sqlite3.OperationalError:  # the sink has not created its table yet
+            return []
 
 
 def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path) -> None:
@@ -110,7 +116,7 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
 
     jar = Path(_run([str(venv / "bin/elastorm"), "jar"], project).strip().splitlines()[-1])
     assert jar.is_relative_to(project)
-    output = tmp_path / "counts.txt"
+    output = tmp_path / "counts.sqlite"
     _run(
         [
             str(venv / "bin/sparse"),
@@ -123,7 +129,7 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
             str(jar),
             "-f",
             "-o",
-            f"wordcount.output={output}",
+            f"elastorm.sinks.sqlite_path={output}",
         ],
         project,
     )

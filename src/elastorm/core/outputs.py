@@ -182,3 +182,39 @@ class LatestValues:
 
     def __bool__(self) -> bool:
         return bool(self.pending)
+
+
+OUTPUT_KINDS = ("final", "tentative", "rectified")
+"""What an identified output is (the last of its id fields): ``final``; ``tentative``
+(made while its group, or state upstream of it, recovers: Su & Zhou 2016); or
+``rectified`` (a final value sent for a key whose last output was tentative)."""
+
+
+def output_channel(stream: str, source: str) -> str:
+    """The counter name of a keyed operator's outputs on ``stream`` caused by input
+    from ``source`` (an upstream emitter's sequence space), kept in the group's
+    ``out_seq`` (``SequenceCounters``, keyed ``(channel, key group)``)."""
+    return f"{stream}<{source}"
+
+
+def next_output(state: KeyGroupState, stream: str, source: str) -> int:
+    """The output sequence of the next output of ``state``'s key group on ``stream``
+    caused by a tuple of ``source``: 1, 2, 3, ...
+
+    The counters live in the group's state (``out_seq``), so they are checkpointed,
+    migrated, restored and replicated with it. A key group applies each source's
+    tuples in that source's sequence order wherever it runs (``admission``), so the
+    n-th output caused by ``source`` is the same output on every task that applies
+    the tuple (the owner, a migration target replaying quietly, a restore replaying,
+    an active replica): ``(key group, source, sequence)`` is a stable id, whichever
+    task emits it, however the sources interleave. Counters must advance for
+    outputs that are not sent too (a quiet replay), so every task counts alike.
+    O(1).
+
+    >>> state = KeyGroupState(3)
+    >>> next_output(state, "default", "words:4"), next_output(state, "default", "words:4")
+    (1, 2)
+    >>> next_output(state, "default", "words:5")
+    1
+    """
+    return state.out_seq.next(output_channel(stream, source), state.key_group)

@@ -108,6 +108,10 @@ OPERATORS_KEY = TopologyConfig.key("operators")  # set by the wiring
 
 MESSAGE_STREAM = Stream(fields=MESSAGE_FIELDS, name=STREAM, direct=True)
 CARRIED = ["elastorm", "elastorm_task"]  # appended to a carrier stream's own fields
+OUTPUT_ID = ["elastorm_group", "elastorm_source", "elastorm_seq", "elastorm_kind"]
+"""Appended to a keyed bolt's output stream declared with :func:`output_id_fields`:
+the output's stable id (key group, input source, output sequence) and its kind
+(``core.outputs.OUTPUT_KINDS``); ``elastorm.sinks`` commits each id once."""
 TASK_GROUPING = "elastorm.jvm.TaskFieldGrouping"  # jvm/multilang, in every topology jar
 RELAY_CLASS = "elastorm.jvm.RelayBolt"  # jvm/multilang: the relay (docs/elastic.md)
 REPORT_STREAM = Stream(fields=["report"], name=REPORTS)
@@ -135,6 +139,16 @@ def from_wire(value: str | list) -> Message:
 def carrier_fields(fields: Iterable[str]) -> list[str]:
     """The fields of a stream that carries data messages after its own ``fields``."""
     return [*fields, *CARRIED]
+
+
+def output_id_fields(fields: Iterable[str]) -> list[str]:
+    """The fields of a keyed bolt's output stream whose tuples carry their stable id
+    after the bolt's own ``fields`` (:data:`OUTPUT_ID`), as a sink needs them.
+
+    >>> output_id_fields(["word", "count"])[2:]
+    ['elastorm_group', 'elastorm_source', 'elastorm_seq', 'elastorm_kind']
+    """
+    return [*fields, *OUTPUT_ID]
 
 
 def by_task() -> Grouping:

@@ -26,6 +26,16 @@ so in what it emits. Once the group's outputs are final again, the bolt's
 :meth:`rectify_keyed` runs for each key whose last outputs were tentative, to send
 their final values.
 
+Stable output ids: an output stream declared with ``output_id_fields(fields)``
+carries each output's id after its own fields (``elastorm.storm.elastic.OUTPUT_ID``):
+the key group, the input source whose tuple caused it, and the output's sequence
+per (key group, stream, source), counted in the group's state
+(``core.outputs.next_output``) so that a replay, a migration target, a restored
+group or a promoted replica gives the same output the same id. Then the kind:
+``final``, ``tentative``, or ``rectified`` for what :meth:`rectify_keyed` emits (those
+have no input, so their sequence is 0: not de-duplicated). ``elastorm.sinks``
+commits each id once. Streams declared without those fields are sent as before.
+
 A :class:`KeyRouter` is added by :class:`elastorm.storm.topology.ElasticTopology`
 for every keyed bolt fed by ordinary components: it reads the key field of each
 input tuple and sends the tuple through an ``Emitter`` (routing table, sequence
@@ -40,7 +50,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from streamparse import Bolt
+from streamparse import Bolt, Stream
 
 from elastorm.core.actions import Applied, Send
 from elastorm.core.errors import MigrationProtocolError
@@ -48,17 +58,21 @@ from elastorm.core.keyed_state import KeyState
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import CheckpointAck, Protocol
 from elastorm.core.migration.table import Phase
-from elastorm.core.outputs import TentativeKeys
+from elastorm.core.outputs import TentativeKeys, next_output
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
+    OUTPUT_ID,
     RELAY_STREAM,
     REPORT_STREAM,
     STREAM,
     KeyedEmitting,
     KeyedOperator,
+    output_id_fields,
 )
 
 log = logging.getLogger(__name__)
+
+__all__ = ["KeyRouter", "KeyedBolt", "output_id_fields"]
 
 ROUTER_KEYS = "elastorm.router.keys"
 """Component conf of a router: ``{"<component>:<stream>": index of the key field}``."""
@@ -75,12 +89,21 @@ class KeyedBolt(KeyedOperator, Bolt):
     current_key_state: KeyState | None = None
     failed = 0  # tuples whose process_keyed raised
     tentative = False  # inside process_keyed: whether this tuple's outputs are tentative
+    identified: frozenset[str] = frozenset()  # streams declared with output_id_fields
+    _rectifying: int | None = None  # inside rectify_keyed: the key's group
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Add elastorm's relay and report streams to the subclass's own ``outputs``."""
+        """Add elastorm's relay and report streams to the subclass's own ``outputs``;
+        note which of its streams carry output ids (``output_id_fields``)."""
         super().__init_subclass__(**kwargs)
         own = [s for s in cls.outputs if s is not RELAY_STREAM and s is not REPORT_STREAM]
         cls.outputs = [*own, RELAY_STREAM, REPORT_STREAM]
+        fields = {s.name: list(s.fields) for s in own if isinstance(s, Stream)}
+        plain = [s for s in own if isinstance(s, str)]
+        if plain:
+            fields["default"] = plain
+        n = len(OUTPUT_ID)
+        cls.identified = frozenset(name for name, f in fields.items() if f[-n:] == OUTPUT_ID)
 
     def initialize(self, conf, context):
         self._outputs: list[tuple[list, str | None]] | None = None
@@ -101,11 +124,32 @@ class KeyedBolt(KeyedOperator, Bolt):
 
     def emit(self, tup, stream=None, **kwargs):
         """Inside :meth:`process_keyed`: an output of the tuple (sent if it is this task's
-        to send); elsewhere, an ordinary emit."""
+        to send); elsewhere, an ordinary emit (on a stream with output ids: unnumbered,
+        ``rectified`` inside :meth:`rectify_keyed`, else ``final`` of no key group)."""
         if self._outputs is not None:
             self._outputs.append((list(tup), stream))
             return None
+        if (stream or "default") in self.identified:
+            group = self._rectifying
+            kind = "final" if group is None else "rectified"
+            tup = [*tup, -1 if group is None else group, "", 0, kind]
         return super().emit(tup, stream=stream, **kwargs)
+
+    def _numbered(self, applied: Applied) -> list:
+        """``applied``'s outputs, those on streams with output ids given their id
+        (``next_output``: counted whether or not this task sends them, so every task
+        that applies the tuple counts alike). O(outputs)."""
+        g, source = applied.key_group, applied.item.source
+        state = self.coordinator.state(g)
+        kind = "tentative" if applied.tentative else "final"
+        out = []
+        for values, stream in applied.result:
+            name = stream or "default"
+            if name in self.identified:
+                seq = 0 if state is None else next_output(state, name, source)
+                values = [*values, g, source, seq, kind]
+            out.append((values, stream))
+        return out
 
     def _step(self, key: str, current: Any, values: Any) -> tuple[Any, Any]:
         """The core's step: run ``process_keyed`` on the key's record, collect outputs."""
@@ -138,17 +182,18 @@ class KeyedBolt(KeyedOperator, Bolt):
         self.rectify()
 
     def on_applied(self, applied: Applied) -> None:
+        outputs = applied.result
+        if outputs and self.identified:
+            outputs = self._numbered(applied)
         if applied.emit_output:
-            for values, stream in applied.result:
+            for values, stream in outputs:
                 super().emit(values, stream=stream)
-            if applied.result:
+            if outputs:
                 key = applied.item.key
                 self._owed.sent(applied.key_group, (key,), tentative=applied.tentative)
-        elif applied.result and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
+        elif outputs and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
             item = applied.item
-            self._shadow.setdefault(applied.key_group, []).append(
-                (item.source, item.seq, applied.result)
-            )
+            self._shadow.setdefault(applied.key_group, []).append((item.source, item.seq, outputs))
 
     def perform(self, actions: list) -> None:
         # A replica's phase changes only on control messages, whose actions are none,
@@ -193,17 +238,19 @@ class KeyedBolt(KeyedOperator, Bolt):
         are final now, if this task still sends the group's outputs (a group that moved
         away meanwhile is rectified by its new owner): ``TentativeKeys.due``, the one
         rectification. O(keys owed)."""
-        for _, keys, state in self._owed.due(self.coordinator):
+        for g, keys, state in self._owed.due(self.coordinator):
             if state is None:
                 continue
             for key in keys:
                 self.current_key_state = KeyState(key, state.get(key))
+                self._rectifying = g
                 try:
                     self.rectify_keyed(key)
                 except Exception:
                     log.exception("rectify_keyed failed for key %r", key)
                 finally:
                     self.current_key_state = None
+                    self._rectifying = None
 
 
 class KeyRouter(KeyedEmitting, Bolt):

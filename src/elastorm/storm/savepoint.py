@@ -6,8 +6,9 @@ elastorm's live rescale. Each keyed task writes the state of every key group it 
 to ``<directory>/<operator>/group-<g>.json``; a task of the new topology (conf
 ``elastorm.restore_from``) starts each key group it owns from that file.
 
-Only the state's values travel: the new topology's emitters start new sequences on
-new channels, so watermarks and output counters start empty. The savepoint must
+The state's values travel, and its output counters (``core.outputs.next_output``),
+so the new topology's outputs get ids above those a sink has committed; the new
+topology's emitters start new sequences, so the watermarks start empty. The savepoint must
 therefore be taken once the job has *drained* (its input stopped and every tuple sent
 folded in), as a stop-with-savepoint does; a savepoint of a running job would lose
 the tuples in flight.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 
+from elastorm.core.buffers import SequenceCounters
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.files import write_json_atomic
 
@@ -35,7 +37,10 @@ def write_savepoint(directory: str, operator: str, coordinator: TaskCoordinator)
     for g in coordinator.owned():
         state = coordinator.state(g)
         assert state is not None, f"owned key group {g} without state"
-        write_json_atomic(group_path(directory, operator, g), {"items": state.items()})
+        counters = [[ch, group, n] for (ch, group), n in sorted(state.out_seq.snapshot().items())]
+        write_json_atomic(
+            group_path(directory, operator, g), {"items": state.items(), "out_seq": counters}
+        )
         written.append(g)
     return written
 
@@ -61,6 +66,9 @@ def restore_savepoint(directory: str, operator: str, coordinator: TaskCoordinato
         state = coordinator.state(g)
         assert state is not None, f"owned key group {g} without state"
         state.master = items
+        state.out_seq = SequenceCounters(
+            {(str(ch), int(group)): int(n) for ch, group, n in saved.get("out_seq", ())}
+        )
         state.needs_full = True
         restored.append(g)
     return restored

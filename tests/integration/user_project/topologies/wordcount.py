@@ -1,4 +1,4 @@
-from bolts.sink import Sink
+from bolts.sink import CountsSink
 from bolts.wordcount import CountWords
 from spouts.words import Words
 from streamparse import Grouping
@@ -10,4 +10,4 @@ class WordCount(ElasticTopology):
     config = {"elastorm.key_groups": 12, "elastorm.checkpoint_interval_secs": 1}
     words = Words.spec()
     counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
-    sink = Sink.spec(inputs={counts: Grouping.SHUFFLE})
+    sink = CountsSink.spec(inputs={counts: Grouping.SHUFFLE})

@@ -1,12 +1,9 @@
-from streamparse import Bolt
+from elastorm import Sink
 
 
-class Sink(Bolt):
-    """Appends "word count" lines to the file that the option wordcount.output names."""
+class CountsSink(Sink):
+    """Each (word, count) output once into the table counts, with its kind."""
 
-    def initialize(self, conf, context):
-        self.out = open(conf["wordcount.output"], "a", buffering=1)
-
-    def process(self, tup):
-        word, count = tup.values
-        self.out.write(f"{word} {count}\n")
+    schema = "CREATE TABLE IF NOT EXISTS counts (word TEXT, count INTEGER, kind TEXT)"
+    table = "counts"
+    columns = ("word", "count")

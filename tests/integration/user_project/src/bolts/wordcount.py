@@ -1,8 +1,8 @@
-from elastorm import KeyedBolt, ValueState
+from elastorm import KeyedBolt, ValueState, output_id_fields
 
 
 class CountWords(KeyedBolt):
-    outputs = ["word", "count"]
+    outputs = output_id_fields(["word", "count"])
     count = ValueState(default=0)
 
     def process_keyed(self, key, values):
