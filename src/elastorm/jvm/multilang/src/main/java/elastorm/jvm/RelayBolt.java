@@ -8,6 +8,9 @@ import org.apache.storm.topology.OutputFieldsDeclarer;
 import org.apache.storm.topology.base.BaseRichBolt;
 import org.apache.storm.tuple.Fields;
 import org.apache.storm.tuple.Tuple;
+import org.apache.storm.utils.TupleUtils;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * elastorm's relay: forwards what keyed tasks send on {@code elastorm_relay}
@@ -25,6 +28,7 @@ import org.apache.storm.tuple.Tuple;
  */
 public class RelayBolt extends BaseRichBolt {
     private static final long serialVersionUID = 1L;
+    private static final Logger LOG = LoggerFactory.getLogger(RelayBolt.class);
     static final String STREAM = "elastorm";
 
     private transient OutputCollector collector;
@@ -36,6 +40,15 @@ public class RelayBolt extends BaseRichBolt {
 
     @Override
     public void execute(Tuple tuple) {
+        if (TupleUtils.isTick(tuple)) {
+            return; // elastorm sets a tick frequency for every component; the relay needs none
+        }
+        if (tuple.size() != 3 || !(tuple.getValue(0) instanceof Number)) {
+            LOG.error("relay: not a (to_task, message, sender) tuple from {}:{}; dropped",
+                      tuple.getSourceComponent(), tuple.getSourceStreamId());
+            collector.ack(tuple);
+            return;
+        }
         int toTask = ((Number) tuple.getValue(0)).intValue();
         collector.emitDirect(toTask, STREAM, Arrays.asList(tuple.getValue(1), tuple.getValue(2)));
         collector.ack(tuple);
