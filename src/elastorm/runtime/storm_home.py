@@ -4,6 +4,7 @@ Layout, as the Storm daemons expect it::
 
     <home>/storm-<ver>/lib/          storm-server, storm-core + deps, elastorm's LocalRunner
     <home>/storm-<ver>/lib-worker/   storm-client + deps (what worker JVMs run on)
+    <home>/storm-<ver>/lib-zookeeper/, lib-hdfs/   elastorm's ZooKeeper and HDFS servers
     <home>/storm-<ver>/log4j2/       cluster.xml (daemons), worker.xml (workers)
 
 Maven resolves and caches the jars (``elastorm/jvm/pom.xml``, package data, so a user's
@@ -65,12 +66,13 @@ WORKER_XML = _log4j_xml(
 
 
 def _inputs() -> list[Path]:
-    modules = ("daemon", "worker", "zookeeper", "multilang")
+    modules = ("daemon", "worker", "zookeeper", "multilang", "hdfs")
     return [
         JVM_SOURCES / "pom.xml",
         *(JVM_SOURCES / m / "pom.xml" for m in modules),
         *sorted((JVM_SOURCES / "daemon" / "src").rglob("*.java")),
         *sorted((JVM_SOURCES / "multilang" / "src").rglob("*.java")),
+        *sorted((JVM_SOURCES / "hdfs" / "src").rglob("*.java")),
     ]
 
 
@@ -112,6 +114,10 @@ def ensure_storm_home(cfg: ElastormConfig) -> Path:
         "lib": [*sorted((daemon / "lib").glob("*.jar")), daemon / "elastorm-daemon-0.1.0.jar"],
         "lib-worker": sorted((jvm / "elastorm-worker" / "lib-worker").glob("*.jar")),
         "lib-zookeeper": sorted((jvm / "elastorm-zookeeper" / "lib-zookeeper").glob("*.jar")),
+        "lib-hdfs": [
+            *sorted((jvm / "elastorm-hdfs" / "lib-hdfs").glob("*.jar")),
+            jvm / "elastorm-hdfs" / "elastorm-hdfs-0.1.0.jar",
+        ],
     }
     if not any(p.name == f"storm-client-{version}.jar" for p in sources["lib-worker"]):
         raise UserError(
