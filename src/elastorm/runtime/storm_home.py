@@ -90,7 +90,7 @@ def build_jvm(out: Path) -> None:
         raise UserError("Maven (mvn) is not on PATH; install it (e.g. apt-get install maven)")
     if shutil.which("java") is None:
         raise UserError("java is not on PATH; install a JDK 17 (Storm 2.8 targets Java 17)")
-    log.info("building the JVM side with Maven (first run downloads Storm from Maven Central)")
+    log.info("building the JVM side with Maven (first run downloads Storm and Hadoop)")
     pom = JVM_SOURCES / "pom.xml"
     cmd = ["mvn", "-q", "-B", "-f", str(pom), f"-Delastorm.build={out}", "package"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
