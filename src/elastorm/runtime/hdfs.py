@@ -88,7 +88,7 @@ def _ports(cfg: ElastormConfig) -> list[int]:
     return [cfg.hdfs_namenode_port, cfg.hdfs_http_port, cfg.hdfs_control_port, *data]
 
 
-def control(cfg: ElastormConfig, path: str, *, post: bool = False, timeout: float = 60.0) -> dict:
+def control(cfg: ElastormConfig, path: str, *, post: bool = False, timeout: float = 180.0) -> dict:
     """Ask the launcher's control endpoint (``/status``, ``/namenode/stop``, ...); its JSON.
 
     ``UserError`` if the launcher does not answer or refuses the request.
@@ -142,8 +142,9 @@ def check_store(cfg: ElastormConfig, retry_secs: float = 60.0) -> float:
 
 
 def up(cfg: ElastormConfig, timeout: float = UP_TIMEOUT) -> dict:
-    """Start the HDFS (idempotent), wait until it serves and the durable store can write
-    to it; return :func:`status`."""
+    """Start the HDFS (idempotent: in a running one, start a stopped NameNode or killed
+    DataNodes), wait until it serves and the durable store can write to it; return
+    :func:`status`."""
     daemon = hdfs_daemon(cfg)
     if running_pid(cfg, NAME) is None:
         taken = [p for p in _ports(cfg) if port_open(p)]
@@ -152,6 +153,8 @@ def up(cfg: ElastormConfig, timeout: float = UP_TIMEOUT) -> dict:
                 f"HDFS ports {taken} are taken by another process; stop it or change the "
                 "elastorm.hdfs_* ports in config.json"
             )
+    else:
+        _restart_stopped(cfg)
     ensure_storm_home(cfg)
     pid = start(cfg, daemon)
     wait_until(lambda: serving(cfg), "HDFS", timeout, pid, cfg.logs / f"{NAME}.log")
@@ -161,6 +164,19 @@ def up(cfg: ElastormConfig, timeout: float = UP_TIMEOUT) -> dict:
         LOOPBACK, cfg.hdfs_http_port, took,
     )  # fmt: skip
     return status(cfg)
+
+
+def _restart_stopped(cfg: ElastormConfig) -> None:
+    """Start what a fault test left stopped in a running HDFS (the NameNode, DataNodes)."""
+    try:
+        state = control(cfg, "/status", timeout=5.0)
+    except UserError:
+        return  # still starting: up waits for it
+    if state["namenode"] == "stopped":
+        namenode(cfg, "start")
+    for index, dn in enumerate(state["datanodes"]):
+        if dn == "killed":
+            datanode(cfg, "start", index)
 
 
 def down(cfg: ElastormConfig, *, wipe: bool = False) -> bool:
