@@ -34,9 +34,11 @@ def cluster():
     """The project's HDFS, started from nothing; stopped and wiped afterwards."""
     cfg = load_config()
     hdfs.down(cfg, wipe=True)
-    hdfs.up(cfg)
-    yield cfg
-    hdfs.down(cfg, wipe=True)
+    try:
+        hdfs.up(cfg)
+        yield cfg
+    finally:  # also when up fails or is interrupted: no HDFS left running
+        hdfs.down(cfg, wipe=True)
 
 
 def status_of(cfg, path: str) -> dict:
