@@ -964,6 +964,35 @@ class ProjectConfig(Section, topology=False):
         "(data in `<home>/postgres`)",
         check=port(),
     )  # fmt: skip
+    hdfs_namenode_port: int = option(
+        "elastorm.hdfs_namenode_port", JSON_INT, 18020,
+        "`elastorm hdfs up`: the NameNode's RPC port (loopback)",
+        check=port(),
+    )  # fmt: skip
+    hdfs_http_port: int = option(
+        "elastorm.hdfs_http_port", JSON_INT, 18070,
+        "`elastorm hdfs up`: the NameNode's HTTP port, WebHDFS (`hdfs://127.0.0.1:<it>/...`)",
+        check=port(),
+    )  # fmt: skip
+    hdfs_control_port: int = option(
+        "elastorm.hdfs_control_port", JSON_INT, 18080,
+        "`elastorm hdfs up`: the launcher's control endpoint (stop the NameNode, kill a DataNode)",
+        check=port(),
+    )  # fmt: skip
+    hdfs_first_datanode_port: int = option(
+        "elastorm.hdfs_first_datanode_port", JSON_INT, 18100,
+        "`elastorm hdfs up`: DataNode *i* uses `first + 3 i` (data), `+1` (HTTP), `+2` (IPC)",
+        check=port(),
+    )  # fmt: skip
+    hdfs_datanodes: int = option(
+        "elastorm.hdfs_datanodes", JSON_INT, 3, "`elastorm hdfs up`: DataNodes",
+        check=between(1, 8),
+    )  # fmt: skip
+    hdfs_replication: int = option(
+        "elastorm.hdfs_replication", JSON_INT, 3,
+        "`elastorm hdfs up`: replicas of every block (at most `hdfs_datanodes`)",
+        check=between(1, 8),
+    )  # fmt: skip
 
     @classmethod
     def owns(cls, key: str) -> bool:

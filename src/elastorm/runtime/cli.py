@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.setup_cmd",
     "elastorm.runtime.local_cmd",
     "elastorm.runtime.cluster_cmd",
+    "elastorm.runtime.hdfs_cmd",
     "elastorm.runtime.check_cmd",
     "elastorm.runtime.options_cmd",
     "elastorm.runtime.migrate_cmd",

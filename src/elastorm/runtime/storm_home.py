@@ -4,6 +4,7 @@ Layout, as the Storm daemons expect it::
 
     <home>/storm-<ver>/lib/          storm-server, storm-core + deps, elastorm's LocalRunner
     <home>/storm-<ver>/lib-worker/   storm-client + deps (what worker JVMs run on)
+    <home>/storm-<ver>/lib-zookeeper/, lib-hdfs/   elastorm's ZooKeeper and HDFS servers
     <home>/storm-<ver>/log4j2/       cluster.xml (daemons), worker.xml (workers)
 
 Maven resolves and caches the jars (``elastorm/jvm/pom.xml``, package data, so a user's
@@ -65,12 +66,13 @@ WORKER_XML = _log4j_xml(
 
 
 def _inputs() -> list[Path]:
-    modules = ("daemon", "worker", "zookeeper", "multilang")
+    modules = ("daemon", "worker", "zookeeper", "multilang", "hdfs")
     return [
         JVM_SOURCES / "pom.xml",
         *(JVM_SOURCES / m / "pom.xml" for m in modules),
         *sorted((JVM_SOURCES / "daemon" / "src").rglob("*.java")),
         *sorted((JVM_SOURCES / "multilang" / "src").rglob("*.java")),
+        *sorted((JVM_SOURCES / "hdfs" / "src").rglob("*.java")),
     ]
 
 
@@ -88,7 +90,7 @@ def build_jvm(out: Path) -> None:
         raise UserError("Maven (mvn) is not on PATH; install it (e.g. apt-get install maven)")
     if shutil.which("java") is None:
         raise UserError("java is not on PATH; install a JDK 17 (Storm 2.8 targets Java 17)")
-    log.info("building the JVM side with Maven (first run downloads Storm from Maven Central)")
+    log.info("building the JVM side with Maven (first run downloads Storm and Hadoop)")
     pom = JVM_SOURCES / "pom.xml"
     cmd = ["mvn", "-q", "-B", "-f", str(pom), f"-Delastorm.build={out}", "package"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -112,6 +114,10 @@ def ensure_storm_home(cfg: ElastormConfig) -> Path:
         "lib": [*sorted((daemon / "lib").glob("*.jar")), daemon / "elastorm-daemon-0.1.0.jar"],
         "lib-worker": sorted((jvm / "elastorm-worker" / "lib-worker").glob("*.jar")),
         "lib-zookeeper": sorted((jvm / "elastorm-zookeeper" / "lib-zookeeper").glob("*.jar")),
+        "lib-hdfs": [
+            *sorted((jvm / "elastorm-hdfs" / "lib-hdfs").glob("*.jar")),
+            jvm / "elastorm-hdfs" / "elastorm-hdfs-0.1.0.jar",
+        ],
     }
     if not any(p.name == f"storm-client-{version}.jar" for p in sources["lib-worker"]):
         raise UserError(
