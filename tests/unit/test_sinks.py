@@ -1,7 +1,7 @@
 """The sink bolt and its commit path on an embedded SQLite file (``elastorm.sinks``):
 ids committed in the same transaction as the rows, a failed transaction retried
 without a row twice, malformed tuples counted and not written, options checked.
-The same against a real PostgreSQL: ``tests/integration/test_sinks.py``."""
+The same against a real PostgreSQL: ``tests/integration/test_sink_databases.py``."""
 
 from __future__ import annotations
 
