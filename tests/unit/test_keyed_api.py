@@ -273,6 +273,7 @@ def test_task_counts_are_compared_per_streamparse_environment() -> None:
             words = Words.spec()
             counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 2})
             again = CountWords.spec(inputs={counts: keyed("word")}, par=4)
+
     with pytest.raises(WiringError, match="counts: par must be >= 2 in environment 'dev'"):
 
         class Small(ElasticTopology):
