@@ -15,19 +15,24 @@ class MemoryZk:
     def __init__(self) -> None:
         self.nodes: dict[str, bytes] = {}
         self.versions: dict[str, int] = {}
+        self.ephemeral: set[str] = set()  # gone with the creator's session
         self._seq = 0
 
     def ensure_path(self, path: str) -> None:
         self.nodes.setdefault(path, b"")
         self.versions.setdefault(path, 0)
 
-    def create(self, path: str, data: bytes = b"", *, sequence=False, makepath=False) -> str:
+    def create(
+        self, path: str, data: bytes = b"", *, sequence=False, makepath=False, ephemeral=False
+    ) -> str:
         if sequence:
             self._seq += 1
             path = f"{path}{self._seq:010d}"
         if path in self.nodes:
             raise NodeExistsError()
         self.nodes[path], self.versions[path] = data, 0
+        if ephemeral:
+            self.ephemeral.add(path)
         return path
 
     def get(self, path: str):

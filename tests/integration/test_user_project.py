@@ -125,6 +125,8 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
             "cluster",
             "-n",
             TOPOLOGY,
+            "-N",
+            TOPOLOGY,
             "-j",
             str(jar),
             "-f",

@@ -244,6 +244,43 @@ def test_a_keyed_bolt_needs_an_owner_and_a_holder() -> None:
             counts = CountWords.spec(inputs={words: keyed("word")}, par=1)
 
 
+def test_keyed_bolts_with_different_task_counts_are_refused_in_one_line() -> None:
+    message = (
+        "WordCount: keyed bolts counts (par=3) and again (par=2) must have the same "
+        "number of tasks: one per node the topology may use; give every keyed bolt par=3"
+    )
+    with pytest.raises(WiringError) as refused:
+
+        class WordCount(ElasticTopology):
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
+            again = CountWords.spec(inputs={counts: keyed("word")}, par=2)
+
+    assert str(refused.value) == message
+
+
+def test_task_counts_are_compared_per_streamparse_environment() -> None:
+    class Same(ElasticTopology):
+        words = Words.spec()
+        counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 2})
+        again = CountWords.spec(inputs={counts: keyed("word")}, par={"prod": 4, "dev": 2})
+
+    assert Same.thrift_bolts["again"].common.parallelism_hint == {"prod": 4, "dev": 2}
+    env = r"counts \(par=2\) and again \(par=4\) must have the same number of tasks in "
+    with pytest.raises(WiringError, match=env + "environment 'dev'"):
+
+        class Differ(ElasticTopology):
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 2})
+            again = CountWords.spec(inputs={counts: keyed("word")}, par=4)
+
+    with pytest.raises(WiringError, match="counts: par must be >= 2 in environment 'dev'"):
+
+        class Small(ElasticTopology):
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 1})
+
+
 def test_a_bad_elastorm_option_fails_when_the_topology_is_declared() -> None:
     with pytest.raises(WiringError, match=r"Bad: elastorm.key_groups = 0: expected an integer"):
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,22 @@ def test_the_tutorial_lists_every_file_of_the_user_project() -> None:
 def test_each_listing_is_the_file_the_integration_test_runs(name: str) -> None:
     tutorial = (ROOT / "docs" / "tutorial.md").read_text()
     assert (PROJECT / name).read_text().rstrip() + "\n```" in tutorial, name
+
+
+@pytest.mark.parametrize("name", ["wordcount", "wordfiles"])
+def test_the_user_topologies_fit_the_cluster_the_tutorial_starts(name: str, monkeypatch) -> None:
+    """Each builds (``sparse submit`` loads it so) with every keyed bolt at one task per
+    supervisor of the default ``elastorm cluster up``: none waits on an unbound node."""
+    from elastorm.config import ProjectConfig
+    from elastorm.storm.elastic import KeyedOperator
+
+    monkeypatch.syspath_prepend(str(PROJECT / "src"))
+    for loaded in [m for m in sys.modules if m.split(".")[0] in ("bolts", "spouts")]:
+        monkeypatch.delitem(sys.modules, loaded)  # this repository's own bolts/ and spouts/
+    spec = importlib.util.spec_from_file_location(f"user_{name}", PROJECT / f"topologies/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    topology = next(v for v in vars(module).values() if getattr(v, "thrift_bolts", None))
+    keyed = [s for s in topology.specs if issubclass(s.component_cls, KeyedOperator)]
+    assert keyed
+    assert {s.par for s in keyed} == {ProjectConfig().cluster_supervisors}

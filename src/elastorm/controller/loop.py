@@ -108,7 +108,11 @@ class Placement:
     def __post_init__(self) -> None:
         nodes = {frozenset(by_node) for by_node in self.tasks.values()}
         if len(nodes) > 1:
-            raise ControllerModelError("every keyed operator needs one task on every node")
+            on = ", ".join(f"{op} on {len(by_node)}" for op, by_node in sorted(self.tasks.items()))
+            raise ControllerModelError(
+                f"every keyed operator needs one task on every node (the same number of "
+                f"tasks each), got nodes: {on}"
+            )
         seen = [t for by_node in self.tasks.values() for t in by_node.values()]
         if len(seen) != len(set(seen)):
             raise ControllerModelError("a task is placed twice")

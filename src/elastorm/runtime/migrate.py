@@ -23,6 +23,7 @@ from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.requests import (
     controller_alive,
     read_operators,
+    read_refusal,
     read_request,
     read_status,
     submit_request,
@@ -77,11 +78,20 @@ def only_operator(topology: str, operators: list[str]) -> str:
     raise UserError(f"{topology} has keyed operators {', '.join(operators)}: pass --operator")
 
 
+def refuse_if_refused(client: KazooClient, topology: str) -> None:
+    """Raise ``UserError`` with the controller's reason if it cannot run ``topology``
+    (``controller/refused``): nothing a caller waits for would ever come."""
+    reason = read_refusal(client, ZnodeLayout(topology))
+    if reason is not None:
+        raise UserError(f"the controller of {topology} cannot run it: {reason}")
+
+
 def keyed_operator(client: KazooClient, topology: str, timeout: float) -> str:
     """The topology's only keyed operator, waiting up to ``timeout`` s for the
     controller's first routing table."""
     deadline = time.monotonic() + timeout
     while not (operators := read_operators(client, ZnodeLayout(topology))):
+        refuse_if_refused(client, topology)
         if time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -92,6 +102,7 @@ def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: 
     """The controller's published routing status (it appears on its first tick)."""
     deadline = time.monotonic() + timeout
     while (status := read_status(client, ZnodeLayout(topology), operator)) is None:
+        refuse_if_refused(client, topology)
         if time.monotonic() > deadline:
             raise UserError(
                 f"no controller status for {topology}/{operator} after {timeout:.0f} s: "

@@ -15,6 +15,9 @@ from elastorm.runtime.migrate import (
     wait_for_status,
 )
 
+STATUS_WAIT = 10.0  # s for the controller's status when --timeout is not given
+MIGRATION_WAIT = 60.0  # s for a migration to end when --timeout is not given
+
 
 def register(subparsers) -> None:
     """Add the ``migrate`` subcommand."""
@@ -41,7 +44,13 @@ def register(subparsers) -> None:
         help="migration protocol (default: cpal)",
     )
     add_zookeeper_option(parser)
-    parser.add_argument("--timeout", type=float, default=60, help="seconds to wait (default 60)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds to wait: for the controller's status (default {STATUS_WAIT:.0f}; "
+        f"more while the topology starts) and for the migration (default {MIGRATION_WAIT:.0f})",
+    )
     parser.add_argument(
         "--status",
         action="store_true",
@@ -53,8 +62,9 @@ def register(subparsers) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     with connected(args.zookeeper or load_config().zookeeper) as client:
-        operator = args.operator or keyed_operator(client, args.topology, timeout=10)
-        status = wait_for_status(client, args.topology, operator, timeout=10)
+        wait = STATUS_WAIT if args.timeout is None else args.timeout
+        operator = args.operator or keyed_operator(client, args.topology, timeout=wait)
+        status = wait_for_status(client, args.topology, operator, timeout=wait)
         if args.status or args.group is None:
             print(json.dumps(status, indent=2))
             return 0
@@ -66,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
             args.group,
             target,
             Protocol(args.protocol),
-            args.timeout,
+            MIGRATION_WAIT if args.timeout is None else args.timeout,
             until_stuck=True,
         )
     times = result.times

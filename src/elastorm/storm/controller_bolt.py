@@ -27,9 +27,10 @@ from collections import deque
 
 from streamparse import Bolt
 
-from elastorm.config import TopologyConfig
+from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop
+from elastorm.controller.model import ControllerModelError
 from elastorm.controller.requests import RequestEvent, after_leader_lost
 from elastorm.controller.standby import (
     Leadership,
@@ -49,7 +50,13 @@ from elastorm.core.actions import (
 )
 from elastorm.core.control import MigrationController
 from elastorm.core.messages import PeerDown, UpstreamRecovery
-from elastorm.storm.controller_runtime import ControllerRuntime, log_changed, log_move, make_loop
+from elastorm.storm.controller_runtime import (
+    ControllerRuntime,
+    Refusal,
+    log_changed,
+    log_move,
+    make_loop,
+)
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     REPORTS,
@@ -89,6 +96,8 @@ class MigrationControllerBolt(_Sending, Bolt):
 
     Nothing of this runs while the task stands by (:meth:`leads` is false): it only
     watches the keyed tasks' znodes and notes their restarts, to act on once it leads.
+    Nor when the topology's model is inconsistent (a :class:`Refusal`: one ERROR line,
+    the reason in ZooKeeper), where raising would only crash-loop its worker.
     """
 
     outputs = [MESSAGE_STREAM]
@@ -99,19 +108,24 @@ class MigrationControllerBolt(_Sending, Bolt):
         operators = operators_of(config)
         self.operators = tuple(operators)
         self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
-        self.controls = {
-            op: MigrationController(
-                num_key_groups=config.key_groups,
-                tasks=tasks,
-                emitters=tasks_of(context, operators[op]),
-                routing=initial_routing(config, op, tasks),
-                zones=task_zones(config, tasks),
-            )
-            for op, tasks in self.operator_tasks.items()
-        }
+        self.refusal: Refusal | None = None
+        try:
+            self.controls = {
+                op: MigrationController(
+                    num_key_groups=config.key_groups,
+                    tasks=tasks,
+                    emitters=tasks_of(context, operators[op]),
+                    routing=initial_routing(config, op, tasks),
+                    zones=task_zones(config, tasks),
+                )
+                for op, tasks in self.operator_tasks.items()
+            }
+            self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
+        except (ControllerModelError, ConfigError) as exc:  # the same after every restart
+            self.refusal = Refusal(conf, str(exc))
+            return
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.migration_timeout = config.migration_timeout_secs
-        self.loop: ControllerLoop = make_loop(config, self.controls, self.operator_tasks)
         self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
         self.boards = {
             op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
@@ -289,6 +303,8 @@ class MigrationControllerBolt(_Sending, Bolt):
             log.error("controller: could not fence task %s (%r)", task, exc)
 
     def process(self, tup):
+        if self.refusal is not None:
+            return
         with self._lock:
             self.process_report(tup)
 
@@ -374,6 +390,9 @@ class MigrationControllerBolt(_Sending, Bolt):
             self.boards[op].apply(name, RequestEvent.REFUSE, detail=why)
 
     def process_tick(self, tup):
+        if self.refusal is not None:  # a controller that cannot run only says why
+            self.refusal.publish()
+            return
         with self._lock:
             self.tick(time.time())
 

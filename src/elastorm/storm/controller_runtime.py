@@ -36,6 +36,7 @@ from elastorm.files import write_json_atomic
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import LeaderInfo
 from elastorm.zk.layout import ZnodeLayout, zk_settings
+from elastorm.zk.requests import ZK_ERRORS, publish_refusal
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
 
@@ -151,6 +152,34 @@ def log_changed(changed) -> None:
         log.warning(
             "controller: %s of %s runs %s: %s", m.reason.value, m.key_group, m.protocol.value, why
         )
+
+
+class Refusal:
+    """A controller that cannot run its topology (a ``ControllerModelError`` at start, e.g.
+    keyed operators with unequal task counts from a jar older than the check at submit).
+
+    It says why once, as one ERROR line, and in ZooKeeper (``controller/refused``, which
+    ``elastorm migrate`` prints), then decides nothing: raising would fail the worker,
+    and Storm would restart it into the same error, silently, forever.
+    """
+
+    def __init__(self, conf: Mapping[str, Any], reason: str) -> None:
+        self.reason = reason
+        self.layout = ZnodeLayout(str(conf["topology.name"]))
+        self.client = make_client(zk_settings(conf))
+        self.client.start_async()
+        self.published = False
+        log.error("controller: cannot run topology %s: %s", self.layout.topology, reason)
+
+    def publish(self) -> None:
+        """Write the reason to ZooKeeper once it answers (called on every tick until then)."""
+        if self.published or not self.client.connected:
+            return
+        try:
+            publish_refusal(self.client, self.layout, self.reason)
+            self.published = True
+        except ZK_ERRORS as exc:
+            log.debug("controller: refusal not published yet (%r)", exc)
 
 
 class ControllerRuntime:

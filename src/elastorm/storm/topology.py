@@ -234,6 +234,44 @@ def _refuse_unreplayable(
     )
 
 
+def _tasks(spec: ComponentSpec) -> dict[str | None, int]:
+    """A component's task count per streamparse environment (``None``: every one);
+    ``par`` is an int or, in streamparse, ``{environment: int}``."""
+    return dict(spec.par) if isinstance(spec.par, dict) else {None: spec.par}
+
+
+def _refuse_task_counts(classname: str, keyed_specs: list[ComponentSpec]) -> None:
+    """Refuse keyed bolts whose task counts break the rule placement rests on, in one line.
+
+    Madsen & Zhou 2015 deploy every keyed operator with one task per node it may ever
+    run on, so a key group moves between nodes by moving between its operator's tasks;
+    the elastic scheduler binds task ``i`` of every keyed bolt to node ``i`` and the
+    controller's ``Placement`` needs each keyed bolt on every node. Hence: ``par >= 2``
+    (a group's owner and its checkpoint holder are different tasks) and the same
+    ``par`` for every keyed bolt, in each environment a ``par`` dict names. Refused at
+    class creation (``sparse submit``), not by a controller that cannot start.
+    """
+    environments = sorted({env for s in keyed_specs for env in _tasks(s) if env is not None})
+    for env in environments or [None]:
+        where = f" in environment {env!r}" if env is not None else ""
+        # streamparse leaves an environment a par dict does not name unset: Storm runs 1.
+        counts = {s.name: _tasks(s).get(env, _tasks(s).get(None, 1)) for s in keyed_specs}
+        for name, count in counts.items():
+            if count < 2:
+                raise WiringError(
+                    f"{name}: par must be >= 2{where} (a key group's owner and its "
+                    f"checkpoint holder are different tasks), got {count}"
+                )
+        if len(set(counts.values())) > 1:
+            listed = [f"{name} (par={count})" for name, count in counts.items()]
+            both = ", ".join(listed[:-1]) + " and " + listed[-1]
+            raise WiringError(
+                f"{classname}: keyed bolts {both} must have the same number of tasks"
+                f"{where}: one per node the topology may use; give every keyed bolt "
+                f"par={max(counts.values())}"
+            )
+
+
 def wire(classname: str, class_dict: dict[str, Any]) -> None:
     """Add routers, relay, controller, direct streams and conf to ``class_dict``."""
     specs: dict[str, ComponentSpec] = {}
@@ -250,12 +288,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     operators: dict[str, list[str]] = {}
     added: dict[str, ComponentSpec] = {}
     routed_from: dict[str, list[str]] = {}  # keyed bolt -> components feeding its router
+    _refuse_task_counts(classname, keyed_specs)
     for spec in keyed_specs:
-        if isinstance(spec.par, int) and spec.par < 2:
-            raise WiringError(
-                f"{spec.name}: par must be >= 2 (a key group's owner and its checkpoint "
-                f"holder are different tasks), got {spec.par}"
-            )
         emitters = operators.setdefault(spec.name, [])
         routed: dict[GlobalStreamId, Grouping] = {}
         router_keys: dict[str, int] = {}

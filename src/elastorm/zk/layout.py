@@ -11,6 +11,7 @@ One root per topology, ``/elastorm/<topology>``::
     controller/checkpoints       durable checkpoint allocation
     controller/replicas          durable active replicas: key group -> its replica's node
     controller/status/<op>       the controller's live view: holders, migrations in flight
+    controller/refused           ephemeral, why the controller cannot run this topology
     controller/rescale           the rescale in progress: joining nodes, key groups to move
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
     scheduler/nodes              durable node set: wanted and draining nodes (``elastorm
@@ -112,6 +113,11 @@ class ZnodeLayout:
 
     def status(self, operator: str) -> str:
         return f"{self.controller}/status/{check_name(operator, 'operator')}"
+
+    @property
+    def refused(self) -> str:
+        """Why the controller cannot run the topology (ephemeral: gone with its worker)."""
+        return f"{self.controller}/refused"
 
     @property
     def requests(self) -> str:

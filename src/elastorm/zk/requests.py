@@ -195,6 +195,24 @@ class RequestBoard:
             log.warning("status: ZooKeeper unavailable (%s); retrying next tick", exc)
 
 
+def publish_refusal(client: KazooClient, layout: ZnodeLayout, reason: str) -> None:
+    """Say in ZooKeeper why the controller cannot run ``layout``'s topology: an ephemeral
+    ``controller/refused``, gone with the controller's session (a later run of the same
+    name that can run never sees it). Raises what kazoo raises (``ZK_ERRORS``)."""
+    try:
+        client.create(layout.refused, reason.encode(), ephemeral=True, makepath=True)
+    except NodeExistsError:  # another controller task (a standby) said it first
+        pass
+
+
+def read_refusal(client: KazooClient, layout: ZnodeLayout) -> str | None:
+    """Why the controller of ``layout``'s topology refuses to run it, or None."""
+    try:
+        return client.get(layout.refused)[0].decode() or None
+    except NoNodeError:
+        return None
+
+
 def controller_alive(client: KazooClient, layout: ZnodeLayout) -> bool:
     """Whether a controller leads ``layout``'s topology (its ephemeral leader znode)."""
     return client.exists(layout.leader) is not None

@@ -1,4 +1,4 @@
-from bolts.sink import Sink
+from bolts.sink import CountsSink
 from bolts.wordcount import CountWords
 from spouts.lines import WordLines
 from streamparse import Grouping
@@ -9,5 +9,5 @@ from elastorm import ElasticTopology, keyed
 class WordFiles(ElasticTopology):
     config = {"elastorm.key_groups": 12, "elastorm.checkpoint_interval_secs": 1}
     words = WordLines.spec()
-    counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
-    sink = Sink.spec(inputs={counts: Grouping.SHUFFLE})
+    counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
+    sink = CountsSink.spec(inputs={counts: Grouping.SHUFFLE})
