@@ -34,8 +34,8 @@ from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.files import write_json_atomic
 from elastorm.zk.client import make_client
-from elastorm.zk.codec import LeaderInfo
-from elastorm.zk.layout import ZnodeLayout, zk_settings
+from elastorm.zk.codec import LeaderInfo, Submission
+from elastorm.zk.layout import ZnodeLayout, submission_id, zk_settings
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
 
@@ -153,6 +153,45 @@ def log_changed(changed) -> None:
         )
 
 
+def log_submission(topology: str, submission: Submission | None) -> None:
+    """The controller's one line when its submission set an earlier one's state aside
+    (a new submission under an old name starts clean; never silently)."""
+    aside = submission.set_aside if submission else None
+    if aside is None:
+        return
+    log.warning(
+        "controller: submission %s of %s starts clean: the state of the earlier "
+        "submission %s (%d key groups, %d znodes) was set aside under %s; "
+        "`elastorm forget --topology %s` deletes it",
+        submission.storm_id,
+        topology,
+        aside.storm_id,
+        aside.key_groups,
+        aside.znodes,
+        aside.path,
+        topology,
+    )
+
+
+def submission_summary(submission: Submission | None) -> dict[str, Any] | None:
+    """This submission and what it set aside, for ``controller-metrics.json``."""
+    if submission is None:
+        return None
+    aside = submission.set_aside
+    return {
+        "storm_id": submission.storm_id,
+        "since": submission.since,
+        "set_aside": None
+        if aside is None
+        else {
+            "storm_id": aside.storm_id,
+            "key_groups": aside.key_groups,
+            "znodes": aside.znodes,
+            "path": aside.path,
+        },
+    }
+
+
 class ControllerRuntime:
     """The controller's ZooKeeper side, for every elastic topology: one client shared
     by the watcher, the store and the request boards; earlier decisions loaded before
@@ -202,7 +241,11 @@ class ControllerRuntime:
         watcher = ClusterWatcher(layout=layout, client=client, settings=zk)
         watcher.start()
         store = ControllerStore(
-            layout=layout, controller_id=f"controller-{task}", client=client, settings=zk
+            layout=layout,
+            controller_id=f"controller-{task}",
+            submission=submission_id(conf),
+            client=client,
+            settings=zk,
         )
         store.start()
         try:
@@ -312,6 +355,7 @@ class ControllerRuntime:
             return False
         if status is not StoreStatus.ONLINE:
             return False
+        log_submission(self.layout.topology, self.store.submission())
         decisions = self.store.decisions()
         held = {t: set(r.heartbeat.checkpoints) for t, r in self.watcher.live().items()}
         resumed = resume(
@@ -421,6 +465,7 @@ class ControllerRuntime:
                 "allocation": allocation_summary(self.loop, view),
                 "replication": self.loop.replication_status().to_json(),
                 "recoveries": self.loop.recoveries[-100:],
+                "submission": submission_summary(self.store.submission()),
             },
         )
 
