@@ -125,28 +125,17 @@ def _depth(path: str) -> int:
     return path.count("/")
 
 
-def archive_name(tree: Mapping[str, Znode], old: str | None) -> str:
-    """``archive/<old storm id>`` (``unrecorded`` if none), suffixed ``-2``, ``-3`` ... if
-    taken."""
-    name = old or UNRECORDED
-    candidate, n = name, 1
-    while f"archive/{candidate}" in tree:
-        n += 1
-        candidate = f"{name}-{n}"
-    return f"archive/{candidate}"
-
-
 def plan_set_aside(tree: Mapping[str, Znode], old: str | None) -> SetAsidePlan:
     """The plan that sets aside every persistent znode of ``tree`` (relative path ->
-    znode, the base itself left out) but the ``KEPT`` ones, under a fresh
-    ``archive/<old>``.
+    znode, the base itself left out) but the ``KEPT`` ones, under
+    ``archive/<old>`` (``archive/unrecorded`` if no submission was recorded).
 
     Ephemeral znodes stay (they end with their sessions, as after any restart), and
     so does every ancestor of a znode that stays; the archive copies what is deleted
     and its ancestors. A malformed routing table is moved like any znode, its groups
     not counted. O(n log n) in the znodes.
     """
-    archive = archive_name(tree, old)
+    archive = f"archive/{old or UNRECORDED}"
     staying = {p for p, z in tree.items() if _kept(p) or z.ephemeral}
     staying |= {a for p in staying for a in _ancestors(p)}
     deleted = sorted((p for p in tree if p not in staying), key=_order)
@@ -270,8 +259,8 @@ def _claim_once(
     for path, data in plan.creates:
         try:
             client.create(f"{layout.base}/{path}", data)
-        except NodeExistsError:
-            pass  # a rival claimer copied it first; the transaction below decides
+        except NodeExistsError:  # copied by an attempt that lost a race: copy it again
+            client.set(f"{layout.base}/{path}", data)
     tx = client.transaction()
     for path, v in plan.deletes:
         tx.delete(f"{layout.base}/{path}", version=v)
