@@ -247,7 +247,6 @@ CONTROLLER_CHILD = """
     from elastorm.core.routing import RoutingTable
     hosts, topology = sys.argv[1:3]
     store = ControllerStore(layout=ZnodeLayout(topology), controller_id="ctl",
-                            submission="test-1-1",
                             settings=ZkSettings(hosts=hosts, session_timeout=4.0,
                                                 heartbeat_interval=0.5))
     store.start()
@@ -269,9 +268,7 @@ def test_restarted_controller_resumes_its_decisions(settings, layout) -> None:
     finally:
         proc.send_signal(signal.SIGKILL)  # a crash: its leader znode lingers
         proc.wait()
-    store = ControllerStore(
-        layout=layout, controller_id="ctl", submission="test-1-1", settings=settings
-    )
+    store = ControllerStore(layout=layout, controller_id="ctl", settings=settings)
     store.start()
     started = time.monotonic()
     decisions = store.load(10)
@@ -290,17 +287,13 @@ def test_restarted_controller_resumes_its_decisions(settings, layout) -> None:
 
 
 def test_two_controllers_cannot_both_write(settings, layout, admin) -> None:
-    first = ControllerStore(
-        layout=layout, controller_id="c1", submission="test-1-1", settings=settings
-    )
+    first = ControllerStore(layout=layout, controller_id="c1", settings=settings)
     first.start()
     first.load(10)
     first.set_routing("op", RoutingTable(epoch=1, owners=(1, 2)))
     assert first.flush(5)
 
-    other = ControllerStore(
-        layout=layout, controller_id="c2", submission="test-1-1", settings=settings
-    )
+    other = ControllerStore(layout=layout, controller_id="c2", settings=settings)
     other.start()
     with pytest.raises(StoreUnavailableError, match="c1 leads"):
         other.load(2)
@@ -309,9 +302,7 @@ def test_two_controllers_cannot_both_write(settings, layout, admin) -> None:
 
     # A second process with the same id (a restart while the old one still runs)
     # takes over and bumps the term: the old one's next write is refused.
-    second = ControllerStore(
-        layout=layout, controller_id="c1", submission="test-1-1", settings=settings
-    )
+    second = ControllerStore(layout=layout, controller_id="c1", settings=settings)
     second.start()
     assert second.load(10).routing["op"].epoch == 1
     second.set_routing("op", RoutingTable(epoch=2, owners=(2, 2)))
@@ -336,16 +327,12 @@ def test_a_standby_takes_over_when_the_leaders_session_ends_and_the_old_one_is_d
     never a second leader."""
     client = make_client(settings)
     client.start(timeout=10)
-    first = ControllerStore(
-        layout=layout, controller_id="c1", submission="test-1-1", client=client, settings=settings
-    )
+    first = ControllerStore(layout=layout, controller_id="c1", client=client, settings=settings)
     first.start()
     first.load(10)
     first.set_routing("op", RoutingTable(epoch=3, owners=(1, 2)), issued=5)
     assert first.flush(5)
-    standby = ControllerStore(
-        layout=layout, controller_id="c2", submission="test-1-1", settings=settings
-    )
+    standby = ControllerStore(layout=layout, controller_id="c2", settings=settings)
     standby.start()
     with pytest.raises(StoreUnavailableError, match="c1 leads"):
         standby.load(5)
@@ -403,9 +390,7 @@ class _ReplyLost:
 def test_a_superseded_write_whose_reply_was_lost_is_adopted_not_a_conflict(
     settings, layout, admin, monkeypatch
 ) -> None:
-    store = ControllerStore(
-        layout=layout, controller_id="ctl", submission="test-1-1", client=admin, settings=settings
-    )
+    store = ControllerStore(layout=layout, controller_id="ctl", client=admin, settings=settings)
     store.start()
     store.load(10)
     store.set_routing("op", RoutingTable(epoch=1, owners=(1, 2)))
@@ -429,9 +414,7 @@ def test_a_superseded_write_whose_reply_was_lost_is_adopted_not_a_conflict(
 def test_a_term_bump_whose_reply_was_lost_is_not_taken_for_a_rival(settings, layout) -> None:
     client = make_client(settings)
     client.start(timeout=10)
-    store = ControllerStore(
-        layout=layout, controller_id="ctl", submission="test-1-1", client=client, settings=settings
-    )
+    store = ControllerStore(layout=layout, controller_id="ctl", client=client, settings=settings)
     store.start()
     store.load(10)
     real = client.set_async

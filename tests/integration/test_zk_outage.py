@@ -128,9 +128,7 @@ def test_zookeeper_down_for_20_s_loses_nothing(zookeeper) -> None:
     ctl = make_client(settings)
     ctl.start(timeout=10)
     watcher = ClusterWatcher(layout=layout, client=ctl, settings=settings)
-    store = ControllerStore(
-        layout=layout, controller_id="ctl", submission="test-1-1", client=ctl, settings=settings
-    )
+    store = ControllerStore(layout=layout, controller_id="ctl", client=ctl, settings=settings)
     for part in (*pubs, *callers, watcher, store):
         part.start()
     store.load(10)

@@ -153,10 +153,6 @@ class FakeStore:
         self.written: list = []
         self.durable = True  # whether writes reach "ZooKeeper" (flush succeeds)
         self.flushed = 0
-        self.record: Submission | None = Submission(storm_id="t-1-1", since=0.0)
-
-    def submission(self) -> Submission | None:
-        return self.record
 
     def pending(self) -> int:
         return 0 if self.durable else len(self.written)
@@ -197,7 +193,14 @@ class FakeWatcher:
         }
 
 
-def runtime(loop: ControllerLoop, store: FakeStore) -> ControllerRuntime:
+FIRST = Submission(storm_id="t-1-1", since=0.0)  # a first submission: nothing set aside
+
+
+def runtime(
+    loop: ControllerLoop,
+    store: FakeStore,
+    submission: Submission = FIRST,
+) -> ControllerRuntime:
     return ControllerRuntime(
         loop=loop,
         client=None,
@@ -206,6 +209,7 @@ def runtime(loop: ControllerLoop, store: FakeStore) -> ControllerRuntime:
         store=store,
         round_secs=1.0,
         metrics_path=None,
+        submission=submission,
     )
 
 
@@ -298,8 +302,7 @@ def test_a_new_submission_that_set_state_aside_says_so_once_at_load(caplog) -> N
     aside = SetAside(
         storm_id="t-1-1", key_groups=3, znodes=9, path="/elastorm/t/archive/t-1-1", at=5.0
     )
-    store.record = Submission(storm_id="t-2-9", since=5.0, set_aside=aside)
-    rt = runtime(loop, store)
+    rt = runtime(loop, store, Submission(storm_id="t-2-9", since=5.0, set_aside=aside))
     with caplog.at_level("INFO", logger="elastorm.storm.controller_runtime"):
         rt.tick(10.0)
         rt.tick(12.0)
@@ -310,7 +313,6 @@ def test_a_new_submission_that_set_state_aside_says_so_once_at_load(caplog) -> N
         "`elastorm forget --topology t` deletes it"
     ]
     caplog.clear()
-    store.record = Submission(storm_id="t-2-9", since=5.0)
     with caplog.at_level("INFO", logger="elastorm.storm.controller_runtime"):
-        runtime(loop, store).tick(20.0)
+        runtime(loop, store, Submission(storm_id="t-2-9", since=5.0)).tick(20.0)
     assert not [r for r in caplog.records if "set aside" in r.getMessage()]

@@ -247,3 +247,19 @@ def test_a_keyed_task_of_a_new_submission_starts_first_not_as_a_restart(monkeypa
     assert rzk.task_start({**conf, "storm.id": OLD}, "count", 5, "count") == (2, 7)  # restart
     assert rzk.task_start({**conf, "storm.id": NEW}, "count", 5, "count") == (1, -1)  # new
     assert zk.exists(f"{LAYOUT.base}/archive/{OLD}/controller/routing/count")
+
+
+def test_the_controller_claims_the_name_before_anything_else_and_gets_the_record(
+    monkeypatch,
+) -> None:
+    import elastorm.zk.requests as rzk
+
+    zk = ClientZk()
+    run_of(zk, OLD)
+    monkeypatch.setattr(rzk, "make_client", lambda settings: zk)
+    conf = {"topology.name": "wc", "storm.zookeeper.servers": ["127.0.0.1"], "storm.id": NEW}
+    record = rzk.controller_start(conf, "controller", 2)
+    assert record.storm_id == NEW and record.set_aside.storm_id == OLD
+    assert record.set_aside.key_groups == 4 and read_routing(zk, LAYOUT, "count") is None
+    again = rzk.controller_start(conf, "controller", 2)  # Storm restarted the controller
+    assert again == record and register_incarnation(zk, LAYOUT, "controller", 2) == 3

@@ -35,7 +35,8 @@ from elastorm.core.control import MigrationController
 from elastorm.files import write_json_atomic
 from elastorm.zk.client import make_client
 from elastorm.zk.codec import LeaderInfo, Submission
-from elastorm.zk.layout import ZnodeLayout, submission_id, zk_settings
+from elastorm.zk.layout import ZnodeLayout, zk_settings
+from elastorm.zk.requests import controller_start
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
 
@@ -153,10 +154,10 @@ def log_changed(changed) -> None:
         )
 
 
-def log_submission(topology: str, submission: Submission | None) -> None:
+def log_submission(topology: str, submission: Submission) -> None:
     """The controller's one line when its submission set an earlier one's state aside
     (a new submission under an old name starts clean; never silently)."""
-    aside = submission.set_aside if submission else None
+    aside = submission.set_aside
     if aside is None:
         return
     log.warning(
@@ -173,10 +174,8 @@ def log_submission(topology: str, submission: Submission | None) -> None:
     )
 
 
-def submission_summary(submission: Submission | None) -> dict[str, Any] | None:
+def submission_summary(submission: Submission) -> dict[str, Any]:
     """This submission and what it set aside, for ``controller-metrics.json``."""
-    if submission is None:
-        return None
     aside = submission.set_aside
     return {
         "storm_id": submission.storm_id,
@@ -208,6 +207,7 @@ class ControllerRuntime:
         store: ControllerStore,
         round_secs: float,
         metrics_path: str | None,
+        submission: Submission,
     ) -> None:
         self.loop = loop
         self.client = client
@@ -216,6 +216,7 @@ class ControllerRuntime:
         self.store = store
         self.round_secs = round_secs
         self.metrics_path = metrics_path
+        self.submission = submission
         self._last_round = -float("inf")
         self.loaded = False
         self.rounds = 0
@@ -228,24 +229,27 @@ class ControllerRuntime:
         self.outbox: list[Send] = []
 
     @classmethod
-    def start(cls, conf: Mapping[str, Any], loop: ControllerLoop, task: int) -> ControllerRuntime:
-        """Connect, and start the watcher and the store for ``loop`` (the topology in
+    def start(
+        cls, conf: Mapping[str, Any], loop: ControllerLoop, component: str, task: int
+    ) -> ControllerRuntime:
+        """Claim the topology's znodes for this submission (``controller_start``: a new
+        submission under an old name sets the earlier one's aside, a restart resumes),
+        connect, and start the watcher and the store for ``loop`` (the topology in
         ``conf``); waits at most ``LOAD_TIMEOUT`` s for earlier decisions. The store's
         controller id is the Storm task's, the same after a restart, so a restarted
         controller takes over its predecessor's lead at once (fenced by the term)."""
         config = TopologyConfig.from_conf(conf)
         layout = ZnodeLayout(str(conf["topology.name"]))
+        # First, and blocking like a keyed task's start: nothing of this controller may
+        # read or write a znode before the name is claimed for this submission.
+        submission = controller_start(conf, component, task)
         zk = zk_settings(conf)
         client = make_client(zk)
         client.start_async()
         watcher = ClusterWatcher(layout=layout, client=client, settings=zk)
         watcher.start()
         store = ControllerStore(
-            layout=layout,
-            controller_id=f"controller-{task}",
-            submission=submission_id(conf),
-            client=client,
-            settings=zk,
+            layout=layout, controller_id=f"controller-{task}", client=client, settings=zk
         )
         store.start()
         try:
@@ -271,6 +275,7 @@ class ControllerRuntime:
             store=store,
             round_secs=config.controller.round_secs,
             metrics_path=os.path.join(out, METRICS_FILE) if out else None,
+            submission=submission,
         )
 
     def ready(self, now: float) -> bool:
@@ -355,7 +360,7 @@ class ControllerRuntime:
             return False
         if status is not StoreStatus.ONLINE:
             return False
-        log_submission(self.layout.topology, self.store.submission())
+        log_submission(self.layout.topology, self.submission)
         decisions = self.store.decisions()
         held = {t: set(r.heartbeat.checkpoints) for t, r in self.watcher.live().items()}
         resumed = resume(
@@ -465,7 +470,7 @@ class ControllerRuntime:
                 "allocation": allocation_summary(self.loop, view),
                 "replication": self.loop.replication_status().to_json(),
                 "recoveries": self.loop.recoveries[-100:],
-                "submission": submission_summary(self.store.submission()),
+                "submission": submission_summary(self.submission),
             },
         )
 

@@ -33,9 +33,9 @@ from elastorm.controller.requests import (
 )
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import KAZOO_ERRORS, make_client, write_znode
-from elastorm.zk.codec import ZnodeSchemaError, decode_routing
+from elastorm.zk.codec import Submission, ZnodeSchemaError, decode_routing
 from elastorm.zk.layout import ZnodeLayout, submission_id, zk_settings
-from elastorm.zk.submission import claim_submission
+from elastorm.zk.submission import claim_submission, read_submission
 
 if TYPE_CHECKING:
     from elastorm.controller.model import MigrationEnded
@@ -297,6 +297,20 @@ so Storm restarts it); below Storm's 30 s subprocess heartbeat timeout."""
 class StartUnknownError(RuntimeError):
     """ZooKeeper did not answer at a keyed task's start: a first start cannot be told
     from a restart, so the task must not start at all."""
+
+
+def controller_start(conf: Mapping[str, Any], component: str, task: int) -> Submission:
+    """At a controller task's start, before its watcher, store, request boards or
+    liveness server touch ZooKeeper: the topology's znodes claimed for this submission
+    (:func:`at_start`), and its record, which says what it set aside."""
+
+    def record(client: KazooClient, layout: ZnodeLayout, _incarnation: int) -> Submission:
+        found = read_submission(client, layout)
+        if found is None:  # deleted since the claim (``elastorm forget --force``)
+            raise NoNodeError(layout.submission)
+        return found
+
+    return at_start(conf, component, task, record)[1]
 
 
 def task_start(

@@ -1,9 +1,6 @@
 """The controller's durable decisions in ZooKeeper: routing tables, checkpoint
 allocation and active replicas, with leader election and fencing.
 
-* **Submission**: before anything else, the store claims the topology's znodes for
-  its Storm submission (``elastorm.zk.submission``): a restart of the same submission
-  resumes its decisions, a new submission under an old name sets them aside.
 * **Leader**: ``controller/leader`` is an ephemeral znode; a controller with the
   same ``controller_id`` (its own earlier incarnation) takes it over, any other
   controller waits in ``STANDBY``.
@@ -47,7 +44,6 @@ from elastorm.core.sessions import LeadershipMachine, StoreInput, StoreStatus
 from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop, session_id
 from elastorm.zk.codec import (
     LeaderInfo,
-    Submission,
     ZnodeSchemaError,
     decode_checkpoints,
     decode_copies,
@@ -62,7 +58,6 @@ from elastorm.zk.codec import (
     encode_term,
 )
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, check_name
-from elastorm.zk.submission import claim_submission
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +115,6 @@ class ControllerStore(BackgroundLoop):
         *,
         layout: ZnodeLayout,
         controller_id: str,
-        submission: str,
         client: KazooClient | None = None,
         settings: ZkSettings | None = None,
         on_event: Callable[[StoreEvent], None] | None = None,
@@ -136,8 +130,6 @@ class ControllerStore(BackgroundLoop):
             clock=clock,
         )
         self._id = check_name(controller_id, "controller id")
-        self._storm_id = check_name(submission, "storm.id")
-        self._submission: Submission | None = None
         self._cond = threading.Condition(self._lock)
         self._leadership = LeadershipMachine()
         self._detail = ""
@@ -162,11 +154,6 @@ class ControllerStore(BackgroundLoop):
     def status(self) -> StoreStatus:
         """The leadership status (never blocks)."""
         return self._leadership.state
-
-    def submission(self) -> Submission | None:
-        """This submission's record once claimed (``elastorm.zk.submission``): what it set
-        aside of an earlier submission under the same name, if anything."""
-        return self._submission
 
     def leader(self) -> LeaderInfo | None:
         """The other controller that leads, as last seen while in ``STANDBY`` (None if
@@ -324,8 +311,6 @@ class ControllerStore(BackgroundLoop):
             self._feed(StoreInput.UNREACHABLE, "ZooKeeper unreachable; holding decisions")
             return
         try:
-            if self._submission is None and not self._claim():
-                return
             sid = session_id(self._client)
             if self._leader_session != sid:
                 self._feed(StoreInput.LEAD_LOST, "session lost; re-taking the lead")
@@ -338,19 +323,6 @@ class ControllerStore(BackgroundLoop):
                 self._commit()
         except KAZOO_ERRORS as exc:
             log.debug("controller store: ZooKeeper call failed (%r)", exc)
-
-    def _claim(self) -> bool:
-        """Claim the topology's znodes for this submission before anything is read or
-        written: a new submission under an old name sets the earlier decisions aside
-        instead of resuming them. False (CONFLICT) if the record cannot be read."""
-        try:
-            self._submission = claim_submission(
-                self._client, self._layout, self._storm_id, self._clock
-            )
-        except ZnodeSchemaError as exc:
-            self._feed(StoreInput.CONFLICT, f"malformed submission znode: {exc}")
-            return False
-        return True
 
     def _call(self, async_result):
         return async_result.get(timeout=self._timeout)
