@@ -84,7 +84,7 @@ def test_it_logs_one_error_line_and_publishes_the_reason_once_zookeeper_answers(
     zk.connected = True
     bolt.process_tick(None)
     assert read_refusal(zk, ZnodeLayout("t")) == REASON
-    assert ZnodeLayout("t").refused in zk.ephemeral  # gone with the topology
+    assert ZnodeLayout("t").refused in zk.owners  # ephemeral: gone with the topology
     bolt.process(SimpleNamespace(stream="elastorm_reports", task=10, values=["{}"]))
     bolt.process_tick(None)  # published once, decides nothing
     assert zk.versions[ZnodeLayout("t").refused] == 0

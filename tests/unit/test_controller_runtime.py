@@ -13,6 +13,7 @@ from elastorm.core.control import MigrationController
 from elastorm.core.messages import Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
 from elastorm.storm.controller_runtime import ControllerRuntime, holders_allocation, resume
+from elastorm.zk.codec import SetAside, Submission
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.store import Decisions, StoreError, StoreStatus
 
@@ -192,7 +193,14 @@ class FakeWatcher:
         }
 
 
-def runtime(loop: ControllerLoop, store: FakeStore) -> ControllerRuntime:
+FIRST = Submission(storm_id="t-1-1", since=0.0)  # a first submission: nothing set aside
+
+
+def runtime(
+    loop: ControllerLoop,
+    store: FakeStore,
+    submission: Submission = FIRST,
+) -> ControllerRuntime:
     return ControllerRuntime(
         loop=loop,
         client=None,
@@ -201,6 +209,7 @@ def runtime(loop: ControllerLoop, store: FakeStore) -> ControllerRuntime:
         store=store,
         round_secs=1.0,
         metrics_path=None,
+        submission=submission,
     )
 
 
@@ -277,3 +286,33 @@ def test_a_request_only_controller_resumes_and_persists_before_it_sends() -> Non
     assert rt.order(sends) == [] and ("op", 5) in store.written  # persisted, held
     store.durable = True
     assert rt.tick(3.0) == sends and rt.rounds == 0  # released; no round ever
+
+
+def test_a_new_submission_that_set_state_aside_says_so_once_at_load(caplog) -> None:
+    """The controller's one line when a resubmission under an old name started clean:
+    which storm id, how many key groups, where the old state went; none otherwise."""
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement(TASKS),
+        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
+        started_at=0.0,
+    )
+    store = FakeStore()
+    store.state = StoreStatus.ONLINE
+    aside = SetAside(
+        storm_id="t-1-1", key_groups=3, znodes=9, path="/elastorm/t/archive/t-1-1", at=5.0
+    )
+    rt = runtime(loop, store, Submission(storm_id="t-2-9", since=5.0, set_aside=aside))
+    with caplog.at_level("INFO", logger="elastorm.storm.controller_runtime"):
+        rt.tick(10.0)
+        rt.tick(12.0)
+    lines = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+    assert lines == [
+        "controller: submission t-2-9 of t starts clean: the state of the earlier submission "
+        "t-1-1 (3 key groups, 9 znodes) was set aside under /elastorm/t/archive/t-1-1; "
+        "`elastorm forget --topology t` deletes it"
+    ]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="elastorm.storm.controller_runtime"):
+        runtime(loop, store, Submission(storm_id="t-2-9", since=5.0)).tick(20.0)
+    assert not [r for r in caplog.records if "set aside" in r.getMessage()]

@@ -199,6 +199,10 @@ class StartZk:
     def set(self, path, data, version=-1):
         self.store[path] = data
 
+    def get_children(self, path):
+        prefix = path + "/"
+        return sorted({p[len(prefix) :].split("/")[0] for p in self.store if p.startswith(prefix)})
+
     def stop(self) -> None:
         pass
 
@@ -206,7 +210,12 @@ class StartZk:
         pass
 
 
-CONF = {"topology.name": "t", "storm.zookeeper.servers": ["127.0.0.1"], "storm.zookeeper.port": 1}
+CONF = {
+    "topology.name": "t",
+    "storm.id": "t-1-1",
+    "storm.zookeeper.servers": ["127.0.0.1"],
+    "storm.zookeeper.port": 1,
+}
 
 
 def test_a_restart_while_zookeeper_is_slow_is_still_a_restart(monkeypatch) -> None:

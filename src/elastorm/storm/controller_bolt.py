@@ -126,7 +126,7 @@ class MigrationControllerBolt(_Sending, Bolt):
             return
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.migration_timeout = config.migration_timeout_secs
-        self.runtime = ControllerRuntime.start(conf, self.loop, self._task)
+        self.runtime = ControllerRuntime.start(conf, self.loop, context["componentid"], self._task)
         self.boards = {
             op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
         }

@@ -34,9 +34,9 @@ from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.files import write_json_atomic
 from elastorm.zk.client import make_client
-from elastorm.zk.codec import LeaderInfo
+from elastorm.zk.codec import LeaderInfo, Submission
 from elastorm.zk.layout import ZnodeLayout, zk_settings
-from elastorm.zk.requests import ZK_ERRORS, publish_refusal
+from elastorm.zk.requests import ZK_ERRORS, controller_start, publish_refusal
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
 from elastorm.zk.watcher import ClusterWatcher
 
@@ -182,6 +182,43 @@ class Refusal:
             log.debug("controller: refusal not published yet (%r)", exc)
 
 
+def log_submission(topology: str, submission: Submission) -> None:
+    """The controller's one line when its submission set an earlier one's state aside
+    (a new submission under an old name starts clean; never silently)."""
+    aside = submission.set_aside
+    if aside is None:
+        return
+    log.warning(
+        "controller: submission %s of %s starts clean: the state of the earlier "
+        "submission %s (%d key groups, %d znodes) was set aside under %s; "
+        "`elastorm forget --topology %s` deletes it",
+        submission.storm_id,
+        topology,
+        aside.storm_id,
+        aside.key_groups,
+        aside.znodes,
+        aside.path,
+        topology,
+    )
+
+
+def submission_summary(submission: Submission) -> dict[str, Any]:
+    """This submission and what it set aside, for ``controller-metrics.json``."""
+    aside = submission.set_aside
+    return {
+        "storm_id": submission.storm_id,
+        "since": submission.since,
+        "set_aside": None
+        if aside is None
+        else {
+            "storm_id": aside.storm_id,
+            "key_groups": aside.key_groups,
+            "znodes": aside.znodes,
+            "path": aside.path,
+        },
+    }
+
+
 class ControllerRuntime:
     """The controller's ZooKeeper side, for every elastic topology: one client shared
     by the watcher, the store and the request boards; earlier decisions loaded before
@@ -198,6 +235,7 @@ class ControllerRuntime:
         store: ControllerStore,
         round_secs: float,
         metrics_path: str | None,
+        submission: Submission,
     ) -> None:
         self.loop = loop
         self.client = client
@@ -206,6 +244,7 @@ class ControllerRuntime:
         self.store = store
         self.round_secs = round_secs
         self.metrics_path = metrics_path
+        self.submission = submission
         self._last_round = -float("inf")
         self.loaded = False
         self.rounds = 0
@@ -218,13 +257,20 @@ class ControllerRuntime:
         self.outbox: list[Send] = []
 
     @classmethod
-    def start(cls, conf: Mapping[str, Any], loop: ControllerLoop, task: int) -> ControllerRuntime:
-        """Connect, and start the watcher and the store for ``loop`` (the topology in
+    def start(
+        cls, conf: Mapping[str, Any], loop: ControllerLoop, component: str, task: int
+    ) -> ControllerRuntime:
+        """Claim the topology's znodes for this submission (``controller_start``: a new
+        submission under an old name sets the earlier one's aside, a restart resumes),
+        connect, and start the watcher and the store for ``loop`` (the topology in
         ``conf``); waits at most ``LOAD_TIMEOUT`` s for earlier decisions. The store's
         controller id is the Storm task's, the same after a restart, so a restarted
         controller takes over its predecessor's lead at once (fenced by the term)."""
         config = TopologyConfig.from_conf(conf)
         layout = ZnodeLayout(str(conf["topology.name"]))
+        # First, and blocking like a keyed task's start: nothing of this controller may
+        # read or write a znode before the name is claimed for this submission.
+        submission = controller_start(conf, component, task)
         zk = zk_settings(conf)
         client = make_client(zk)
         client.start_async()
@@ -257,6 +303,7 @@ class ControllerRuntime:
             store=store,
             round_secs=config.controller.round_secs,
             metrics_path=os.path.join(out, METRICS_FILE) if out else None,
+            submission=submission,
         )
 
     def ready(self, now: float) -> bool:
@@ -341,6 +388,7 @@ class ControllerRuntime:
             return False
         if status is not StoreStatus.ONLINE:
             return False
+        log_submission(self.layout.topology, self.submission)
         decisions = self.store.decisions()
         held = {t: set(r.heartbeat.checkpoints) for t, r in self.watcher.live().items()}
         resumed = resume(
@@ -450,6 +498,7 @@ class ControllerRuntime:
                 "allocation": allocation_summary(self.loop, view),
                 "replication": self.loop.replication_status().to_json(),
                 "recoveries": self.loop.recoveries[-100:],
+                "submission": submission_summary(self.submission),
             },
         )
 

@@ -38,6 +38,7 @@ LEADER = "elastorm.leader"
 TERM = "elastorm.term"
 RESTART = "elastorm.restart"
 REWIND = "elastorm.rewind"
+SUBMISSION = "elastorm.submission"
 
 
 class ZnodeSchemaError(ValueError):
@@ -409,3 +410,67 @@ def decode_rewind(data: bytes | None) -> RewindRequest:
         for k, v in _obj(o.get("positions"), "positions").items()
     }
     return RewindRequest(token=_str(o.get("token"), "token"), positions=positions)
+
+
+# --------------------------------------------------------------------------- submission
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SetAside:
+    """An earlier submission's znodes that a new submission set aside: its Storm id,
+    how many key groups its routing tables had, how many znodes moved, and where to."""
+
+    storm_id: str
+    key_groups: int
+    znodes: int
+    path: str
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Submission:
+    """Data of ``submission``: the Storm submission (``storm.id``) the topology's znodes
+    belong to, since when, and what it set aside when it started (None: nothing)."""
+
+    storm_id: str
+    since: float
+    set_aside: SetAside | None = None
+
+
+def encode_submission(submission: Submission) -> bytes:
+    aside = submission.set_aside
+    return _dump(
+        _head(
+            SUBMISSION,
+            storm_id=submission.storm_id,
+            since=submission.since,
+            set_aside=None
+            if aside is None
+            else {
+                "storm_id": aside.storm_id,
+                "key_groups": aside.key_groups,
+                "znodes": aside.znodes,
+                "path": aside.path,
+                "at": aside.at,
+            },
+        )
+    )
+
+
+def decode_submission(data: bytes | None) -> Submission:
+    o = _load(data, SUBMISSION)
+    aside = o.get("set_aside")
+    if aside is not None:
+        a = _obj(aside, "set_aside")
+        aside = SetAside(
+            storm_id=_str(a.get("storm_id"), "set_aside.storm_id"),
+            key_groups=_int(a.get("key_groups"), "set_aside.key_groups"),
+            znodes=_int(a.get("znodes"), "set_aside.znodes"),
+            path=_str(a.get("path"), "set_aside.path"),
+            at=_nonneg(a.get("at"), "set_aside.at"),
+        )
+    return Submission(
+        storm_id=_str(o.get("storm_id"), "storm_id"),
+        since=_nonneg(o.get("since"), "since"),
+        set_aside=aside,
+    )

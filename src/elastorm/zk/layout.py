@@ -17,6 +17,8 @@ One root per topology, ``/elastorm/<topology>``::
     scheduler/nodes              durable node set: wanted and draining nodes (``elastorm
                                  scale`` / ``drain``, the controller's releases)
     scheduler/placement          the elastic scheduler's binding of logical nodes to nodes
+    submission                   durable, the Storm submission (``storm.id``) the rest belongs to
+    archive/<storm-id>/...       durable, an earlier submission's znodes, set aside by the next one
 
 See docs/znodes.md. Nothing here talks to ZooKeeper.
 """
@@ -138,6 +140,19 @@ class ZnodeLayout:
     def scheduler_placement(self) -> str:
         return f"{self.base}/scheduler/placement"
 
+    @property
+    def submission(self) -> str:
+        """Which Storm submission (``storm.id``) the topology's znodes belong to."""
+        return f"{self.base}/submission"
+
+    @property
+    def archive_dir(self) -> str:
+        return f"{self.base}/archive"
+
+    def archive(self, name: str) -> str:
+        """Where an earlier submission's znodes are set aside (``elastorm.zk.submission``)."""
+        return f"{self.archive_dir}/{check_name(name, 'archive')}"
+
     def incarnation(self, component: str, task_id: int) -> str:
         name = check_name(f"{component}-{task_name(task_id)}", "component")
         return f"{self.base}/incarnations/{name}"
@@ -196,6 +211,15 @@ class ZkSettings:
             )
         if self.request_timeout <= 0 or self.reconnect_max_delay <= 0:
             raise ZnodeLayoutError("request_timeout and reconnect_max_delay must be > 0")
+
+
+def submission_id(conf: Mapping[str, object]) -> str:
+    """The Storm id of this submission (``storm.id``, e.g. ``flights-3-1795849642``):
+    Storm gives every submission of a name a new one, a restarted worker keeps it."""
+    storm_id = conf.get("storm.id")
+    if not isinstance(storm_id, str) or not storm_id:
+        raise ZnodeLayoutError(f"storm conf has no storm.id (got {storm_id!r})")
+    return check_name(storm_id, "storm.id")
 
 
 def zk_settings(conf: Mapping[str, object]) -> ZkSettings:

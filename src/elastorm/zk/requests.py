@@ -33,8 +33,9 @@ from elastorm.controller.requests import (
 )
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import KAZOO_ERRORS, make_client, write_znode
-from elastorm.zk.codec import ZnodeSchemaError, decode_routing
-from elastorm.zk.layout import ZnodeLayout, zk_settings
+from elastorm.zk.codec import Submission, ZnodeSchemaError, decode_routing
+from elastorm.zk.layout import ZnodeLayout, submission_id, zk_settings
+from elastorm.zk.submission import claim_submission, read_submission
 
 if TYPE_CHECKING:
     from elastorm.controller.model import MigrationEnded
@@ -316,6 +317,20 @@ class StartUnknownError(RuntimeError):
     from a restart, so the task must not start at all."""
 
 
+def controller_start(conf: Mapping[str, Any], component: str, task: int) -> Submission:
+    """At a controller task's start, before its watcher, store, request boards or
+    liveness server touch ZooKeeper: the topology's znodes claimed for this submission
+    (:func:`at_start`), and its record, which says what it set aside."""
+
+    def record(client: KazooClient, layout: ZnodeLayout, _incarnation: int) -> Submission:
+        found = read_submission(client, layout)
+        if found is None:  # deleted since the claim (``elastorm forget --force``)
+            raise NoNodeError(layout.submission)
+        return found
+
+    return at_start(conf, component, task, record)[1]
+
+
 def task_start(
     conf: Mapping[str, Any], component: str, task: int, operator: str
 ) -> tuple[int, int]:
@@ -339,14 +354,17 @@ def at_start(
     task: int,
     read: Callable[[KazooClient, ZnodeLayout, int], _T],
 ) -> tuple[int, _T]:
-    """Count one more start of ``component``'s ``task`` and ``read`` what it needs
-    (given the incarnation) from the topology's ZooKeeper.
+    """Claim the topology's znodes for this submission (``claim_submission``: a new
+    submission under an old name sets the old state aside), count one more start of
+    ``component``'s ``task`` and ``read`` what it needs (given the incarnation) from
+    the topology's ZooKeeper.
 
     Retries until ZooKeeper answers, for at most ``START_DEADLINE`` s, then raises
     ``StartUnknownError``: it never guesses a first start.
     """
     layout = ZnodeLayout(str(conf["topology.name"]))
     settings = zk_settings(conf)
+    storm_id = submission_id(conf)
     deadline = START_DEADLINE
     give_up = time.monotonic() + deadline
     attempt = 0
@@ -355,6 +373,7 @@ def at_start(
         client = make_client(settings)
         try:
             client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
+            claim_submission(client, layout, storm_id)
             incarnation = register_incarnation(client, layout, component, task)
             return incarnation, read(client, layout, incarnation)
         except ZK_ERRORS as exc:
