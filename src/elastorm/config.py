@@ -725,12 +725,12 @@ class TopologyConfig(Section):
         "seconds between a task's checkpoints; 0 turns periodic checkpoints off",
         check=at_least(0),
     )  # fmt: skip
-    relay_tasks: int | None = option(
-        "elastorm.relay_tasks", INT, None,
+    relay_tasks: int = option(
+        "elastorm.relay_tasks", INT, 1,
         "tasks of the JVM relay that carries checkpoints, acks and trims between keyed "
         "tasks and emitters (fields-grouped by sender, so each sender keeps its order); "
-        "unset: as many as the widest keyed operator has tasks",
-        check=at_least(1), optional=True,
+        "each may cost a worker slot",
+        check=at_least(1),
     )  # fmt: skip
     migration_timeout_secs: float = option(
         "elastorm.migration_timeout_secs", FLOAT, 60.0,

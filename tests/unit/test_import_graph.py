@@ -423,8 +423,9 @@ def test_mutual_packages_are_found_and_counted(tmp_path: Path) -> None:
 
 
 if __name__ == "__main__":
-    # The package-level import counts and the mutual pairs (target: none).
-    g = build_graph(SRC)
+    # The package-level import counts and the mutual pairs (target: none), of this
+    # checkout's src/ or of the src/ folder given (e.g. an older commit's, from git archive).
+    g = build_graph(Path(sys.argv[1]) if len(sys.argv) > 1 else SRC)
     for (a, b), n in sorted(package_imports(g).items()):
         print(f"{a:24} -> {b:24} {n:3}")
     pairs = mutual_packages(g)

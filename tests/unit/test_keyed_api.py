@@ -183,9 +183,9 @@ def test_wiring_adds_router_relay_controller_and_direct_streams() -> None:
     assert router[("words", "default")].fields == ["word"]
     assert {("relay", STREAM), ("controller", STREAM)} <= set(router)
     assert set(inputs("relay")) == {("counts", "elastorm_relay")}
-    # The JVM relay: one lane per sender (its FIFO kept), as many tasks as counts has.
+    # The JVM relay: one lane per sender (its FIFO kept), one task unless configured.
     assert inputs("relay")[("counts", "elastorm_relay")].fields == ["sender"]
-    assert bolts["relay"].common.parallelism_hint == 3
+    assert bolts["relay"].common.parallelism_hint == 1
     assert bolts["relay"].bolt_object.java_object.full_class_name == "elastorm.jvm.RelayBolt"
     assert set(inputs("controller")) == {("counts", "elastorm_reports")}
     assert bolts["counts_router"].common.parallelism_hint == 2
@@ -196,11 +196,11 @@ def test_wiring_adds_router_relay_controller_and_direct_streams() -> None:
 
 def test_the_relay_tasks_option_sets_the_relays_parallelism() -> None:
     class Narrow(ElasticTopology):
-        config = {"elastorm.relay_tasks": 1}
+        config = {"elastorm.relay_tasks": 3}
         words = Words.spec()
         counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
 
-    assert Narrow.thrift_bolts["relay"].common.parallelism_hint == 1
+    assert Narrow.thrift_bolts["relay"].common.parallelism_hint == 3
     with pytest.raises(WiringError, match="elastorm.relay_tasks"):
 
         class Bad(ElasticTopology):

@@ -373,13 +373,12 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         replay_sources,
         _checked(classname, config).sources_at_most_once,
     )
-    widest = max(s.par if isinstance(s.par, int) else 1 for s in keyed_specs)
     added[RELAY_COMPONENT] = JavaBolt.spec(
         name=RELAY_COMPONENT,
         full_class_name=RELAY_CLASS,
         args_list=[],
         inputs={s[RELAY]: Grouping.fields("sender") for s in keyed_specs},
-        par=_checked(classname, config).relay_tasks or widest,
+        par=_checked(classname, config).relay_tasks,
         outputs=[MESSAGE_STREAM],
     )
     # The leader and its standbys (elastorm.controller.standby): every report reaches
