@@ -798,7 +798,7 @@ class ControllerLoop:
         moves become new holders. ``rejoined``: the tasks restarted empty (Storm
         restarted them), so they may hold checkpoints again; otherwise they are lost
         (declared by the failure detector) and get nothing. Key groups the plan lists
-        as unrecoverable (no copy survived) keep their dead owner, now empty; the
+        as lost (no copy survived) keep their dead owner, now empty; the
         caller reports them. With a correlated strategy past its warm-up the
         re-placement uses the sliding correlation.
         """

@@ -28,7 +28,9 @@ from typing import Any, NamedTuple
 
 
 class Protocol(Enum):
-    """How a key group moves. ``RESTORE`` is recovery after its owner died.
+    """How a key group moves. ``RESTORE`` is recovery after its owner died, from an
+    in-memory checkpoint its target holds; ``DURABLE`` is recovery from the durable
+    store (Kwon et al. 2008) when the owner and every holder died.
 
     ``REPLICATE`` moves nothing: it starts an active replica of the group (Su & Zhou
     2016) on the group's holder, which then shadows the owner; a replica is promoted
@@ -40,6 +42,7 @@ class Protocol(Enum):
     CPAL = "cpal"
     RESTORE = "restore"
     REPLICATE = "replicate"
+    DURABLE = "durable"
 
     @property
     def checkpoint_assisted(self) -> bool:

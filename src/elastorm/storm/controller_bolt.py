@@ -356,10 +356,10 @@ class MigrationControllerBolt(_Sending, Bolt):
             len(crash.promoted),
             len(plan.checkpoint_moves),
         )
-        if plan.unrecoverable:
+        if plan.lost:
             log.error(
                 "controller: no checkpoint of %s survived tasks %s: their state is lost",
-                [str(kg) for kg in plan.unrecoverable],
+                [str(kg) for kg in plan.lost],
                 dead,
             )
         downs = [
