@@ -77,8 +77,9 @@ def test_the_writer_reports_each_groups_newest_durable_checkpoint_once(tmp_path)
     for delta in deltas:
         writer.offer(OP, delta)
     wait_until(writer.drained)
+    assert writer.news  # what the keyed task polls per tuple
     assert writer.written() == {(OP, 3): (deltas[1].checkpoint, {"up-1": 2})}
-    assert writer.written() == {}
+    assert not writer.news and writer.written() == {}
     writer.close()
 
 
@@ -113,8 +114,9 @@ def test_a_keyed_task_reads_the_store_off_its_thread_and_restores_at_its_next_ti
     replay = tuple(DataTuple(source="up-1", seq=s, key="a", value=10, ts=0.0) for s in (2, 3))
     bolt._receive(1, ToState(key_group=3, epoch=4, protocol=Protocol.DURABLE, items=replay), 0.0)
     assert bolt.coordinator.phase(3) is Phase.LOADING  # the read runs on its own thread
-    wait_until(lambda: not bolt._loads.empty())
+    wait_until(lambda: bolt._loads_waiting)  # what the next tuple (or tick) looks at
     bolt.durable_progress()
+    assert not bolt._loads_waiting
     assert bolt.coordinator.phase(3) is Phase.ACTIVE
     assert bolt.coordinator.state(3).get("a") == 13  # up-1#2 was in the copy: dropped
     assert any('"MigrationDone"' in values[0] and '"durable"' in values[0] for values in reports)

@@ -146,6 +146,7 @@ class DurableWriter:
         self._tracks: dict[Group, _GroupTrack] = {}
         self._wants_full: set[Group] = set()
         self._written: dict[Group, tuple[CheckpointId, dict[str, int]]] = {}
+        self.news = False  # something was written since the last ``written()``: cheap to poll
         self._stats: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -216,6 +217,7 @@ class DurableWriter:
         Cleared by the call."""
         with self._lock:
             out, self._written = self._written, {}
+            self.news = False
             return out
 
     # -- numbers ------------------------------------------------------------------------
@@ -298,6 +300,7 @@ class DurableWriter:
             track.kept = kept
             track.durable = max(track.durable, item.offers)
             self._written[item.group] = (item.delta.checkpoint, dict(item.delta.watermarks))
+            self.news = True
             while track.times and track.times[0][0] <= track.durable:
                 track.times.popleft()
             self._stats["writes"] += 1

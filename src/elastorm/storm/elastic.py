@@ -584,6 +584,7 @@ class KeyedOperator(_Sending):
 
     clock: Callable[[], float] = staticmethod(time.monotonic)
     durable: DurableWriter | None = None  # the process's durable writer (setup_keyed)
+    _loads_waiting = False  # a store read for a DURABLE restore is in ``_loads``
     _component: str = ""
 
     def setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
@@ -650,6 +651,10 @@ class KeyedOperator(_Sending):
         began = time.monotonic()
         message = from_wire(tup.values[0] if tup.stream == STREAM else tup.values[-2])
         self._receive(self.sender_of(tup), message, began)
+        # What the durable tier did goes in at once, not at the next tick: the owners'
+        # trims wait for it (two attribute reads per tuple otherwise).
+        if self._loads_waiting or (self.durable is not None and self.durable.news):
+            self.durable_progress()
 
     def _receive(self, sender: int, message: Message, began: float) -> None:
         """``message`` from task ``sender`` (this task itself for its durable tier's) to
@@ -726,6 +731,7 @@ class KeyedOperator(_Sending):
             if operator == self._component:
                 done = DurableWritten(key_group=g, checkpoint=checkpoint, watermarks=marks)
                 self._receive(task, done, time.monotonic())
+        self._loads_waiting = False
         while True:
             try:
                 loaded = self._loads.get_nowait()
@@ -752,12 +758,14 @@ class KeyedOperator(_Sending):
                 out_seq={},
             )
             self._loads.put(none)
+            self._loads_waiting = True
             return
         store, operator, put = self.durable.store, self._component, self._loads.put
         retry = self._retry_max_secs
 
         def read() -> None:
             put(load_for_restore(store, operator, load.key_group, load.epoch, retry_max_secs=retry))
+            self._loads_waiting = True
 
         threading.Thread(
             target=read, name=f"elastorm-restore-{load.key_group}", daemon=True
