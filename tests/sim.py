@@ -5,6 +5,13 @@ the tests (unit and property). The caller decides which channel delivers next, s
 interleaving that keeps per-channel FIFO can be produced. ``migrate`` and
 ``crash`` go through the same :class:`elastorm.core.control.MigrationController` the
 Storm controller bolt uses, whose rules are listed there.
+
+With ``durable=True`` the cluster also has a durable tier (Kwon et al. 2008), modelled
+as the Storm adapters run it: each task's writer takes every checkpoint the task
+sends and writes it when :meth:`Cluster.persist` says so (then tells the task, a
+``DurableWritten``); the store keeps each group's newest copy; a ``LoadDurable`` is
+answered with a ``DurableLoaded`` on a channel of its own, so it may arrive at any
+point among the restore's other messages.
 """
 
 from __future__ import annotations
@@ -17,12 +24,22 @@ from elastorm.core.actions import (
     Action,
     Applied,
     CheckpointStored,
+    LoadDurable,
     MigrationDone,
     Rejected,
     Send,
 )
+from elastorm.core.checkpoint import CheckpointHolder, HeldCheckpoint
 from elastorm.core.control import MigrationController, Moving, next_task
-from elastorm.core.messages import Message, Protocol, Trim
+from elastorm.core.errors import CheckpointOrderError
+from elastorm.core.messages import (
+    CheckpointDelta,
+    DurableLoaded,
+    DurableWritten,
+    Message,
+    Protocol,
+    Trim,
+)
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.migration.table import EMITTER_MESSAGES, Phase
@@ -32,6 +49,8 @@ from elastorm.core.state import Step, sum_step
 
 CONTROLLER = -1
 """Sender id of the controller's own channels (commands are FIFO per receiver too)."""
+STORE = -2
+"""Sender id of the durable store's answers (``DurableLoaded``)."""
 
 
 class Cluster:
@@ -46,6 +65,7 @@ class Cluster:
         step: Step = sum_step,
         routing: RoutingTable | None = None,
         request_at: int = 0,
+        durable: bool = False,
     ) -> None:
         self.tasks = sorted(set(tasks))
         if len(self.tasks) < 2:
@@ -54,6 +74,11 @@ class Cluster:
         if set(self.tasks) & set(self.emitter_ids):
             raise ValueError("task and emitter ids must differ")
         self.num_key_groups = num_key_groups
+        self.durable = durable
+        # The durable tier: each task's writer (its copy of every group it checkpointed,
+        # as offered), and the store (each group's newest written copy).
+        self.writers: dict[int, CheckpointHolder] = {t: CheckpointHolder() for t in self.tasks}
+        self.store: dict[int, HeldCheckpoint] = {}
         self.now = 0.0  # the clock of the last tick(); the controller stamps orders with it
         self.step = step
         self.control = MigrationController(
@@ -110,6 +135,7 @@ class Cluster:
             owned=groups,
             holders={g: self.holders[g] for g in groups},
             stale_through=floor,
+            durable_trim=self.durable,
         )
 
     def _send(self, sender: int, receiver: int, message: Message) -> None:
@@ -122,6 +148,10 @@ class Cluster:
         for action in actions:
             if isinstance(action, Send):
                 self._send(actor, action.to_task, action.message)
+                if self.durable and type(action.message) is CheckpointDelta:
+                    self._offer(actor, action.message)
+            elif isinstance(action, LoadDurable):
+                self._send(STORE, actor, self._load(action))
             elif isinstance(action, Applied):
                 coordinator = self.coordinators.get(actor)
                 if action.emit_output and coordinator is not None:
@@ -148,6 +178,59 @@ class Cluster:
             self.outputs.extend((actor, k, v) for k, v in values.items())
             for k in values:  # whether the newest update of each key is tentative
                 self.tentative[k] = k in marked
+
+    # -- the durable tier ----------------------------------------------------------
+    def _offer(self, task: int, delta: CheckpointDelta) -> None:
+        """``task``'s writer takes a checkpoint it sent (a repeat, or a delta off its
+        chain, is dropped: the real writer then asks for a full one)."""
+        try:
+            self.writers[task].apply(delta)
+        except CheckpointOrderError:
+            self.stats["durable_refused"] += 1
+
+    def persist(self, task: int, key_group: int) -> bool:
+        """``task``'s writer writes its newest copy of ``key_group`` (the store keeps
+        the newest by checkpoint id) and tells the task. False if it has none."""
+        copy = self.writers[task].get(key_group)
+        if copy is None or copy.checkpoint is None:
+            return False
+        stored = self.store.get(key_group)
+        if stored is None or copy.checkpoint > stored.checkpoint:
+            self.store[key_group] = HeldCheckpoint(
+                key_group=key_group,
+                checkpoint=copy.checkpoint,
+                entries=dict(copy.entries),
+                watermarks=dict(copy.watermarks),
+                out_seq=dict(copy.out_seq),
+                epoch=copy.epoch,
+            )
+        written = DurableWritten(
+            key_group=key_group, checkpoint=copy.checkpoint, watermarks=dict(copy.watermarks)
+        )
+        self.perform(task, self.coordinators[task].receive(task, written))
+        self.stats["durable_writes"] += 1
+        return True
+
+    def _load(self, load: LoadDurable) -> DurableLoaded:
+        """The store's answer to ``load``: its newest copy of the group, or none."""
+        copy = self.store.get(load.key_group)
+        if copy is None:
+            return DurableLoaded(
+                key_group=load.key_group,
+                epoch=load.epoch,
+                checkpoint=None,
+                entries={},
+                watermarks={},
+                out_seq={},
+            )
+        return DurableLoaded(
+            key_group=load.key_group,
+            epoch=load.epoch,
+            checkpoint=copy.checkpoint,
+            entries=dict(copy.entries),
+            watermarks=dict(copy.watermarks),
+            out_seq=dict(copy.out_seq),
+        )
 
     # -- driving -------------------------------------------------------------------
     def emit(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
@@ -232,12 +315,25 @@ class Cluster:
         The Storm controller asks ``elastorm.controller.recovery.plan_recovery``
         instead; the simulator stays inside the sans-IO core, so it keeps this
         fixed rule, enough to check the protocols survive any choice of copy.
-        Raises ``RuntimeError`` when no copy survives.
+        With the durable tier, a group no copy in memory survived goes to the first
+        live task, restored from the store. Raises ``RuntimeError`` when no copy
+        survives anywhere.
         """
         copies = self.control.surviving_copies(key_group, dead)
-        if not copies:
-            raise RuntimeError(f"group {key_group}: no checkpoint survives tasks {sorted(dead)}")
-        return copies[0]
+        if copies:
+            return copies[0]
+        if self.from_store(key_group, dead):
+            return min(t for t in self.tasks if t not in dead)
+        raise RuntimeError(f"group {key_group}: no checkpoint survives tasks {sorted(dead)}")
+
+    def from_store(self, key_group: int, dead: Collection[int]) -> bool:
+        """Whether ``key_group`` would be restored from the durable store if ``dead``
+        died: no copy in memory survives, the store has one."""
+        return (
+            self.durable
+            and key_group in self.store
+            and not self.control.surviving_copies(key_group, dead)
+        )
 
     def involved(self, key_group: int, task: int) -> bool:
         return self.control.involved(key_group, task)
@@ -266,14 +362,19 @@ class Cluster:
         control = self.control
         lost = sorted({g for d in dead for g in control.lost_key_groups(d)})
         restores = {g: self.restore_target(g, dead) for g in lost}
+        from_store = {g for g in lost if self.from_store(g, dead)}
         holders = {}
         for g in range(control.num_key_groups):
             owner = restores.get(g, control.owner(g))
             if control.holders[g] in (*dead, owner):
                 holders[g] = next_task(control.tasks, owner, skip=dead)
-        plan = control.recover(dead, restores=restores, holders=holders, now=self.now)
+        plan = control.recover(
+            dead, restores=restores, holders=holders, now=self.now, from_store=from_store
+        )
         self._send_all(plan.sends)
+        self.stats["durable_restores"] += len(from_store)
         for d in dead:
+            self.writers[d] = CheckpointHolder()  # its pending writes died with it
             self.coordinators[d] = self._new_task(d, owned=False, floor=plan.stale_through)
             self.latest[d] = LatestValues()
         for t, c in self.coordinators.items():
@@ -319,7 +420,11 @@ class Cluster:
                 target = self.restore_target(g, dead)
             except RuntimeError:
                 return False
-            have = self.coverage(target, g) or {}
+            have = (
+                dict(self.store[g].watermarks)
+                if self.from_store(g, dead)
+                else self.coverage(target, g) or {}
+            )
             if any(have.get(s, 0) < seq for s, seq in self.trimmed(g).items()):
                 return False
         return True

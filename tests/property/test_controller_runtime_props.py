@@ -67,12 +67,24 @@ def test_recovery_restores_every_lost_key_group_on_a_live_holder(seed, nodes, re
     spec = AllocationSpec(view=c.view, replicas=replicas)
     view = c.view.replace(checkpoints=even_allocation(spec, seed=seed))
     failed = data.draw(st.sets(st.sampled_from(view.node_ids()), min_size=1, max_size=nodes - 1))
-    plan = plan_recovery(view, failed, replicas=replicas)
+    durable = data.draw(st.sets(st.sampled_from([k.key_group for k in view.key_groups])))
+    plan = plan_recovery(view, failed, replicas=replicas, durable=durable)
     lost = {kg for n in failed for kg in view.owned_by(n)}
     restored = {m.key_group for m in plan.restores}
-    assert restored | set(plan.unrecoverable) == lost and not restored & set(plan.unrecoverable)
+    from_store = {m.key_group for m in plan.durable_restores}
+    # Every orphaned group is restored exactly one way; the store only without a holder.
+    assert restored | from_store | set(plan.lost) == lost
+    assert len(restored) + len(from_store) + len(plan.lost) == len(lost)
+    assert from_store == {
+        kg
+        for kg in lost - restored
+        if kg in durable and not set(view.checkpoints.holders(kg)) - set(failed)
+    }
+    assert set(plan.lost) == lost - restored - durable
     for m in plan.restores:
         assert m.target not in failed and m.target in view.checkpoints.holders(m.key_group)
+    for m in plan.durable_restores:
+        assert m.target not in failed and plan.view.key_group(m.key_group).owner == m.target
     for k in plan.view.key_groups:
         assert k.owner not in failed
         holders = plan.view.checkpoints.holders(k.key_group)

@@ -17,6 +17,8 @@ from elastorm.core.messages import (
     CheckpointRequest,
     Data,
     DataTuple,
+    DurableLoaded,
+    DurableWritten,
     Migrate,
     Protocol,
     Resend,
@@ -100,6 +102,32 @@ messages = st.one_of(
         source=st.just(1),
         target=st.just(2),
     ),
+    st.builds(
+        DurableWritten,
+        key_group=st.integers(0, 9),
+        checkpoint=st.tuples(st.integers(0, 5), st.integers(1, 9)),
+        watermarks=marks,
+    ),
+    st.builds(
+        DurableLoaded,
+        key_group=st.integers(0, 9),
+        epoch=st.integers(0, 9),
+        checkpoint=st.tuples(st.integers(0, 5), st.integers(1, 9)),
+        entries=st.dictionaries(st.text(max_size=3), st.integers()),
+        watermarks=marks,
+        out_seq=st.dictionaries(
+            st.tuples(st.sampled_from(["u1"]), st.integers(0, 9)), st.integers()
+        ),
+    ),
+    st.builds(
+        DurableLoaded,
+        key_group=st.integers(0, 9),
+        epoch=st.integers(0, 9),
+        checkpoint=st.none(),
+        entries=st.just({}),
+        watermarks=st.just({}),
+        out_seq=st.just({}),
+    ),
 )
 
 
@@ -109,7 +137,7 @@ def test_messages_round_trip_through_json(message) -> None:
 
 
 def test_every_message_type_is_registered_for_decoding() -> None:
-    assert len(MESSAGE_TYPES) == 17
+    assert len(MESSAGE_TYPES) == 19
 
 
 def test_messages_are_validated_on_construction() -> None:
@@ -121,6 +149,12 @@ def test_messages_are_validated_on_construction() -> None:
         ToState(key_group=0, epoch=1, protocol=Protocol.DIRECT, items=())
     with pytest.raises(ValueError):
         decode({"type": "Nope"})
+    with pytest.raises(ValueError):
+        Migrate(key_group=0, epoch=1, protocol=Protocol.DURABLE, source=1, target=2)
+    with pytest.raises(ValueError, match="no contents"):
+        DurableLoaded(
+            key_group=0, epoch=1, checkpoint=None, entries={"k": 1}, watermarks={}, out_seq={}
+        )
 
 
 # -- state fragments and checkpoints --------------------------------------------------

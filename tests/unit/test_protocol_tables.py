@@ -27,6 +27,8 @@ from elastorm.core.messages import (
     Data,
     DataTuple,
     DropReplica,
+    DurableLoaded,
+    DurableWritten,
     Message,
     Migrate,
     PeerDown,
@@ -98,6 +100,10 @@ SAMPLES: dict[str, Message] = {
     "DropReplica": DropReplica(key_group=0, epoch=1, replica=0),
     "UpstreamRecovery": UpstreamRecovery(key_group=0, recovering=True),
     "PeerDown": PeerDown(key_group=0, task=7),
+    "DurableWritten": DurableWritten(key_group=0, checkpoint=(0, 1), watermarks={"u10": 1}),
+    "DurableLoaded": DurableLoaded(
+        key_group=0, epoch=1, checkpoint=None, entries={}, watermarks={}, out_seq={}
+    ),
 }
 
 
@@ -199,6 +205,7 @@ PEER_DOWN_CASES = {
     Phase.SHADOW: (lambda: _target(Protocol.CPAL), 11, None),
     Phase.SYNCING: (_syncing, 11, MigrationDone),
     Phase.REPLICA: (lambda: _target(Protocol.REPLICATE), 11, MigrationDone),
+    Phase.LOADING: (lambda: _target(Protocol.DURABLE), 11, None),
 }
 PEER_DOWN_AFTER = {
     Phase.IDLE: Phase.IDLE,
@@ -209,6 +216,7 @@ PEER_DOWN_AFTER = {
     Phase.SHADOW: Phase.SYNCING,  # processedAllReplay to upstream 10, which is still there
     Phase.SYNCING: Phase.ACTIVE,
     Phase.REPLICA: Phase.REPLICA,  # shadowing every upstream now: reported once
+    Phase.LOADING: Phase.LOADING,  # still waits for the store's copy
 }
 
 

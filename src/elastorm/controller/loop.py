@@ -791,7 +791,13 @@ class ControllerLoop:
 
     # -- recovery ------------------------------------------------------------------------
     def recover(
-        self, operator: str, dead: Collection[int], now: float, *, rejoined: bool
+        self,
+        operator: str,
+        dead: Collection[int],
+        now: float,
+        *,
+        rejoined: bool,
+        durable: Collection[int] = (),
     ) -> Recovery:
         """The ``dead`` tasks of ``operator`` lost their state: plan with
         :func:`~elastorm.controller.recovery.plan_recovery`, all at once, and apply
@@ -801,9 +807,11 @@ class ControllerLoop:
         parallel (one per key group, spread over the holders); phase 2's checkpoint
         moves become new holders. ``rejoined``: the tasks restarted empty (Storm
         restarted them), so they may hold checkpoints again; otherwise they are lost
-        (declared by the failure detector) and get nothing. Key groups the plan lists
-        as unrecoverable (no copy survived) keep their dead owner, now empty; the
-        caller reports them. With a correlated strategy past its warm-up the
+        (declared by the failure detector) and get nothing. ``durable``: the key groups
+        of ``operator`` the durable store has a copy of; those with no live holder
+        become ``DURABLE`` restores (the target reads the store). Key groups the plan
+        lists as lost (no copy anywhere) keep their dead owner, now empty; the caller
+        reports them. With a correlated strategy past its warm-up the
         re-placement uses the sliding correlation.
         """
         control = self.controls[operator]
@@ -822,18 +830,26 @@ class ControllerLoop:
             view,
             nodes,
             rejoined=nodes if rejoined else (),
+            durable={KeyGroupId(operator, g) for g in durable},
             correlation=self.correlation.correlation() if correlated else None,
             epsilon=self.options.slack,
         )
         restores = {
-            m.key_group.index: self.placement.task_on(operator, m.target) for m in plan.restores
+            m.key_group.index: self.placement.task_on(operator, m.target)
+            for m in (*plan.restores, *plan.durable_restores)
         }
         holders = {
             m.key_group.index: self.placement.task_on(operator, m.target)
             for m in plan.checkpoint_moves
         }
         lost = {d: control.lost_key_groups(d) for d in dead}
-        crash = control.recover(dead, restores=restores, holders=holders, now=now)
+        crash = control.recover(
+            dead,
+            restores=restores,
+            holders=holders,
+            now=now,
+            from_store={m.key_group.index for m in plan.durable_restores},
+        )
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
         refused = tuple(
@@ -847,6 +863,8 @@ class ControllerLoop:
                 "operator": operator,
                 "dead": sorted(dead),
                 "restored": list(crash.restored),
+                "from_store": sorted(m.key_group.index for m in plan.durable_restores),
+                "lost": [kg.index for kg in plan.lost],
                 "promoted": list(crash.promoted),
                 "replicas_lost": list(crash.replicas_lost),
             }
@@ -1081,7 +1099,7 @@ class ControllerLoop:
         pause = self._pauses.pop((operator, g, done.epoch), None)
         for key in [k for k in self._pauses if k[:2] == (operator, g) and k[2] < done.epoch]:
             del self._pauses[key]  # aborted migrations' reports
-        if done.protocol is Protocol.RESTORE:
+        if done.protocol.restores:
             for groups in self._restoring.values():
                 groups.discard(KeyGroupId(operator, g))
         started = self._running.pop(KeyGroupId(operator, g), None)
@@ -1101,7 +1119,7 @@ class ControllerLoop:
             at=now,
             completion=completion,
             pause=pause,
-            by="controller" if started or moving.protocol is Protocol.RESTORE else "request",
+            by="controller" if started or moving.protocol.restores else "request",
             request=request,
         )
         if moving.protocol is not Protocol.REPLICATE:  # a replica's start moves nothing

@@ -11,15 +11,19 @@ Phase 2 -- re-place: checkpoints consumed by phase 1 and checkpoints the lost
 nodes held are placed again with an allocation policy (Algorithm 3 by
 default), keeping every surviving checkpoint where it is.
 
-A key group with no live checkpoint is *unrecoverable* from checkpoints: it is
-listed, and given to the live node with the least load so the runtime can
-rebuild it by replaying from the source.
+A key group with no live in-memory checkpoint (its owner and every holder are
+gone) is restored from the durable store (Kwon et al. 2008: checkpoints in a
+replicated file system) when the store has a copy of it: a ``Protocol.DURABLE``
+restore onto the least-loaded live node outside the lost owner's fault zone
+(where a holder restore would land too), and upstream replays from the durable
+copy's positions. Only a group with no copy anywhere is *lost*: it is listed by
+name and given to that same node, empty.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from elastorm.controller.adaptation import Move, MoveReason
@@ -49,7 +53,9 @@ class RecoveryPlan:
     """What to do after ``failed`` nodes were lost.
 
     ``restores`` (phase 1, ``Protocol.RESTORE``, source = the lost owner) can run
-    in parallel; ``unprotected`` key groups have fewer checkpoints than asked
+    in parallel; ``durable_restores`` (``Protocol.DURABLE``, source = the lost
+    owner) rebuild groups with no live holder from the durable store; ``lost``
+    groups had no copy anywhere; ``unprotected`` key groups have fewer checkpoints than asked
     because the survivors cannot satisfy constraint 1 / the zone rule;
     ``checkpoint_moves`` (phase 2, ``source=None``: a fresh
     checkpoint) follow. ``view`` is the cluster once both phases are done.
@@ -57,7 +63,8 @@ class RecoveryPlan:
 
     failed: tuple[NodeId, ...]
     restores: tuple[Move, ...]
-    unrecoverable: tuple[KeyGroupId, ...]
+    durable_restores: tuple[Move, ...]
+    lost: tuple[KeyGroupId, ...]
     unprotected: tuple[KeyGroupId, ...]
     checkpoint_moves: tuple[CheckpointMove, ...]
     view: ClusterView
@@ -68,6 +75,7 @@ def plan_recovery(
     failed: Iterable[NodeId],
     *,
     rejoined: Iterable[NodeId] = (),
+    durable: Collection[KeyGroupId] = frozenset(),
     correlation: Correlation | None = None,
     replicas: int = 1,
     epsilon: float = math.inf,
@@ -77,7 +85,9 @@ def plan_recovery(
 
     ``rejoined`` names failed nodes that are back, empty (a Storm worker that
     restarted): nothing is restored from them, but phase 2 may place checkpoints
-    on them again. ``allocate`` is any policy of :mod:`elastorm.controller.allocation` taking
+    on them again. ``durable`` names the key groups the durable store has a copy
+    of: those with no live holder get a durable restore, the others are lost.
+    ``allocate`` is any policy of :mod:`elastorm.controller.allocation` taking
     ``(spec, keep=...)``. Complexity: ``O(K log K + |lost| * replicas)`` for
     phase 1 plus one run of the policy.
 
@@ -96,34 +106,53 @@ def plan_recovery(
     >>> plan = plan_recovery(view, ["a"])
     >>> [(m.target, m.protocol.value) for m in plan.restores], plan.view.checkpoints.holders(kg)
     ([('b', 'restore')], ('c',))
+    >>> plan = plan_recovery(view, ["a", "b"], durable={kg})
+    >>> [(m.target, m.protocol.value) for m in plan.durable_restores], plan.lost
+    ([('c', 'durable')], ())
     """
-    lost = tuple(sorted(set(failed)))
+    down = tuple(sorted(set(failed)))
     known = set(view.node_ids())
-    for n in lost:
+    for n in down:
         if n not in known:
             raise ControllerModelError(f"failed node {n!r} is not in the view")
-    live = [n for n in view.nodes if n.node_id not in lost]
+    live = [n for n in view.nodes if n.node_id not in down]
     if not live:
         raise ControllerModelError("every node failed; nothing to recover onto")
     live_ids = {n.node_id for n in live}
     back = set(rejoined)
-    if not back <= set(lost):
-        raise ControllerModelError(f"rejoined nodes {sorted(back - set(lost))} did not fail")
+    if not back <= set(down):
+        raise ControllerModelError(f"rejoined nodes {sorted(back - set(down))} did not fail")
 
     holders = {kg: [h for h in nodes if h in live_ids] for kg, nodes in view.checkpoints.entries}
-    lost_kgs = [view.key_group(kg) for n in lost for kg in view.owned_by(n)]
+    lost_kgs = [view.key_group(kg) for n in down for kg in view.owned_by(n)]
     # LPT: longest restore first, onto the least-busy live holder (then id).
     lost_kgs.sort(key=lambda k: (-(k.checkpoint_size + k.replay_size), k.key_group))
     work = {n: 0.0 for n in live_ids}
     base_load = {n: view.node_load(n) for n in live_ids}
+    zone = {n.node_id: n.fault_zone for n in view.nodes}
     restores: list[Move] = []
-    unrecoverable: list[KeyGroupId] = []
+    durable_restores: list[Move] = []
+    lost_groups: list[KeyGroupId] = []
     new_owner: dict[KeyGroupId, NodeId] = {}
     for kg in lost_kgs:
         cands = holders.get(kg.key_group, [])
         if not cands:
-            target = min(live_ids, key=lambda n: (base_load[n], n))
-            unrecoverable.append(kg.key_group)
+            # Outside the lost owner's zone first (a zone may be failing as a whole),
+            # then the least load (then id); the same node if the group is lost.
+            owner_zone = zone[kg.owner]
+            target = min(live_ids, key=lambda n: (zone[n] == owner_zone, base_load[n], n))
+            if kg.key_group in durable:
+                durable_restores.append(
+                    Move(
+                        key_group=kg.key_group,
+                        source=kg.owner,
+                        target=target,
+                        protocol=Protocol.DURABLE,
+                        reason=MoveReason.RECOVERY,
+                    )
+                )
+            else:
+                lost_groups.append(kg.key_group)
         else:
             target = min(cands, key=lambda n: (work[n], base_load[n], n))
             holders[kg.key_group].remove(target)  # the checkpoint becomes the state
@@ -166,9 +195,10 @@ def plan_recovery(
         # Too few zones left for the constraint: recover anyway, report who is bare.
         placed = survived
     return RecoveryPlan(
-        failed=lost,
+        failed=down,
         restores=tuple(restores),
-        unrecoverable=tuple(sorted(unrecoverable)),
+        durable_restores=tuple(sorted(durable_restores, key=lambda m: m.key_group)),
+        lost=tuple(sorted(lost_groups)),
         unprotected=tuple(
             k.key_group
             for k in after_restore.key_groups

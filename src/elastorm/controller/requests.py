@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any
 
 from elastorm.core.messages import Protocol
+from elastorm.core.protocol_choice import MOVES
 
 HOLDER = "holder"
 """``target`` value meaning "the key group's checkpoint holder" (where CPA/CPAL can go)."""
@@ -131,7 +132,7 @@ class MigrationRequest:
             raise RequestError(f"key group must be an int >= 0, got {self.key_group!r}")
         if not (self.target == HOLDER or (isinstance(self.target, int) and self.target >= 0)):
             raise RequestError(f"target must be a task id or {HOLDER!r}, got {self.target!r}")
-        if self.protocol in (Protocol.RESTORE, Protocol.REPLICATE):
+        if self.protocol not in MOVES:
             raise RequestError(f"{self.protocol.value} is not a migration protocol one can request")
 
     def advance(self, event: RequestEvent, now: float, **changes: Any) -> MigrationRequest:

@@ -129,6 +129,16 @@ class TuplesStalled:
     seconds: float
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadDurable:
+    """Read ``key_group``'s newest durable copy from the store (off the task's thread)
+    and hand it back as a ``DurableLoaded`` of epoch ``epoch``: this task is the
+    target of the group's DURABLE restore (its owner and every holder are gone)."""
+
+    key_group: int
+    epoch: int
+
+
 Action = (
     Send
     | Applied
@@ -138,6 +148,7 @@ Action = (
     | MigrationAborted
     | HolderLost
     | TuplesStalled
+    | LoadDurable
 )
 
 

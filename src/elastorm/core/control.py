@@ -258,7 +258,8 @@ class MigrationController:
         """:func:`~elastorm.core.protocol_choice.choose_protocol` for moving ``key_group``
         to ``target``, with this controller's facts (is ``target`` the holder, did it
         report the newest checkpoint); ``rules``: its other arguments (lazy, waiting).
-        Raises ``MigrationRefused`` for a protocol that moves nothing (RESTORE, REPLICATE)."""
+        Raises ``MigrationRefused`` for a protocol that moves nothing (RESTORE, DURABLE,
+        REPLICATE)."""
         if wanted is not None and wanted not in MOVES:
             raise MigrationRefused(f"{wanted.value} is not a migration one can order")
         return choose_protocol(
@@ -287,7 +288,7 @@ class MigrationController:
             raise MigrationRefused(f"key group {g} is already moving")
         if target == source:
             raise MigrationRefused(f"task {target} already owns key group {g}")
-        if protocol in (Protocol.RESTORE, Protocol.REPLICATE):
+        if protocol.restores or protocol is Protocol.REPLICATE:
             raise MigrationRefused(f"{protocol.value} is not a migration one can order")
         if protocol is not Protocol.DIRECT:
             choice = self.choose(g, target, protocol)
@@ -400,7 +401,7 @@ class MigrationController:
         moving = self.moving.get(g)
         if moving is not None and moving.protocol is Protocol.REPLICATE:
             moving = None  # a replica starting is no migration: the owner has the group
-        if moving is not None and moving.protocol is not Protocol.RESTORE:
+        if moving is not None and not moving.protocol.restores:
             if moving.target in dead:
                 assert moving.source is not None
                 return () if moving.source in dead else (moving.source,)
@@ -424,17 +425,24 @@ class MigrationController:
         restores: Mapping[int, int],
         holders: Mapping[int, int],
         now: float,
+        from_store: Collection[int] = (),
     ) -> CrashPlan:
         """Carry out a recovery decided elsewhere (the controller's recovery planner):
         the ``dead`` tasks lost everything and were noticed at time ``now``.
 
         ``restores`` maps each key group to restore to the task that takes it over
-        (one of :meth:`surviving_copies`); ``holders`` maps key groups to their new
+        (one of :meth:`surviving_copies`); ``from_store`` names those of them that no
+        copy in memory survived: they are DURABLE restores (the target reads the
+        group's copy from the durable store). ``holders`` maps key groups to their new
         checkpoint holder. Each restore bumps the routing epoch and is announced to
         the emitters; each changed holder is told to the group's owner. Decides
         nothing itself. Raises ``MigrationRefused`` for a target that is no task
-        of this operator.
+        of this operator, or a ``from_store`` group that is not restored.
         """
+        if not set(from_store) <= set(restores):
+            raise MigrationRefused(
+                f"key groups {sorted(set(from_store) - set(restores))} have no target"
+            )
         floor = self.epoch
         sends: list[Send] = []
         lost_replicas = sorted(g for g, r in self.replicas.items() if r in dead)
@@ -445,15 +453,14 @@ class MigrationController:
             if target not in self.tasks or target in dead:
                 raise MigrationRefused(f"cannot restore key group {g} on task {target}")
             self.epoch += 1
+            protocol = Protocol.DURABLE if g in from_store else Protocol.RESTORE
             cmd = Migrate(
-                key_group=g, epoch=self.epoch, protocol=Protocol.RESTORE, source=None, target=target
+                key_group=g, epoch=self.epoch, protocol=protocol, source=None, target=target
             )
             sends += [Send(to_task=u, message=cmd) for u in self.emitters]
             self._change_owner(g, target)
             self.replicas.pop(g, None)
-            self.moving[g] = Moving(
-                Protocol.RESTORE, None, target, self.epoch, {Role.TARGET}, since=now
-            )
+            self.moving[g] = Moving(protocol, None, target, self.epoch, {Role.TARGET}, since=now)
         for g, holder in sorted(holders.items()):
             if holder not in self.tasks:
                 raise MigrationRefused(f"task {holder} is not a task of this operator")

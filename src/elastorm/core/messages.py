@@ -28,7 +28,9 @@ from typing import Any, NamedTuple
 
 
 class Protocol(Enum):
-    """How a key group moves. ``RESTORE`` is recovery after its owner died.
+    """How a key group moves. ``RESTORE`` is recovery after its owner died, from an
+    in-memory checkpoint its target holds; ``DURABLE`` is recovery from the durable
+    store (Kwon et al. 2008) when the owner and every holder died.
 
     ``REPLICATE`` moves nothing: it starts an active replica of the group (Su & Zhou
     2016) on the group's holder, which then shadows the owner; a replica is promoted
@@ -40,11 +42,17 @@ class Protocol(Enum):
     CPAL = "cpal"
     RESTORE = "restore"
     REPLICATE = "replicate"
+    DURABLE = "durable"
 
     @property
     def checkpoint_assisted(self) -> bool:
         """Whether the move starts from a checkpoint its target holds (all but DIRECT)."""
         return self in (Protocol.CPA, Protocol.CPAL, Protocol.RESTORE)
+
+    @property
+    def restores(self) -> bool:
+        """Whether the move is a recovery (the old owner is gone): RESTORE or DURABLE."""
+        return self in (Protocol.RESTORE, Protocol.DURABLE)
 
 
 def _check_group(key_group: int) -> None:
@@ -345,8 +353,8 @@ class Migrate(Message):
     The controller sends DIRECT to the source task, and CPA / CPAL / RESTORE to
     every upstream emitter; the source of a direct migration forwards CPA to the
     upstreams once the target holds its checkpoint. ``source`` is ``None`` for
-    RESTORE (the old owner is gone). ``epoch`` is the new routing epoch and names
-    the migration.
+    RESTORE and DURABLE (the old owner is gone). ``epoch`` is the new routing epoch
+    and names the migration.
     """
 
     key_group: int
@@ -357,8 +365,8 @@ class Migrate(Message):
 
     def __post_init__(self) -> None:
         _check_group_and_epoch(self)
-        if (self.source is None) != (self.protocol is Protocol.RESTORE):
-            raise ValueError("source is None exactly for RESTORE")
+        if (self.source is None) != self.protocol.restores:
+            raise ValueError("source is None exactly for RESTORE and DURABLE")
         if self.source == self.target:
             raise ValueError("source and target must differ")
 
@@ -419,6 +427,44 @@ class PeerDown(Message):
         _check_group(self.key_group)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DurableWritten(Message):
+    """The task's durable writer -> its coordinator: checkpoint ``checkpoint`` of
+    ``key_group``, reflecting upstream positions ``watermarks``, is in the durable
+    store (Kwon et al. 2008). The owner trims upstream buffers no further than this,
+    so a durable restore finds every later tuple still buffered."""
+
+    key_group: int
+    checkpoint: CheckpointId
+    watermarks: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        _check_watermarks(self.watermarks)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DurableLoaded(Message):
+    """The task's store reader -> its coordinator: the newest durable copy of
+    ``key_group`` for the DURABLE restore of routing epoch ``epoch`` (the fields of a
+    held copy: ``entries``, the upstream positions ``watermarks``, the output
+    counters ``out_seq``); ``checkpoint is None`` when the store has no intact set
+    (the group starts empty: its state is lost)."""
+
+    key_group: int
+    epoch: int
+    checkpoint: CheckpointId | None
+    entries: Mapping[str, Any]
+    watermarks: Mapping[str, int]
+    out_seq: Mapping[tuple[str, int], int]
+
+    def __post_init__(self) -> None:
+        _check_group_and_epoch(self)
+        if self.checkpoint is None and (self.entries or self.watermarks or self.out_seq):
+            raise ValueError("a missing durable copy (checkpoint None) has no contents")
+        _check_watermarks(self.watermarks)
+
+
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.__name__: cls
     for cls in (
@@ -439,6 +485,8 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         DropReplica,
         UpstreamRecovery,
         PeerDown,
+        DurableWritten,
+        DurableLoaded,
     )
 }
 

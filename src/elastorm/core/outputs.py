@@ -145,7 +145,7 @@ class LatestValues:
         quiet = self._quiet.pop(report.key_group, set())
         if state is None:
             return
-        if report.protocol is Protocol.RESTORE:
+        if report.protocol.restores:
             values = dict(state.items())
             self.pending.update(values)
             # Tentative while state upstream still recovers: rectified later.

@@ -86,6 +86,13 @@ def resolve_uri(uri: str, *, home: str, topology: str) -> str | None:
     return f"{uri.rstrip('/')}/{check_path(topology)}"
 
 
+def topology_store(uri: str, *, home: str, topology: str) -> DurableStore | None:
+    """The open store of ``topology`` for the option value ``uri`` (:func:`resolve_uri`);
+    ``None`` when the durable tier is off."""
+    root = resolve_uri(uri, home=home, topology=topology)
+    return None if root is None else open_store(root)
+
+
 def open_store(uri: str) -> DurableStore:
     """Open the backend for ``uri`` by its scheme (``file://``, ``hdfs://``, ``webhdfs://``)."""
     scheme = urlsplit(uri).scheme

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from elastorm.config import DurableConfig
-from elastorm.core.messages import CheckpointDelta
+from elastorm.core.messages import CheckpointDelta, CheckpointId
 from elastorm.durable.format import (
     Manifest,
     Policy,
@@ -40,7 +40,7 @@ from elastorm.durable.format import (
     to_delete,
 )
 from elastorm.durable.restore import load_latest, read_set
-from elastorm.durable.store import DurableStore, StoreError, open_store, resolve_uri
+from elastorm.durable.store import DurableStore, StoreError, topology_store
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,8 @@ class DurableWriter:
         self._queue: deque[_Pending] = deque()
         self._tracks: dict[Group, _GroupTrack] = {}
         self._wants_full: set[Group] = set()
+        self._written: dict[Group, tuple[CheckpointId, dict[str, int]]] = {}
+        self.news = False  # something was written since the last ``written()``: cheap to poll
         self._stats: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -207,6 +209,15 @@ class DurableWriter:
         should send a full checkpoint. Cleared by the call."""
         with self._lock:
             out, self._wants_full = self._wants_full, set()
+            return out
+
+    def written(self) -> dict[Group, tuple[CheckpointId, dict[str, int]]]:
+        """Per group written since the last call: the newest durable checkpoint's id and
+        upstream positions (the owner trims upstream no further: ``DurableWritten``).
+        Cleared by the call."""
+        with self._lock:
+            out, self._written = self._written, {}
+            self.news = False
             return out
 
     # -- numbers ------------------------------------------------------------------------
@@ -288,6 +299,8 @@ class DurableWriter:
         with self._lock:
             track.kept = kept
             track.durable = max(track.durable, item.offers)
+            self._written[item.group] = (item.delta.checkpoint, dict(item.delta.watermarks))
+            self.news = True
             while track.times and track.times[0][0] <= track.durable:
                 track.times.popleft()
             self._stats["writes"] += 1
@@ -310,15 +323,14 @@ def start_writer(config: DurableConfig, *, topology: str, home: str) -> DurableW
     ``home`` fills in a bare ``file://`` (``elastorm run`` submits it resolved, so this
     is only a fallback for a topology submitted by other means).
     """
-    uri = resolve_uri(config.uri, home=home, topology=topology)
-    if uri is None:
+    store = topology_store(config.uri, home=home, topology=topology)
+    if store is None:
         return None
     policy = Policy(
         compact_deltas=config.compact_deltas,
         compact_bytes=config.compact_bytes,
         retain=config.retain,
     )
-    store = open_store(uri)
     log.info("durable checkpoints of %s go to %s (every %d)", topology, store.uri, config.every)
     return DurableWriter(
         store,

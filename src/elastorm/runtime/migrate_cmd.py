@@ -6,6 +6,7 @@ import argparse
 import json
 
 from elastorm.core.messages import Protocol
+from elastorm.core.protocol_choice import MOVES
 from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import (
     add_zookeeper_option,
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
     parser.add_argument("--to", default="holder", help="target task id, or 'holder' (default)")
     parser.add_argument(
         "--protocol",
-        choices=[p.value for p in Protocol if p not in (Protocol.RESTORE, Protocol.REPLICATE)],
+        choices=[p.value for p in MOVES],
         default="cpal",
         help="migration protocol (default: cpal)",
     )

@@ -49,7 +49,9 @@ from elastorm.core.actions import (
     decode_report,
 )
 from elastorm.core.control import MigrationController
-from elastorm.core.messages import PeerDown, UpstreamRecovery
+from elastorm.core.messages import CheckpointId, PeerDown, UpstreamRecovery
+from elastorm.durable.restore import newest_sets
+from elastorm.durable.store import StoreError
 from elastorm.storm.controller_runtime import (
     ControllerRuntime,
     Refusal,
@@ -61,6 +63,7 @@ from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     REPORTS,
     _Sending,
+    durable_store,
     initial_routing,
     operators_of,
     task_zones,
@@ -148,6 +151,8 @@ class MigrationControllerBolt(_Sending, Bolt):
             liveness=config.controller.liveness_connections,
         )
         self.recover_lost = config.controller.recover_lost
+        # Read (listed) when keyed tasks are lost: which of their groups it has a copy of.
+        self.durable_store = durable_store(conf, config)
         self.tentative: frozenset[str] = frozenset()  # operators told their outputs are
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
@@ -361,7 +366,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         """The ``dead`` tasks lost their state (declared lost, or restarted empty): carry
         out the loop's recovery plan."""
         control = self.controls[op]
-        recovery = self.loop.recover(op, dead, time.time(), rejoined=rejoined)
+        durable = self.durable_copies(op, dead)
+        recovery = self.loop.recover(op, dead, time.time(), rejoined=rejoined, durable=durable)
         plan, crash = recovery.plan, recovery.crash
         log.warning(
             "tasks %s %s: restoring key groups %s (%d promoted on their active replicas; "
@@ -372,11 +378,23 @@ class MigrationControllerBolt(_Sending, Bolt):
             len(crash.promoted),
             len(plan.checkpoint_moves),
         )
-        if plan.unrecoverable:
+        uri = self.durable_store.uri if self.durable_store is not None else None
+        for m in plan.durable_restores:
+            log.warning(
+                "controller: durable restore of %s from %s at checkpoint %s on %s (its owner "
+                "and every holder are gone; upstream replays from the copy's positions)",
+                m.key_group,
+                uri,
+                durable.get(m.key_group.index) or "(the newest the store has)",
+                m.target,
+            )
+        if plan.lost:
             log.error(
-                "controller: no checkpoint of %s survived tasks %s: their state is lost",
-                [str(kg) for kg in plan.unrecoverable],
+                "controller: no copy of %s survived tasks %s, in memory or in the durable "
+                "store (%s): their state is lost",
+                [str(kg) for kg in plan.lost],
                 dead,
+                uri or "off",
             )
         downs = [
             Send(to_task=task, message=PeerDown(key_group=0, task=d))
@@ -388,6 +406,28 @@ class MigrationControllerBolt(_Sending, Bolt):
             self.send(send)
         for name, why in recovery.refused:
             self.boards[op].apply(name, RequestEvent.REFUSE, detail=why)
+
+    def durable_copies(self, op: str, dead: list[int]) -> dict[int, CheckpointId | None]:
+        """The key groups the ``dead`` tasks owned or were moving that the durable store
+        has a set of: the newest set's checkpoint (one ``list`` per group). A store that
+        does not answer is assumed to have them all (``None``): their targets read it
+        once it answers, as nothing else has them."""
+        if self.durable_store is None:
+            return {}
+        control = self.controls[op]
+        groups = {g for d in dead for g in control.lost_key_groups(d)}
+        try:
+            return dict(newest_sets(self.durable_store, op, groups))
+        except StoreError as exc:
+            log.error(
+                "controller: the durable store %s does not answer (%s): key groups %s of %s "
+                "with no copy in memory are restored from it once it does",
+                self.durable_store.uri,
+                exc,
+                sorted(groups),
+                op,
+            )
+            return dict.fromkeys(groups)
 
     def process_tick(self, tup):
         if self.refusal is not None:  # a controller that cannot run only says why

@@ -37,6 +37,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -48,6 +50,7 @@ from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.actions import (
     Action,
     Applied,
+    LoadDurable,
     MigrationDone,
     Rejected,
     Role,
@@ -64,6 +67,8 @@ from elastorm.core.holdback import Admission, HoldBack, checkpoint_request_at
 from elastorm.core.messages import (
     CheckpointDelta,
     Data,
+    DurableLoaded,
+    DurableWritten,
     Message,
     Protocol,
     Trim,
@@ -77,6 +82,8 @@ from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
+from elastorm.durable.restore import load_for_restore
+from elastorm.durable.store import DurableStore, topology_store
 from elastorm.durable.writer import DurableWriter, start_writer
 from elastorm.storm.load import (
     LoadMeter,
@@ -199,11 +206,21 @@ class _Sending(CheckedEncoding):
 
 def start_durable(conf: Mapping[str, Any], config: TopologyConfig) -> DurableWriter | None:
     """This task process's durable writer (``elastorm.durable.*``), or ``None`` when off."""
-    return start_writer(
-        config.durable,
-        topology=str(conf.get("topology.name", "topology")),
-        home=os.path.abspath(".elastorm"),
-    )
+    return start_writer(config.durable, **_durable_root(conf))
+
+
+def durable_store(conf: Mapping[str, Any], config: TopologyConfig) -> DurableStore | None:
+    """The topology's durable store, for reading (the controller plans DURABLE restores
+    from what it has); ``None`` when the tier is off."""
+    return topology_store(config.durable.uri, **_durable_root(conf))
+
+
+def _durable_root(conf: Mapping[str, Any]) -> dict[str, str]:
+    """Where the topology's store is: its name, and the home a bare ``file://`` means."""
+    return {
+        "topology": str(conf.get("topology.name", "topology")),
+        "home": os.path.abspath(".elastorm"),
+    }
 
 
 def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int]) -> RoutingTable:
@@ -567,6 +584,7 @@ class KeyedOperator(_Sending):
 
     clock: Callable[[], float] = staticmethod(time.monotonic)
     durable: DurableWriter | None = None  # the process's durable writer (setup_keyed)
+    _loads_waiting = False  # a store read for a DURABLE restore is in ``_loads``
     _component: str = ""
 
     def setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
@@ -591,6 +609,10 @@ class KeyedOperator(_Sending):
             log.warning("task %s restarted (incarnation %d): starting empty", task, incarnation)
         self._started = TaskStarted(task=task, restarted=restarted, stale_through=epoch)
         interval = config.checkpoint_interval_secs
+        self._component = component
+        self.durable = start_durable(conf, config)
+        self._retry_max_secs = config.durable.retry_max_secs
+        self._loads: queue.SimpleQueue[DurableLoaded] = queue.SimpleQueue()
         self.coordinator = TaskCoordinator(
             task=task,
             num_key_groups=routing.num_key_groups,
@@ -602,14 +624,13 @@ class KeyedOperator(_Sending):
             stale_through=epoch if restarted else -1,
             stall_after=config.stall_secs,
             resend_after=config.resend_after_secs,
+            durable_trim=self.durable is not None,
         )
         if config.restore_from and not restarted:
             from elastorm.storm.savepoint import restore_savepoint
 
             restored = restore_savepoint(config.restore_from, component, self.coordinator)
             log.info("task %s: key groups %s restored from %s", task, restored, config.restore_from)
-        self._component = component
-        self.durable = start_durable(conf, config)
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
@@ -629,12 +650,21 @@ class KeyedOperator(_Sending):
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
         message = from_wire(tup.values[0] if tup.stream == STREAM else tup.values[-2])
+        self._receive(self.sender_of(tup), message, began)
+        # What the durable tier did goes in at once, not at the next tick: the owners'
+        # trims wait for it (two attribute reads per tuple otherwise).
+        if self._loads_waiting or (self.durable is not None and self.durable.news):
+            self.durable_progress()
+
+    def _receive(self, sender: int, message: Message, began: float) -> None:
+        """``message`` from task ``sender`` (this task itself for its durable tier's) to
+        the coordinator; the actions performed, the pause timed."""
         epoch = getattr(message, "epoch", None)
         if isinstance(epoch, int) and epoch > self._epoch:
             self._epoch = epoch
         before = self._phase_of(message)
         try:
-            actions = self.coordinator.receive(self.sender_of(tup), message)
+            actions = self.coordinator.receive(sender, message)
         except MigrationProtocolError as exc:
             # The group's machine stays FAILED; the controller decides what next.
             log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
@@ -685,10 +715,61 @@ class KeyedOperator(_Sending):
             for operator, g in sorted(self.durable.wants_full()):
                 if operator == self._component and g in self.coordinator.owned():
                     self.perform(self.coordinator.checkpoint(g, full=True))
+        self.durable_progress()
         self._full_gc.tick(time.monotonic())
         self._last_heartbeat = self.measure()
         if self.heartbeats is not None:
             self.heartbeats.publish_now()
+
+    def durable_progress(self) -> None:
+        """Hand the coordinator what the durable tier did since the last tick: each
+        group's newest durable checkpoint (``DurableWritten``: trims may go that far
+        now) and each store copy read for a DURABLE restore (``DurableLoaded``)."""
+        task = self.coordinator.task
+        written = self.durable.written() if self.durable is not None else {}
+        for (operator, g), (checkpoint, marks) in sorted(written.items()):
+            if operator == self._component:
+                done = DurableWritten(key_group=g, checkpoint=checkpoint, watermarks=marks)
+                self._receive(task, done, time.monotonic())
+        self._loads_waiting = False
+        while True:
+            try:
+                loaded = self._loads.get_nowait()
+            except queue.Empty:
+                return
+            self._receive(task, loaded, time.monotonic())
+
+    def load_durable(self, load: LoadDurable) -> None:
+        """Read the group's copy from the store on a thread of its own (the task never
+        blocks on the store); the next tick hands it to the coordinator."""
+        if self.durable is None:  # misconfigured: the controller has the tier on, we not
+            log.error(
+                "durable restore of %s/%d ordered, but the durable tier is off here: it "
+                "starts empty, its state is lost",
+                self._component,
+                load.key_group,
+            )
+            none = DurableLoaded(
+                key_group=load.key_group,
+                epoch=load.epoch,
+                checkpoint=None,
+                entries={},
+                watermarks={},
+                out_seq={},
+            )
+            self._loads.put(none)
+            self._loads_waiting = True
+            return
+        store, operator, put = self.durable.store, self._component, self._loads.put
+        retry = self._retry_max_secs
+
+        def read() -> None:
+            put(load_for_restore(store, operator, load.key_group, load.epoch, retry_max_secs=retry))
+            self._loads_waiting = True
+
+        threading.Thread(
+            target=read, name=f"elastorm-restore-{load.key_group}", daemon=True
+        ).start()
 
     def heartbeat_health(self) -> dict[str, int] | None:
         """The heartbeat publisher's counts (``HeartbeatPublisher.health``) for the
@@ -763,6 +844,8 @@ class KeyedOperator(_Sending):
                 self.on_applied(action)
             elif isinstance(action, Rejected):
                 self.on_rejected(action)
+            elif isinstance(action, LoadDurable):
+                self.load_durable(action)
             else:  # a report for the controller
                 if isinstance(action, TuplesStalled):
                     log.error(

@@ -56,7 +56,7 @@ from elastorm.core.actions import Applied, Send
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.keyed_state import KeyState
 from elastorm.core.keygroups import key_group
-from elastorm.core.messages import CheckpointAck, Protocol
+from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
 from elastorm.core.outputs import TentativeKeys, next_output
 from elastorm.storm.elastic import (
@@ -225,9 +225,14 @@ class KeyedBolt(KeyedOperator, Bolt):
             if machine.phase is Phase.REPLICA:
                 continue
             kept = self._shadow.pop(g)
-            if machine.protocol is Protocol.RESTORE and machine.phase in (
-                Phase.REPLAYING,
-                Phase.ACTIVE,
+            if (
+                machine.protocol is not None
+                and machine.protocol.restores
+                and machine.phase
+                in (
+                    Phase.REPLAYING,
+                    Phase.ACTIVE,
+                )
             ):
                 for _, _, outputs in kept:
                     for values, stream in outputs:

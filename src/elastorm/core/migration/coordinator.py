@@ -68,6 +68,8 @@ class TaskCoordinator:
     A sequence gap (a tuple lost on the way) is asked for again from the emitter
     that sent the tuples parked behind it every ``resend_after`` seconds, and
     reported (``TuplesStalled``) once it is ``stall_after`` seconds old.
+    ``durable_trim``: the durable tier is on; upstream buffers are trimmed no further
+    than each group's newest durable copy (``DurableWritten``) as well.
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class TaskCoordinator:
         stale_through: int = -1,
         stall_after: float = 30.0,
         resend_after: float = 1.5,
+        durable_trim: bool = False,
     ) -> None:
         if num_key_groups < 1:
             raise ValueError(f"num_key_groups must be >= 1, got {num_key_groups}")
@@ -109,6 +112,7 @@ class TaskCoordinator:
         self._asked: dict[tuple[int, str, int], float] = {}  # gap -> last Resend sent
         self._reported_gaps: set[tuple[int, str, int]] = set()
         self.upstream_recovering = False
+        self.durable_trim = durable_trim
         self._handlers: dict[type[Message], Callable[[int, Any], list[Action]]] = {
             MESSAGE_TYPES[kind]: getattr(self, name) for kind, name in COORDINATOR_TABLE.items()
         }
@@ -135,6 +139,7 @@ class TaskCoordinator:
             step=self.step,
             epoch=self.stale_through + 1,
             owned=owned,
+            durable_trim=self.durable_trim,
         )
         machine.upstream_recovering = self.upstream_recovering
         return machine

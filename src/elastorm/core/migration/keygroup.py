@@ -14,13 +14,19 @@ from typing import NamedTuple
 from elastorm.core.actions import (
     Action,
     Applied,
+    LoadDurable,
     MigrationAborted,
     MigrationDone,
     Rejected,
     Role,
     Send,
 )
-from elastorm.core.checkpoint import CheckpointHolder, checkpoint_to_state, state_to_checkpoint
+from elastorm.core.checkpoint import (
+    CheckpointHolder,
+    HeldCheckpoint,
+    checkpoint_to_state,
+    state_to_checkpoint,
+)
 from elastorm.core.errors import Hint, MigrationProtocolError
 from elastorm.core.messages import (
     CheckpointAck,
@@ -29,6 +35,8 @@ from elastorm.core.messages import (
     Data,
     DataTuple,
     DropReplica,
+    DurableLoaded,
+    DurableWritten,
     Message,
     Migrate,
     PeerDown,
@@ -91,6 +99,8 @@ class KeyGroupMachine:
 
     ``upstreams()`` returns the live upstream emitter tasks (shared with the
     coordinator); ``holder`` is the task receiving this group's checkpoints.
+    ``durable_trim``: the durable tier is on, so upstream buffers are trimmed no
+    further than the newest durable copy (``DurableWritten``) either.
     """
 
     def __init__(
@@ -103,8 +113,14 @@ class KeyGroupMachine:
         step: Step,
         epoch: int = 0,
         owned: bool = False,
+        durable_trim: bool = False,
     ) -> None:
         self.key_group = key_group
+        self._durable_trim = durable_trim
+        self._acked: dict[str, int] | None = None  # the held copy's positions
+        self._durable: dict[str, int] | None = None  # the durable copy's positions
+        self._trimmed: dict[str, int] | None = None  # the last Trim sent
+        self._kept: list[tuple[int, Message]] = []  # LOADING: toStates and data, in order
         self.task = task
         self._upstreams = upstreams
         self._holder_store = holder_store
@@ -199,7 +215,7 @@ class KeyGroupMachine:
     @staticmethod
     def _hint_for(message: Message) -> Hint:
         if isinstance(message, ToState):
-            if message.protocol is Protocol.RESTORE:
+            if message.protocol.restores:
                 return Hint.UNRECOVERABLE
             return Hint.FALL_BACK_TO_DIRECT
         return Hint.RESTORE_FROM_CHECKPOINT
@@ -229,7 +245,7 @@ class KeyGroupMachine:
         """Whether outputs made now are tentative: the group is being restored (a
         RESTORE target still replaying) or state upstream of it is."""
         return self.upstream_recovering or (
-            self.phase is Phase.REPLAYING and self.protocol is Protocol.RESTORE
+            self.phase is Phase.REPLAYING and self.protocol is not None and self.protocol.restores
         )
 
     def _admit(self, item: DataTuple, emit: bool, sender: int | None) -> list[Action]:
@@ -365,11 +381,19 @@ class KeyGroupMachine:
         self.epoch = message.epoch
         self.protocol = message.protocol
         self._pending = set(self._upstreams())
-        self._replay_emits = message.protocol is Protocol.RESTORE
+        self._replay_emits = message.protocol.restores
         self._synced = set()
         self._replica_ready = False
+        self._acked = self._durable = self._trimmed = None  # a new lineage of checkpoints
 
     def _on_to_state_idle(self, sender: int, message: ToState) -> list[Action]:
+        if message.protocol is Protocol.DURABLE:
+            # No copy survived in memory: ask the adapter for the store's, and keep
+            # this toState (and what follows) until it is in.
+            self._start_target(message)
+            self.phase = Phase.LOADING
+            self._kept = [(sender, message)]
+            return [LoadDurable(key_group=self.key_group, epoch=self.epoch)]
         copy = self._holder_store.get(self.key_group)
         if copy is None:
             return self._fail(
@@ -384,7 +408,7 @@ class KeyGroupMachine:
 
     def _on_to_state(self, sender: int, message: ToState) -> list[Action]:
         if message.epoch != self.epoch:
-            if message.protocol is Protocol.RESTORE:
+            if message.protocol.restores:
                 return self._on_restore(sender, message)
             if self.phase is Phase.REPLICA and message.epoch > self.epoch:
                 # Dropped, then made a replica or a CPA/CPAL target here again, before
@@ -415,9 +439,10 @@ class KeyGroupMachine:
         self.state.needs_full = True
 
     def _on_restore(self, sender: int, message: ToState) -> list[Action]:
-        """A RESTORE toState at a task that still has live state: keep that state
-        (it is a per-source prefix like any checkpoint) and replay on top."""
-        if message.protocol is not Protocol.RESTORE or message.epoch <= self.epoch:
+        """A RESTORE (or DURABLE) toState at a task that still has live state: keep
+        that state (it is a per-source prefix like any checkpoint, and no older than a
+        durable copy) and replay on top."""
+        if not message.protocol.restores or message.epoch <= self.epoch:
             return self._fail(
                 f"{message.protocol.value} toState (epoch {message.epoch}) at a task that "
                 f"already has live state (epoch {self.epoch})",
@@ -467,10 +492,67 @@ class KeyGroupMachine:
         self.phase = Phase.DIRECT_SOURCE
         return [Send(to_task=message.target, message=delta)]
 
+    def _on_while_loading(self, sender: int, message: Message) -> list[Action]:
+        """LOADING: keep ``message`` to handle, in arrival order, once the copy is in."""
+        self._kept.append((sender, message))
+        return []
+
+    def _on_durable_loaded(self, sender: int, message: DurableLoaded) -> list[Action]:
+        """The store's copy is in: promote it exactly as a held copy is
+        (``checkpoint_to_state``), or start empty when the store had none (the
+        adapter reports the loss), then handle what was kept, in order. Upstream
+        replays its buffer; the copy's ``watermarks`` drop what it already reflects."""
+        if message.epoch != self.epoch:
+            return self._fail(f"durable copy for epoch {message.epoch} during {self.epoch}")
+        if message.checkpoint is None:
+            self.state = KeyGroupState(self.key_group, step=self._step, epoch=self.epoch)
+        else:
+            copy = HeldCheckpoint(
+                key_group=self.key_group,
+                checkpoint=message.checkpoint,
+                entries=dict(message.entries),
+                watermarks=dict(message.watermarks),
+                out_seq=dict(message.out_seq),
+                epoch=message.checkpoint[0],
+            )
+            self.state = checkpoint_to_state(copy, epoch=self.epoch, step=self._step)
+        self.phase = Phase.REPLAYING
+        kept, self._kept = self._kept, []
+        actions: list[Action] = []
+        for s, m in kept:
+            actions += self.receive(s, m)
+        return actions + self._maybe_complete()
+
+    def _on_durable_written(self, sender: int, message: DurableWritten) -> list[Action]:
+        self._durable = dict(message.watermarks)
+        return self._trim()
+
+    def _trim(self) -> list[Action]:
+        """Tell every upstream how far it may trim its buffer of the group: to the held
+        copy's positions, and with the durable tier on to the elementwise minimum of
+        them and the durable copy's (none yet: nothing), so a DURABLE restore finds
+        every tuple after its copy still buffered. A trim of nothing, or a repeat of
+        the last one, is not sent (it would re-arm the emitters' checkpoint requests
+        while the store lags, for nothing)."""
+        if self._acked is None:
+            return []
+        marks = self._acked
+        if self._durable_trim:
+            durable = self._durable or {}
+            low = {s: min(seq, durable.get(s, 0)) for s, seq in marks.items()}
+            marks = {s: seq for s, seq in low.items() if seq > 0}
+            if not marks:
+                return []
+        if marks == self._trimmed:
+            return []
+        self._trimmed = marks
+        g = self.key_group
+        return self._to_all_upstreams(lambda: Trim(key_group=g, watermarks=marks))
+
     def _on_ack(self, sender: int, message: CheckpointAck) -> list[Action]:
         g = self.key_group
-        marks = dict(message.watermarks)
-        actions = self._to_all_upstreams(lambda: Trim(key_group=g, watermarks=marks))
+        self._acked = dict(message.watermarks)
+        actions = self._trim()
         if self.phase is Phase.DIRECT_SOURCE and message.checkpoint == self._direct:
             # Alg. 1 follows once the target holds the newest checkpoint.
             target, epoch = self._direct_target, self.epoch

@@ -27,10 +27,11 @@ class Phase(Enum):
     ACTIVE = "active"  # owner
     DIRECT_SOURCE = "direct_source"  # owner; full checkpoint sent to target, awaiting ack
     DRAINING = "draining"  # CPA/CPAL source: got some toCheckpoint, awaiting the rest
-    REPLAYING = "replaying"  # CPA/RESTORE target: processing replays and new data
+    REPLAYING = "replaying"  # CPA/RESTORE/DURABLE target: processing replays and new data
     SHADOW = "shadow"  # CPAL target: replays + duplicated data, outputs suppressed
     SYNCING = "syncing"  # CPAL target: sent processedAllReplay, awaiting syncGroup
     REPLICA = "replica"  # active replica (Su & Zhou 2016): shadow state, outputs suppressed
+    LOADING = "loading"  # DURABLE target: reading the group's copy from the durable store
     FAILED = "failed"
 
 
@@ -64,8 +65,12 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     # toState: start or continue being a target
     (P.IDLE, "ToState"): (
         "_on_to_state_idle",
-        frozenset({P.REPLAYING, P.SHADOW, P.SYNCING, P.ACTIVE, P.REPLICA}),
+        frozenset({P.REPLAYING, P.SHADOW, P.SYNCING, P.ACTIVE, P.REPLICA, P.LOADING}),
     ),
+    # DURABLE target: keep toStates and data, in order, until the store's copy is in
+    (P.LOADING, "ToState"): ("_on_while_loading", frozenset({P.LOADING})),
+    (P.LOADING, "Data"): ("_on_while_loading", frozenset({P.LOADING})),
+    (P.LOADING, "DurableLoaded"): ("_on_durable_loaded", frozenset({P.REPLAYING, P.ACTIVE})),
     (P.REPLAYING, "ToState"): ("_on_to_state", frozenset({P.REPLAYING, P.ACTIVE})),
     (P.SHADOW, "ToState"): (
         "_on_to_state",
@@ -95,13 +100,21 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     # the ack of a checkpoint its previous life sent): forwarding could trim
     # beyond the copy the group is being restored from.
     (P.IDLE, "CheckpointAck"): ("_ignore", frozenset({P.IDLE})),
+    (P.LOADING, "CheckpointAck"): ("_ignore", frozenset({P.LOADING})),
     **{(p, "CheckpointAck"): ("_on_ack", frozenset({p})) for p in LIVE - {P.DIRECT_SOURCE}},
     (P.DIRECT_SOURCE, "CheckpointAck"): ("_on_ack", frozenset({P.DIRECT_SOURCE, P.ACTIVE})),
-    **{(p, "CheckpointNack"): ("_on_nack", frozenset({p})) for p in (P.IDLE, *LIVE)},
+    **{(p, "CheckpointNack"): ("_on_nack", frozenset({p})) for p in (P.IDLE, P.LOADING, *LIVE)},
+    # The durable copy of an owned group advanced: trim upstream up to the older of
+    # it and the held copy. Moot where the task has no live state of the group.
+    **{(p, "DurableWritten"): ("_on_durable_written", frozenset({p})) for p in LIVE},
+    **{(p, "DurableWritten"): ("_ignore", frozenset({p})) for p in (P.IDLE, P.REPLICA, P.LOADING)},
     # A peer died (not a message: the coordinator's PeerDown, fanned out to every
     # group): stop waiting for it, which may complete a migration; a direct source
     # whose target died aborts and owns the group again. A FAILED machine ignores it.
-    **{(p, PEER_DOWN): ("_on_peer_down", frozenset({p})) for p in (P.IDLE, P.ACTIVE, P.REPLICA)},
+    **{
+        (p, PEER_DOWN): ("_on_peer_down", frozenset({p}))
+        for p in (P.IDLE, P.ACTIVE, P.REPLICA, P.LOADING)
+    },
     (P.DIRECT_SOURCE, PEER_DOWN): ("_on_peer_down", frozenset({P.DIRECT_SOURCE, P.ACTIVE})),
     (P.DRAINING, PEER_DOWN): ("_on_peer_down", frozenset({P.DRAINING, P.IDLE})),
     (P.REPLAYING, PEER_DOWN): ("_on_peer_down", frozenset({P.REPLAYING, P.ACTIVE})),
@@ -126,8 +139,11 @@ R = Route
 EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
     (R.OWNER, "cpa"): ("_on_cpa", frozenset({R.OWNER})),
     (R.OWNER, "cpal"): ("_on_cpal", frozenset({R.DUPLICATE})),
-    (R.OWNER, "restore"): ("_on_restore", frozenset({R.OWNER})),
-    (R.DUPLICATE, "restore"): ("_on_restore", frozenset({R.OWNER})),
+    **{
+        (r, p): ("_on_restore", frozenset({R.OWNER}))
+        for r in (R.OWNER, R.DUPLICATE, R.REPLICATED)
+        for p in ("restore", "durable")
+    },
     (R.DUPLICATE, "ProcessedAllReplay"): (
         "_on_processed_all",
         frozenset({R.OWNER, R.DUPLICATE}),  # DUPLICATE: a stale epoch, ignored
@@ -136,7 +152,6 @@ EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
     (R.DUPLICATE, "ToStateAck"): ("_on_to_state_ack", frozenset({R.DUPLICATE})),
     (R.OWNER, "ToStateAck"): ("_ignore_ack", frozenset({R.OWNER})),  # stale
     (R.OWNER, "replicate"): ("_on_replicate", frozenset({R.REPLICATED})),
-    (R.REPLICATED, "restore"): ("_on_restore", frozenset({R.OWNER})),
     (R.REPLICATED, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),
     (R.OWNER, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),  # moot
     (R.REPLICATED, "ProcessedAllReplay"): ("_ignore", frozenset({R.REPLICATED})),
@@ -153,6 +168,8 @@ COORDINATOR_TABLE: dict[str, str] = {
     **dict.fromkeys(
         ("ToState", "ToCheckpoint", "SyncGroup", "Migrate", "DropReplica"), "_on_group_message"
     ),
+    # from the task's own durable tier (its writer, its store reader): the machine
+    **dict.fromkeys(("DurableWritten", "DurableLoaded"), "_on_group_message"),
     "CheckpointAck": "_on_answer",  # the checkpoint is answered, then the machine
     "CheckpointNack": "_on_answer",
     "CheckpointDelta": "_on_delta",  # holder side (a replica's machine takes its own)
