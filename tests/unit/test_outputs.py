@@ -1,17 +1,13 @@
-"""``elastorm.core.outputs``: ``LatestValues`` (key -> current value updates across a
-migration) and ``TentativeKeys`` (the one rectification of tentative outputs)."""
+"""``elastorm.core.outputs.LatestValues``: key -> current value updates across a migration."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 from sim import CONTROLLER, Cluster
 
 from elastorm.core.actions import Applied, MigrationDone, Role
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import DataTuple, Protocol
-from elastorm.core.migration.table import Phase
-from elastorm.core.outputs import LatestValues, TentativeKeys
+from elastorm.core.outputs import LatestValues
 from elastorm.core.state import KeyGroupState, fold
 
 G = 2
@@ -83,38 +79,3 @@ def test_quiet_keys_are_sent_once_at_takeover_and_restore_sends_every_key() -> N
     restored = MigrationDone(key_group=0, epoch=2, protocol=Protocol.RESTORE, role=Role.TARGET)
     latest.reported(restored, state)
     assert latest.take() == {KEY0: (1, 1), "other": (2, 1)}
-
-
-class Machines:
-    """A coordinator stand-in: per key group, whether its outputs are tentative, its
-    phase and its state (what ``TentativeKeys.due`` reads)."""
-
-    def __init__(self, **machines: SimpleNamespace) -> None:
-        self.machines = {int(g[1:]): m for g, m in machines.items()}
-
-    def machine(self, key_group: int) -> SimpleNamespace:
-        return self.machines[key_group]
-
-
-def test_tentative_keys_are_due_once_final_and_only_where_outputs_are_sent() -> None:
-    """The one rectification (``LatestValues`` and ``KeyedBolt`` both use it): keys whose
-    last update was tentative, handed back once the group's outputs are final, with the
-    state only where this task sends the group's outputs."""
-    owed = TentativeKeys()
-    owed.sent(0, ["b", "a"], tentative=True)
-    owed.sent(0, ["c"], tentative=True)
-    owed.sent(0, ["c"], tentative=False)  # a final update settles c
-    owed.sent(1, ["x"], tentative=True)
-    owed.sent(2, ["y"], tentative=True)
-    owed.sent(3, ["z"], tentative=False)  # final, never tentative: nothing owed
-    state = KeyGroupState(0, step=fold(sum_count))
-    restoring = SimpleNamespace(tentative=True, phase=Phase.REPLAYING, state=state)
-    machines = Machines(
-        g0=restoring,
-        g1=SimpleNamespace(tentative=False, phase=Phase.REPLICA, state=state),
-        g2=SimpleNamespace(tentative=False, phase=Phase.IDLE, state=None),
-    )
-    assert owed.due(machines) == [(1, ["x"], None), (2, ["y"], None)]  # left, or a shadow
-    assert owed.due(machines) == [] and owed  # group 0 still restores
-    machines.machines[0] = SimpleNamespace(tentative=False, phase=Phase.ACTIVE, state=state)
-    assert owed.due(machines) == [(0, ["a", "b"], state)] and not owed

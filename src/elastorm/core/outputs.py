@@ -29,13 +29,10 @@ every tuple the source applied.
 **Tentative outputs and their rectification** (Su & Zhou 2016, and the issue's
 "beyond the paper"). An ``Applied`` made while its group restores, or while state
 upstream of it does, is ``tentative``: the value may miss tuples that recovery has
-not replayed yet. :class:`TentativeKeys` remembers, per key group, the keys whose
-last update sent was tentative, and hands them back once the group's outputs are
-final again (:meth:`TentativeKeys.due`): the one rectification, used by
-:class:`LatestValues` here and by the user's ``KeyedBolt`` (``rectify_keyed``).
-:class:`LatestValues` marks tentative updates (:meth:`take_marked`) and, once the
-group is no longer tentative, queues each such key's current value again, this time
-final, so a receiver that lets the latest update of a key win ends with
+not replayed yet. :class:`LatestValues` marks such updates (:meth:`take_marked`) and
+remembers, per key group, the keys whose last update was tentative. Once the group
+is no longer tentative, :meth:`rectify` queues each such key's current value again,
+this time final, so a receiver that lets the latest update of a key win ends with
 final values only. A RESTORE's completion sends every key of the group, final. A group
 taken over by a migration while state upstream recovers gets every key rectified by
 its new owner (its old owner no longer has it to rectify).
@@ -43,61 +40,14 @@ its new owner (its old owner no longer has it to rectify).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from elastorm.core.actions import Action, Applied, MigrationDone, Role
 from elastorm.core.messages import Protocol
-from elastorm.core.migration.table import LIVE, QUIET
 from elastorm.core.state import KeyGroupState
 
 if TYPE_CHECKING:
     from elastorm.core.migration.coordinator import TaskCoordinator
-
-
-class TentativeKeys:
-    """Per key group, the keys whose last update sent downstream was tentative: what a
-    keyed task owes a final update of once the group's outputs are final again
-    (Su & Zhou 2016's rectification). Sans-IO: the caller says what it sent
-    (:meth:`sent`) and asks what is due (:meth:`due`)."""
-
-    __slots__ = ("_keys",)
-
-    def __init__(self) -> None:
-        self._keys: dict[int, set[str]] = {}  # key group -> keys last sent tentative
-
-    def sent(self, key_group: int, keys: Iterable[str], *, tentative: bool) -> None:
-        """Updates of ``keys`` of ``key_group`` went out, ``tentative`` or final (a final
-        one settles what an earlier tentative one owed). O(keys)."""
-        if tentative:
-            self._keys.setdefault(key_group, set()).update(keys)
-            return
-        marked = self._keys.get(key_group)
-        if marked:
-            marked.difference_update(keys)
-            if not marked:
-                del self._keys[key_group]
-
-    def due(
-        self, coordinator: TaskCoordinator
-    ) -> list[tuple[int, list[str], KeyGroupState | None]]:
-        """Forget and return, per group whose outputs are no longer tentative at
-        ``coordinator`` (the task's), its owed keys (sorted) and the group's state if
-        this task still sends the group's outputs (owner or a sending end of a
-        migration); None if not (the group left, or is a replica or a CPAL shadow
-        here): its owner sends its values, nothing is owed here. O(keys marked)."""
-        out = []
-        for g in sorted(self._keys):
-            machine = coordinator.machine(g)
-            if machine.tentative:
-                continue
-            keys = sorted(self._keys.pop(g))
-            sending = machine.phase in LIVE and machine.phase not in QUIET
-            out.append((g, keys, machine.state if sending else None))
-        return out
-
-    def __bool__(self) -> bool:
-        return bool(self._keys)
 
 
 class LatestValues:
@@ -114,7 +64,7 @@ class LatestValues:
         self.pending: dict[str, Any] = {}
         self.pending_tentative: set[str] = set()  # keys of ``pending`` that are tentative
         self._quiet: dict[int, set[str]] = {}  # key group -> keys applied without output
-        self._tentative = TentativeKeys()
+        self._tentative: dict[int, set[str]] = {}  # key group -> keys last sent tentative
 
     def applied(self, applied: Applied) -> None:
         key = applied.item.key
@@ -122,15 +72,20 @@ class LatestValues:
             self._quiet.setdefault(applied.key_group, set()).add(key)
             return
         self.pending[key] = applied.result
-        self._queued(applied.key_group, (key,), tentative=applied.tentative)
-
-    def _queued(self, key_group: int, keys: Iterable[str], *, tentative: bool) -> None:
-        """Updates of ``keys`` of ``key_group`` are pending, ``tentative`` or final."""
-        if tentative:
-            self.pending_tentative.update(keys)
+        if applied.tentative:
+            self.pending_tentative.add(key)
+            self._tentative.setdefault(applied.key_group, set()).add(key)
         else:
-            self.pending_tentative.difference_update(keys)
-        self._tentative.sent(key_group, keys, tentative=tentative)
+            self._final(applied.key_group, (key,))
+
+    def _final(self, key_group: int, keys) -> None:
+        """``keys`` of ``key_group`` now have a final update pending."""
+        self.pending_tentative.difference_update(keys)
+        marked = self._tentative.get(key_group)
+        if marked:
+            marked.difference_update(keys)
+            if not marked:
+                del self._tentative[key_group]
 
     def reported(
         self, report: Action | Any, state: KeyGroupState | None, *, tentative: bool = False
@@ -148,8 +103,11 @@ class LatestValues:
         if report.protocol.restores:
             values = dict(state.items())
             self.pending.update(values)
-            # Tentative while state upstream still recovers: rectified later.
-            self._queued(report.key_group, values, tentative=tentative)
+            if tentative:  # state upstream still recovers: rectified later
+                self._tentative.setdefault(report.key_group, set()).update(values)
+                self.pending_tentative.update(values)
+            else:
+                self._final(report.key_group, values)
             return
         for key in quiet:
             self.pending[key] = state.get(key)
@@ -157,19 +115,29 @@ class LatestValues:
             # Taken over while state upstream recovers: the old owner may have sent
             # tentative values of any key, and it will not rectify a group it no longer
             # has; this task does, for every key, once recovery ends.
-            self._tentative.sent(report.key_group, state.items(), tentative=True)
+            self._tentative.setdefault(report.key_group, set()).update(state.items())
+
+    def rectify(self, key_group: int, state: KeyGroupState | None) -> None:
+        """``key_group``'s outputs are no longer tentative (its restore and every
+        recovery upstream of it are over): queue the current value of each key whose
+        last update was tentative, final. ``state`` None (the group left this task):
+        its new owner sends its values, nothing is owed here. O(keys marked)."""
+        keys = self._tentative.pop(key_group, None)
+        if not keys:
+            return
+        self.pending_tentative.difference_update(keys)
+        if state is not None:
+            for key in keys:
+                self.pending[key] = state.get(key)
 
     def settle(self, coordinator: TaskCoordinator) -> None:
-        """Rectify: for every group whose outputs are no longer tentative at
-        ``coordinator`` (the task's; its restore and every recovery upstream of it are
-        over), queue the current value of each key whose last update was tentative,
-        final (:meth:`TentativeKeys.due`). Call it before :meth:`take_marked`;
-        O(keys marked)."""
-        for _, keys, state in self._tentative.due(coordinator):
-            self.pending_tentative.difference_update(keys)
-            if state is not None:
-                for key in keys:
-                    self.pending[key] = state.get(key)
+        """:meth:`rectify` every group with tentative keys whose outputs are no longer
+        tentative at ``coordinator`` (the task's). Call it before :meth:`take_marked`;
+        O(groups marked)."""
+        for g in sorted(self._tentative):
+            machine = coordinator.machine(g)
+            if not machine.tentative:
+                self.rectify(g, machine.state)
 
     def take_marked(self) -> tuple[dict[str, Any], frozenset[str]]:
         """The updates to send and which of them are tentative; forgets both."""

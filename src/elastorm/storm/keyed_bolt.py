@@ -58,7 +58,7 @@ from elastorm.core.keyed_state import KeyState
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
-from elastorm.core.outputs import TentativeKeys, next_output
+from elastorm.core.outputs import next_output
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     OUTPUT_ID,
@@ -107,7 +107,7 @@ class KeyedBolt(KeyedOperator, Bolt):
 
     def initialize(self, conf, context):
         self._outputs: list[tuple[list, str | None]] | None = None
-        self._owed = TentativeKeys()  # per key group, the keys last sent tentative
+        self._owed: dict[int, set[str]] = {}  # key group -> keys last sent tentative
         # key group -> [(source, seq, outputs)] applied as its replica, not yet covered
         # by a checkpoint of the owner's
         self._shadow: dict[int, list[tuple[str, int, list]]] = {}
@@ -188,9 +188,8 @@ class KeyedBolt(KeyedOperator, Bolt):
         if applied.emit_output:
             for values, stream in outputs:
                 super().emit(values, stream=stream)
-            if outputs:
-                key = applied.item.key
-                self._owed.sent(applied.key_group, (key,), tentative=applied.tentative)
+            if applied.tentative and outputs:
+                self._owed.setdefault(applied.key_group, set()).add(applied.item.key)
         elif outputs and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
             item = applied.item
             self._shadow.setdefault(applied.key_group, []).append((item.source, item.seq, outputs))
@@ -240,14 +239,17 @@ class KeyedBolt(KeyedOperator, Bolt):
 
     def rectify(self) -> None:
         """:meth:`rectify_keyed` for each key last sent tentative whose group's outputs
-        are final now, if this task still sends the group's outputs (a group that moved
-        away meanwhile is rectified by its new owner): ``TentativeKeys.due``, the one
-        rectification. O(keys owed)."""
-        for g, keys, state in self._owed.due(self.coordinator):
-            if state is None:
+        are final now, if this task still owns the group (a group that moved away
+        meanwhile is not rectified here). O(keys owed)."""
+        for g in sorted(self._owed):
+            machine = self.coordinator.machine(g)
+            if machine.tentative:
                 continue
-            for key in keys:
-                self.current_key_state = KeyState(key, state.get(key))
+            keys = self._owed.pop(g)
+            if machine.phase is not Phase.ACTIVE or machine.state is None:
+                continue
+            for key in sorted(keys):
+                self.current_key_state = KeyState(key, machine.state.get(key))
                 self._rectifying = g
                 try:
                     self.rectify_keyed(key)
