@@ -3,7 +3,8 @@
 ``storm_cluster``: one single-machine cluster (real ZooKeeper, Nimbus and two
 supervisors, each with six worker slots so a test can run one worker per executor)
 for every test module that needs it, started once per session: starting and wiping
-a cluster costs tens of seconds on two cores.
+a cluster costs tens of seconds on two cores. ``hdfs_cluster``: the project's HDFS
+(``elastorm hdfs up``), likewise once per session, wiped before and after.
 """
 
 from __future__ import annotations
@@ -38,3 +39,18 @@ def postgres_server():
     yield server
     if not was_running:
         postgres.down(cfg)
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster():
+    """The project's HDFS (one NameNode, three DataNodes, replication 3, WebHDFS),
+    started from nothing; stopped and wiped afterwards, also when ``up`` fails."""
+    from elastorm.runtime import hdfs
+
+    cfg = load_config()
+    hdfs.down(cfg, wipe=True)
+    try:
+        hdfs.up(cfg)
+        yield cfg
+    finally:
+        hdfs.down(cfg, wipe=True)

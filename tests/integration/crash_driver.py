@@ -563,6 +563,67 @@ class SupervisorLossDriver(NodeLossDriver):
         return [int(n[len(prefix) : -len(".json")]) for n in ours]
 
 
+class DurableLossDriver(SupervisorLossDriver):
+    """Two whole nodes lost at once, the owner *and* the checkpoint holder of the same
+    key groups among them, so those groups survive only in the durable store
+    (Kwon et al. 2008: checkpoints in a replicated DFS): ``uri`` is its
+    ``elastorm.durable.uri`` (the project's HDFS in the test).
+
+    Three nodes; node0 and node1 form one fault zone, so node1's groups keep their
+    checkpoints on node2 and the kill of nodes 1 and 2 leaves node1's groups with no
+    copy in memory anywhere. The controller must restore them from the store
+    (``DURABLE`` restores, counted in ``facts["from_store"]``) and the emitters
+    replay from the positions the durable checkpoints name: every plane's totals
+    still equal pandas'."""
+
+    def __init__(self, limit: int | None = None, *, uri: str, **kwargs: Any) -> None:
+        super().__init__(limit, lose=2, **kwargs)
+        self.uri = uri
+        self._store = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.config import DurableConfig
+        from elastorm.controller.model import node_name
+
+        self.output_dir = output_dir
+        zones = {node_name(0): "a", node_name(1): "a", node_name(2): "b"}
+        return (
+            ElasticFlightsDriver.options(self, output_dir)
+            | TopologyConfig.overrides(fault_zones=zones)
+            | DurableConfig.overrides(uri=self.uri)
+        )
+
+    def _victims(self, status: dict[str, Any]) -> list[int]:
+        """The tasks of nodes 1 and 2 once every group they own has its newest checkpoint
+        in memory on node0 or a set in the durable store, and at least one has its
+        holder among them (empty until then)."""
+        from elastorm.durable.restore import newest_sets
+        from elastorm.durable.store import open_store
+
+        owners, holders, newest = status["owners"], status["holders"], status["assisted"]
+        combo = self._candidates(owners)
+        if len(combo) != 2 or status["moving"]:
+            return []
+        mine = [g for g, o in enumerate(owners) if o in combo]
+        doubly = [g for g in mine if holders[g] in combo]
+        if self._store is None:
+            self._store = open_store(f"{self.uri.rstrip('/')}/{self.topology}")
+        stored = newest_sets(self._store, "sum_delays", doubly)
+        ready = all(g in stored for g in doubly) and all(newest[g] for g in mine if g not in doubly)
+        return combo if doubly and ready else []
+
+    def outcome(self, output_dir: str) -> Outcome:
+        """Adds ``from_store``: the key groups the controller restored from the store."""
+        out = super().outcome(output_dir)
+        try:
+            with open(os.path.join(output_dir, "controller-metrics.json"), encoding="utf-8") as fh:
+                recoveries = json.load(fh).get("recoveries", [])
+        except (OSError, ValueError):
+            recoveries = []
+        from_store = sorted({g for r in recoveries for g in r.get("from_store", ())})
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"from_store": from_store})
+
+
 class UpstreamKillDriver(ElasticCrashDriver):
     """The elastic flights job with the spout's or op1's worker killed (kill -9 of its
     Python process and its worker JVM) at 30% of the input.

@@ -3,8 +3,8 @@ NameNode stopped.
 
 Talks to: the project's own HDFS (``elastorm hdfs up``: Hadoop's MiniDFSCluster from
 Maven Central's jars, one NameNode and three DataNodes, replication 3, WebHDFS on
-``elastorm.hdfs_http_port``), started once for this module and wiped afterwards. No
-Storm. Replication is checked with a second, independent fsspec WebHDFS client.
+``elastorm.hdfs_http_port``), started once per session (``conftest.hdfs_cluster``) and wiped
+afterwards. No Storm. Replication is checked with a second, independent fsspec WebHDFS client.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from fsspec.implementations.webhdfs import WebHDFS
 from elastorm.durable.store import StoreError, open_store
 from elastorm.durable.webhdfs import WebHdfsStore, retriable
 from elastorm.runtime import hdfs
-from elastorm.runtime.config import load_config
 from elastorm.runtime.services import LOOPBACK
 
 pytestmark = pytest.mark.integration
@@ -29,16 +28,10 @@ pytestmark = pytest.mark.integration
 NAMENODE_OUTAGE = 10.0  # seconds the NameNode stays stopped
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """The project's HDFS, started from nothing; stopped and wiped afterwards."""
-    cfg = load_config()
-    hdfs.down(cfg, wipe=True)
-    try:
-        hdfs.up(cfg)
-        yield cfg
-    finally:  # also when up fails or is interrupted: no HDFS left running
-        hdfs.down(cfg, wipe=True)
+@pytest.fixture
+def cluster(hdfs_cluster):
+    """The session's HDFS (``conftest.hdfs_cluster``); each test writes a folder of its own."""
+    return hdfs_cluster
 
 
 def status_of(cfg, path: str) -> dict:

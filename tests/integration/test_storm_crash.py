@@ -20,6 +20,7 @@ import time
 
 import pytest
 from crash_driver import (
+    DurableLossDriver,
     ElasticCrashDriver,
     JoinSupervisorLossDriver,
     ReplicaLossDriver,
@@ -248,6 +249,31 @@ def test_killed_supervisors_are_restored_from_checkpoints_before_storm_restarts_
     # replay, so its final values replace the tentative ones before any flush: the sink
     # may see none (0 in the 20:08 run). None may be left tentative, whatever happened.
     print("tentative op2 updates at the sink:", outcome.facts["tentative_updates"])
+    assert "no total left tentative at the sink: got {}" in outcome.summary
+
+
+def test_an_owner_and_its_holder_killed_together_are_restored_from_hdfs(
+    cluster_with_room, hdfs_cluster, monkeypatch
+):
+    """kill -9 of two of three supervisors at once, one owning key groups whose only
+    in-memory checkpoints the other holds (issue 29 (a)): those groups are restored from
+    their durable checkpoints on the project's HDFS (replication 3), the emitters replay
+    from the positions those name, and every plane's totals equal pandas'."""
+    from elastorm.runtime import hdfs
+
+    cfg = cluster_with_room
+    monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
+    monkeypatch.setenv("ELASTORM_KEYED_TASKS", "3")
+    driver = DurableLossDriver(60_000, uri=hdfs.store_uri(hdfs_cluster), max_rate=1500.0)
+    driver.migration_timeout = 120.0
+    outcome = _on_three_supervisors(cfg, driver)
+    assert outcome.ok, outcome.summary
+    assert len(driver.killed) == 2, driver.killed
+    [loss] = outcome.facts["losses"]
+    print(f"lost tasks {loss['tasks']} (groups {loss['groups']}); from HDFS: "
+          f"{outcome.facts['from_store']}; {outcome.summary}")  # fmt: skip
+    assert outcome.facts["from_store"], "no key group was restored from the durable store"
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
     assert "no total left tentative at the sink: got {}" in outcome.summary
 
 
