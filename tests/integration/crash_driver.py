@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from demos.flights_results import read_results
-from drivers.flights_elastic import ElasticFlightsDriver
+from drivers.flights_elastic import OPERATOR, ElasticFlightsDriver
 from drivers.flights_join import JoinWindowDriver, read_join_sink
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
@@ -622,6 +622,81 @@ class DurableLossDriver(SupervisorLossDriver):
             recoveries = []
         from_store = sorted({g for r in recoveries for g in r.get("from_store", ())})
         return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"from_store": from_store})
+
+
+class NameNodeOutageDriver(ElasticFlightsDriver):
+    """The elastic flights job writing its durable checkpoints to the project's HDFS,
+    with the NameNode stopped for ``outage`` s from ``at`` of the input, and the
+    scripted CPA and CPAL migrations during it (issue 29 (d)).
+
+    Processing and the in-memory checkpoints must go on (the migrations are
+    checkpoint-assisted), the durable writes wait and are retried in order, and once
+    the NameNode is back every key group's durable copy moves past the one it had
+    before the stop. ``facts["durable"]``: per group, the newest durable checkpoint
+    before the stop and at the end."""
+
+    def __init__(
+        self, limit: int, *, cfg: Any, outage: float = 20.0, at: float = 0.2, **kwargs: Any
+    ) -> None:
+        super().__init__(limit, script=((at + 0.05, "cpa"), (at + 0.1, "cpal")), **kwargs)
+        from elastorm.runtime import hdfs
+
+        self.cfg, self.outage, self.at = cfg, outage, at
+        self.uri = hdfs.store_uri(cfg)
+        self.before: dict[int, Any] = {}
+        self.stopped: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.config import DurableConfig
+
+        return super().options(output_dir) | DurableConfig.overrides(uri=self.uri)
+
+    def _newest(self) -> dict[int, Any]:
+        from elastorm.durable.restore import newest_sets
+        from elastorm.durable.store import open_store
+
+        store = open_store(f"{self.uri.rstrip('/')}/{self.topology}")
+        return newest_sets(store, OPERATOR, range(self.key_groups))
+
+    def _stop_namenode(self) -> None:
+        from elastorm.runtime import hdfs
+
+        began = time.monotonic()
+        hdfs.namenode(self.cfg, "stop")
+        self.stopped["stop"] = round(time.monotonic() - began, 3)
+        time.sleep(max(0.0, self.outage - (time.monotonic() - began)))
+        hdfs.namenode(self.cfg, "start")
+        self.stopped["down_secs"] = round(time.monotonic() - began, 3)
+
+    def on_poll(self, result) -> None:
+        if self._thread is None and result.spout_total("rows_read") >= self.at * self.limit:
+            self.before = self._newest()
+            self._thread = threading.Thread(target=self._stop_namenode, daemon=True)
+            self._thread.start()
+        super().on_poll(result)
+
+    def outcome(self, output_dir: str) -> Outcome:
+        """Adds ``durable`` and fails the run unless every group's durable copy moved on."""
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+        after: dict[int, Any] = {}
+        deadline = time.monotonic() + 60  # the writers' retries back off up to 30 s
+        while time.monotonic() < deadline:
+            after = self._newest()
+            if self.before and all(after.get(g, (0, 0)) > c for g, c in self.before.items()):
+                break
+            time.sleep(1.0)
+        out = super().outcome(output_dir)
+        stale = sorted(g for g, c in self.before.items() if not after.get(g, (0, 0)) > c)
+        line = (
+            f"NameNode down {self.stopped.get('down_secs')} s; durable copies of "
+            f"{len(self.before)} groups before it, "
+            + (f"groups {stale} never written again" if stale else "every one written again")
+        )
+        facts = {"durable": {"before": self.before, "after": after}, "outage": self.stopped}
+        ok = out.ok and bool(self.before) and not stale and "down_secs" in self.stopped
+        return Outcome(summary=out.summary + "\n" + line, ok=ok, facts=out.facts | facts)
 
 
 class UpstreamKillDriver(ElasticCrashDriver):

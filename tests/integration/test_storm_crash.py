@@ -23,6 +23,7 @@ from crash_driver import (
     DurableLossDriver,
     ElasticCrashDriver,
     JoinSupervisorLossDriver,
+    NameNodeOutageDriver,
     ReplicaLossDriver,
     SupervisorLossDriver,
     UpstreamKillDriver,
@@ -275,6 +276,24 @@ def test_an_owner_and_its_holder_killed_together_are_restored_from_hdfs(
     assert outcome.facts["from_store"], "no key group was restored from the durable store"
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary
     assert "no total left tentative at the sink: got {}" in outcome.summary
+
+
+def test_a_namenode_stopped_20_s_mid_run_stalls_nothing_and_loses_nothing(
+    cluster_with_room, hdfs_cluster, monkeypatch
+):
+    """The NameNode of the durable store stopped for 20 s while the elastic flights job
+    runs and migrates by CPA and CPAL (issue 29 (d)): processing and the in-memory
+    checkpoints go on, both migrations complete as asked, the durable writes are
+    retried until the NameNode is back and then every key group's durable copy moves
+    on; every plane's totals equal pandas'."""
+    monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
+    driver = NameNodeOutageDriver(90_000, cfg=hdfs_cluster, max_rate=1500.0)
+    driver.migration_timeout = 120.0
+    outcome = run_topology(cluster_with_room, "cluster", driver, timeout=900)
+    print(outcome.summary, outcome.facts["outage"])
+    assert outcome.ok, outcome.summary
+    assert outcome.facts["outage"]["down_secs"] >= 20.0
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
 
 
 def test_the_join_and_window_job_stays_exact_when_two_supervisors_die_at_once(
