@@ -67,7 +67,9 @@ sys.path.insert(0, str(ROOT))  # the project\'s drivers/
 def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
     from chaos_drivers import FrozenSupervisorDriver, NetworkCutDriver, ZooKeeperOutageDriver
     from crash_driver import (
+        DurableLossDriver,
         ElasticCrashDriver,
+        NameNodeOutageDriver,
         NodeLossDriver,
         ReplicaLossDriver,
         SupervisorLossDriver,
@@ -107,16 +109,33 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
         "freeze-10": lambda: lose(FrozenSupervisorDriver, cut=10.0),
         "netcut-30": lambda: lose(NetworkCutDriver, cut=30.0),
         "netcut-10": lambda: lose(NetworkCutDriver, cut=10.0),
+        # The durable tier on the project's HDFS (issue 29): started when one is chosen.
+        "durable-2": lambda: lose(DurableLossDriver, uri=_hdfs_uri()),
+        "namenode-20": lambda: NameNodeOutageDriver(limit, cfg=_hdfs_cfg(), max_rate=rate),
     }
+
+
+def _hdfs_cfg():
+    from elastorm.runtime.config import load_config
+
+    return load_config()
+
+
+def _hdfs_uri() -> str:
+    from elastorm.runtime import hdfs
+
+    return hdfs.store_uri(_hdfs_cfg())
 
 
 #: Scenarios that need the cluster's last supervisor in a network namespace.
 NETCUT = ("netcut-30", "netcut-10")
+#: Scenarios that need the project's HDFS.
+HDFS = ("durable-2", "namenode-20")
 SUPERVISORS = 4
 
 
 #: What a run's outcome says about its faults (kills, losses and their timings, outages).
-FAULT_FACTS = ("kills", "losses", "outages", "frozen", "cuts")
+FAULT_FACTS = ("kills", "losses", "outages", "frozen", "cuts", "from_store", "outage")
 
 
 def _restart(supervisors, killed: list[str]) -> None:
@@ -186,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from demos.flights_reference import compute_reference
     from demos.flights_results import read_results
+    from elastorm.runtime import hdfs
     from elastorm.runtime.cluster import down, up
     from elastorm.runtime.config import load_config
     from elastorm.runtime.provision import LocalSupervisors
@@ -205,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     up(cfg, supervisors=SUPERVISORS, slots=6, netns_supervisor=namespaced)
     supervisors = LocalSupervisors(cfg, slots=6)
     runs: list[dict] = []
+    with_hdfs = bool(set(chosen) & set(HDFS))
+    if with_hdfs:
+        hdfs.down(cfg, wipe=True)
+        hdfs.up(cfg)
     try:
         # Round by round, so a run cut short by --until has every scenario at least once.
         for i, name in ((i, name) for i in range(args.runs) for name in chosen):
@@ -245,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(record), flush=True)
     finally:
         down(cfg, wipe=True)
+        if with_hdfs:
+            hdfs.down(cfg, wipe=True)
 
     rows = scenario_rows(runs)
     print("\n" + markdown(rows))

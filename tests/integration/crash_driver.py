@@ -569,12 +569,12 @@ class DurableLossDriver(SupervisorLossDriver):
     (Kwon et al. 2008: checkpoints in a replicated DFS): ``uri`` is its
     ``elastorm.durable.uri`` (the project's HDFS in the test).
 
-    Three nodes; node0 and node1 form one fault zone, so node1's groups keep their
-    checkpoints on node2 and the kill of nodes 1 and 2 leaves node1's groups with no
-    copy in memory anywhere. The controller must restore them from the store
-    (``DURABLE`` restores, counted in ``facts["from_store"]``) and the emitters
-    replay from the positions the durable checkpoints name: every plane's totals
-    still equal pandas'."""
+    Node2 is a fault zone of its own and every other node (``ELASTORM_KEYED_TASKS``
+    of them) one zone, so node1's groups keep their checkpoints on node2 and the kill
+    of nodes 1 and 2 leaves node1's groups with no copy in memory anywhere. The
+    controller must restore them from the store (``DURABLE`` restores, counted in
+    ``facts["from_store"]``) and the emitters replay from the positions the durable
+    checkpoints name: every plane's totals still equal pandas'."""
 
     def __init__(self, limit: int | None = None, *, uri: str, **kwargs: Any) -> None:
         super().__init__(limit, lose=2, **kwargs)
@@ -586,7 +586,8 @@ class DurableLossDriver(SupervisorLossDriver):
         from elastorm.controller.model import node_name
 
         self.output_dir = output_dir
-        zones = {node_name(0): "a", node_name(1): "a", node_name(2): "b"}
+        nodes = int(os.environ.get("ELASTORM_KEYED_TASKS", "3"))
+        zones = {node_name(i): "b" if i == 2 else "a" for i in range(nodes)}
         return (
             ElasticFlightsDriver.options(self, output_dir)
             | TopologyConfig.overrides(fault_zones=zones)
@@ -601,7 +602,7 @@ class DurableLossDriver(SupervisorLossDriver):
         from elastorm.durable.store import open_store
 
         owners, holders, newest = status["owners"], status["holders"], status["assisted"]
-        combo = self._candidates(owners)
+        combo = self._candidates(owners)[:2]  # the tasks of nodes 1 and 2
         if len(combo) != 2 or status["moving"]:
             return []
         mine = [g for g, o in enumerate(owners) if o in combo]
