@@ -12,8 +12,6 @@ target, and a restart's recovery takes back only what its dead incarnation had.
 
 from __future__ import annotations
 
-import pytest
-
 from elastorm.config import ControllerConfig, TopologyConfig
 from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import Heartbeat, NodeState, TaskIdentity, TaskRecord
@@ -105,7 +103,6 @@ def _declare_12_lost(loop: ControllerLoop) -> None:
     assert not loop.controls["op"].routing.key_groups_of(12)
 
 
-@pytest.mark.xfail(strict=True, reason="freeze-10 hole, not fixed yet")
 def test_a_new_leaders_rescale_gives_a_lost_node_nothing_until_its_restart_is_recovered():
     """freeze-10's suspected path: at a new leader's first rescale round task 12's node
     owns nothing (its groups were restored elsewhere), so it counted as joining and was
@@ -129,7 +126,6 @@ def test_a_new_leaders_rescale_gives_a_lost_node_nothing_until_its_restart_is_re
     assert given, "once recovered, the restarted node gets its share again"
 
 
-@pytest.mark.xfail(strict=True, reason="freeze-10 hole, not fixed yet")
 def test_adaptation_moves_nothing_to_a_lost_node_that_looks_idle():
     """A lost node with no record (or its new incarnation's empty one) has CPU 0: the
     adaptation's scale-out would pick it to relieve an overloaded node."""
@@ -144,7 +140,6 @@ def test_adaptation_moves_nothing_to_a_lost_node_that_looks_idle():
     assert any(m.target == "node2" for m in later.moves), "recovered: a target again"
 
 
-@pytest.mark.xfail(strict=True, reason="freeze-10 hole, not fixed yet")
 def test_a_second_failure_restores_and_places_nothing_on_a_lost_node():
     """Task 11 dies while task 12 is lost and not restarted: its groups and the
     checkpoints it held go to live nodes only (node0), never to node2."""
@@ -158,7 +153,6 @@ def test_a_second_failure_restores_and_places_nothing_on_a_lost_node():
     assert 12 not in loop.controls["op"].holders.values()
 
 
-@pytest.mark.xfail(strict=True, reason="freeze-10 hole, not fixed yet")
 def test_a_restarts_recovery_keeps_the_groups_given_to_the_new_incarnation():
     """A leader that never declared task 12 (its predecessor did) may give the new
     incarnation work before its TaskStarted is handled; that incarnation took the
