@@ -60,7 +60,8 @@ def test_only_restarts_the_dead_leader_never_acted_on_are_recovered() -> None:
         Restarted(operator="op", task=12, stale_through=6),  # reported twice: once
         Restarted(operator="other", task=20, stale_through=-1),  # no table ever written
     ]
-    assert restarted_to_recover(seen, {"op": 6}) == [("op", 12), ("other", 20)]
+    found = restarted_to_recover(seen, {"op": 6})
+    assert [(r.operator, r.task) for r in found] == [("op", 12), ("other", 20)]
     assert restarted_to_recover([], {"op": 6}) == []
 
 

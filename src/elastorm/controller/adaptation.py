@@ -160,7 +160,7 @@ class _Round:
         self.util = {n: view.utilization(n) for n in view.node_ids()}
         self.pred = dict(self.util)
         self.owner = {k.key_group: k.owner for k in view.key_groups}
-        self.active = {n for n in view.node_ids() if view.owned_by(n)}
+        self.active = {n for n in view.targets() if view.owned_by(n)}  # never a down node
         self.moves: list[Move] = []
         self.moved: dict[KeyGroupId, float] = dict(state.moved_at)
         self.changed: dict[NodeId, float] = dict(state.node_changed_at)
@@ -235,7 +235,7 @@ def _relieve(rnd: _Round, source: NodeId) -> None:
     )
     idle = sorted(
         n
-        for n in view.node_ids()
+        for n in view.targets()
         if n not in rnd.active and not rnd.node_cooling(n) and rnd.can_take(n)
     )
 
@@ -305,7 +305,8 @@ def plan_adaptation(
     Overloaded nodes are relieved in order of highest CPU, then node id; each
     sheds key groups (checkpoint-assisted candidates first, then heavier first)
     to active nodes that can take load, else brings in an idle node (scale-out).
-    With no overloaded node, at most one node is scaled in per round.
+    With no overloaded node, at most one node is scaled in per round. A ``down`` node
+    (:meth:`ClusterView.targets`) is neither relieved, nor a receiver, nor scaled in.
 
     Pure and deterministic: time comes from ``view.now``; all iteration is sorted.
     Complexity ``O(|overloaded| * |Gamma_n| * |N|)`` per round.
@@ -324,7 +325,7 @@ def plan_adaptation(
     [('op/0', 'b', 'cpa')]
     """
     rnd = _Round(view, thresholds, state or AdaptationState())
-    hot = sorted((n for n in view.node_ids() if rnd.overloaded(n)), key=lambda n: (-rnd.util[n], n))
+    hot = sorted((n for n in view.targets() if rnd.overloaded(n)), key=lambda n: (-rnd.util[n], n))
     for n in hot:
         _relieve(rnd, n)
     if not hot and thresholds.scale_in:

@@ -103,12 +103,19 @@ class _Problem:
         zone_names = sorted({n.fault_zone for n in view.nodes})
         zpos = {z: i for i, z in enumerate(zone_names)}
         self.zone = np.array([zpos[n.fault_zone] for n in view.nodes], dtype=np.int64)
+        # Nodes that may hold checkpoints (ClusterView.targets): never a down node.
+        self.target = np.array([not n.down for n in view.nodes], dtype=bool)
         self.n_nodes = len(self.node_ids)
         self.values = self._values() if with_values else None
 
+    def view_down(self, i: int) -> bool:
+        """Whether node ``i`` is down (takes no checkpoints)."""
+        return not bool(self.target[i])
+
     def eligible_row(self, k: int) -> np.ndarray:
-        """Static constraint 1 + zone rule for key group ``k``: a bool mask over nodes."""
-        return self.zone != self.zone[self.owner[k]]
+        """Static constraint 1 + zone rule for key group ``k``, on the nodes that take
+        work: a bool mask over nodes."""
+        return (self.zone != self.zone[self.owner[k]]) & self.target
 
     def _values(self, chunk: int = 4096) -> np.ndarray:
         """``value(cp, n)`` for every key group and node; ineligible cells are +inf.
@@ -133,6 +140,7 @@ class _Problem:
             stop = start + block.shape[0]
             block *= self.load[start:stop, None]
             block[self.zone[None, :] == self.zone[self.owner[start:stop]][:, None]] = np.inf
+            block[:, ~self.target] = np.inf
             out[start:stop] = block
             lv0 = block.min(axis=1)
             tol = rel * (1.0 + np.abs(np.where(np.isfinite(lv0), lv0, 0.0)))
@@ -407,7 +415,8 @@ def constraint_violations(spec: AllocationSpec, allocation: Allocation) -> tuple
                 out.append(f"{kg}: holder {n} is not a node")
                 continue
             if not elig[i]:
-                out.append(f"{kg}: checkpoint on {n}, in its owner's zone (constraint 1)")
+                why = "a down node" if prob.view_down(i) else "in its owner's zone (constraint 1)"
+                out.append(f"{kg}: checkpoint on {n}, {why}")
             cp_load[i] += prob.load[k]
     cap = _cap(prob)
     for i in np.flatnonzero(cp_load > cap * (1 + 1e-9)):

@@ -28,6 +28,7 @@ operator's tasks. Nothing here talks to Storm or ZooKeeper.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -188,12 +189,14 @@ def build_view(
     now: float,
     background: Mapping[NodeId, float] | None = None,
     zones: Mapping[NodeId, str] | None = None,
+    down: Collection[NodeId] = (),
 ) -> ClusterView:
     """The controller's ``ClusterView``: its routing and holders, the tasks' loads.
 
     Node CPU = the summed process CPU of its live tasks plus ``background``
     (external load); queue = their summed queue estimates; ``zones`` names each node's
-    fault zone (unnamed: its own). A key group's load is
+    fault zone (unnamed: its own); ``down`` the nodes no planner may give work
+    (``NodeInfo.down``: a node with no live record looks idle). A key group's load is
     its input rate times its reporting task's :func:`per_tuple_cpu`; its state
     size and replay size come from the heartbeats. ``O(T + K)``.
     """
@@ -224,6 +227,7 @@ def build_view(
             zone=(zones or {}).get(n),
             queue_length=queue[n],
             cpu=cpu[n] + bg.get(n, 0.0),
+            down=n in down,
         )
         for n in placement.nodes
     ]
@@ -369,9 +373,13 @@ def recovery_view(
     now: float,
     loads: ClusterView | None = None,
     zones: Mapping[NodeId, str] | None = None,
+    down: Collection[NodeId] = (),
+    stale_through: int | None = None,
 ) -> ClusterView:
     """The one operator's cluster as the recovery planner needs it after the ``dead``
-    tasks lost their state (lost, or restarted empty).
+    tasks lost their state (lost, or restarted empty), with ``down`` marking the nodes
+    that take no work (now, whatever ``loads`` said); ``stale_through``: see
+    ``MigrationController.lost_key_groups``.
 
     Every key group a dead task owned or was moving is owned by that task's node (its
     state is gone) and its checkpoints are the nodes of its surviving copies
@@ -380,12 +388,22 @@ def recovery_view(
     holder. Loads, sizes and queues come from ``loads`` (the last round's view) when
     there is one. O(K x tasks).
     """
-    lost = {g: placement.node_of(d) for d in sorted(dead) for g in control.lost_key_groups(d)}
+    lost = {
+        g: placement.node_of(d)
+        for d in sorted(dead)
+        for g in control.lost_key_groups(d, stale_through)
+    }
     known = {k.key_group: k for k in loads.key_groups} if loads is not None else {}
     nodes = (
-        [n for n in loads.nodes if n.node_id in placement.nodes]
+        [
+            dataclasses.replace(n, down=n.node_id in down)
+            for n in loads.nodes
+            if n.node_id in placement.nodes
+        ]
         if loads is not None
-        else [NodeInfo(node_id=n, zone=(zones or {}).get(n)) for n in placement.nodes]
+        else [
+            NodeInfo(node_id=n, zone=(zones or {}).get(n), down=n in down) for n in placement.nodes
+        ]
     )
     kgs, holders = [], {}
     for g in range(control.num_key_groups):
@@ -510,6 +528,9 @@ class ControllerLoop:
         self._restoring: dict[str, set[KeyGroupId]] = {}  # dead task -> groups restoring
         self.requested: dict[KeyGroupId, str] = {}  # moving for an operator request: its name
         self.recoveries: list[dict[str, Any]] = []  # each recovery: restored, promoted
+        # Keyed tasks declared lost whose restart is not recovered yet: their nodes take
+        # no work (NodeInfo.down), from the declaration to the restart's recovery.
+        self.down: set[int] = set()
 
     def resume_warm(self, allocation: Allocation, now: float) -> None:
         """Carry on after a predecessor that had allocated checkpoints (so was warm).
@@ -601,6 +622,7 @@ class ControllerLoop:
         )
 
     def view(self, records: Iterable[TaskRecord], now: float) -> ClusterView:
+        """This round's :func:`build_view`, the nodes of :attr:`down` tasks marked down."""
         return build_view(
             records,
             controls=self.controls,
@@ -608,7 +630,20 @@ class ControllerLoop:
             now=now,
             background=self.config.external_load,
             zones=self.config.fault_zones,
+            down=self.down_nodes(),
         )
+
+    def down_nodes(self) -> frozenset[NodeId]:
+        """The nodes of the tasks in :attr:`down`: no planner gives them work."""
+        placed = _placed(self.placement)
+        return frozenset(self.placement.node_of(t) for t in self.down if t in placed)
+
+    def declare_lost(self, tasks: Collection[int]) -> None:
+        """The failure detector declared ``tasks`` lost: their nodes take no work until
+        each one's restart is recovered (:meth:`recover` with ``rejoined``). Called by
+        :meth:`recover` for lost tasks, and by the caller when it leaves lost tasks to
+        Storm's restart instead (``recover_lost`` off)."""
+        self.down |= set(tasks)
 
     def _sample(self, records: Iterable[TaskRecord], now: float) -> None:
         """Add this round's key-group rates to the current sample; push a sample into
@@ -798,6 +833,7 @@ class ControllerLoop:
         *,
         rejoined: bool,
         durable: Collection[int] = (),
+        stale_through: int | None = None,
     ) -> Recovery:
         """The ``dead`` tasks of ``operator`` lost their state: plan with
         :func:`~elastorm.controller.recovery.plan_recovery`, all at once, and apply
@@ -806,8 +842,12 @@ class ControllerLoop:
         Phase 1's restores become ``RESTORE`` orders to the chosen holders, run in
         parallel (one per key group, spread over the holders); phase 2's checkpoint
         moves become new holders. ``rejoined``: the tasks restarted empty (Storm
-        restarted them), so they may hold checkpoints again; otherwise they are lost
-        (declared by the failure detector) and get nothing. ``durable``: the key groups
+        restarted them), so they may hold checkpoints again and take work from now on;
+        otherwise they are lost (declared by the failure detector) and get nothing until
+        their restart is recovered (:attr:`down`). ``stale_through`` (a restart): the
+        routing epoch the new incarnation read at its start; groups routed to it later
+        are its own, not restored (``MigrationController.lost_key_groups``). No planner
+        gives a :attr:`down` node anything. ``durable``: the key groups
         of ``operator`` the durable store has a copy of; those with no live holder
         become ``DURABLE`` restores (the target reads the store). Key groups the plan
         lists as lost (no copy anywhere) keep their dead owner, now empty; the caller
@@ -816,6 +856,11 @@ class ControllerLoop:
         """
         control = self.controls[operator]
         nodes = sorted({self.placement.node_of(d) for d in dead})
+        if rejoined:
+            self.down -= set(dead)
+        else:
+            stale_through = None
+        lost = {d: control.lost_key_groups(d, stale_through) for d in dead}
         view = recovery_view(
             control,
             operator,
@@ -824,12 +869,16 @@ class ControllerLoop:
             now=now,
             loads=self.last_view,
             zones=self.config.fault_zones,
+            down=self.down_nodes(),
+            stale_through=stale_through,
         )
+        gone = {KeyGroupId(operator, g) for groups in lost.values() for g in groups}
         correlated = self.options.strategy == "correlated" and self.allocation is not None
         plan = plan_recovery(
             view,
             nodes,
             rejoined=nodes if rejoined else (),
+            kept={kg for n in nodes for kg in view.owned_by(n)} - gone,
             durable={KeyGroupId(operator, g) for g in durable},
             correlation=self.correlation.correlation() if correlated else None,
             epsilon=self.options.slack,
@@ -842,7 +891,8 @@ class ControllerLoop:
             m.key_group.index: self.placement.task_on(operator, m.target)
             for m in plan.checkpoint_moves
         }
-        lost = {d: control.lost_key_groups(d) for d in dead}
+        if not rejoined:
+            self.declare_lost(dead)
         crash = control.recover(
             dead,
             restores=restores,
@@ -1063,7 +1113,7 @@ class ControllerLoop:
             return RequestOutcome(refused=f"{request.operator!r} is not a keyed operator here")
         g = request.key_group
         target = control.holders.get(g, -1) if request.target == HOLDER else int(request.target)
-        if target in lost:
+        if target in lost or target in self.down:
             return RequestOutcome(refused=f"task {target} is lost (declared by the controller)")
         try:
             choice = control.choose(g, target, request.protocol)

@@ -57,7 +57,9 @@ class NodeInfo:
     ``zone`` is the node's fault zone (Kumbhare et al. 2015, section VII: fault tolerance);
     ``None`` means the node is a zone of its own. ``queue_length`` is the summed
     input-queue length of its tasks; ``cpu`` the measured CPU share in [0, 1]
-    (``None``: derive it from loads, see :meth:`ClusterView.utilization`).
+    (``None``: derive it from loads, see :meth:`ClusterView.utilization`). ``down``:
+    its task is declared lost, or restarted and not yet recovered; it keeps what it
+    owns but no planner gives it anything (:meth:`ClusterView.targets`).
     """
 
     node_id: NodeId
@@ -66,6 +68,7 @@ class NodeInfo:
     zone: str | None = None
     queue_length: float = 0.0
     cpu: float | None = None
+    down: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.node_id, str) or not self.node_id:
@@ -218,6 +221,13 @@ class ClusterView:
     def node_ids(self) -> tuple[NodeId, ...]:
         """Node ids, sorted."""
         return tuple(n.node_id for n in self.nodes)
+
+    def targets(self) -> tuple[NodeId, ...]:
+        """The nodes a planner may give work (a key group, a checkpoint, a replica) or
+        take it from, sorted: every node not ``down``. The one rule every planner reads,
+        so a node whose task is lost or not yet recovered from a restart, which looks
+        idle, is never filled (chaos scenario freeze-10)."""
+        return tuple(n.node_id for n in self.nodes if not n.down)
 
     def owned_by(self, node_id: NodeId) -> tuple[KeyGroupId, ...]:
         """Key groups owned by ``node_id`` (``Gamma_n``), sorted."""

@@ -75,6 +75,7 @@ def plan_recovery(
     failed: Iterable[NodeId],
     *,
     rejoined: Iterable[NodeId] = (),
+    kept: Collection[KeyGroupId] = frozenset(),
     durable: Collection[KeyGroupId] = frozenset(),
     correlation: Correlation | None = None,
     replicas: int = 1,
@@ -85,8 +86,12 @@ def plan_recovery(
 
     ``rejoined`` names failed nodes that are back, empty (a Storm worker that
     restarted): nothing is restored from them, but phase 2 may place checkpoints
-    on them again. ``durable`` names the key groups the durable store has a copy
-    of: those with no live holder get a durable restore, the others are lost.
+    on them again; ``kept`` names key groups a rejoined node's new incarnation was given
+    after its restart (it has them: they are not restored). Nodes that are ``down``
+    (:meth:`ClusterView.targets`: lost earlier, or restarted and not yet recovered)
+    neither take restores nor hold checkpoints. ``durable`` names the key groups the
+    durable store has a copy of: those with no live holder get a durable restore, the
+    others are lost.
     ``allocate`` is any policy of :mod:`elastorm.controller.allocation` taking
     ``(spec, keep=...)``. Complexity: ``O(K log K + |lost| * replicas)`` for
     phase 1 plus one run of the policy.
@@ -115,7 +120,7 @@ def plan_recovery(
     for n in down:
         if n not in known:
             raise ControllerModelError(f"failed node {n!r} is not in the view")
-    live = [n for n in view.nodes if n.node_id not in down]
+    live = [n for n in view.nodes if n.node_id not in down and not n.down]
     if not live:
         raise ControllerModelError("every node failed; nothing to recover onto")
     live_ids = {n.node_id for n in live}
@@ -124,7 +129,7 @@ def plan_recovery(
         raise ControllerModelError(f"rejoined nodes {sorted(back - set(down))} did not fail")
 
     holders = {kg: [h for h in nodes if h in live_ids] for kg, nodes in view.checkpoints.entries}
-    lost_kgs = [view.key_group(kg) for n in down for kg in view.owned_by(n)]
+    lost_kgs = [view.key_group(kg) for n in down for kg in view.owned_by(n) if kg not in kept]
     # LPT: longest restore first, onto the least-busy live holder (then id).
     lost_kgs.sort(key=lambda k: (-(k.checkpoint_size + k.replay_size), k.key_group))
     work = {n: 0.0 for n in live_ids}
@@ -181,7 +186,7 @@ def plan_recovery(
     ]
     survived = Allocation(holders)
     after_restore = ClusterView(
-        nodes=[n for n in view.nodes if n.node_id in live_ids or n.node_id in back],
+        nodes=[n for n in view.nodes if n.node_id in live_ids or n.node_id in back or n.down],
         key_groups=key_groups,
         checkpoints=survived,
         now=view.now,

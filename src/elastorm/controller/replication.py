@@ -211,7 +211,8 @@ def place_replicas(
     replicas so far, then the lowest load, then the name (named tie-breakers, so the
     result never depends on set order). A replica in place and still outside its
     owner's zone is kept. Replicas of groups no longer wanted, or now in their
-    owner's zone, are dropped. No node outside the zone: the group gets none.
+    owner's zone, are dropped. No node outside the zone: the group gets none. Only
+    nodes that take work (:meth:`ClusterView.targets`) get a replica.
     O(K x N) for K key groups and N nodes.
 
     >>> from elastorm.controller.model import KeyGroupInfo, NodeInfo
@@ -224,15 +225,16 @@ def place_replicas(
     >>> place_replicas(view, [("op", "a")], {}).start
     ((KeyGroupId(operator='op', index=0), 'c'),)
     """
-    zone = {n.node_id: n.fault_zone for n in view.nodes}
-    load = {n.node_id: view.node_load(n.node_id) for n in view.nodes}
+    zone = {n: view.node(n).fault_zone for n in view.targets()}  # never a down node
+    load = {n: view.node_load(n) for n in zone}
     chosen = set(primaries)
     count: dict[NodeId, int] = dict.fromkeys(zone, 0)
     wanted: dict[KeyGroupId, NodeId] = {}
     for k in sorted(view.key_groups, key=lambda k: k.key_group):
         if (k.key_group.operator, k.owner) not in chosen:
             continue
-        outside = sorted(n for n in zone if zone[n] != zone.get(k.owner))
+        owner_zone = view.node(k.owner).fault_zone
+        outside = sorted(n for n in zone if zone[n] != owner_zone)
         if not outside:
             continue
         kept = current.get(k.key_group)

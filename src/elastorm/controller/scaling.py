@@ -348,6 +348,9 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
     """
     view = state.view
     loads = _loads(view, state.moving)
+    # Only nodes that take work receive or give any (ClusterView.targets): a down joining
+    # node stays joining, and is filled once its restart is recovered.
+    active = frozenset(state.active) & set(view.targets())
     holders: list[tuple[KeyGroupId, NodeId]] = []
     moves: list[Move] = []
     pending = 0
@@ -375,28 +378,30 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
                 pending += 1
                 continue
             h = holder(kg)
-            target = h if h in state.active else loads.least(state.active)
-            assert target is not None
+            target = h if h in active else loads.least(active)
+            if target is None:  # every active node is down: wait
+                pending += 1
+                continue
             plan(kg, node, target, MoveReason.SCALE_IN)
     for kg in sorted(k.key_group for k in view.key_groups):
         k = view.key_group(kg)
-        parked = holder(kg) is not None and holder(kg) not in state.active
+        parked = holder(kg) is not None and holder(kg) not in active
         if parked and k.owner not in state.draining and kg not in state.moving:
-            target = loads.least(state.active, exclude=[k.owner])
+            target = loads.least(active, exclude=[k.owner])
             if target is not None:
                 holders.append((kg, target))
                 pending += 1
 
     # Scale-out: give each joining node its share.
     total = sum(loads.weight.values())
-    share = total / len(state.active)
+    share = total / max(len(active), 1)
     filled = []
-    for node in sorted(state.joining):
+    for node in sorted(state.joining & active):
         planned = {kg for kg, _ in holders} | {m.key_group for m in moves}
         before = len(planned)
         while loads.load[node] < share - 1e-9:
             donors = sorted(
-                (n for n in state.active if n != node and loads.load[n] > share + 1e-9),
+                (n for n in active if n != node and loads.load[n] > share + 1e-9),
                 key=lambda n: (-loads.load[n], n),
             )
             if not donors:

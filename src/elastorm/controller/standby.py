@@ -83,8 +83,9 @@ class Restarted:
 
 def restarted_to_recover(
     seen: Iterable[Restarted], routing_epochs: Mapping[str, int]
-) -> list[tuple[str, int]]:
-    """The restarted tasks a new leader must recover, of those reported before it led.
+) -> list[Restarted]:
+    """The restarted tasks a new leader must recover, of those reported before it led
+    (each report kept: its ``stale_through`` goes to the recovery).
 
     A leader recovers a restarted task on its report, restoring the task's groups
     elsewhere (a routing change, past the task's ``stale_through``, the routing epoch
@@ -99,14 +100,14 @@ def restarted_to_recover(
 
     >>> seen = [Restarted(operator="op", task=3, stale_through=7),
     ...         Restarted(operator="op", task=4, stale_through=5)]
-    >>> restarted_to_recover(seen, {"op": 7})
+    >>> [(r.operator, r.task) for r in restarted_to_recover(seen, {"op": 7})]
     [('op', 3)]
     """
-    out: list[tuple[str, int]] = []
+    out: list[Restarted] = []
     for r in seen:
         fresh = routing_epochs.get(r.operator, -1) <= r.stale_through
-        if fresh and (r.operator, r.task) not in out:
-            out.append((r.operator, r.task))
+        if fresh and all((o.operator, o.task) != (r.operator, r.task) for o in out):
+            out.append(r)
     return out
 
 

@@ -173,6 +173,10 @@ class MigrationController:
         # group -> newest checkpoint reported since it last changed owner, wherever it
         # is now (its holder may have died since: the copy is then lost, not replaced)
         self.newest: dict[int, CheckpointId] = {}
+        # group -> the routing epoch its owner got it at (this controller's own changes;
+        # loaded groups: unknown, counted as old), to tell a restarted task's groups
+        # from those its new incarnation was given (:meth:`lost_key_groups`)
+        self.given: dict[int, int] = {}
         self.stats: Counter[str] = Counter()
 
     def owner(self, key_group: int) -> int:
@@ -248,6 +252,7 @@ class MigrationController:
         """Route ``key_group`` to ``owner`` at the current epoch. A new lineage of
         checkpoints starts: the old one's copies stop being bases for CPA."""
         self.routing = self.routing.with_moves({key_group: owner}, epoch=self.epoch)
+        self.given[key_group] = self.epoch
         self.reports[key_group].clear()
         self.newest.pop(key_group, None)
 
@@ -414,9 +419,19 @@ class MigrationController:
         moving = self.moving.get(key_group)
         return self.owner(key_group) == task or (moving is not None and moving.source == task)
 
-    def lost_key_groups(self, dead: int) -> list[int]:
-        """The key groups ``dead`` owned or was the source of a migration of."""
-        return [g for g in range(self.num_key_groups) if self.involved(g, dead)]
+    def lost_key_groups(self, dead: int, stale_through: int | None = None) -> list[int]:
+        """The key groups ``dead`` owned or was the source of a migration of.
+
+        ``stale_through``: ``dead`` restarted, its new incarnation having read that
+        routing epoch at its start; a group routed to it later was given to the new
+        incarnation (which takes such orders) and is not lost, so only groups whose
+        routing last changed at or before that epoch are (the dead incarnation's)."""
+        return [
+            g
+            for g in range(self.num_key_groups)
+            if self.involved(g, dead)
+            and (stale_through is None or self.given.get(g, -1) <= stale_through)
+        ]
 
     def recover(
         self,

@@ -144,7 +144,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         # Restarted tasks to recover once decisions are loaded (a plan made on the
         # start-up routing would restore the wrong groups); those reported before this
         # task led are in seen_restarts until it does.
-        self.restarted: list[tuple[str, int]] = []
+        self.restarted: list[Restarted] = []
         self.detector = FailureDetector(
             grace=config.zookeeper_session_secs + GRACE_MARGIN,
             answer_secs=config.zookeeper_session_secs,
@@ -210,9 +210,11 @@ class MigrationControllerBolt(_Sending, Bolt):
         if self.config.controller.liveness_connections and self.liveness is None:
             self.liveness = self._listen(self.conf)
             self.detector.liveness = self.liveness is not None
-        for op, task in restarted_to_recover(self.seen_restarts, self.runtime.routing_epochs()):
-            log.warning("controller: task %s of %s restarted unhandled; recovering it", task, op)
-            self.restarted.append((op, task))
+        for r in restarted_to_recover(self.seen_restarts, self.runtime.routing_epochs()):
+            log.warning(
+                "controller: task %s of %s restarted unhandled; recovering it", r.task, r.operator
+            )
+            self.restarted.append(r)
         self.seen_restarts.clear()
 
     def check_placement(self) -> None:
@@ -288,6 +290,7 @@ class MigrationControllerBolt(_Sending, Bolt):
                     d.reason.value,
                 )
             if not self.recover_lost:
+                self.loop.declare_lost([d.task for d in lost])  # no work until restarted
                 log.error(
                     "controller: tasks %s of %s lost; waiting for Storm to restart them",
                     [d.task for d in lost],
@@ -334,7 +337,9 @@ class MigrationControllerBolt(_Sending, Bolt):
         elif isinstance(report, TaskStarted):
             self.nodes.task_started(report.task, time.time())
             if report.restarted:
-                self.restarted.append((op, report.task))
+                self.restarted.append(
+                    Restarted(operator=op, task=report.task, stale_through=report.stale_through)
+                )
                 self.recover_restarted()
         elif isinstance(report, TuplesStalled):
             log.error(
@@ -358,16 +363,26 @@ class MigrationControllerBolt(_Sending, Bolt):
             )
             return
         while self.restarted:
-            op, task = self.restarted.pop(0)
-            self.recover(op, [task], rejoined=True)
-            self.detector.forget(task)  # its new incarnation is usable again
+            r = self.restarted.pop(0)
+            self.recover(r.operator, [r.task], rejoined=True, stale_through=r.stale_through)
+            self.detector.forget(r.task)  # its new incarnation is usable again
 
-    def recover(self, op: str, dead: list[int], *, rejoined: bool) -> None:
-        """The ``dead`` tasks lost their state (declared lost, or restarted empty): carry
-        out the loop's recovery plan."""
+    def recover(
+        self, op: str, dead: list[int], *, rejoined: bool, stale_through: int | None = None
+    ) -> None:
+        """The ``dead`` tasks lost their state (declared lost, or restarted empty, having
+        read routing epoch ``stale_through`` at their start): carry out the loop's
+        recovery plan."""
         control = self.controls[op]
-        durable = self.durable_copies(op, dead)
-        recovery = self.loop.recover(op, dead, time.time(), rejoined=rejoined, durable=durable)
+        durable = self.durable_copies(op, dead, stale_through)
+        recovery = self.loop.recover(
+            op,
+            dead,
+            time.time(),
+            rejoined=rejoined,
+            durable=durable,
+            stale_through=stale_through,
+        )
         plan, crash = recovery.plan, recovery.crash
         log.warning(
             "tasks %s %s: restoring key groups %s (%d promoted on their active replicas; "
@@ -407,7 +422,9 @@ class MigrationControllerBolt(_Sending, Bolt):
         for name, why in recovery.refused:
             self.boards[op].apply(name, RequestEvent.REFUSE, detail=why)
 
-    def durable_copies(self, op: str, dead: list[int]) -> dict[int, CheckpointId | None]:
+    def durable_copies(
+        self, op: str, dead: list[int], stale_through: int | None = None
+    ) -> dict[int, CheckpointId | None]:
         """The key groups the ``dead`` tasks owned or were moving that the durable store
         has a set of: the newest set's checkpoint (one ``list`` per group). A store that
         does not answer is assumed to have them all (``None``): their targets read it
@@ -415,7 +432,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         if self.durable_store is None:
             return {}
         control = self.controls[op]
-        groups = {g for d in dead for g in control.lost_key_groups(d)}
+        groups = {g for d in dead for g in control.lost_key_groups(d, stale_through)}
         try:
             return dict(newest_sets(self.durable_store, op, groups))
         except StoreError as exc:
