@@ -301,7 +301,9 @@ def take(
         chosen = newest_manifests({g: store.list(group_dir(op, g)) for g in range(n)})
         sets[op] = {}
         for g, manifest_name in chosen.items():
-            m = decode_manifest(store.get(f"{group_dir(op, g)}/{manifest_name}"), name=manifest_name)
+            m = decode_manifest(
+                store.get(f"{group_dir(op, g)}/{manifest_name}"), name=manifest_name
+            )
             sets[op][g] = GroupSet(manifest=m.name, files=m.files, watermarks=dict(m.watermarks))
     kept, dropped = consistent_points(points, sets)
     sp = Savepoint(name=name, taken_at=now, key_groups=counts, sets=sets, points=kept)

@@ -101,7 +101,8 @@ def describe(sp: Savepoint, now: float | None = None) -> str:
     """One paragraph about a savepoint: its sets, restart points and age."""
     now = time.time() if now is None else now
     groups = ", ".join(
-        f"{op}: {len(sp.sets.get(op, {}))}/{n} key groups" for op, n in sorted(sp.key_groups.items())
+        f"{op}: {len(sp.sets.get(op, {}))}/{n} key groups"
+        for op, n in sorted(sp.key_groups.items())
     )
     return (
         f"savepoint {sp.name!r} ({now - sp.taken_at:.0f} s old): {groups} with a durable "

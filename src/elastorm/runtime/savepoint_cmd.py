@@ -29,9 +29,7 @@ def register(subparsers) -> None:
         "deletes a file a savepoint names.",
     )
     parser.add_argument("--topology", required=True, help="topology name as submitted")
-    parser.add_argument(
-        "--name", default=None, help="savepoint name (default: sp-<date>-<time>)"
-    )
+    parser.add_argument("--name", default=None, help="savepoint name (default: sp-<date>-<time>)")
     parser.add_argument(
         "--uri",
         default=None,

@@ -84,7 +84,6 @@ from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
 from elastorm.durable.restore import load_for_restore
 from elastorm.durable.savepoint import record_operator
-from elastorm.durable.store import DurableStore, topology_store
 from elastorm.durable.writer import DurableWriter, start_writer
 from elastorm.storm.load import (
     LoadMeter,
@@ -94,7 +93,7 @@ from elastorm.storm.load import (
 )
 from elastorm.storm.pygc import full_collections
 from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM
-from elastorm.storm.savepoint import durable_savepoint, restore_keyed
+from elastorm.storm.savepoint import durable_root, durable_savepoint, restore_keyed
 from elastorm.storm.wire import CheckedEncoding, use_elastorm_wire
 
 log = logging.getLogger(__name__)
@@ -208,21 +207,7 @@ class _Sending(CheckedEncoding):
 
 def start_durable(conf: Mapping[str, Any], config: TopologyConfig) -> DurableWriter | None:
     """This task process's durable writer (``elastorm.durable.*``), or ``None`` when off."""
-    return start_writer(config.durable, **_durable_root(conf))
-
-
-def durable_store(conf: Mapping[str, Any], config: TopologyConfig) -> DurableStore | None:
-    """The topology's durable store, for reading (the controller plans DURABLE restores
-    from what it has); ``None`` when the tier is off."""
-    return topology_store(config.durable.uri, **_durable_root(conf))
-
-
-def _durable_root(conf: Mapping[str, Any]) -> dict[str, str]:
-    """Where the topology's store is: its name, and the home a bare ``file://`` means."""
-    return {
-        "topology": str(conf.get("topology.name", "topology")),
-        "home": os.path.abspath(".elastorm"),
-    }
+    return start_writer(config.durable, **durable_root(conf))
 
 
 def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int]) -> RoutingTable:

@@ -109,7 +109,9 @@ class ReplayableSpout(CheckedEncoding):
             if saved is None:
                 return 0
             start = replay_start(restored_points(saved, emitters), self.replay_upstream)
-            log.warning("spout task %s restored from savepoint %s: from %d", task, saved.name, start)
+            log.warning(
+                "spout task %s restored from savepoint %s: from %d", task, saved.name, start
+            )
             return start
         start = replay_start(points, self.replay_upstream)
         log.warning("spout task %s restarted (incarnation %d): from %d", task, incarnation, start)

@@ -13,6 +13,7 @@ routing epoch not above the savepoint's checkpoints, refuses to start.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.replay import RestartPoint
 from elastorm.durable.savepoint import LATEST, Savepoint, load, load_group, refusal
-from elastorm.durable.store import DurableStore
+from elastorm.durable.store import DurableStore, topology_store
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +84,22 @@ def restored_points(
     return [sp.point_of(c, t) for c, tasks in sorted(emitters.items()) for t in tasks]
 
 
+def durable_root(conf: Mapping[str, Any]) -> dict[str, str]:
+    """Where the topology's store is: its name, and the home a bare ``file://`` means."""
+    return {
+        "topology": str(conf.get("topology.name", "topology")),
+        "home": os.path.abspath(".elastorm"),
+    }
+
+
+def durable_store(conf: Mapping[str, Any], config: TopologyConfig) -> DurableStore | None:
+    """The topology's durable store, for reading (the controller plans DURABLE restores
+    from it, a restored submission reads its savepoint), or ``None`` when off."""
+    return topology_store(config.durable.uri, **durable_root(conf))
+
+
 def durable_savepoint(conf: Mapping[str, Any], config: TopologyConfig) -> Savepoint | None:
     """:func:`savepoint_of` for a component with Storm conf ``conf`` (opens the store)."""
     if not config.restore_from:
         return None
-    from elastorm.storm.elastic import durable_store
-
     return savepoint_of(durable_store(conf, config), config)
