@@ -623,7 +623,10 @@ class KeyedOperator(_Sending):
             durable_trim=self.durable is not None,
         )
         if self.durable is not None and not restarted:
-            record_operator(self.durable.store, component, routing.num_key_groups)
+            try:  # what a savepoint lists; the store being down must not stop the task
+                record_operator(self.durable.store, component, routing.num_key_groups)
+            except OSError as exc:  # StoreError included
+                log.error("key-group count of %s not recorded in the store: %s", component, exc)
         if config.restore_from and not restarted:
             saved = durable_savepoint(conf, config)
             assert saved is not None and self.durable is not None  # savepoint_of refuses
