@@ -22,7 +22,8 @@ times:
 * **resubmit** (Flink's stop-with-savepoint and restart): the job starts as for
   elastorm; after the steady window a third supervisor starts, then the spout stops
   sending, the job drains, every counter task writes its key groups to a savepoint
-  (``elastorm.storm.savepoint``), the topology is killed and submitted again on 3 nodes
+  (``elastorm savepoint``, once every group's durable copy caught up), the topology is
+  killed and submitted again, same name, on 3 nodes
   with ``elastorm.restore_from``; the input that fell due meanwhile is sent first,
   stamped when it fell due (a topic nobody read), so the downtime is in the latencies.
 
@@ -66,12 +67,14 @@ from drivers.synthetic import (  # noqa: E402
     output_gaps,
     read_jsonl,
 )
+from elastorm.config import DurableConfig  # noqa: E402
 from elastorm.runtime import nimbus  # noqa: E402
 from elastorm.runtime.cluster import CLUSTER_ENV, down, node_of_port, up  # noqa: E402
 from elastorm.runtime.config import env_nimbus, load_config  # noqa: E402
 from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.provision import LocalSupervisors  # noqa: E402
-from elastorm.runtime.run import checked_options, run_topology  # noqa: E402
+from elastorm.runtime.restore import restore_options, store_of, take_savepoint  # noqa: E402
+from elastorm.runtime.run import checked_options, durable_home, run_topology  # noqa: E402
 
 log = logging.getLogger("rescale_bench")
 SETTLE_SECS = 30.0
@@ -260,9 +263,20 @@ def run_one(cfg, way: str, wait: int, session_secs: float) -> dict[str, Any]:
     driver.rebalancer = lambda w, n: nimbus.rebalance(host, port, driver.topology, w, n)
     driver.killer = lambda name: nimbus.kill(cfg.project, CLUSTER_ENV, name)
     jar = cfg.home / "jars" / "topology.jar"  # built by run_topology
-    driver.resubmitter = lambda name, options: nimbus.submit(
-        cfg.project, CLUSTER_ENV, driver.name, name, jar, checked_options(options)
-    )
+    home = str(cfg.home.resolve())
+
+    def resubmit(name: str, options: dict[str, object]) -> None:
+        options = restore_options(options, topology=name, zookeeper=cfg.zookeeper, home=home)
+        nimbus.submit(cfg.project, CLUSTER_ENV, driver.name, name, jar, checked_options(options))
+
+    def savepoint(topology: str, name: str) -> None:
+        store = store_of(
+            str(durable_home(cfg)[DurableConfig.key("uri")]), home=home, topology=topology
+        )
+        take_savepoint(store, cfg.zookeeper, topology, name)
+
+    driver.resubmitter = resubmit
+    driver.savepointer = savepoint
     os.environ["ELASTORM_KEYED_TASKS"] = "4"
     try:
         outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=900)

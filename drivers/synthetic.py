@@ -259,6 +259,7 @@ class SyntheticDriver:
         # For ``resubmit`` steps: kill a topology by name; submit one (name, options).
         self.killer: Callable[[str], None] | None = None
         self.resubmitter: Callable[[str, dict[str, object]], None] | None = None
+        self.savepointer: Callable[[str, str], None] | None = None  # (topology, name)
         self.submitted: dict[str, object] = {}  # the options of the first submit
         self.emitted_before = 0  # tuples the spouts of stopped topologies emitted
 
@@ -481,15 +482,18 @@ class SyntheticDriver:
 
     def _resubmit(self, step: Step, timeout: float) -> dict[str, Any]:
         """Flink's way to use a new node: start it; stop the job with a savepoint (stop
-        reading the input, drain, every counter task writes its key groups,
-        ``elastorm.storm.savepoint``); kill the topology; submit it again on ``nodes``
-        nodes restoring the savepoint; watch ``seconds`` from its first output.
+        reading the input, drain, wait for every key group's durable copy to catch up,
+        take a savepoint, ``elastorm savepoint``); kill the topology; submit it again,
+        same name, on ``nodes`` nodes from the savepoint (``elastorm.restore_from``);
+        watch ``seconds`` from its first output.
 
         The input keeps falling due while the job is down, as in a topic nobody reads:
         the new spout sends that backlog first, each tuple stamped when it fell due
         (``resume_from``), so the downtime shows in the latencies."""
-        if self.provisioner is None or self.killer is None or self.resubmitter is None:
-            raise UserError("a resubmit step needs the driver's provisioner, killer, resubmitter")
+        if None in (self.provisioner, self.killer, self.resubmitter, self.savepointer):
+            raise UserError(
+                "a resubmit step needs the driver's provisioner, killer, resubmitter, savepointer"
+            )
         started_nodes = self._start_missing(self.provisioner, step.nodes)
         before = self._assignment()
         started = time.time()
@@ -504,20 +508,24 @@ class SyntheticDriver:
 
         drained = self._until("the job drained (totals = tuples emitted)", drained_totals, 120)
 
-        def saved_by() -> int:
-            return sum(
-                c["extra"].get("savepoint", {}).get("dir") == savepoint
-                for c in self._counts(OPERATOR)
+        def durable_caught_up() -> bool:
+            # every counter task's groups durable up to their newest checkpoint, in
+            # counters written a checkpoint interval after the drain
+            counts = self._counts(OPERATOR)
+            since = drained_at + 2 * self.settings.checkpoint_interval
+            return len(counts) >= self._tasks and all(
+                c["written_at"] > since
+                and all(
+                    n == 0 for n, _ in (c["extra"].get("durable") or {}).get("lag", {}).values()
+                )
+                for c in counts
             )
 
-        savepoint = os.path.join(self.output_dir, "savepoint")
-        self._set(savepoint=savepoint)
-        self._until(
-            "every counter task's savepoint",
-            lambda: saved_by() >= self._tasks,
-            60,
-            step=0.2,
-        )
+        drained_at = time.time()
+        self._until("every key group's durable copy at its newest checkpoint",
+                    durable_caught_up, 120, step=0.5)  # fmt: skip
+        savepoint = f"resubmit-{int(drained_at)}"
+        self.savepointer(self.topology, savepoint)
         saved = time.time()
         self.emitted_before = drained["emitted"]
         old = self.topology
@@ -526,11 +534,9 @@ class SyntheticDriver:
         self._set(
             rate=self.settings.rate,
             final=False,
-            savepoint=None,
             preloaded=self.control["keys"],
             resume_from=started,
         )
-        self.topology = f"{old}-r"
         options = self.submitted | TopologyConfig.overrides(
             restore_from=savepoint, initial_nodes={OPERATOR: list(range(step.nodes))}
         )

@@ -28,9 +28,9 @@ For the rescale benchmark (``bench/rescale_bench.py``) it also records, for *eve
 key group, the 20 ms buckets in which it emitted an output and each output's latency
 (1 ms histogram per second of output time), appended to ``outputs-<task>.jsonl`` on
 ticks (:class:`OutputLog`): the longest gap in any key group's output and the
-latency percentiles are computed from them, across tasks, after the run. When the
-control file names a ``savepoint`` directory, each counter task writes the key groups
-it owns there once (``elastorm.storm.savepoint``: the stop-and-resubmit way).
+latency percentiles are computed from them, across tasks, after the run. Its
+counters carry the durable tier's lag, which the resubmit way waits on before it takes
+a savepoint (``elastorm savepoint``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ from elastorm.storm.elastic import (
     KeyedOperator,
     from_wire,
 )
-from elastorm.storm.savepoint import write_savepoint
 from spouts.synthetic import read_control
 
 log = logging.getLogger(__name__)
@@ -368,10 +367,6 @@ class SyntheticCounter(KeyedOperator, CountingBolt):
         extra["checkpoint_request_seen"] = self.plan.seen_request
         extra["heartbeats"] = self.heartbeat_health()
         extra["durable"] = self.durable_health()
-        saving = control.get("savepoint")
-        if saving and extra.get("savepoint", {}).get("dir") != saving:  # once per request
-            groups = write_savepoint(saving, self.context["componentid"], coordinator)
-            extra["savepoint"] = {"dir": saving, "groups": groups}
         if control.get("final"):
             extra["state_total"] = sum(
                 sum(coordinator.state(g).items().values()) for g in coordinator.live()

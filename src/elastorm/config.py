@@ -824,9 +824,17 @@ class TopologyConfig(Section):
     )  # fmt: skip
     restore_from: str | None = option(
         "elastorm.restore_from", STR, None,
-        "absolute directory of a savepoint (keyed state written by a stopped topology) "
-        "that keyed tasks start their key groups from",
+        "start from a savepoint in the topology's durable store (``elastorm savepoint``), "
+        "or ``latest``: the newest durable set of every key group (resolved into a "
+        "savepoint named latest-<time> at submit); keyed state, output counters and "
+        "source positions continue from it",
         optional=True,
+    )  # fmt: skip
+    restore_epoch: int = option(
+        "elastorm.restore_epoch", INT, 0,
+        "first routing epoch of a submission restored from a savepoint, above every "
+        "checkpoint it starts from; set at submit from the savepoint, never by hand",
+        check=at_least(0),
     )  # fmt: skip
     counts_interval_secs: float = option(
         "elastorm.counts_interval_secs", FLOAT, 1.0,

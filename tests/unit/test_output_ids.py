@@ -14,9 +14,7 @@ from elastorm import KeyedBolt, ValueState, output_id_fields
 from elastorm.core.actions import Applied
 from elastorm.core.checkpoint import CheckpointHolder, checkpoint_to_state
 from elastorm.core.messages import Data, DataTuple
-from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.storm.elastic import STREAM, to_wire
-from elastorm.storm.savepoint import restore_savepoint, write_savepoint
 
 
 class Counts(KeyedBolt):
@@ -154,13 +152,3 @@ def test_tentative_outputs_are_marked_and_rectifications_have_no_sequence(monkey
         ["a", 1, 0, "", 0, "rectified"],
         ["total", 9, -1, "", 0, "final"],
     ]
-
-
-def test_a_savepoint_keeps_the_output_counters(tmp_path) -> None:
-    old = TaskCoordinator(task=1, num_key_groups=1, upstreams=[9], owned=[0])
-    old.state(0).out_seq.next("default<r:1", 0)
-    old.state(0).out_seq.next("default<r:1", 0)
-    write_savepoint(str(tmp_path), "counts", old)
-    new = TaskCoordinator(task=2, num_key_groups=1, upstreams=[9], owned=[0])
-    assert restore_savepoint(str(tmp_path), "counts", new) == [0]
-    assert new.state(0).out_seq.last("default<r:1", 0) == 2

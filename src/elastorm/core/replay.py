@@ -102,7 +102,9 @@ class Links:
         return self._sent[i], self.tasks[i]
 
 
-def emitter_source(component: str, task: int, incarnation: int, *, replayed: bool) -> str:
+def emitter_source(
+    component: str, task: int, incarnation: int, *, replayed: bool, restored: int = 0
+) -> str:
     """The source name an emitter numbers its tuples under (receivers de-duplicate by
     it, ``KeyGroupState.admission``).
 
@@ -119,11 +121,22 @@ def emitter_source(component: str, task: int, incarnation: int, *, replayed: boo
     'words_router:5@3'
     >>> emitter_source("words_router", 5, 3, replayed=True)
     'words_router:5'
+
+    A submission restored from a savepoint (``restored``: its first routing epoch, > 0)
+    is a new start too: an emitter that cannot replay numbers under
+    ``component:task@r<epoch>``, since the restored watermarks still hold its old name.
+
+    >>> emitter_source("words_router", 5, 1, replayed=False, restored=4)
+    'words_router:5@r4'
     """
     if incarnation < 1:
         raise ValueError(f"incarnation must be >= 1, got {incarnation}")
     name = f"{component}:{task}"
-    return name if replayed or incarnation == 1 else f"{name}@{incarnation}"
+    if replayed:
+        return name
+    if restored:
+        return f"{name}@r{restored}" if incarnation == 1 else f"{name}@r{restored}.{incarnation}"
+    return name if incarnation == 1 else f"{name}@{incarnation}"
 
 
 def replay_start(points: Iterable[RestartPoint | None], upstream: str) -> int:

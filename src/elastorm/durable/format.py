@@ -306,13 +306,16 @@ def follows(current: Manifest | None, delta: CheckpointDelta) -> bool:
     return delta.full or (current is not None and delta.base == current.checkpoint)
 
 
-def to_delete(names: Iterable[str], kept: Sequence[Manifest]) -> list[str]:
+def to_delete(
+    names: Iterable[str], kept: Sequence[Manifest], pinned: frozenset[str] = frozenset()
+) -> list[str]:
     """Retention: the files no kept manifest needs, among ``names`` (one group's directory).
 
     ``kept`` are the newest complete sets to keep (newest first). Deleted: every manifest
     older than the oldest kept one, and every checkpoint file older than the oldest kept
-    set's base. Nothing newer than the newest kept manifest is touched (another writer,
-    e.g. the group's next owner, may be writing it). Sorted, deterministic.
+    set's base, except the ``pinned`` ones (a savepoint names them). Nothing newer than
+    the newest kept manifest is touched (another writer, e.g. the group's next owner, may
+    be writing it). Sorted, deterministic.
     """
     if not kept:
         return []
@@ -320,7 +323,7 @@ def to_delete(names: Iterable[str], kept: Sequence[Manifest]) -> list[str]:
     out = []
     for name in names:
         parsed = parse_name(name)
-        if parsed is None:
+        if parsed is None or name in pinned:
             continue
         kind, checkpoint = parsed
         if kind == "manifest" and checkpoint < tuple(oldest.checkpoint):

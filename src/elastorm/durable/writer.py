@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from elastorm.config import DurableConfig
 from elastorm.core.messages import CheckpointDelta, CheckpointId
 from elastorm.durable.format import (
+    CorruptFile,
     Manifest,
     Policy,
     checkpoint_file,
@@ -40,6 +41,7 @@ from elastorm.durable.format import (
     to_delete,
 )
 from elastorm.durable.restore import load_latest, read_set
+from elastorm.durable.savepoint import all_savepoints, pinned_files
 from elastorm.durable.store import DurableStore, StoreError, topology_store
 
 log = logging.getLogger(__name__)
@@ -89,11 +91,22 @@ def write_checkpoint(
 
 
 def retire(store: DurableStore, operator: str, kept: list[Manifest]) -> list[str]:
-    """Delete what no kept set (newest first) needs in the group's directory; the deleted names."""
+    """Delete what no kept set (newest first) and no savepoint needs in the group's
+    directory; the deleted names. The savepoints are read only when there is something
+    to delete, just before (``elastorm.durable.savepoint``: a savepoint's files are pinned)."""
     if not kept:
         return []
-    directory = group_dir(operator, kept[0].key_group)
-    gone = to_delete(store.list(directory), kept)
+    key_group = kept[0].key_group
+    directory = group_dir(operator, key_group)
+    names = store.list(directory)
+    if not to_delete(names, kept):
+        return []
+    try:
+        pinned = pinned_files(all_savepoints(store), operator, key_group)
+    except CorruptFile as exc:  # cannot tell what a savepoint pins: delete nothing
+        log.error("durable retention of %s skipped: a savepoint is unreadable: %s", directory, exc)
+        return []
+    gone = to_delete(names, kept, pinned)
     for name in gone:
         store.delete(f"{directory}/{name}")
     return gone

@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.migrate_cmd",
     "elastorm.runtime.scale_cmd",
     "elastorm.runtime.forget_cmd",
+    "elastorm.runtime.savepoint_cmd",
     "elastorm.runtime.postgres_cmd",
     "elastorm.dashboard.cli",
     "elastorm.jobs.correlation_cmd",

@@ -63,13 +63,13 @@ from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     REPORTS,
     _Sending,
-    durable_store,
     initial_routing,
     operators_of,
     task_zones,
     tasks_of,
 )
 from elastorm.storm.liveness import LivenessServer
+from elastorm.storm.savepoint import durable_store
 from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence, write_liveness
 from elastorm.zk.scaling import NodeWatch
 from elastorm.zk.view import TaskJoined, TaskLeft

@@ -83,7 +83,7 @@ from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
 from elastorm.durable.restore import load_for_restore
-from elastorm.durable.store import DurableStore, topology_store
+from elastorm.durable.savepoint import record_operator
 from elastorm.durable.writer import DurableWriter, start_writer
 from elastorm.storm.load import (
     LoadMeter,
@@ -93,6 +93,7 @@ from elastorm.storm.load import (
 )
 from elastorm.storm.pygc import full_collections
 from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM
+from elastorm.storm.savepoint import durable_root, durable_savepoint, restore_keyed
 from elastorm.storm.wire import CheckedEncoding, use_elastorm_wire
 
 log = logging.getLogger(__name__)
@@ -206,21 +207,7 @@ class _Sending(CheckedEncoding):
 
 def start_durable(conf: Mapping[str, Any], config: TopologyConfig) -> DurableWriter | None:
     """This task process's durable writer (``elastorm.durable.*``), or ``None`` when off."""
-    return start_writer(config.durable, **_durable_root(conf))
-
-
-def durable_store(conf: Mapping[str, Any], config: TopologyConfig) -> DurableStore | None:
-    """The topology's durable store, for reading (the controller plans DURABLE restores
-    from what it has); ``None`` when the tier is off."""
-    return topology_store(config.durable.uri, **_durable_root(conf))
-
-
-def _durable_root(conf: Mapping[str, Any]) -> dict[str, str]:
-    """Where the topology's store is: its name, and the home a bare ``file://`` means."""
-    return {
-        "topology": str(conf.get("topology.name", "topology")),
-        "home": os.path.abspath(".elastorm"),
-    }
+    return start_writer(config.durable, **durable_root(conf))
 
 
 def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int]) -> RoutingTable:
@@ -241,7 +228,7 @@ def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int])
                 f"need node indices in [0, {len(ordered)})"
             )
         chosen = [ordered[i] for i in wanted]
-    return RoutingTable.round_robin(config.key_groups, chosen)
+    return RoutingTable.round_robin(config.key_groups, chosen, epoch=config.restore_epoch)
 
 
 def task_zones(config: TopologyConfig, tasks: Iterable[int]) -> list[str]:
@@ -280,7 +267,16 @@ class KeyedEmitting(_Sending):
         # emitter that cannot replay numbers under a new source name (emitter_source).
         start = emitter_start(conf, component, task, operators, sources)
         point = start.point if sources and start.point else RestartPoint()
-        source = emitter_source(component, task, start.incarnation, replayed=bool(sources))
+        # A first start restored from a savepoint resumes from the point it recorded
+        # (from the source's start without one): the replay is numbered as before.
+        restored = start.incarnation == 1 and bool(config.restore_from)
+        if restored and sources:
+            saved = durable_savepoint(conf, config)
+            point = (saved.point_of(component, task) if saved else None) or RestartPoint()
+        source = emitter_source(
+            component, task, start.incarnation, replayed=bool(sources),
+            restored=config.restore_epoch if restored else 0,
+        )  # fmt: skip
         if start.incarnation > 1 and not sources:
             log.warning(
                 "emitter task %s restarted (incarnation %d) with nothing to replay from: "
@@ -626,11 +622,17 @@ class KeyedOperator(_Sending):
             resend_after=config.resend_after_secs,
             durable_trim=self.durable is not None,
         )
+        if self.durable is not None and not restarted:
+            try:  # what a savepoint lists; the store being down must not stop the task
+                record_operator(self.durable.store, component, routing.num_key_groups)
+            except OSError as exc:  # StoreError included
+                log.error("key-group count of %s not recorded in the store: %s", component, exc)
         if config.restore_from and not restarted:
-            from elastorm.storm.savepoint import restore_savepoint
-
-            restored = restore_savepoint(config.restore_from, component, self.coordinator)
-            log.info("task %s: key groups %s restored from %s", task, restored, config.restore_from)
+            saved = durable_savepoint(conf, config)
+            assert saved is not None and self.durable is not None  # savepoint_of refuses
+            restore_keyed(
+                self.durable.store, saved, component, self.coordinator, epoch=routing.epoch
+            )
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())

@@ -27,6 +27,7 @@ from streamparse import Stream
 from elastorm.config import TopologyConfig
 from elastorm.core.chaos import WireLoss, wire_loss_on
 from elastorm.core.replay import ALL, Links, replay_start
+from elastorm.storm.savepoint import durable_savepoint, restored_points
 from elastorm.storm.wire import CheckedEncoding
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,14 @@ class ReplayableSpout(CheckedEncoding):
         self._served = served
         self._greet = incarnation > 1  # a restarted spout serves every waiting emitter
         if incarnation == 1:
-            return 0
+            saved = durable_savepoint(conf, config)  # None unless restored from a savepoint
+            if saved is None:
+                return 0
+            start = replay_start(restored_points(saved, emitters), self.replay_upstream)
+            log.warning(
+                "spout task %s restored from savepoint %s: from %d", task, saved.name, start
+            )
+            return start
         start = replay_start(points, self.replay_upstream)
         log.warning("spout task %s restarted (incarnation %d): from %d", task, incarnation, start)
         return start

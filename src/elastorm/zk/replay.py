@@ -226,3 +226,23 @@ def spout_start(
 
     incarnation, (points, tokens) = at_start(conf, component, task, read)
     return incarnation, points, tokens
+
+
+def restart_points(client: KazooClient, layout: ZnodeLayout) -> dict[str, RestartPoint]:
+    """Every emitter's durable restart point under the topology's base, by
+    ``component:task`` (what a savepoint records; an unreadable one is left out, and
+    logged: that emitter then replays from the source's start)."""
+    directory = f"{layout.base}/restart"
+    try:
+        names = client.get_children(directory)
+    except NoNodeError:
+        return {}
+    out = {}
+    for name in sorted(names):
+        component, _, task = name.rpartition("-")
+        if not component or not task.isdigit():
+            continue
+        point = read_restart_point(client, layout, component, int(task))
+        if point is not None:
+            out[f"{component}:{task}"] = point
+    return out

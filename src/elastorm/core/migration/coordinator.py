@@ -20,7 +20,7 @@ from elastorm.core.actions import (
     Send,
     TuplesStalled,
 )
-from elastorm.core.checkpoint import CheckpointHolder
+from elastorm.core.checkpoint import CheckpointHolder, HeldCheckpoint, checkpoint_to_state
 from elastorm.core.errors import CheckpointOrderError, MigrationProtocolError
 from elastorm.core.keygroups import key_group as key_group_of
 from elastorm.core.messages import (
@@ -163,6 +163,22 @@ class TaskCoordinator:
         """Live state of ``key_group`` here, if any (use it for queries and output
         counters; update it only through the actions)."""
         return self.machine(key_group).state
+
+    def start_from(self, copies: Mapping[int, HeldCheckpoint], *, epoch: int) -> list[int]:
+        """A new submission restored from a savepoint: every owned group starts from its
+        copy in ``copies`` (promoted as a held copy is, ``checkpoint_to_state``: state,
+        output counters and watermarks), or empty; all numbered from routing ``epoch``,
+        so their checkpoints sort after the copies'. Returns the groups restored."""
+        restored = []
+        for g in self.owned():
+            machine = self._machines[g]
+            copy = copies.get(g)
+            if copy is None:
+                machine.state = KeyGroupState(g, step=self.step, epoch=epoch)
+            else:
+                machine.state = checkpoint_to_state(copy, epoch=epoch, step=self.step)
+                restored.append(g)
+        return restored
 
     def owned(self) -> tuple[int, ...]:
         """Groups this task owns outright (``ACTIVE``)."""
