@@ -70,6 +70,18 @@ class RecoveryPlan:
     view: ClusterView
 
 
+def _restore(kg: KeyGroupInfo, target: NodeId, protocol: Protocol) -> Move:
+    """A recovery move of ``kg`` from its lost owner to ``target`` (``protocol``: from a
+    live holder's checkpoint, or from the durable store)."""
+    return Move(
+        key_group=kg.key_group,
+        source=kg.owner,
+        target=target,
+        protocol=protocol,
+        reason=MoveReason.RECOVERY,
+    )
+
+
 def plan_recovery(
     view: ClusterView,
     failed: Iterable[NodeId],
@@ -147,29 +159,13 @@ def plan_recovery(
             owner_zone = zone[kg.owner]
             target = min(live_ids, key=lambda n: (zone[n] == owner_zone, base_load[n], n))
             if kg.key_group in durable:
-                durable_restores.append(
-                    Move(
-                        key_group=kg.key_group,
-                        source=kg.owner,
-                        target=target,
-                        protocol=Protocol.DURABLE,
-                        reason=MoveReason.RECOVERY,
-                    )
-                )
+                durable_restores.append(_restore(kg, target, Protocol.DURABLE))
             else:
                 lost_groups.append(kg.key_group)
         else:
             target = min(cands, key=lambda n: (work[n], base_load[n], n))
             holders[kg.key_group].remove(target)  # the checkpoint becomes the state
-            restores.append(
-                Move(
-                    key_group=kg.key_group,
-                    source=kg.owner,
-                    target=target,
-                    protocol=Protocol.RESTORE,
-                    reason=MoveReason.RECOVERY,
-                )
-            )
+            restores.append(_restore(kg, target, Protocol.RESTORE))
         work[target] += kg.checkpoint_size + kg.replay_size
         base_load[target] += kg.load
         new_owner[kg.key_group] = target

@@ -23,8 +23,9 @@ scheduler publishes which named node each one is bound to (:class:`Binding`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from elastorm.controller.adaptation import Move, MoveReason, Thresholds, is_overloaded
 from elastorm.controller.model import ClusterView, ControllerModelError, KeyGroupId, NodeId
@@ -33,6 +34,20 @@ from elastorm.core.messages import Protocol
 
 class ScalingError(ValueError):
     """A scaling request that cannot be carried out (names what is wrong)."""
+
+
+T = TypeVar("T")
+
+
+def _decode(raw: bytes | None, what: str, empty: T, build: Callable[[dict], T]) -> T:
+    """``build`` of the JSON in ``raw``; ``empty`` when there is no znode (None or empty
+    bytes); ``ScalingError`` naming ``what`` when the bytes are not what ``build`` reads."""
+    if not raw:
+        return empty
+    try:
+        return build(json.loads(raw.decode()))
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise ScalingError(f"malformed {what}: {exc}") from None
 
 
 # -- the node set: what people and the controller ask of the scheduler -----------------
@@ -59,17 +74,15 @@ def encode_node_set(nodes: NodeSet) -> bytes:
 
 def decode_node_set(raw: bytes | None) -> NodeSet:
     """Inverse of :func:`encode_node_set`; no znode (None or empty) = every node wanted."""
-    if not raw:
-        return NodeSet()
-    try:
-        data = json.loads(raw.decode())
+
+    def build(data: dict) -> NodeSet:
         wanted = data.get("wanted")
         return NodeSet(
             wanted=None if wanted is None else tuple(str(n) for n in wanted),
             draining=tuple(str(n) for n in data.get("draining") or ()),
         )
-    except (ValueError, AttributeError, TypeError) as exc:
-        raise ScalingError(f"malformed node set: {exc}") from None
+
+    return _decode(raw, "node set", NodeSet(), build)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,13 +104,11 @@ class Binding:
 
 def decode_binding(raw: bytes | None) -> Binding:
     """The scheduler's published placement; empty before its first decision."""
-    if not raw:
-        return Binding()
-    try:
-        data = json.loads(raw.decode())
+
+    def build(data: dict) -> Binding:
         return Binding(nodes=tuple(None if n is None else str(n) for n in data["binding"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ScalingError(f"malformed scheduler placement: {exc}") from None
+
+    return _decode(raw, "scheduler placement", Binding(), build)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,10 +141,8 @@ def decode_rescale(raw: bytes | None) -> RescaleProgress:
     >>> decode_rescale(RescaleProgress(draining=("supervisor-2",), pending=3).encode())
     RescaleProgress(joining=(), draining=('supervisor-2',), pending=3, want=None)
     """
-    if not raw:
-        return RescaleProgress()
-    try:
-        data = json.loads(raw.decode())
+
+    def build(data: dict) -> RescaleProgress:
         want = data.get("want")
         return RescaleProgress(
             joining=tuple(str(n) for n in data.get("joining") or ()),
@@ -141,8 +150,8 @@ def decode_rescale(raw: bytes | None) -> RescaleProgress:
             pending=int(data.get("pending") or 0),
             want=None if want is None else int(want),
         )
-    except (ValueError, AttributeError, TypeError) as exc:
-        raise ScalingError(f"malformed rescale progress: {exc}") from None
+
+    return _decode(raw, "rescale progress", RescaleProgress(), build)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from elastorm.core.buffers import SequenceCounters
 from elastorm.core.errors import CheckpointOrderError, Hint
-from elastorm.core.messages import CheckpointDelta, CheckpointId
+from elastorm.core.messages import CheckpointDelta, CheckpointId, DurableLoaded
 from elastorm.core.state import KeyGroupState, Step, sum_step
 
 
@@ -60,14 +60,7 @@ class CheckpointHolder:
                     f"group {g}: full checkpoint {delta.checkpoint} not newer than held "
                     f"{held.checkpoint} (epoch {held.epoch})"
                 )
-            copy = HeldCheckpoint(
-                key_group=g,
-                checkpoint=delta.checkpoint,
-                entries=dict(delta.entries),
-                watermarks=dict(delta.watermarks),
-                out_seq=dict(delta.out_seq),
-                epoch=delta.checkpoint[0],
-            )
+            copy = full_copy(delta)
             self._held[g] = copy
             return copy
         if held is None or held.checkpoint != delta.base:
@@ -104,6 +97,24 @@ class CheckpointHolder:
 
     def drop(self, key_group: int) -> None:
         self._held.pop(key_group, None)
+
+
+def full_copy(full: CheckpointDelta | DurableLoaded) -> HeldCheckpoint:
+    """A held copy of a full checkpoint: a full delta, or a key group's durable copy.
+
+    The copy gets its own dicts and the routing epoch the checkpoint was taken in;
+    ``ValueError`` if ``full`` names no checkpoint (a durable store with no copy).
+    """
+    if full.checkpoint is None:
+        raise ValueError(f"group {full.key_group}: no checkpoint to copy")
+    return HeldCheckpoint(
+        key_group=full.key_group,
+        checkpoint=full.checkpoint,
+        entries=dict(full.entries),
+        watermarks=dict(full.watermarks),
+        out_seq=dict(full.out_seq),
+        epoch=full.checkpoint[0],
+    )
 
 
 def checkpoint_to_state(

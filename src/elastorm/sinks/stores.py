@@ -42,14 +42,17 @@ class Store(ABC):
 
     def __init__(self, *, marks_table: str = "elastorm_sink_marks") -> None:
         self.marks_table = marks_table
+        self._conn: Any = None  # the driver's connection; None when closed
 
     @abstractmethod
     def connect(self) -> None:
         """(Re)open the connection and create the marks table if missing."""
 
-    @abstractmethod
     def close(self) -> None:
         """Close the connection (a transaction in flight is abandoned: rolled back)."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()
 
     @property
     @abstractmethod
@@ -125,7 +128,6 @@ class SQLiteStore(Store):
     def __init__(self, path: str | Path, *, marks_table: str = "elastorm_sink_marks") -> None:
         super().__init__(marks_table=marks_table)
         self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
 
     def connect(self) -> None:
         self.close()
@@ -137,11 +139,6 @@ class SQLiteStore(Store):
         )
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(self._marks_ddl())
-
-    def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            conn.close()
 
     @property
     def connected(self) -> bool:
@@ -175,7 +172,6 @@ class PostgresStore(Store):
     def __init__(self, dsn: str, *, marks_table: str = "elastorm_sink_marks") -> None:
         super().__init__(marks_table=marks_table)
         self.dsn = dsn
-        self._conn: Any = None
 
     def connect(self) -> None:
         import psycopg
@@ -183,11 +179,6 @@ class PostgresStore(Store):
         self.close()
         self._conn = psycopg.connect(self.dsn, connect_timeout=10)
         self.execute(self._marks_ddl())
-
-    def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            conn.close()
 
     @property
     def connected(self) -> bool:

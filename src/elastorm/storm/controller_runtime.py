@@ -34,7 +34,7 @@ from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.files import write_json_atomic
 from elastorm.zk.client import make_client
-from elastorm.zk.codec import LeaderInfo, Submission
+from elastorm.zk.codec import LeaderInfo, Submission, submission_fields
 from elastorm.zk.layout import ZnodeLayout, zk_settings
 from elastorm.zk.requests import ZK_ERRORS, controller_start, publish_refusal
 from elastorm.zk.store import ControllerStore, Decisions, StoreError, StoreStatus
@@ -200,23 +200,6 @@ def log_submission(topology: str, submission: Submission) -> None:
         aside.path,
         topology,
     )
-
-
-def submission_summary(submission: Submission) -> dict[str, Any]:
-    """This submission and what it set aside, for ``controller-metrics.json``."""
-    aside = submission.set_aside
-    return {
-        "storm_id": submission.storm_id,
-        "since": submission.since,
-        "set_aside": None
-        if aside is None
-        else {
-            "storm_id": aside.storm_id,
-            "key_groups": aside.key_groups,
-            "znodes": aside.znodes,
-            "path": aside.path,
-        },
-    }
 
 
 class ControllerRuntime:
@@ -498,7 +481,7 @@ class ControllerRuntime:
                 "allocation": allocation_summary(self.loop, view),
                 "replication": self.loop.replication_status().to_json(),
                 "recoveries": self.loop.recoveries[-100:],
-                "submission": submission_summary(self.submission),
+                "submission": submission_fields(self.submission),
             },
         )
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from elastorm.controller.model import (
     Allocation,
@@ -437,24 +438,14 @@ class Submission:
     set_aside: SetAside | None = None
 
 
+def submission_fields(submission: Submission) -> dict[str, Any]:
+    """``submission`` as plain JSON fields: the znode's body, and what the controller
+    reports of it in ``controller-metrics.json``."""
+    return asdict(submission)
+
+
 def encode_submission(submission: Submission) -> bytes:
-    aside = submission.set_aside
-    return _dump(
-        _head(
-            SUBMISSION,
-            storm_id=submission.storm_id,
-            since=submission.since,
-            set_aside=None
-            if aside is None
-            else {
-                "storm_id": aside.storm_id,
-                "key_groups": aside.key_groups,
-                "znodes": aside.znodes,
-                "path": aside.path,
-                "at": aside.at,
-            },
-        )
-    )
+    return _dump(_head(SUBMISSION, **submission_fields(submission)))
 
 
 def decode_submission(data: bytes | None) -> Submission:

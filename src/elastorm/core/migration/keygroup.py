@@ -23,8 +23,8 @@ from elastorm.core.actions import (
 )
 from elastorm.core.checkpoint import (
     CheckpointHolder,
-    HeldCheckpoint,
     checkpoint_to_state,
+    full_copy,
     state_to_checkpoint,
 )
 from elastorm.core.errors import Hint, MigrationProtocolError
@@ -507,14 +507,7 @@ class KeyGroupMachine:
         if message.checkpoint is None:
             self.state = KeyGroupState(self.key_group, step=self._step, epoch=self.epoch)
         else:
-            copy = HeldCheckpoint(
-                key_group=self.key_group,
-                checkpoint=message.checkpoint,
-                entries=dict(message.entries),
-                watermarks=dict(message.watermarks),
-                out_seq=dict(message.out_seq),
-                epoch=message.checkpoint[0],
-            )
+            copy = full_copy(message)
             self.state = checkpoint_to_state(copy, epoch=self.epoch, step=self._step)
         self.phase = Phase.REPLAYING
         kept, self._kept = self._kept, []
