@@ -6,7 +6,8 @@ queue. :meth:`DurableWriter.offer` only appends (or merges) and returns: when th
 is full, the new checkpoint is merged into its key group's newest pending one, or the
 oldest two pending checkpoints of one group are merged to make room (merging loses
 nothing: the result equals applying both). A failed write is retried, in order, with
-backoff doubling up to ``retry_max_secs``. Which checkpoints are written
+backoff doubling up to ``retry_max_secs``. Under Peace (``gate``) the thread starts
+writes only in its task's slot (``elastorm.durable.peace``). Which checkpoints are written
 (``every``), compaction and retention are ``elastorm.durable.format``'s decisions.
 
 Numbers for heartbeats and the dashboard: :meth:`DurableWriter.health` (writes, bytes,
@@ -226,7 +227,8 @@ class DurableWriter:
     # -- numbers ------------------------------------------------------------------------
     def health(self) -> dict[str, int]:
         """Counts: writes, bytes, errors (failed attempts), coalesced, duplicates,
-        chain_breaks, damaged, overflow; and the queue's length now."""
+        chain_breaks, damaged, overflow, gated (waits for the Peace slot); and the
+        queue's length now."""
         with self._lock:
             out = dict(self._stats)
             out["queue"] = len(self._queue) + (0 if self._idle else 1)
