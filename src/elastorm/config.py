@@ -44,6 +44,7 @@ REPLICATION_PLANNERS = ("dp", "greedy", "structure_aware")
 ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
 CHAOS_DROP_ON = ("emitter", "spout")  # elastorm.chaos.drop_on: whose emits are lost
 SINK_STORES = ("sqlite", "postgres")  # elastorm.sinks.store
+DURABLE_SCHEDULES = ("none", "peace")  # elastorm.durable.schedule
 
 
 class ConfigError(ValueError):
@@ -661,6 +662,25 @@ class DurableConfig(Section):
         p + "retry_max_secs", FLOAT, 30.0,
         "a failed write is retried, in order, after 0.5 s doubling up to this",
         check=above(0),
+    )  # fmt: skip
+    schedule: str = option(
+        p + "schedule", STR, "none",
+        "`peace`: keyed tasks write to the store in turns (Kwon et al. 2008's Peace): "
+        "each durable period (`elastorm.checkpoint_interval_secs` x `every`) is cut "
+        "into slots, and a task starts writes only in its own slot, at most "
+        "`concurrent_writes` tasks per slot, computed alike by every task from the task "
+        "list (no message). Costs up to one durable period more durable lag (so "
+        "upstream buffers kept that much longer) and a longer time until all writes are "
+        "done; buys faster single writes when many tasks checkpoint at once. `none`: "
+        "every task writes as soon as it has a checkpoint (the default until "
+        "`bench/peace.py` shows the gain on a store)",
+        check=one_of(*DURABLE_SCHEDULES),
+    )  # fmt: skip
+    concurrent_writes: int = option(
+        p + "concurrent_writes", INT, 4,
+        "under `schedule = peace`: tasks whose slots are at the same time (the writes "
+        "the store takes at once without slowing each down)",
+        check=at_least(1),
     )  # fmt: skip
 
 

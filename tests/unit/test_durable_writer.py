@@ -163,3 +163,55 @@ def test_a_keyed_task_hands_every_checkpoint_it_sends_to_the_writer(store):
     health = bolt.durable_health()
     assert health["writes"] == 3 and health["lag"] == {"3": [0, 0.0]}
     bolt.durable.close()
+
+
+def test_a_peace_gate_holds_writes_until_the_slot_without_holding_the_task(store):
+    slot_open = threading.Event()
+    writer = DurableWriter(store, gate=lambda: 0.0 if slot_open.is_set() else 0.01)
+    deltas = checkpoints([{"a": 1}, {"b": 2}])
+    began = time.monotonic()
+    for delta in deltas:
+        writer.offer(OP, delta)
+    assert time.monotonic() - began < 0.5  # the task never waits for the slot
+    wait_until(lambda: writer.health().get("gated", 0) >= 2)
+    assert store.puts == [] and not writer.drained()  # not its slot: nothing written
+    slot_open.set()
+    wait_until(writer.drained)
+    assert writer.health()["writes"] == 2
+    assert load_latest(store, OP, 3).copy.checkpoint == deltas[-1].checkpoint
+    writer.close()
+
+
+def test_close_writes_what_is_queued_outside_the_slot(store):
+    writer = DurableWriter(store, gate=lambda: 3600.0)  # the slot is an hour away
+    writer.offer(OP, checkpoints([{"a": 1}])[0])
+    writer.close(timeout=5.0)
+    assert writer.health()["writes"] == 1
+
+
+def test_start_writer_gates_only_under_peace(tmp_path):
+    from elastorm.config import DurableConfig
+    from elastorm.durable.writer import start_writer
+
+    common = {"topology": "t", "home": str(tmp_path), "tasks": [4, 5, 6], "period_secs": 6.0}
+    plain = start_writer(DurableConfig(uri=f"file://{tmp_path}"), task=5, **common)
+    assert plain.gate is None
+    peace = DurableConfig(uri=f"file://{tmp_path}", schedule="peace", concurrent_writes=1)
+    gated = start_writer(peace, task=5, **common)
+    assert 0.0 <= gated.gate() < 6.0  # task 5's window: 2-4 s of every 6 s
+    off = start_writer(peace, task=5, **{**common, "period_secs": 0.0})  # no checkpoints
+    assert off.gate is None
+    for writer in (plain, gated, off):
+        writer.close()
+
+
+def test_peace_gate_opens_in_the_tasks_own_window():
+    from elastorm.durable.writer import peace_gate
+
+    now = [0.0]
+    gate = peace_gate(5, [4, 5, 6], capacity=1, cycle_secs=6.0, wall=lambda: now[0])
+    assert gate() == pytest.approx(2.0)  # task 5 writes 2-4 s into each 6 s cycle
+    now[0] = 602.5
+    assert gate() == 0.0
+    now[0] = 604.0
+    assert gate() == pytest.approx(4.0)

@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from elastorm.core.checkpoint import HeldCheckpoint
+from elastorm.core.checkpoint import HeldCheckpoint, full_copy
 from elastorm.core.errors import ElastormError
 from elastorm.core.messages import CheckpointDelta, CheckpointId, from_json, to_json
 
@@ -150,14 +150,7 @@ def rebuild(chain: Sequence[CheckpointDelta]) -> HeldCheckpoint:
         if delta.full:
             raise CorruptFile(f"group {delta.key_group}: a base inside a set at {delta.checkpoint}")
         whole = merge(whole, delta)
-    return HeldCheckpoint(
-        key_group=whole.key_group,
-        checkpoint=whole.checkpoint,
-        entries=dict(whole.entries),
-        watermarks=dict(whole.watermarks),
-        out_seq=dict(whole.out_seq),
-        epoch=whole.checkpoint[0],
-    )
+    return full_copy(whole)
 
 
 # -- manifests -----------------------------------------------------------------------

@@ -6,7 +6,8 @@ queue. :meth:`DurableWriter.offer` only appends (or merges) and returns: when th
 is full, the new checkpoint is merged into its key group's newest pending one, or the
 oldest two pending checkpoints of one group are merged to make room (merging loses
 nothing: the result equals applying both). A failed write is retried, in order, with
-backoff doubling up to ``retry_max_secs``. Which checkpoints are written
+backoff doubling up to ``retry_max_secs``. Under Peace (``gate``) the thread starts
+writes only in its task's slot (``elastorm.durable.peace``). Which checkpoints are written
 (``every``), compaction and retention are ``elastorm.durable.format``'s decisions.
 
 Numbers for heartbeats and the dashboard: :meth:`DurableWriter.health` (writes, bytes,
@@ -21,7 +22,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from elastorm.config import DurableConfig
@@ -40,6 +41,7 @@ from elastorm.durable.format import (
     merge,
     to_delete,
 )
+from elastorm.durable.peace import task_windows, until_open
 from elastorm.durable.restore import load_latest, read_set
 from elastorm.durable.savepoint import all_savepoints, pinned_files
 from elastorm.durable.store import DurableStore, StoreError, topology_store
@@ -146,6 +148,7 @@ class DurableWriter:
         capacity: int = 64,
         retry_max_secs: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        gate: Callable[[], float] | None = None,
     ) -> None:
         if every < 1 or capacity < 1 or retry_max_secs <= 0:
             raise ValueError("every, capacity >= 1 and retry_max_secs > 0")
@@ -155,6 +158,7 @@ class DurableWriter:
         self.capacity = capacity
         self.retry_max_secs = retry_max_secs
         self.clock = clock
+        self.gate = gate  # seconds until a write may start (Peace's slot); None: at once
         self._queue: deque[_Pending] = deque()
         self._tracks: dict[Group, _GroupTrack] = {}
         self._wants_full: set[Group] = set()
@@ -236,7 +240,8 @@ class DurableWriter:
     # -- numbers ------------------------------------------------------------------------
     def health(self) -> dict[str, int]:
         """Counts: writes, bytes, errors (failed attempts), coalesced, duplicates,
-        chain_breaks, damaged, overflow; and the queue's length now."""
+        chain_breaks, damaged, overflow, gated (waits for the Peace slot); and the
+        queue's length now."""
         with self._lock:
             out = dict(self._stats)
             out["queue"] = len(self._queue) + (0 if self._idle else 1)
@@ -272,6 +277,12 @@ class DurableWriter:
                     self._wake.wait()
                 if not self._queue:
                     return
+                wait = 0.0 if self.gate is None or self._closed else self.gate()
+                if wait > 0:  # not our slot: offers go on queueing (and coalescing)
+                    self._idle = True
+                    self._stats["gated"] += 1
+                    self._wake.wait(wait)
+                    continue
                 item = self._queue.popleft()
                 self._idle = False
                 track = self._tracks[item.group]
@@ -330,15 +341,28 @@ class DurableWriter:
         return [] if found is None else [found.manifest]
 
 
-def start_writer(config: DurableConfig, *, topology: str, home: str) -> DurableWriter | None:
+def start_writer(
+    config: DurableConfig,
+    *,
+    topology: str,
+    home: str,
+    task: int,
+    tasks: Sequence[int],
+    period_secs: float,
+) -> DurableWriter | None:
     """A task process's writer for ``config`` (``None`` when the durable tier is off).
 
     ``home`` fills in a bare ``file://`` (``elastorm run`` submits it resolved, so this
-    is only a fallback for a topology submitted by other means).
+    is only a fallback for a topology submitted by other means). Under
+    ``schedule = peace`` the writer of ``task`` starts writes only in its window of
+    each ``period_secs`` cycle (:func:`peace_gate`; ``tasks``: every keyed task).
     """
     store = topology_store(config.uri, home=home, topology=topology)
     if store is None:
         return None
+    gate = None
+    if config.schedule == "peace" and period_secs > 0:
+        gate = peace_gate(task, tasks, capacity=config.concurrent_writes, cycle_secs=period_secs)
     policy = Policy(
         compact_deltas=config.compact_deltas,
         compact_bytes=config.compact_bytes,
@@ -351,4 +375,25 @@ def start_writer(config: DurableConfig, *, topology: str, home: str) -> DurableW
         every=config.every,
         capacity=config.queue,
         retry_max_secs=config.retry_max_secs,
+        gate=gate,
     )
+
+
+def peace_gate(
+    task: int,
+    tasks: Sequence[int],
+    *,
+    capacity: int,
+    cycle_secs: float,
+    wall: Callable[[], float] = time.time,
+) -> Callable[[], float]:
+    """Seconds until ``task``'s Peace window opens (0 while open), read on ``wall``, the
+    clock all tasks share; the windows are :func:`~elastorm.durable.peace.task_windows`
+    of ``tasks``, so every task computes the same schedule without a message."""
+    windows = task_windows(sorted({*tasks, task}), capacity=capacity, cycle_secs=cycle_secs)
+    window = windows[task]
+    log.info(
+        "durable writes of task %d scheduled (Peace): %.2f-%.2f s of every %.2f s",
+        task, window[0], window[1], cycle_secs,
+    )  # fmt: skip
+    return lambda: until_open(wall(), window, cycle_secs=cycle_secs)

@@ -205,9 +205,18 @@ class _Sending(CheckedEncoding):
         self.emit([to_wire(action.message), self._task], stream=STREAM, direct_task=action.to_task)
 
 
-def start_durable(conf: Mapping[str, Any], config: TopologyConfig) -> DurableWriter | None:
-    """This task process's durable writer (``elastorm.durable.*``), or ``None`` when off."""
-    return start_writer(config.durable, **durable_root(conf))
+def start_durable(
+    conf: Mapping[str, Any], config: TopologyConfig, context: Mapping[str, Any]
+) -> DurableWriter | None:
+    """This task process's durable writer (``elastorm.durable.*``), or ``None`` when off;
+    its Peace slot (if scheduled) among every keyed operator's tasks."""
+    return start_writer(
+        config.durable,
+        **durable_root(conf),
+        task=int(context["taskid"]),
+        tasks=tasks_of(context, tuple(config.operators)),
+        period_secs=config.checkpoint_interval_secs * config.durable.every,
+    )
 
 
 def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int]) -> RoutingTable:
@@ -606,7 +615,7 @@ class KeyedOperator(_Sending):
         self._started = TaskStarted(task=task, restarted=restarted, stale_through=epoch)
         interval = config.checkpoint_interval_secs
         self._component = component
-        self.durable = start_durable(conf, config)
+        self.durable = start_durable(conf, config, context)
         self._retry_max_secs = config.durable.retry_max_secs
         self._loads: queue.SimpleQueue[DurableLoaded] = queue.SimpleQueue()
         self.coordinator = TaskCoordinator(
