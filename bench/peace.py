@@ -251,15 +251,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     home = tempfile.mkdtemp(prefix="elastorm-peace-")
-    uri = args.uri
-    if uri is None:
-        from elastorm.runtime import hdfs
-        from elastorm.runtime.config import load_config
+    if args.uri is not None:
+        return measure(args, args.uri, home)
+    from elastorm.runtime import hdfs
+    from elastorm.runtime.config import load_config
 
-        cfg = load_config()
-        info = hdfs.up(cfg)
-        uri = info["uri"]
-        print(f"hdfs up (pid {info['pid']}), {len(info['datanodes'])} DataNodes, store {uri}")
+    cfg = load_config()
+    info = hdfs.up(cfg)
+    print(f"hdfs up (pid {info['pid']}), {len(info['datanodes'])} DataNodes, store {info['uri']}")
+    try:
+        return measure(args, info["uri"], home)
+    finally:  # the HDFS this run started is not left running
+        hdfs.down(cfg, wipe=True)
+        print("hdfs down")
+
+
+def measure(args: argparse.Namespace, uri: str, home: str) -> int:
+    """Both arms on the store ``uri``, ``args.repeats`` times; the table and the raw file."""
     slots = math.ceil(args.writers / args.capacity)
     cycle = args.cycle_secs
     if cycle <= 0:
