@@ -24,6 +24,8 @@ repeat so machine noise hits them alike):
   with ``elastorm.multilang.encoding`` = json (msgpack by default) on both ends of
   every pipe. (In the raw files of 2026-11-24 before the default changed,
   ``elastic`` ran JSON and ``elastic_msgpack`` msgpack.)
+* ``elastic_nodurable``: the elastic job with ``elastorm.durable.uri`` = none (no
+  durable checkpoint tier; on by default, ``file://``): what the tier costs;
 * ``elastic_pygc``: the elastic job with ``elastorm.gc.full_every_secs`` = 0,
   Python's own schedule of full GC collections (``elastorm.storm.pygc``);
 * ``elastic_nopark``: the elastic job with ``elastorm.max_parked`` = 0: at a full
@@ -72,7 +74,7 @@ from flights_throughput import read_procs, with_descendants  # noqa: E402
 
 from demos.options import ThroughputOptions  # noqa: E402
 from demos.throughput_control import CONTROL_FILE  # noqa: E402
-from elastorm.config import TopologyConfig  # noqa: E402
+from elastorm.config import DurableConfig, TopologyConfig  # noqa: E402
 from elastorm.errors import UserError  # noqa: E402
 from elastorm.files import write_json_atomic  # noqa: E402
 from elastorm.runtime.config import load_config  # noqa: E402
@@ -98,6 +100,8 @@ VARIANTS = {
     # the elastic job without read-ahead at a full output buffer (a pause per tuple,
     # elastorm.core.holdback's first design), as before the fix of the 40 s stall
     "elastic_nopark": ("throughput_elastic", TopologyConfig.overrides(max_parked=0)),
+    # the elastic job without the durable tier (issue 29: what the tier costs)
+    "elastic_nodurable": ("throughput_elastic", DurableConfig.overrides(uri="none")),
 }
 # name: PyFlink's python.execution-mode
 PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}
