@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
 from elastorm.core.checkpoint import HeldCheckpoint
 from elastorm.core.messages import CheckpointId, DurableLoaded
+from elastorm.core.replay import RestartPoint
 from elastorm.durable.format import CorruptFile, frame, group_dir, unframe
 from elastorm.durable.restore import load_latest, newest_sets
 from elastorm.durable.savepoint import (
@@ -43,6 +44,7 @@ from elastorm.durable.savepoint import (
     newest_manifests,
     operators,
     pinned_files,
+    take,
 )
 from elastorm.durable.store import DurableStore, StoreError, Within, check_path
 
@@ -167,13 +169,14 @@ def latest_view(root: DurableStore) -> SubmissionView | None:
     return None
 
 
-def latest_sets(
-    root: DurableStore, operator: str, key_groups: Iterable[int]
-) -> dict[int, CheckpointId]:
-    """:meth:`SubmissionView.newest_sets` of :func:`latest_view` (``{}`` with none): the
-    sets a topology's durable store has now, for a test or a harness looking from outside."""
-    view = latest_view(root)
-    return {} if view is None else view.newest_sets(operator, key_groups)
+def save(
+    view: SubmissionView, *, name: str, now: float, points: Mapping[str, RestartPoint]
+) -> tuple[Savepoint, list[str]]:
+    """Savepoint ``name`` of what ``view``'s submission has (:func:`savepoint.take`:
+    its newest set of every group, the ``points`` they cover), at the topology's root."""
+    counts = view.key_groups()
+    sets = {op: view.group_sets(op, n) for op, n in sorted(counts.items())}
+    return take(view.root, name=name, now=now, key_groups=counts, sets=sets, points=points)
 
 
 def load_for_restore(

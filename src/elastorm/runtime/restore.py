@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from elastorm.config import DurableConfig, TopologyConfig
 from elastorm.durable.format import CorruptFile
-from elastorm.durable.savepoint import LATEST, Savepoint, SavepointError, load, refusal, take
+from elastorm.durable.savepoint import LATEST, Savepoint, SavepointError, load, refusal
 from elastorm.durable.store import DurableStore, StoreError, topology_store
-from elastorm.durable.submissions import latest_view, open_view, submission_records
+from elastorm.durable.submissions import latest_view, open_view, save, submission_records
 from elastorm.errors import UserError
 from elastorm.runtime.migrate import connected
 from elastorm.zk.layout import ZnodeLayout
@@ -78,9 +78,7 @@ def take_savepoint(
             points = {}
         progress(f"{len(points)} restart points; listing the newest durable set of every "
                  f"key group of submission {view.storm_id}")  # fmt: skip
-        counts = view.key_groups()
-        sets = {op: view.group_sets(op, n) for op, n in sorted(counts.items())}
-        return take(store, name=name, now=time.time(), key_groups=counts, sets=sets, points=points)
+        return save(view, name=name, now=time.time(), points=points)
     except (SavepointError, CorruptFile) as exc:
         raise UserError(f"savepoint of {topology} not taken: {exc}") from None
 

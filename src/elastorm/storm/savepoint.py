@@ -7,10 +7,11 @@ store: a keyed task starts each group it owns from the group's set
 a replayable spout from the oldest position its emitters need (:func:`restored_points`).
 ``latest`` is resolved into a savepoint before submitting
 (``elastorm.runtime.restore.restore_options``), so that every component reads one fixed
-set; a component that finds ``latest`` here refuses to start, saying what to do instead. Every component
-numbers its routing epochs from the savepoint's :meth:`~Savepoint.first_epoch`
-(:func:`first_epoch`), so the new submission's checkpoints sort after the sets it
-started from (which it still falls back to: ``durable.submissions``).
+set; a component that finds ``latest`` here refuses to start, saying what to do
+instead. Every component numbers its routing epochs from the savepoint's
+:meth:`~Savepoint.first_epoch` (:func:`first_epoch`), so the new submission's
+checkpoints sort after the sets it started from (which it still falls back to:
+``durable.submissions``).
 """
 
 from __future__ import annotations
