@@ -54,12 +54,17 @@ from bench_common import ROOT, commit  # noqa: E402
 from elastorm.config import DurableConfig  # noqa: E402
 from elastorm.core.messages import CheckpointDelta  # noqa: E402
 from elastorm.durable.format import encode_checkpoint, group_dir  # noqa: E402
-from elastorm.durable.store import open_store, resolve_uri  # noqa: E402
+from elastorm.durable.store import Within, open_store, resolve_uri  # noqa: E402
+from elastorm.durable.submissions import SubmissionView  # noqa: E402
 from elastorm.durable.writer import start_writer  # noqa: E402
 
 OPERATOR = "op"
 ARMS = ("none", "peace")
 UNIT_ITERATIONS = 20_000  # the processing proxy's unit of work (about 1 ms of CPU)
+
+
+SUBMISSION = "bench"
+"""The submission directory (a storm id, in a topology) the writers write into."""
 
 
 def checkpoint_of(group: int, number: int, mb: float) -> CheckpointDelta:
@@ -99,10 +104,11 @@ def writer_process(rank: int, plan: dict, results) -> None:
         schedule=plan["arm"],
         concurrent_writes=plan["capacity"],
     )  # every other option at its default, as a keyed task has it
+    root = resolve_uri(plan["uri"], home=plan["home"], topology=plan["topology"])
+    assert root is not None
     writer = start_writer(
         config,
-        topology=plan["topology"],
-        home=plan["home"],
+        SubmissionView(open_store(root), SUBMISSION),
         task=rank,
         tasks=list(range(plan["writers"])),
         period_secs=plan["cycle"],
@@ -177,7 +183,7 @@ def clean(uri: str, topology: str, home: str, writers: int) -> None:
     """Delete the files an arm wrote (each key group's directory)."""
     root = resolve_uri(uri, home=home, topology=topology)
     assert root is not None
-    store = open_store(root)
+    store = Within(open_store(root), SUBMISSION)
     for group in range(writers):
         directory = group_dir(OPERATOR, group)
         for name in store.list(directory):

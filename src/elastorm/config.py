@@ -845,16 +845,11 @@ class TopologyConfig(Section):
     restore_from: str | None = option(
         "elastorm.restore_from", STR, None,
         "start from a savepoint in the topology's durable store (``elastorm savepoint``), "
-        "or ``latest``: the newest durable set of every key group (resolved into a "
-        "savepoint named latest-<time> at submit); keyed state, output counters and "
-        "source positions continue from it",
+        "or ``latest``: the newest durable sets of the most recent submission, taken as "
+        "a savepoint named latest-<time> before submitting (restore_options; with sparse "
+        "submit, run elastorm savepoint and use its name instead); keyed state, "
+        "output counters and source positions continue from it",
         optional=True,
-    )  # fmt: skip
-    restore_epoch: int = option(
-        "elastorm.restore_epoch", INT, 0,
-        "first routing epoch of a submission restored from a savepoint, above every "
-        "checkpoint it starts from; set at submit from the savepoint, never by hand",
-        check=at_least(0),
     )  # fmt: skip
     counts_interval_secs: float = option(
         "elastorm.counts_interval_secs", FLOAT, 1.0,

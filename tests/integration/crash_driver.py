@@ -598,8 +598,8 @@ class DurableLossDriver(SupervisorLossDriver):
         """The tasks of nodes 1 and 2 once every group they own has its newest checkpoint
         in memory on node0 or a set in the durable store, and at least one has its
         holder among them (empty until then)."""
-        from elastorm.durable.restore import newest_sets
-        from elastorm.durable.store import open_store
+        from elastorm.durable.store import topology_store
+        from elastorm.durable.submissions import latest_view
 
         owners, holders, newest = status["owners"], status["holders"], status["assisted"]
         combo = self._candidates(owners)[:2]  # the tasks of nodes 1 and 2
@@ -607,9 +607,10 @@ class DurableLossDriver(SupervisorLossDriver):
             return []
         mine = [g for g, o in enumerate(owners) if o in combo]
         doubly = [g for g in mine if holders[g] in combo]
-        if self._store is None:
-            self._store = open_store(f"{self.uri.rstrip('/')}/{self.topology}")
-        stored = newest_sets(self._store, "sum_delays", doubly)
+        if self._store is None:  # an hdfs:// uri: no home needed
+            self._store = topology_store(self.uri, home="/", topology=self.topology)
+        view = latest_view(self._store)  # this run's submission, once a keyed task started
+        stored = {} if view is None else view.newest_sets("sum_delays", doubly)
         ready = all(g in stored for g in doubly) and all(newest[g] for g in mine if g not in doubly)
         return combo if doubly and ready else []
 
@@ -654,11 +655,12 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
         return super().options(output_dir) | DurableConfig.overrides(uri=self.uri)
 
     def _newest(self) -> dict[int, Any]:
-        from elastorm.durable.restore import newest_sets
-        from elastorm.durable.store import open_store
+        from elastorm.durable.store import topology_store
+        from elastorm.durable.submissions import latest_view
 
-        store = open_store(f"{self.uri.rstrip('/')}/{self.topology}")
-        return newest_sets(store, OPERATOR, range(self.key_groups))
+        store = topology_store(self.uri, home="/", topology=self.topology)
+        view = latest_view(store)  # this run's submission, once a keyed task started
+        return {} if view is None else view.newest_sets(OPERATOR, range(self.key_groups))
 
     def _stop_namenode(self) -> None:
         from elastorm.runtime import hdfs

@@ -20,6 +20,8 @@ from shared_cluster import cluster_up
 
 from drivers.flights_elastic import ElasticFlightsDriver
 from elastorm.config import DurableConfig, TopologyConfig
+from elastorm.durable.savepoint import load
+from elastorm.durable.submissions import open_view, submission_records
 from elastorm.runtime import nimbus
 from elastorm.runtime.cluster import CLUSTER_ENV, down
 from elastorm.runtime.restore import restore_options, store_of, take_savepoint
@@ -103,7 +105,14 @@ def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_clu
         home=str(cfg.home.resolve()),
         topology=driver.topology,
     )
-    assert [n for n in store.list("savepoints") if n.startswith("latest-")]
+    (latest,) = [n for n in store.list("savepoints") if n.startswith("latest-")]
+    # Each submission wrote in its own directory; the restored one started from the
+    # first one's sets (read there) and wrote its own.
+    first, second = submission_records(store)[-2:]
+    assert second.restored_from == latest[: -len(".json")]
+    sp = load(store, second.restored_from)
+    assert {s.submission for sets in sp.sets.values() for s in sets.values()} == {first.storm_id}
+    assert open_view(store, second.storm_id).store.list("operators")
 
 
 def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster):

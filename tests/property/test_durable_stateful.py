@@ -12,7 +12,7 @@ from elastorm.core.state import KeyGroupState
 from elastorm.durable.format import Policy
 from elastorm.durable.restore import load_latest
 from elastorm.durable.store import DurableStore, StoreError
-from elastorm.durable.writer import ChainBroken, retire, write_checkpoint
+from elastorm.durable.writer import ChainBroken, no_pins, retire, write_checkpoint
 
 OP = "op"
 GROUP = 5
@@ -97,7 +97,7 @@ class DurableMachine(RuleBasedStateMachine):
     @rule()
     def retention(self):
         if len(self.kept) == self.policy.retain + 1:
-            retire(self.store, OP, self.kept)
+            retire(self.store, OP, self.kept, no_pins)
 
     @rule()
     def writer_restarts(self):

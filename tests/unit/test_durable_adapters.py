@@ -21,8 +21,9 @@ from elastorm.core.migration.table import Phase
 from elastorm.core.state import KeyGroupState
 from elastorm.durable.format import Policy
 from elastorm.durable.local import LocalStore
-from elastorm.durable.restore import load_for_restore, newest_sets
+from elastorm.durable.restore import newest_sets
 from elastorm.durable.store import StoreError
+from elastorm.durable.submissions import SubmissionView, load_for_restore
 from elastorm.durable.writer import DurableWriter, write_checkpoint
 from elastorm.storm.elastic import KeyedOperator
 from elastorm.storm.load import LoadMeter
@@ -55,19 +56,21 @@ def test_newest_sets_names_each_stored_groups_newest_checkpoint(tmp_path) -> Non
 def test_load_for_restore_reads_the_newest_copy_and_waits_for_a_store_that_is_down(
     tmp_path, caplog
 ) -> None:
-    store = FlakyStore(tmp_path, down=0)
+    root = FlakyStore(tmp_path, down=0)
+    view = SubmissionView(root, "t-1-100")
+    store = view.store
     deltas = checkpoints([{"a": 1}, {"a": 2}])
     write_all(store, deltas)
-    store.down = 2
+    root.down = 2
     pauses: list[float] = []
     with caplog.at_level(logging.WARNING):
-        loaded = load_for_restore(store, OP, 3, 7, retry_max_secs=0.75, sleep=pauses.append)
+        loaded = load_for_restore(view, OP, 3, 7, retry_max_secs=0.75, sleep=pauses.append)
     assert pauses == [0.5, 0.75]  # doubling, capped
     assert (loaded.epoch, loaded.checkpoint) == (7, deltas[1].checkpoint)
     assert dict(loaded.entries) == {"a": 3} and dict(loaded.watermarks) == {"up-1": 2}
     assert f"durable restore of {OP}/3 from {store.uri} at checkpoint" in caplog.text
     with caplog.at_level(logging.ERROR):
-        none = load_for_restore(store, OP, 4, 7)
+        none = load_for_restore(view, OP, 4, 7)
     assert none.checkpoint is None and "its state is lost" in caplog.text
 
 
@@ -83,7 +86,7 @@ def test_the_writer_reports_each_groups_newest_durable_checkpoint_once(tmp_path)
     writer.close()
 
 
-def keyed_task(store, *, owned=(), holders=None) -> tuple[KeyedOperator, list, list]:
+def keyed_task(root, *, owned=(), holders=None) -> tuple[KeyedOperator, list, list]:
     """A keyed task without Storm (only what receiving, ticking and performing use):
     the bolt, what it sent, what it reported."""
     bolt = object.__new__(KeyedOperator)
@@ -91,7 +94,8 @@ def keyed_task(store, *, owned=(), holders=None) -> tuple[KeyedOperator, list, l
     bolt.send = sent.append
     bolt.emit = lambda values, stream=None, **_: reports.append(values)
     bolt._component = OP
-    bolt.durable = DurableWriter(store)
+    bolt.view = SubmissionView(root, "t-1-100")
+    bolt.durable = DurableWriter(bolt.view.store)
     bolt._retry_max_secs = 1.0
     bolt._loads = queue.SimpleQueue()
     bolt._epoch = 0
@@ -108,9 +112,8 @@ def keyed_task(store, *, owned=(), holders=None) -> tuple[KeyedOperator, list, l
 def test_a_keyed_task_reads_the_store_off_its_thread_and_restores_at_its_next_tick(
     tmp_path,
 ) -> None:
-    store = LocalStore(tmp_path)
-    write_all(store, checkpoints([{"a": 1}, {"a": 2}]))  # a = 3 as of up-1#2
-    bolt, _, reports = keyed_task(store)
+    bolt, _, reports = keyed_task(LocalStore(tmp_path))
+    write_all(bolt.view.store, checkpoints([{"a": 1}, {"a": 2}]))  # a = 3 as of up-1#2
     replay = tuple(DataTuple(source="up-1", seq=s, key="a", value=10, ts=0.0) for s in (2, 3))
     bolt._receive(1, ToState(key_group=3, epoch=4, protocol=Protocol.DURABLE, items=replay), 0.0)
     assert bolt.coordinator.phase(3) is Phase.LOADING  # the read runs on its own thread
@@ -143,7 +146,8 @@ def test_the_controller_orders_a_durable_restore_when_owner_and_holder_die(
     monkeypatch, tmp_path, caplog
 ) -> None:
     bolt, _, sent, _ = make_controller(monkeypatch)
-    store = bolt.durable_store = LocalStore(tmp_path)
+    bolt.durable_view = SubmissionView(LocalStore(tmp_path), "t-1-100")
+    store = bolt.durable_view.store
     control = bolt.controls["op"]
     orphans = [g for g in range(6) if control.owner(g) == 11]
     assert {control.holders[g] for g in orphans} == {12}
@@ -180,7 +184,7 @@ def test_the_controller_assumes_a_silent_store_has_every_orphan(
     monkeypatch, tmp_path, down
 ) -> None:
     bolt, *_ = make_controller(monkeypatch)
-    bolt.durable_store = FlakyStore(tmp_path, down=10**6 if down else 0)
+    bolt.durable_view = SubmissionView(FlakyStore(tmp_path, down=10**6 if down else 0), "t-1-100")
     control = bolt.controls["op"]
     orphans = {g for g in range(6) if control.owner(g) == 11}
     copies = bolt.durable_copies("op", [11])

@@ -32,7 +32,7 @@ from elastorm.durable.format import (
 from elastorm.durable.local import LocalStore
 from elastorm.durable.restore import load_latest
 from elastorm.durable.store import BACKENDS, DurableStore, open_store, resolve_uri
-from elastorm.durable.writer import ChainBroken, write_checkpoint
+from elastorm.durable.writer import ChainBroken, no_pins, write_checkpoint
 
 OP = "counter"
 
@@ -130,7 +130,7 @@ def test_retention_keeps_the_newest_set_and_m_older(tmp_path):
 
     policy = Policy(compact_deltas=2, retain=1)
     sets = write_all(store, checkpoints([{"k": i} for i in range(1, 8)]), policy)
-    retire(store, OP, [sets[-1], sets[-2]])
+    retire(store, OP, [sets[-1], sets[-2]], no_pins)
     names = store.list(group_dir(OP, 3))
     manifests = [n for n in names if n.startswith("manifest-")]
     assert manifests == [sets[-2].name, sets[-1].name]

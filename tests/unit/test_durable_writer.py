@@ -191,15 +191,20 @@ def test_close_writes_what_is_queued_outside_the_slot(store):
 
 def test_start_writer_gates_only_under_peace(tmp_path):
     from elastorm.config import DurableConfig
+    from elastorm.durable.local import LocalStore
+    from elastorm.durable.submissions import SubmissionView
     from elastorm.durable.writer import start_writer
 
-    common = {"topology": "t", "home": str(tmp_path), "tasks": [4, 5, 6], "period_secs": 6.0}
-    plain = start_writer(DurableConfig(uri=f"file://{tmp_path}"), task=5, **common)
+    view = SubmissionView(LocalStore(tmp_path), "t-1-1")
+    common = {"tasks": [4, 5, 6], "period_secs": 6.0}
+    assert start_writer(DurableConfig(uri="none"), None, task=5, **common) is None
+    plain = start_writer(DurableConfig(uri=f"file://{tmp_path}"), view, task=5, **common)
+    assert plain.store.uri == f"{view.root.uri}/t-1-1" and plain.pins == view.pins
     assert plain.gate is None
     peace = DurableConfig(uri=f"file://{tmp_path}", schedule="peace", concurrent_writes=1)
-    gated = start_writer(peace, task=5, **common)
+    gated = start_writer(peace, view, task=5, **common)
     assert 0.0 <= gated.gate() < 6.0  # task 5's window: 2-4 s of every 6 s
-    off = start_writer(peace, task=5, **{**common, "period_secs": 0.0})  # no checkpoints
+    off = start_writer(peace, view, task=5, **{**common, "period_secs": 0.0})  # no checkpoints
     assert off.gate is None
     for writer in (plain, gated, off):
         writer.close()

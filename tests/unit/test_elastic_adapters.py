@@ -74,7 +74,7 @@ def test_an_emitter_per_keyed_operator_and_commands_reach_the_right_one() -> Non
 
 def test_initial_routing_on_named_nodes_and_its_errors() -> None:
     def routing(conf, op, tasks):
-        return initial_routing(TopologyConfig.from_conf(conf), op, tasks)
+        return initial_routing(TopologyConfig.from_conf(conf), op, tasks, epoch=0)
 
     conf = {"elastorm.key_groups": 4, "elastorm.initial_nodes": {"op2": [1]}}
     assert {routing(conf, "op2", [21, 20]).owner(g) for g in range(4)} == {21}

@@ -201,6 +201,7 @@ CONF = {
     "topology.name": "t",
     "elastorm.key_groups": 6,
     "elastorm.operators": {"op": ["router"]},
+    "storm.id": "t-1-1",
 }
 
 

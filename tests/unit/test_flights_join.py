@@ -104,6 +104,7 @@ def _bolt(monkeypatch, tmp_path, cls):
     conf = {
         "elastorm.key_groups": 1,  # one group, owned by task 3, held on 4
         "elastorm.operators": {"w": ["w_router"]},
+        "storm.id": "t-1-1",
         "elastorm.heartbeats": False,
         "elastorm.output_dir": str(tmp_path),
     }

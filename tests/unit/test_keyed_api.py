@@ -100,6 +100,7 @@ def _bolt(monkeypatch, cls=CountWords):
     conf = {
         "elastorm.key_groups": 1,  # one group, owned by task 3 (round robin), held on 4
         "elastorm.operators": {"counts": ["counts_router"]},
+        "storm.id": "t-1-1",
         "elastorm.heartbeats": False,
     }
     bolt.initialize(conf, context)
@@ -310,6 +311,7 @@ def test_router_sends_each_tuple_to_its_key_groups_owner(monkeypatch) -> None:
     conf = {
         "elastorm.key_groups": 4,
         "elastorm.operators": {"counts": ["counts_router"]},
+        "storm.id": "t-1-1",
         ROUTER_KEYS: {"words:default": 0},
     }
     router.initialize(conf, context)

@@ -41,6 +41,7 @@ def _bolt(monkeypatch):
     conf = {
         "elastorm.key_groups": 1,
         "elastorm.operators": {"counts": ["router"]},
+        "storm.id": "t-1-1",
         "elastorm.heartbeats": False,
     }
     bolt.initialize(conf, context)

@@ -9,12 +9,11 @@ a store that does not answer (``StoreError``) is not damage and propagates.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from elastorm.core.checkpoint import HeldCheckpoint
-from elastorm.core.messages import CheckpointId, DurableLoaded
+from elastorm.core.messages import CheckpointId
 from elastorm.durable.format import (
     CorruptFile,
     Manifest,
@@ -26,7 +25,7 @@ from elastorm.durable.format import (
     parse_name,
     rebuild,
 )
-from elastorm.durable.store import DurableStore, StoreError
+from elastorm.durable.store import DurableStore
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +91,9 @@ def newest_sets(
 ) -> dict[int, CheckpointId]:
     """Of ``key_groups``, those with a set in the store: the newest set's checkpoint id
     (from its manifest's name; one ``list`` per group, nothing read). What the
-    controller plans DURABLE restores from; the target's :func:`load_for_restore`
-    falls back to an older set if this one turns out damaged. ``StoreError``
-    propagates."""
+    controller plans DURABLE restores from (``submissions.SubmissionView``); the
+    target's ``submissions.load_for_restore`` falls back to an older set if this one
+    turns out damaged. ``StoreError`` propagates."""
     out: dict[int, CheckpointId] = {}
     for g in sorted(set(key_groups)):
         names = manifests_newest_first(store.list(group_dir(operator, g)))
@@ -102,61 +101,3 @@ def newest_sets(
         if parsed is not None:
             out[g] = parsed[1]
     return out
-
-
-def load_for_restore(
-    store: DurableStore,
-    operator: str,
-    key_group: int,
-    epoch: int,
-    *,
-    retry_max_secs: float = 30.0,
-    sleep: Callable[[float], None] = time.sleep,
-) -> DurableLoaded:
-    """The DURABLE restore target's read, on a thread of its own (the task must not
-    block): the group's newest intact copy as the ``DurableLoaded`` of routing epoch
-    ``epoch``, or one with no copy (logged at ERROR: the group's state is lost). A
-    store that does not answer is asked again, after 0.5 s doubling up to
-    ``retry_max_secs``: nothing else has the group."""
-    backoff = min(0.5, retry_max_secs)
-    while True:
-        try:
-            found = load_latest(store, operator, key_group)
-            break
-        except StoreError as exc:
-            log.warning(
-                "durable restore of %s/%d waits for the store (retry in %.1f s): %s",
-                operator,
-                key_group,
-                backoff,
-                exc,
-            )
-            sleep(backoff)
-            backoff = min(backoff * 2, retry_max_secs)
-    if found is None:
-        log.error(
-            "durable restore of %s/%d: %s has no intact copy of it: its state is lost",
-            operator,
-            key_group,
-            store.uri,
-        )
-        return DurableLoaded(
-            key_group=key_group, epoch=epoch, checkpoint=None, entries={}, watermarks={}, out_seq={}
-        )
-    copy = found.copy
-    log.warning(
-        "durable restore of %s/%d from %s at checkpoint %s (%d keys)",
-        operator,
-        key_group,
-        store.uri,
-        copy.checkpoint,
-        len(copy.entries),
-    )
-    return DurableLoaded(
-        key_group=key_group,
-        epoch=epoch,
-        checkpoint=copy.checkpoint,
-        entries=copy.entries,
-        watermarks=copy.watermarks,
-        out_seq=copy.out_seq,
-    )

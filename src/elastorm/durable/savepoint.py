@@ -17,10 +17,14 @@ the sets are listed is covered by them. :func:`consistent_points` checks it anyw
 against the sets' watermarks and drops a point that is not covered (that emitter then
 replays from the source's start, numbering from 1 again: slower, still exact).
 
-The savepoint file, ``savepoints/<name>.json`` in the topology's store, is framed like
-every durable file (``format.frame``) and written last; retention never deletes a file it
-names (:func:`pinned_files`). This module decides and encodes; :func:`take` and
-:func:`load` are the thin store adapters around it.
+Each submission of a topology writes its sets in a directory of its own, named by its
+Storm id (``<topology root>/<storm id>/<operator>/g<group>/``,
+``elastorm.durable.submissions``), so a savepoint records, per set, the submission whose
+directory holds it (:class:`GroupSet`): a restored submission reads the old one's files
+and writes its own. The savepoint file, ``savepoints/<name>.json`` at the topology's
+root, is framed like every durable file (``format.frame``) and written last; retention
+never deletes a file it names (:func:`pinned_files`). This module decides and encodes;
+:func:`take` and :func:`load` are the thin store adapters around it.
 """
 
 from __future__ import annotations
@@ -80,8 +84,10 @@ def savepoint_path(name: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class GroupSet:
-    """One key group's durable set in a savepoint: its manifest and the files it needs."""
+    """One key group's durable set in a savepoint: the submission (Storm id) whose
+    directory holds it, its manifest and the files it needs."""
 
+    submission: str
     manifest: str
     files: tuple[str, ...]
     watermarks: Mapping[str, int] = field(default_factory=dict)
@@ -179,13 +185,15 @@ def refusal(savepoint: Savepoint, operator: str, key_groups: int) -> str | None:
     )
 
 
-def pinned_files(savepoints: Iterable[Savepoint], operator: str, key_group: int) -> frozenset[str]:
-    """The file names of ``operator``'s ``key_group`` that some savepoint needs: retention
-    (``format.to_delete``) must leave them."""
+def pinned_files(
+    savepoints: Iterable[Savepoint], submission: str, operator: str, key_group: int
+) -> frozenset[str]:
+    """The file names of ``operator``'s ``key_group`` in ``submission``'s directory that
+    some savepoint needs: retention (``format.to_delete``) must leave them."""
     out: set[str] = set()
     for sp in savepoints:
         s = sp.sets.get(operator, {}).get(key_group)
-        if s is not None:
+        if s is not None and s.submission == submission:
             out.update((s.manifest, *s.files))
     return frozenset(out)
 
@@ -209,7 +217,12 @@ def encode(sp: Savepoint) -> bytes:
         "key_groups": dict(sp.key_groups),
         "sets": {
             op: {
-                str(g): {"manifest": s.manifest, "files": list(s.files), "watermarks": s.watermarks}
+                str(g): {
+                    "submission": s.submission,
+                    "manifest": s.manifest,
+                    "files": list(s.files),
+                    "watermarks": s.watermarks,
+                }
                 for g, s in sorted(groups.items())
             }
             for op, groups in sp.sets.items()
@@ -231,6 +244,7 @@ def decode(data: bytes, *, name: str = "savepoint") -> Savepoint:
             sets={
                 str(op): {
                     int(g): GroupSet(
+                        submission=str(s["submission"]),
                         manifest=str(s["manifest"]),
                         files=tuple(str(f) for f in s["files"]),
                         watermarks={str(k): int(v) for k, v in s["watermarks"].items()},
@@ -259,7 +273,8 @@ def decode(data: bytes, *, name: str = "savepoint") -> Savepoint:
 
 
 def record_operator(store: DurableStore, operator: str, key_groups: int) -> None:
-    """Record ``operator``'s key-group count in the store (a keyed task at start), once."""
+    """Record ``operator``'s key-group count in a submission's directory ``store`` (a
+    keyed task at start), once."""
     path = f"{OPERATORS}/{operator}.json"
     data = frame(json.dumps({"key_groups": key_groups}).encode("utf-8"))
     try:
@@ -271,7 +286,7 @@ def record_operator(store: DurableStore, operator: str, key_groups: int) -> None
 
 
 def operators(store: DurableStore) -> dict[str, int]:
-    """The keyed operators recorded in the store, with their key-group counts."""
+    """The keyed operators recorded in a submission's directory, with their key-group counts."""
     out = {}
     for name in store.list(OPERATORS):
         if name.endswith(".json"):
@@ -280,34 +295,37 @@ def operators(store: DurableStore) -> dict[str, int]:
     return out
 
 
+def group_set(
+    store: DurableStore, submission: str, operator: str, key_group: int, manifest: str
+) -> GroupSet:
+    """The :class:`GroupSet` of manifest ``manifest`` of a group in ``store``, the
+    directory of ``submission`` (the manifest read and checked: a damaged one raises
+    rather than a savepoint silently picking an older set)."""
+    m = decode_manifest(store.get(f"{group_dir(operator, key_group)}/{manifest}"), name=manifest)
+    return GroupSet(
+        submission=submission, manifest=m.name, files=m.files, watermarks=dict(m.watermarks)
+    )
+
+
 def take(
-    store: DurableStore,
+    root: DurableStore,
     *,
     name: str,
     now: float,
+    key_groups: Mapping[str, int],
+    sets: Mapping[str, Mapping[int, GroupSet]],
     points: Mapping[str, RestartPoint],
 ) -> tuple[Savepoint, list[str]]:
-    """Take savepoint ``name`` of the store's topology: the newest set of every group
-    (each manifest read and checked; a damaged one makes the savepoint fail rather
-    than silently pick an older set) and the ``points`` it covers, written last.
-    ``points`` must be read *before* this is called (see the module docstring).
+    """Take savepoint ``name`` at the topology's ``root``: the ``sets`` (one submission's
+    newest, ``SubmissionView.group_sets``) and the ``points`` they cover, written last.
+    ``points`` must be read *before* the sets are listed (see the module docstring).
     Returns the savepoint and the emitters whose points were dropped."""
     check_name(name)
-    counts = operators(store)
-    if not counts:
-        raise SavepointError(f"{store.uri} has no keyed operator recorded: nothing to save")
-    sets: dict[str, dict[int, GroupSet]] = {}
-    for op, n in sorted(counts.items()):
-        chosen = newest_manifests({g: store.list(group_dir(op, g)) for g in range(n)})
-        sets[op] = {}
-        for g, manifest_name in chosen.items():
-            m = decode_manifest(
-                store.get(f"{group_dir(op, g)}/{manifest_name}"), name=manifest_name
-            )
-            sets[op][g] = GroupSet(manifest=m.name, files=m.files, watermarks=dict(m.watermarks))
+    if not key_groups:
+        raise SavepointError(f"{root.uri} has no keyed operator recorded: nothing to save")
     kept, dropped = consistent_points(points, sets)
-    sp = Savepoint(name=name, taken_at=now, key_groups=counts, sets=sets, points=kept)
-    store.put(savepoint_path(name), encode(sp))
+    sp = Savepoint(name=name, taken_at=now, key_groups=key_groups, sets=sets, points=kept)
+    root.put(savepoint_path(name), encode(sp))
     return sp, dropped
 
 
@@ -333,10 +351,12 @@ def all_savepoints(store: DurableStore) -> list[Savepoint]:
     ]
 
 
-def load_group(store: DurableStore, operator: str, key_group: int, s: GroupSet) -> HeldCheckpoint:
-    """The key group as of its set ``s``, rebuilt and checked (``CorruptFile`` if damaged:
-    a restore never falls back silently to another point than the savepoint's)."""
+def load_group(root: DurableStore, operator: str, key_group: int, s: GroupSet) -> HeldCheckpoint:
+    """The key group as of its set ``s`` (read from its submission's directory under the
+    topology's ``root``), rebuilt and checked (``CorruptFile`` if damaged: a restore
+    never falls back silently to another point than the savepoint's)."""
     manifest: Manifest
-    manifest, chain = read_set(store, group_dir(operator, key_group), s.manifest)
+    directory = f"{s.submission}/{group_dir(operator, key_group)}"
+    manifest, chain = read_set(root, directory, s.manifest)
     del manifest
     return rebuild(chain)

@@ -74,8 +74,33 @@ def check_path(path: str) -> str:
     return path
 
 
+class Within:
+    """The part of ``store`` under ``prefix``, itself a :class:`DurableStore`: a
+    submission's directory (``<topology root>/<storm id>``) seen as a store of its own."""
+
+    def __init__(self, store: DurableStore, prefix: str) -> None:
+        self.store, self.prefix = store, check_path(prefix)
+
+    @property
+    def uri(self) -> str:
+        return f"{self.store.uri.rstrip('/')}/{self.prefix}"
+
+    def put(self, path: str, data: bytes) -> None:
+        self.store.put(f"{self.prefix}/{check_path(path)}", data)
+
+    def get(self, path: str) -> bytes:
+        return self.store.get(f"{self.prefix}/{check_path(path)}")
+
+    def list(self, directory: str) -> list[str]:
+        return self.store.list(f"{self.prefix}/{check_path(directory)}")
+
+    def delete(self, path: str) -> None:
+        self.store.delete(f"{self.prefix}/{check_path(path)}")
+
+
 def resolve_uri(uri: str, *, home: str, topology: str) -> str | None:
-    """The store a topology writes to (its own directory under ``uri``): ``None`` for
+    """The root of a topology's store (its own directory under ``uri``; each submission
+    writes below it, in ``<storm id>/``: ``elastorm.durable.submissions``): ``None`` for
     ``none`` (no durable tier); a bare ``file://`` means ``file://<home>/durable``
     (``home`` absolute). ``resolve_uri("hdfs://nn:9870/elastorm", home=..., topology="t")``
     is ``hdfs://nn:9870/elastorm/t``."""

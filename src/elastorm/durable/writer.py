@@ -43,8 +43,8 @@ from elastorm.durable.format import (
 )
 from elastorm.durable.peace import task_windows, until_open
 from elastorm.durable.restore import load_latest, read_set
-from elastorm.durable.savepoint import all_savepoints, pinned_files
-from elastorm.durable.store import DurableStore, StoreError, topology_store
+from elastorm.durable.store import DurableStore, StoreError
+from elastorm.durable.submissions import SubmissionView
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +92,19 @@ def write_checkpoint(
     return manifest
 
 
-def retire(store: DurableStore, operator: str, kept: list[Manifest]) -> list[str]:
+Pins = Callable[[str, int], frozenset[str]]
+"""``(operator, key group) -> file names some savepoint needs`` (``SubmissionView.pins``)."""
+
+
+def no_pins(operator: str, key_group: int) -> frozenset[str]:
+    """No savepoint pins anything (a store with no savepoints)."""
+    return frozenset()
+
+
+def retire(store: DurableStore, operator: str, kept: list[Manifest], pins: Pins) -> list[str]:
     """Delete what no kept set (newest first) and no savepoint needs in the group's
-    directory; the deleted names. The savepoints are read only when there is something
-    to delete, just before (``elastorm.durable.savepoint``: a savepoint's files are pinned)."""
+    directory; the deleted names. ``pins`` is asked only when there is something to
+    delete, just before (``elastorm.durable.savepoint``: a savepoint's files are pinned)."""
     if not kept:
         return []
     key_group = kept[0].key_group
@@ -104,7 +113,7 @@ def retire(store: DurableStore, operator: str, kept: list[Manifest]) -> list[str
     if not to_delete(names, kept):
         return []
     try:
-        pinned = pinned_files(all_savepoints(store), operator, key_group)
+        pinned = pins(operator, key_group)
     except CorruptFile as exc:  # cannot tell what a savepoint pins: delete nothing
         log.error("durable retention of %s skipped: a savepoint is unreadable: %s", directory, exc)
         return []
@@ -149,6 +158,7 @@ class DurableWriter:
         retry_max_secs: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         gate: Callable[[], float] | None = None,
+        pins: Pins = no_pins,
     ) -> None:
         if every < 1 or capacity < 1 or retry_max_secs <= 0:
             raise ValueError("every, capacity >= 1 and retry_max_secs > 0")
@@ -159,6 +169,7 @@ class DurableWriter:
         self.retry_max_secs = retry_max_secs
         self.clock = clock
         self.gate = gate  # seconds until a write may start (Peace's slot); None: at once
+        self.pins = pins  # what savepoints need of the store's files (retention keeps it)
         self._queue: deque[_Pending] = deque()
         self._tracks: dict[Group, _GroupTrack] = {}
         self._wants_full: set[Group] = set()
@@ -319,7 +330,7 @@ class DurableWriter:
         manifest = write_checkpoint(self.store, self.policy, operator, current, item.delta)
         kept = [manifest, *track.kept][: self.policy.retain + 1]
         if len(kept) == self.policy.retain + 1:
-            retire(self.store, operator, kept)
+            retire(self.store, operator, kept, self.pins)
         with self._lock:
             track.kept = kept
             track.durable = max(track.durable, item.offers)
@@ -343,22 +354,18 @@ class DurableWriter:
 
 def start_writer(
     config: DurableConfig,
+    view: SubmissionView | None,
     *,
-    topology: str,
-    home: str,
     task: int,
     tasks: Sequence[int],
     period_secs: float,
 ) -> DurableWriter | None:
-    """A task process's writer for ``config`` (``None`` when the durable tier is off).
-
-    ``home`` fills in a bare ``file://`` (``elastorm run`` submits it resolved, so this
-    is only a fallback for a topology submitted by other means). Under
+    """A task process's writer for ``config`` into its submission's directory
+    (``view.store``; ``None`` when the durable tier is off, ``view`` None). Under
     ``schedule = peace`` the writer of ``task`` starts writes only in its window of
     each ``period_secs`` cycle (:func:`peace_gate`; ``tasks``: every keyed task).
     """
-    store = topology_store(config.uri, home=home, topology=topology)
-    if store is None:
+    if view is None:
         return None
     gate = None
     if config.schedule == "peace" and period_secs > 0:
@@ -368,9 +375,10 @@ def start_writer(
         compact_bytes=config.compact_bytes,
         retain=config.retain,
     )
-    log.info("durable checkpoints of %s go to %s (every %d)", topology, store.uri, config.every)
+    log.info("durable checkpoints go to %s (every %d)", view.store.uri, config.every)
     return DurableWriter(
-        store,
+        view.store,
+        pins=view.pins,
         policy=policy,
         every=config.every,
         capacity=config.queue,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from elastorm.config import DurableConfig
+from elastorm.durable.store import resolve_uri
 from elastorm.errors import UserError
 from elastorm.runtime.config import load_config
 from elastorm.runtime.forget import forget, inventory, refusal, running_entry
@@ -102,8 +104,13 @@ def _run(args: argparse.Namespace) -> int:
                 print("nothing deleted")
                 return 0
         forget(client, layout)
+    home = str(load_config().home.resolve())
+    default = resolve_uri("file://", home=home, topology=args.topology)
     print(
         f"deleted {inv.znodes} znodes under {inv.base}; a new submission of "
-        f"{args.topology} starts clean (durable checkpoint files were not touched)"
+        f"{args.topology} starts clean. Durable checkpoint files were not touched: they "
+        f"are under <{DurableConfig.key('uri')}>/{args.topology}/ (by default {default}/), "
+        "one directory per storm id, with savepoints/ beside them; delete that directory "
+        "to drop them too"
     )
     return 0

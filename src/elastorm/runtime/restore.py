@@ -2,12 +2,13 @@
 resolution of ``elastorm.restore_from`` (``elastorm.durable.savepoint`` decides).
 
 :func:`take_savepoint` reads the emitters' restart points from the topology's ZooKeeper
-*first*, then the durable sets (the order that makes the points covered). A running
-topology is not drained nor asked for a fresh checkpoint: the sets are the newest
-durable ones, each as old as its group's durable lag (``elastorm status`` /
-the dashboard). :func:`restore_options` turns ``latest`` into such a savepoint, named
-``latest-<time>``, and sets ``elastorm.restore_epoch`` from the savepoint, so every
-component of the new submission reads one fixed set and numbers its checkpoints after it.
+*first*, then the durable sets of the submission those znodes belong to (the order that
+makes the points covered; each submission has its own directory,
+``elastorm.durable.submissions``). A running topology is not drained nor asked for a
+fresh checkpoint: the sets are the newest durable ones, each as old as its group's
+durable lag (``elastorm status`` / the dashboard). :func:`restore_options` turns
+``latest`` into such a savepoint of the most recent submission that has any set, named
+``latest-<time>``, so every component of the new submission reads one fixed set.
 """
 
 from __future__ import annotations
@@ -17,22 +18,24 @@ from collections.abc import Callable
 
 from elastorm.config import DurableConfig, TopologyConfig
 from elastorm.durable.format import CorruptFile
-from elastorm.durable.savepoint import LATEST, Savepoint, SavepointError, load, refusal, take
+from elastorm.durable.savepoint import LATEST, Savepoint, SavepointError, load, refusal
 from elastorm.durable.store import DurableStore, StoreError, topology_store
+from elastorm.durable.submissions import latest_view, open_view, save, submission_records
 from elastorm.errors import UserError
 from elastorm.runtime.migrate import connected
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.replay import restart_points
+from elastorm.zk.submission import read_submission
 
 
 def store_of(uri: str, *, home: str, topology: str) -> DurableStore:
-    """The topology's durable store for option value ``uri``; ``UserError`` when the
-    tier is off or the store has nothing of the topology."""
+    """The root of the topology's durable store for option value ``uri``; ``UserError``
+    when the tier is off or no submission of the topology wrote there."""
     store = topology_store(uri, home=home, topology=topology)
     if store is None:
         raise UserError(f"{topology}: the durable tier is off ({DurableConfig.key('uri')} = none)")
     try:
-        if not store.list("operators"):
+        if not submission_records(store):
             raise UserError(
                 f"{topology}: no durable store at {store.uri} (no keyed task of it wrote "
                 "there; is the topology name right, and the durable tier on?)"
@@ -48,15 +51,34 @@ def take_savepoint(
     topology: str,
     name: str,
     *,
+    latest: bool = False,
     progress: Callable[[str], None] = lambda text: None,
 ) -> tuple[Savepoint, list[str]]:
-    """Take savepoint ``name``: the restart points from ZooKeeper, then the sets."""
+    """Take savepoint ``name`` at the topology's root ``store``: the restart points from
+    ZooKeeper, then the sets of the submission they belong to (the one its
+    ``submission`` znode names). With ``latest``, of the most recent submission that has
+    a set (``submissions.latest_view``); the points only if it is that same one."""
     progress(f"reading the emitters' restart points of {topology} from ZooKeeper {zookeeper}")
+    layout = ZnodeLayout(topology)
     with connected(zookeeper) as client:
-        points = restart_points(client, ZnodeLayout(topology))
-    progress(f"{len(points)} restart points; listing the newest durable set of every key group")
+        points = restart_points(client, layout)
+        recorded = read_submission(client, layout)
+    current = recorded.storm_id if recorded is not None else None
     try:
-        return take(store, name=name, now=time.time(), points=points)
+        view = latest_view(store) if latest else None
+        if view is None:
+            if current is None:
+                raise SavepointError(f"ZooKeeper {zookeeper} has no submission of {topology}")
+            view = open_view(store, current)
+        if view.storm_id != current:
+            progress(
+                f"the newest durable sets are of submission {view.storm_id}, ZooKeeper's "
+                f"restart points of {current}: every emitter replays from its source's start"
+            )
+            points = {}
+        progress(f"{len(points)} restart points; listing the newest durable set of every "
+                 f"key group of submission {view.storm_id}")  # fmt: skip
+        return save(view, name=name, now=time.time(), points=points)
     except (SavepointError, CorruptFile) as exc:
         raise UserError(f"savepoint of {topology} not taken: {exc}") from None
 
@@ -70,8 +92,8 @@ def restore_options(
     progress: Callable[[str], None] = lambda text: None,
 ) -> dict[str, object]:
     """``options`` of a submission of ``topology`` with ``elastorm.restore_from``
-    resolved: ``latest`` taken as a savepoint now, ``elastorm.restore_epoch`` set from
-    the savepoint; a changed key-group count is refused here, before submitting."""
+    resolved: ``latest`` taken as a savepoint now (:func:`take_savepoint`); a changed
+    key-group count is refused here, before submitting."""
     key = TopologyConfig.key("restore_from")
     name = options.get(key)
     if not name:
@@ -80,7 +102,9 @@ def restore_options(
     store = store_of(uri, home=home, topology=topology)
     if name == LATEST:
         name = f"latest-{time.strftime('%Y%m%d-%H%M%S')}"
-        sp, dropped = take_savepoint(store, zookeeper, topology, name, progress=progress)
+        sp, dropped = take_savepoint(
+            store, zookeeper, topology, name, latest=True, progress=progress
+        )
         if dropped:
             progress(f"restart points not covered by the sets (replay from 0): {dropped}")
     else:
@@ -94,7 +118,7 @@ def restore_options(
         if why:
             raise UserError(why)
     progress(describe(sp))
-    return {**options, key: sp.name, TopologyConfig.key("restore_epoch"): sp.first_epoch()}
+    return {**options, key: sp.name}
 
 
 def describe(sp: Savepoint, now: float | None = None) -> str:
@@ -108,3 +132,8 @@ def describe(sp: Savepoint, now: float | None = None) -> str:
         f"savepoint {sp.name!r} ({now - sp.taken_at:.0f} s old): {groups} with a durable "
         f"set (the rest start empty), {len(sp.points)} emitter restart points"
     )
+
+
+def restart_hint(sp: Savepoint) -> str:
+    """How to start a new submission from ``sp`` (exactly the options it needs)."""
+    return f"restart from it: sparse submit ... -o {TopologyConfig.key('restore_from')}={sp.name}"

@@ -12,7 +12,7 @@ from elastorm.durable.savepoint import SavepointError, check_name
 from elastorm.errors import UserError
 from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import add_zookeeper_option
-from elastorm.runtime.restore import describe, store_of, take_savepoint
+from elastorm.runtime.restore import describe, restart_hint, store_of, take_savepoint
 
 
 def register(subparsers) -> None:
@@ -25,7 +25,8 @@ def register(subparsers) -> None:
         "and every emitter's restart point from ZooKeeper, written to "
         "savepoints/NAME.json in the store. The job is not drained: the sets are as old "
         "as each group's durable lag. Start a new submission from it with "
-        "-o elastorm.restore_from=NAME (or =latest, with no savepoint). Retention never "
+        "sparse submit ... -o elastorm.restore_from=NAME (exactly that; after a crash, "
+        "this takes the newest durable sets: what =latest means). Retention never "
         "deletes a file a savepoint names.",
     )
     parser.add_argument("--topology", required=True, help="topology name as submitted")
@@ -55,5 +56,5 @@ def _run(args: argparse.Namespace) -> int:
         print(f"not covered by the sets, replaying from the source's start: {', '.join(dropped)}")
     print(describe(sp))
     print(f"written to {store.uri}/savepoints/{name}.json")
-    print(f"restart from it: -o elastorm.restore_from={name}")
+    print(restart_hint(sp))
     return 0

@@ -50,7 +50,6 @@ from elastorm.core.actions import (
 )
 from elastorm.core.control import MigrationController
 from elastorm.core.messages import CheckpointId, PeerDown, UpstreamRecovery
-from elastorm.durable.restore import newest_sets
 from elastorm.durable.store import StoreError
 from elastorm.storm.controller_runtime import (
     ControllerRuntime,
@@ -69,7 +68,7 @@ from elastorm.storm.elastic import (
     tasks_of,
 )
 from elastorm.storm.liveness import LivenessServer
-from elastorm.storm.savepoint import durable_store
+from elastorm.storm.savepoint import durable_savepoint, durable_view, first_epoch
 from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence, write_liveness
 from elastorm.zk.scaling import NodeWatch
 from elastorm.zk.view import TaskJoined, TaskLeft
@@ -113,12 +112,13 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
         self.refusal: Refusal | None = None
         try:
+            epoch = first_epoch(durable_savepoint(conf, config))
             self.controls = {
                 op: MigrationController(
                     num_key_groups=config.key_groups,
                     tasks=tasks,
                     emitters=tasks_of(context, operators[op]),
-                    routing=initial_routing(config, op, tasks),
+                    routing=initial_routing(config, op, tasks, epoch=epoch),
                     zones=task_zones(config, tasks),
                 )
                 for op, tasks in self.operator_tasks.items()
@@ -152,7 +152,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         )
         self.recover_lost = config.controller.recover_lost
         # Read (listed) when keyed tasks are lost: which of their groups it has a copy of.
-        self.durable_store = durable_store(conf, config)
+        self.durable_view = durable_view(conf, config)
         self.tentative: frozenset[str] = frozenset()  # operators told their outputs are
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
@@ -393,7 +393,7 @@ class MigrationControllerBolt(_Sending, Bolt):
             len(crash.promoted),
             len(plan.checkpoint_moves),
         )
-        uri = self.durable_store.uri if self.durable_store is not None else None
+        uri = self.durable_view.store.uri if self.durable_view is not None else None
         for m in plan.durable_restores:
             log.warning(
                 "controller: durable restore of %s from %s at checkpoint %s on %s (its owner "
@@ -429,17 +429,17 @@ class MigrationControllerBolt(_Sending, Bolt):
         has a set of: the newest set's checkpoint (one ``list`` per group). A store that
         does not answer is assumed to have them all (``None``): their targets read it
         once it answers, as nothing else has them."""
-        if self.durable_store is None:
+        if self.durable_view is None:
             return {}
         control = self.controls[op]
         groups = {g for d in dead for g in control.lost_key_groups(d, stale_through)}
         try:
-            return dict(newest_sets(self.durable_store, op, groups))
+            return self.durable_view.newest_sets(op, groups)
         except StoreError as exc:
             log.error(
                 "controller: the durable store %s does not answer (%s): key groups %s of %s "
                 "with no copy in memory are restored from it once it does",
-                self.durable_store.uri,
+                self.durable_view.store.uri,
                 exc,
                 sorted(groups),
                 op,

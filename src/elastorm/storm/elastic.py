@@ -82,8 +82,7 @@ from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
-from elastorm.durable.restore import load_for_restore
-from elastorm.durable.savepoint import record_operator
+from elastorm.durable.submissions import SubmissionView, load_for_restore
 from elastorm.durable.writer import DurableWriter, start_writer
 from elastorm.storm.load import (
     LoadMeter,
@@ -93,7 +92,13 @@ from elastorm.storm.load import (
 )
 from elastorm.storm.pygc import full_collections
 from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM
-from elastorm.storm.savepoint import durable_root, durable_savepoint, restore_keyed
+from elastorm.storm.savepoint import (
+    durable_savepoint,
+    durable_view,
+    first_epoch,
+    record_start,
+    restore_keyed,
+)
 from elastorm.storm.wire import CheckedEncoding, use_elastorm_wire
 
 log = logging.getLogger(__name__)
@@ -206,21 +211,25 @@ class _Sending(CheckedEncoding):
 
 
 def start_durable(
-    conf: Mapping[str, Any], config: TopologyConfig, context: Mapping[str, Any]
+    view: SubmissionView | None, config: TopologyConfig, context: Mapping[str, Any]
 ) -> DurableWriter | None:
-    """This task process's durable writer (``elastorm.durable.*``), or ``None`` when off;
-    its Peace slot (if scheduled) among every keyed operator's tasks."""
+    """This task process's durable writer (``elastorm.durable.*``) into its submission's
+    directory, or ``None`` when off; its Peace slot (if scheduled) among every keyed
+    operator's tasks."""
     return start_writer(
         config.durable,
-        **durable_root(conf),
+        view,
         task=int(context["taskid"]),
         tasks=tasks_of(context, tuple(config.operators)),
         period_secs=config.checkpoint_interval_secs * config.durable.every,
     )
 
 
-def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int]) -> RoutingTable:
-    """``operator``'s routing table at start, computed alike by every task and the controller.
+def initial_routing(
+    config: TopologyConfig, operator: str, tasks: Iterable[int], *, epoch: int
+) -> RoutingTable:
+    """``operator``'s routing table at start, computed alike by every task and the controller,
+    in routing epoch ``epoch`` (``storm.savepoint.first_epoch``).
 
     Round robin over its tasks, or, if ``elastorm.initial_nodes`` names the
     operator (``{operator: [node index, ...]}``, node ``i`` = the operator's
@@ -237,7 +246,7 @@ def initial_routing(config: TopologyConfig, operator: str, tasks: Iterable[int])
                 f"need node indices in [0, {len(ordered)})"
             )
         chosen = [ordered[i] for i in wanted]
-    return RoutingTable.round_robin(config.key_groups, chosen, epoch=config.restore_epoch)
+    return RoutingTable.round_robin(config.key_groups, chosen, epoch=epoch)
 
 
 def task_zones(config: TopologyConfig, tasks: Iterable[int]) -> list[str]:
@@ -278,13 +287,14 @@ class KeyedEmitting(_Sending):
         point = start.point if sources and start.point else RestartPoint()
         # A first start restored from a savepoint resumes from the point it recorded
         # (from the source's start without one): the replay is numbered as before.
-        restored = start.incarnation == 1 and bool(config.restore_from)
+        saved = durable_savepoint(conf, config)
+        epoch = first_epoch(saved)
+        restored = start.incarnation == 1 and saved is not None
         if restored and sources:
-            saved = durable_savepoint(conf, config)
             point = (saved.point_of(component, task) if saved else None) or RestartPoint()
         source = emitter_source(
             component, task, start.incarnation, replayed=bool(sources),
-            restored=config.restore_epoch if restored else 0,
+            restored=epoch if restored else 0,
         )  # fmt: skip
         if start.incarnation > 1 and not sources:
             log.warning(
@@ -297,7 +307,7 @@ class KeyedEmitting(_Sending):
         for op in operators:
             tasks = tasks_of(context, op)
             self._operator_of.update(dict.fromkeys(tasks, op))
-            routing = start.routing.get(op) or initial_routing(config, op, tasks)
+            routing = start.routing.get(op) or initial_routing(config, op, tasks, epoch=epoch)
             emitter = self.emitters[op] = Emitter(
                 task=task,
                 routing=routing,
@@ -602,7 +612,11 @@ class KeyedOperator(_Sending):
         component = context["componentid"]
         tasks = tasks_of(context, component)
         config = TopologyConfig.from_conf(conf)
-        routing = initial_routing(config, component, tasks)
+        # This submission's durable directory (None: tier off), and the savepoint it
+        # starts from (its base).
+        self.view = view = durable_view(conf, config)
+        saved = view.base if view is not None else None
+        routing = initial_routing(config, component, tasks, epoch=first_epoch(saved))
         holders = initial_holders(routing, tasks, task_zones(config, tasks))
         incarnation, epoch = task_start(conf, component, task, component)
         self.incarnation = incarnation
@@ -615,7 +629,7 @@ class KeyedOperator(_Sending):
         self._started = TaskStarted(task=task, restarted=restarted, stale_through=epoch)
         interval = config.checkpoint_interval_secs
         self._component = component
-        self.durable = start_durable(conf, config, context)
+        self.durable = start_durable(view, config, context)
         self._retry_max_secs = config.durable.retry_max_secs
         self._loads: queue.SimpleQueue[DurableLoaded] = queue.SimpleQueue()
         self.coordinator = TaskCoordinator(
@@ -631,17 +645,13 @@ class KeyedOperator(_Sending):
             resend_after=config.resend_after_secs,
             durable_trim=self.durable is not None,
         )
-        if self.durable is not None and not restarted:
+        if view is not None and not restarted:
             try:  # what a savepoint lists; the store being down must not stop the task
-                record_operator(self.durable.store, component, routing.num_key_groups)
+                record_start(view, config, component, routing.num_key_groups)
             except OSError as exc:  # StoreError included
-                log.error("key-group count of %s not recorded in the store: %s", component, exc)
-        if config.restore_from and not restarted:
-            saved = durable_savepoint(conf, config)
-            assert saved is not None and self.durable is not None  # savepoint_of refuses
-            restore_keyed(
-                self.durable.store, saved, component, self.coordinator, epoch=routing.epoch
-            )
+                log.error("submission of %s not recorded in the store: %s", component, exc)
+        if saved is not None and view is not None and not restarted:
+            restore_keyed(view.root, saved, component, self.coordinator, epoch=routing.epoch)
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
@@ -771,11 +781,12 @@ class KeyedOperator(_Sending):
             self._loads.put(none)
             self._loads_waiting = True
             return
-        store, operator, put = self.durable.store, self._component, self._loads.put
+        view, operator, put = self.view, self._component, self._loads.put
+        assert view is not None  # self.durable is set
         retry = self._retry_max_secs
 
         def read() -> None:
-            put(load_for_restore(store, operator, load.key_group, load.epoch, retry_max_secs=retry))
+            put(load_for_restore(view, operator, load.key_group, load.epoch, retry_max_secs=retry))
             self._loads_waiting = True
 
         threading.Thread(
