@@ -232,6 +232,12 @@ def test_a_component_refuses_latest_unresolved_saying_what_to_do(tmp_path):
         savepoint_of(None, TopologyConfig(restore_from="sp"))
 
 
+def test_a_component_refuses_a_savepoint_that_does_not_exist(tmp_path):
+    store = _store(tmp_path).root
+    with pytest.raises(ConfigError, match="elastorm.restore_from = 'nope'"):
+        savepoint_of(store, TopologyConfig(restore_from="nope"))
+
+
 def test_a_spout_resumes_at_the_oldest_position_its_emitters_need():
     points = {
         "router:4": RestartPoint(positions={"lines:1": 90}),

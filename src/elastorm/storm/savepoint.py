@@ -25,9 +25,11 @@ from typing import Any
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.replay import RestartPoint
+from elastorm.durable.format import CorruptFile
 from elastorm.durable.savepoint import (
     LATEST,
     Savepoint,
+    SavepointError,
     load,
     load_group,
     record_operator,
@@ -43,8 +45,8 @@ log = logging.getLogger(__name__)
 def savepoint_of(store: DurableStore | None, config: TopologyConfig) -> Savepoint | None:
     """The savepoint this submission starts from (None: it starts empty).
 
-    Raises ``ConfigError`` when it cannot be used: the durable tier is off, or
-    ``latest`` was not resolved at submit.
+    Raises ``ConfigError`` when it cannot be used: the durable tier is off,
+    ``latest`` was not resolved at submit, or the savepoint is missing or damaged.
     """
     name = config.restore_from
     if not name:
@@ -61,7 +63,10 @@ def savepoint_of(store: DurableStore | None, config: TopologyConfig) -> Savepoin
             "newest durable sets), then submit again with the "
             f"`-o {key}=<savepoint name>` it prints"
         )
-    return load(store, name)
+    try:
+        return load(store, name)
+    except (SavepointError, CorruptFile) as exc:  # refused like any other bad option
+        raise ConfigError(f"{key} = {name!r}: {exc}") from exc
 
 
 def restore_keyed(
