@@ -579,6 +579,8 @@ class DurableLossDriver(SupervisorLossDriver):
     def __init__(self, limit: int | None = None, *, uri: str, **kwargs: Any) -> None:
         super().__init__(limit, lose=2, **kwargs)
         self.uri = uri
+        self.from_store: set[int] = set()  # key groups seen restored by a DURABLE move
+        self._watching = threading.Event()
         self._store = None
 
     def options(self, output_dir: str) -> dict[str, object]:
@@ -614,16 +616,33 @@ class DurableLossDriver(SupervisorLossDriver):
         ready = all(g in stored for g in doubly) and all(newest[g] for g in mine if g not in doubly)
         return combo if doubly and ready else []
 
+    def _kill(self, victims: list[int]) -> list[int]:
+        """The kill, then a watcher of the controller's status that records every key
+        group it shows restored by a ``durable`` migration (in flight or ended)."""
+        killed = super()._kill(victims)
+        self._watching.set()
+        threading.Thread(target=self._watch_durable, daemon=True).start()
+        return killed
+
+    def _watch_durable(self) -> None:
+        from elastorm.runtime.migrate import wait_for_status
+
+        while self._watching.is_set():
+            try:
+                status = wait_for_status(self._client, self.topology, OPERATOR, 10)
+            except UserError:
+                continue
+            for m in (*status.get("migrations", ()), *status.get("ended", ())):
+                if m.get("protocol") == "durable":
+                    self.from_store.add(int(m["key_group"]))
+            time.sleep(0.1)
+
     def outcome(self, output_dir: str) -> Outcome:
         """Adds ``from_store``: the key groups the controller restored from the store."""
+        self._watching.clear()
         out = super().outcome(output_dir)
-        try:
-            with open(os.path.join(output_dir, "controller-metrics.json"), encoding="utf-8") as fh:
-                recoveries = json.load(fh).get("recoveries", [])
-        except (OSError, ValueError):
-            recoveries = []
-        from_store = sorted({g for r in recoveries for g in r.get("from_store", ())})
-        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"from_store": from_store})
+        facts = {"from_store": sorted(self.from_store)}
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
 
 
 class NameNodeOutageDriver(ElasticFlightsDriver):
