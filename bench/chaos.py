@@ -135,7 +135,7 @@ SUPERVISORS = 4
 
 
 #: What a run's outcome says about its faults (kills, losses and their timings, outages).
-FAULT_FACTS = ("kills", "losses", "outages", "frozen", "cuts", "from_store", "outage")
+FAULT_FACTS = ("kills", "losses", "outages", "frozen", "cuts", "from_store", "restores", "outage")
 
 
 def _restart(supervisors, killed: list[str]) -> None:

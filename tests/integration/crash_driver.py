@@ -580,6 +580,7 @@ class DurableLossDriver(SupervisorLossDriver):
         super().__init__(limit, lose=2, **kwargs)
         self.uri = uri
         self.from_store: set[int] = set()  # key groups seen restored by a DURABLE move
+        self.restores: dict[tuple[int, int], dict] = {}  # ended restores, by (group, epoch)
         self._watching = threading.Event()
         self._store = None
 
@@ -635,13 +636,16 @@ class DurableLossDriver(SupervisorLossDriver):
             for m in (*status.get("migrations", ()), *status.get("ended", ())):
                 if m.get("protocol") == "durable":
                     self.from_store.add(int(m["key_group"]))
+            for e in status.get("ended", ()):
+                if e["protocol"] in ("durable", "restore"):
+                    self.restores[(e["key_group"], e["epoch"])] = e
             time.sleep(0.1)
 
     def outcome(self, output_dir: str) -> Outcome:
         """Adds ``from_store``: the key groups the controller restored from the store."""
         self._watching.clear()
         out = super().outcome(output_dir)
-        facts = {"from_store": sorted(self.from_store)}
+        facts = {"from_store": sorted(self.from_store), "restores": list(self.restores.values())}
         return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
 
 

@@ -273,6 +273,8 @@ def test_an_owner_and_its_holder_killed_together_are_restored_from_hdfs(
     [loss] = outcome.facts["losses"]
     print(f"lost tasks {loss['tasks']} (groups {loss['groups']}); from HDFS: "
           f"{outcome.facts['from_store']}; {outcome.summary}")  # fmt: skip
+    for e in outcome.facts["restores"]:  # from HDFS against from a memory holder
+        print(f"group {e['key_group']}: {e['protocol']} restore in {e['completion']} s")
     assert outcome.facts["from_store"], "no key group was restored from the durable store"
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary
     assert "no total left tentative at the sink: got {}" in outcome.summary
