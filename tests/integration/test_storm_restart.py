@@ -64,9 +64,8 @@ class RestartDriver(ElasticFlightsDriver):
             progress=print,
         )
         jar = cfg.home / "jars" / "topology.jar"  # built by run_topology
-        nimbus.submit(
-            cfg.project, CLUSTER_ENV, self.name, self.topology, jar, checked_options(options)
-        )
+        checked = checked_options(options, self.sections)
+        nimbus.submit(cfg.project, CLUSTER_ENV, self.name, self.topology, jar, checked)
 
 
 def _kill_every_supervisor(cfg) -> list[str]:
