@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 
 import pytest
@@ -22,8 +23,10 @@ from drivers.flights_elastic import ElasticFlightsDriver
 from elastorm.config import DurableConfig, TopologyConfig
 from elastorm.durable.savepoint import load
 from elastorm.durable.submissions import open_view, submission_records
+from elastorm.errors import UserError
 from elastorm.runtime import nimbus
 from elastorm.runtime.cluster import CLUSTER_ENV, down
+from elastorm.runtime.outcome import Outcome
 from elastorm.runtime.restore import restore_options, store_of, take_savepoint
 from elastorm.runtime.run import checked_options, durable_home, run_topology
 
@@ -34,7 +37,14 @@ AT = 0.4  # share of the rows read when the job is stopped
 
 class RestartDriver(ElasticFlightsDriver):
     """The elastic flights job with no migrations; at ``AT`` of its rows read, ``stop``
-    runs once (it stops the job, and resubmits it under the same name)."""
+    runs once (it stops the job, and resubmits it under the same name, its output in
+    ``second/`` of the output directory).
+
+    What must survive the restart is the keyed state (op2, ``sum_delays``): the run is
+    done when the op2 totals at the sinks (the first submission's, then the second's
+    over them) count every flight op1 forwards from the whole input, and passes when
+    every plane's delay sum and flight count equal pandas' and none is left tentative.
+    The plain bolts (op3, op4) restart empty: no guarantee there (docs/failures.md)."""
 
     def __init__(self, cfg, stop: Callable[[RestartDriver], None], **kwargs) -> None:
         super().__init__(script=(), **kwargs)
@@ -42,20 +52,70 @@ class RestartDriver(ElasticFlightsDriver):
         self.stop = stop
         self.stopped = False
         self.submitted: dict[str, object] = {}
+        self.first_dir = ""
 
     def options(self, output_dir: str) -> dict[str, object]:
+        self.first_dir = output_dir
         self.submitted = durable_home(self.cfg) | super().options(output_dir)
         return self.submitted
 
+    def _op2(self) -> dict:
+        """op2's totals at both submissions' sinks, the second's over the first's."""
+        from demos.flights_results import read_results
+
+        merged = dict(read_results(self.first_dir).totals("op2"))
+        if self.stopped:
+            merged |= read_results(os.path.join(self.first_dir, "second")).totals("op2")
+        return merged
+
+    def wait(self, output_dir: str, timeout: float, progress) -> None:
+        from demos.flights_reference import compute_reference
+        from demos.flights_results import read_results
+
+        want = sum(c for _, c in compute_reference(limit=self.limit).delay.values())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.stopped:
+                self.on_poll(read_results(output_dir))
+            counted = sum(t[1] for t in self._op2().values())
+            progress(f"op2 totals count {counted} of {want} flights")
+            if self.stopped and counted == want:
+                return
+            time.sleep(1.0)
+        raise UserError(f"op2 totals never counted all {want} flights in {timeout:.0f} s")
+
     def on_poll(self, result) -> None:
         if not self.stopped and result.spout_total("rows_read") >= AT * self._total_rows():
-            self.stopped = True
             self.stop(self)
+            self.stopped = True
+
+    def outcome(self, output_dir: str) -> Outcome:
+        from demos.flights_reference import compute_reference
+        from demos.flights_results import read_results
+
+        want = compute_reference(limit=self.limit).delay
+        got = self._op2()
+        wrong = sorted(k for k in want if tuple(got.get(k, ()))[:2] != tuple(want[k]))
+        extra = sorted(set(got) - set(want))
+        left = read_results(os.path.join(output_dir, "second")).still_tentative("op2")
+        ok = not wrong and not extra and not left
+        summary = (
+            f"op2 after the restart: {len(want) - len(wrong)} of {len(want)} plane-years "
+            f"exact, {len(extra)} unexpected, {len(left)} left tentative"
+            + (f"; wrong: {wrong[:5]}" if wrong else "")
+        )
+        return Outcome(summary=summary, ok=ok, facts={"wrong": len(wrong), "tentative": left})
 
     def resubmit(self, restore_from: str, **changes: object) -> None:
         """Submit the same topology name again from ``restore_from``."""
         cfg = self.cfg
-        options = self.submitted | TopologyConfig.overrides(restore_from=restore_from) | changes
+        second = os.path.join(self.first_dir, "second")
+        os.makedirs(second, exist_ok=True)
+        options = (
+            self.submitted
+            | TopologyConfig.overrides(restore_from=restore_from, output_dir=second)
+            | changes
+        )
         options = restore_options(
             options,
             topology=self.topology,
@@ -98,7 +158,6 @@ def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_clu
     outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=900)
     assert driver.stopped and events["killed"], events
     assert outcome.ok, outcome.summary
-    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
     store = store_of(
         str(driver.submitted[DurableConfig.key("uri")]),
         home=str(cfg.home.resolve()),
@@ -135,4 +194,3 @@ def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster):
     outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=900)
     assert driver.stopped and taken["groups"], taken
     assert outcome.ok, outcome.summary
-    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
