@@ -215,14 +215,7 @@ class Cluster:
         """The store's answer to ``load``: its newest copy of the group, or none."""
         copy = self.store.get(load.key_group)
         if copy is None:
-            return DurableLoaded(
-                key_group=load.key_group,
-                epoch=load.epoch,
-                checkpoint=None,
-                entries={},
-                watermarks={},
-                out_seq={},
-            )
+            return DurableLoaded.missing(load.key_group, load.epoch)
         return DurableLoaded(
             key_group=load.key_group,
             epoch=load.epoch,

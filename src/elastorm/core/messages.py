@@ -464,6 +464,13 @@ class DurableLoaded(Message):
             raise ValueError("a missing durable copy (checkpoint None) has no contents")
         _check_watermarks(self.watermarks)
 
+    @classmethod
+    def missing(cls, key_group: int, epoch: int) -> DurableLoaded:
+        """The answer when the store has no intact set of ``key_group``."""
+        return cls(
+            key_group=key_group, epoch=epoch, checkpoint=None, entries={}, watermarks={}, out_seq={}
+        )
+
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.__name__: cls

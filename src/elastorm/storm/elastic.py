@@ -770,14 +770,7 @@ class KeyedOperator(_Sending):
                 self._component,
                 load.key_group,
             )
-            none = DurableLoaded(
-                key_group=load.key_group,
-                epoch=load.epoch,
-                checkpoint=None,
-                entries={},
-                watermarks={},
-                out_seq={},
-            )
+            none = DurableLoaded.missing(load.key_group, load.epoch)
             self._loads.put(none)
             self._loads_waiting = True
             return
