@@ -13,7 +13,6 @@ import time
 import pytest
 from shared_cluster import cluster_up
 
-from drivers.flights import FlightsDriver
 from drivers.flights_elastic import ElasticFlightsDriver
 from drivers.smoke import SmokeDriver
 from elastorm.errors import UserError
@@ -68,13 +67,6 @@ def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> No
     finally:
         nimbus.kill(cfg.project, "cluster", "smoke-listed")
     _wait_topology_gone(host, port, "smoke-listed", timeout=60)
-
-
-def test_flights_job_on_cluster_matches_pandas_for_every_plane(cluster) -> None:
-    cfg, _ = cluster
-    outcome = run_topology(cfg, "cluster", FlightsDriver(limit=None), timeout=400)
-    assert outcome.ok, outcome.summary
-    assert outcome.facts["rows"] == 336_776
 
 
 def test_elastic_flights_with_migrations_on_cluster_matches_pandas(cluster) -> None:

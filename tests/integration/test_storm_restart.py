@@ -2,11 +2,12 @@
 (b) every supervisor killed with kill -9, Nimbus and ZooKeeper restarted, the flights
 job resubmitted under the same name with ``elastorm.restore_from=latest``; (c) a
 savepoint of the running job (``elastorm savepoint``), the topology killed and
-resubmitted from it with changed settings. Both: every plane's totals equal pandas'.
+resubmitted from it with changed settings. Both: every plane's op2 totals (the keyed
+state) equal pandas'.
 
 Talks to: the shared single-machine Storm cluster (Nimbus, supervisors, ZooKeeper, from
-``elastorm cluster up``), the durable tier on its default ``file://`` store. Written, not
-yet run (see the branch's report).
+``elastorm cluster up``) and the project's HDFS (``conftest.hdfs_cluster``), where the
+durable tier writes.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from elastorm.config import DurableConfig, TopologyConfig
 from elastorm.durable.savepoint import load
 from elastorm.durable.submissions import open_view, submission_records
 from elastorm.errors import UserError
-from elastorm.runtime import nimbus
+from elastorm.runtime import hdfs, nimbus
 from elastorm.runtime.cluster import CLUSTER_ENV, down
 from elastorm.runtime.outcome import Outcome
 from elastorm.runtime.restore import restore_options, store_of, take_savepoint
-from elastorm.runtime.run import checked_options, durable_home, run_topology
+from elastorm.runtime.run import checked_options, run_topology
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +47,10 @@ class RestartDriver(ElasticFlightsDriver):
     every plane's delay sum and flight count equal pandas' and none is left tentative.
     The plain bolts (op3, op4) restart empty: no guarantee there (docs/failures.md)."""
 
-    def __init__(self, cfg, stop: Callable[[RestartDriver], None], **kwargs) -> None:
+    def __init__(self, cfg, stop: Callable[[RestartDriver], None], uri: str, **kwargs) -> None:
         super().__init__(script=(), **kwargs)
         self.cfg = cfg
+        self.uri = uri  # elastorm.durable.uri: the project's HDFS
         self.stop = stop
         self.stopped = False
         self.submitted: dict[str, object] = {}
@@ -56,7 +58,7 @@ class RestartDriver(ElasticFlightsDriver):
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.first_dir = output_dir
-        self.submitted = durable_home(self.cfg) | super().options(output_dir)
+        self.submitted = super().options(output_dir) | DurableConfig.overrides(uri=self.uri)
         return self.submitted
 
     def _op2(self) -> dict:
@@ -141,7 +143,7 @@ def _kill_every_supervisor(cfg) -> list[str]:
     return killed
 
 
-def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_cluster):
+def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_cluster, hdfs_cluster):
     """(b): the whole cluster lost (kill -9), Nimbus and ZooKeeper restarted with their
     data, the old topology killed, the same name resubmitted from ``latest``."""
     cfg, _ = storm_cluster
@@ -154,7 +156,7 @@ def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_clu
         nimbus.kill(cfg.project, CLUSTER_ENV, driver.topology)  # Nimbus resumed it
         driver.resubmit("latest")
 
-    driver = RestartDriver(cfg, stop, limit=60_000, max_rate=1500.0)
+    driver = RestartDriver(cfg, stop, hdfs.store_uri(hdfs_cluster), limit=40_000, max_rate=1500.0)
     outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=900)
     assert driver.stopped and events["killed"], events
     assert outcome.ok, outcome.summary
@@ -173,7 +175,7 @@ def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_clu
     assert open_view(store, second.storm_id).store.list("operators")
 
 
-def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster):
+def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster, hdfs_cluster):
     """(c): a savepoint of the running job, the topology killed, the same name submitted
     again from the savepoint with changed settings (a checkpoint interval and a rate)."""
     cfg, _ = storm_cluster
@@ -190,7 +192,7 @@ def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster):
         nimbus.kill(cfg.project, CLUSTER_ENV, driver.topology)
         driver.resubmit("upgrade", **TopologyConfig.overrides(checkpoint_interval_secs=2.0))
 
-    driver = RestartDriver(cfg, stop, limit=60_000, max_rate=1500.0)
+    driver = RestartDriver(cfg, stop, hdfs.store_uri(hdfs_cluster), limit=40_000, max_rate=1500.0)
     outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=900)
     assert driver.stopped and taken["groups"], taken
     assert outcome.ok, outcome.summary
