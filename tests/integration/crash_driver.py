@@ -660,6 +660,9 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
     before the stop. ``facts["durable"]``: per group, the newest durable checkpoint
     before the stop and at the end."""
 
+    # s after the outage for every durable copy to move on (retries back off to 30 s)
+    CATCH_UP = 120.0
+
     def __init__(
         self, limit: int, *, cfg: Any, outage: float = 20.0, at: float = 0.2, **kwargs: Any
     ) -> None:
@@ -669,6 +672,7 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
         self.cfg, self.outage, self.at = cfg, outage, at
         self.uri = hdfs.store_uri(cfg)
         self.before: dict[int, Any] = {}
+        self.after: dict[int, Any] = {}
         self.stopped: dict[str, float] = {}
         self._thread: threading.Thread | None = None
 
@@ -702,18 +706,24 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
             self._thread.start()
         super().on_poll(result)
 
+    def wait(self, output_dir: str, timeout: float, progress) -> None:
+        """The job's own wait, then, with the topology still running (its writers retry
+        what the outage held back), until the NameNode is back and every group's durable
+        copy moved past the one it had before the stop (at most ``CATCH_UP`` s)."""
+        super().wait(output_dir, timeout, progress)
+        if self._thread is not None:
+            self._thread.join(timeout=180)  # a NameNode restart took 42 s in one CI run
+        deadline = time.monotonic() + self.CATCH_UP
+        while time.monotonic() < deadline:
+            self.after = self._newest()
+            if self.before and all(self.after.get(g, (0, 0)) > c for g, c in self.before.items()):
+                return
+            time.sleep(1.0)
+
     def outcome(self, output_dir: str) -> Outcome:
         """Adds ``durable`` and fails the run unless every group's durable copy moved on."""
-        if self._thread is not None:
-            self._thread.join(timeout=120)
-        after: dict[int, Any] = {}
-        deadline = time.monotonic() + 60  # the writers' retries back off up to 30 s
-        while time.monotonic() < deadline:
-            after = self._newest()
-            if self.before and all(after.get(g, (0, 0)) > c for g, c in self.before.items()):
-                break
-            time.sleep(1.0)
         out = super().outcome(output_dir)
+        after = self.after
         stale = sorted(g for g, c in self.before.items() if not after.get(g, (0, 0)) > c)
         line = (
             f"NameNode down {self.stopped.get('down_secs')} s; durable copies of "
