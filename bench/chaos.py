@@ -27,7 +27,12 @@ a worker of its own:
 * ``netcut-30`` / ``netcut-10``: the supervisor in the cluster's network namespace cut
   off the network for 30 or 10 s (its veth link down, then up;
   ``NetworkCutDriver``). With either chosen, the cluster is brought up with its last
-  supervisor in a namespace (``elastorm cluster up --netns-supervisor 3``; root only).
+  supervisor in a namespace (``elastorm cluster up --netns-supervisor 3``; root only);
+* ``durable-2``: the durable tier on the project's HDFS, an op2 owner and the holder of
+  its groups killed together (``DurableLossDriver``: restored from HDFS);
+  ``namenode-20`` / ``datanode-20``: the NameNode stopped, or one of the three
+  DataNodes killed, for 20 s mid-run (``NameNodeOutageDriver``). With any of them
+  chosen, the harness starts the project's HDFS (``elastorm hdfs up``).
 
     .venv/bin/python bench/chaos.py --runs 3
 
@@ -112,6 +117,9 @@ def _scenarios(limit: int, rate: float) -> dict[str, Callable[[], Any]]:
         # The durable tier on the project's HDFS (issue 29): started when one is chosen.
         "durable-2": lambda: lose(DurableLossDriver, uri=_hdfs_uri()),
         "namenode-20": lambda: NameNodeOutageDriver(limit, cfg=_hdfs_cfg(), max_rate=rate),
+        "datanode-20": lambda: NameNodeOutageDriver(
+            limit, cfg=_hdfs_cfg(), datanode=0, max_rate=rate
+        ),
     }
 
 
@@ -130,7 +138,7 @@ def _hdfs_uri() -> str:
 #: Scenarios that need the cluster's last supervisor in a network namespace.
 NETCUT = ("netcut-30", "netcut-10")
 #: Scenarios that need the project's HDFS.
-HDFS = ("durable-2", "namenode-20")
+HDFS = ("durable-2", "namenode-20", "datanode-20")
 SUPERVISORS = 4
 
 

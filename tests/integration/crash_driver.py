@@ -651,8 +651,10 @@ class DurableLossDriver(SupervisorLossDriver):
 
 class NameNodeOutageDriver(ElasticFlightsDriver):
     """The elastic flights job writing its durable checkpoints to the project's HDFS,
-    with the NameNode stopped for ``outage`` s from ``at`` of the input, and the
-    scripted CPA and CPAL migrations during it (issue 29 (d)).
+    with the NameNode stopped for ``outage`` s from ``at`` of the input (issue 29 (d)),
+    or with ``datanode`` given, that DataNode killed for ``outage`` s instead (a
+    replicated write goes on with the others: issue 29, item 5), and the scripted CPA
+    and CPAL migrations during it.
 
     Processing and the in-memory checkpoints must go on (the migrations are
     checkpoint-assisted), the durable writes wait and are retried in order, and once
@@ -664,12 +666,19 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
     CATCH_UP = 120.0
 
     def __init__(
-        self, limit: int, *, cfg: Any, outage: float = 20.0, at: float = 0.2, **kwargs: Any
+        self,
+        limit: int,
+        *,
+        cfg: Any,
+        outage: float = 20.0,
+        at: float = 0.2,
+        datanode: int | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(limit, script=((at + 0.05, "cpa"), (at + 0.1, "cpal")), **kwargs)
         from elastorm.runtime import hdfs
 
-        self.cfg, self.outage, self.at = cfg, outage, at
+        self.cfg, self.outage, self.at, self.datanode = cfg, outage, at, datanode
         self.uri = hdfs.store_uri(cfg)
         self.before: dict[int, Any] = {}
         self.after: dict[int, Any] = {}
@@ -693,10 +702,16 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
         from elastorm.runtime import hdfs
 
         began = time.monotonic()
-        hdfs.namenode(self.cfg, "stop")
+        if self.datanode is None:
+            hdfs.namenode(self.cfg, "stop")
+        else:
+            hdfs.datanode(self.cfg, "kill", self.datanode)
         self.stopped["stop"] = round(time.monotonic() - began, 3)
         time.sleep(max(0.0, self.outage - (time.monotonic() - began)))
-        hdfs.namenode(self.cfg, "start")
+        if self.datanode is None:
+            hdfs.namenode(self.cfg, "start")
+        else:
+            hdfs.datanode(self.cfg, "start", self.datanode)
         self.stopped["down_secs"] = round(time.monotonic() - began, 3)
 
     def on_poll(self, result) -> None:
@@ -725,8 +740,9 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
         out = super().outcome(output_dir)
         after = self.after
         stale = sorted(g for g, c in self.before.items() if not after.get(g, (0, 0)) > c)
+        what = "NameNode" if self.datanode is None else f"DataNode {self.datanode}"
         line = (
-            f"NameNode down {self.stopped.get('down_secs')} s; durable copies of "
+            f"{what} down {self.stopped.get('down_secs')} s; durable copies of "
             f"{len(self.before)} groups before it, "
             + (f"groups {stale} never written again" if stale else "every one written again")
         )
