@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+import zipfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from shared_cluster import cluster_up
@@ -108,8 +110,9 @@ class RestartDriver(ElasticFlightsDriver):
         )
         return Outcome(summary=summary, ok=ok, facts={"wrong": len(wrong), "tentative": left})
 
-    def resubmit(self, restore_from: str, **changes: object) -> None:
-        """Submit the same topology name again from ``restore_from``."""
+    def resubmit(self, restore_from: str, jar: Path | None = None, **changes: object) -> None:
+        """Submit the same topology name again from ``restore_from`` (with ``jar``: that
+        code instead of the first submission's)."""
         cfg = self.cfg
         second = os.path.join(self.first_dir, "second")
         os.makedirs(second, exist_ok=True)
@@ -125,9 +128,44 @@ class RestartDriver(ElasticFlightsDriver):
             home=str(cfg.home.resolve()),
             progress=print,
         )
-        jar = cfg.home / "jars" / "topology.jar"  # built by run_topology
+        jar = jar or first_jar(cfg)
         checked = checked_options(options, self.sections)
         nimbus.submit(cfg.project, CLUSTER_ENV, self.name, self.topology, jar, checked)
+
+
+def first_jar(cfg) -> Path:
+    """The topology jar ``run_topology`` built for the first submission."""
+    return cfg.home / "jars" / "topology.jar"
+
+
+#: The upgrade of (c): op2's bolt flushes its updates half as often and leaves a mark
+#: in the output directory, so the test sees the new code ran on the restored state.
+UPGRADED_MODULE = "resources/bolts/flights_elastic.py"
+UPGRADE_ANCHOR = "        self.flush_every = FlightsOptions.from_conf(conf).flush_every\n"
+UPGRADE = (
+    "        self.flush_every = 2 * FlightsOptions.from_conf(conf).flush_every  # v2\n"
+    "        open(os.path.join(self.output_dir, 'upgraded-op2'), 'a').close()\n"
+)
+
+
+def upgraded_jar(jar: Path, out: Path) -> Path:
+    """A copy of ``jar`` with op2's module changed as :data:`UPGRADE` says."""
+    with zipfile.ZipFile(jar) as old, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as new:
+        for item in old.infolist():
+            data = old.read(item)
+            if item.filename == UPGRADED_MODULE:
+                text = data.decode()
+                assert UPGRADE_ANCHOR in text, "op2's setup changed: update UPGRADE_ANCHOR"
+                text = text.replace(UPGRADE_ANCHOR, UPGRADE)
+                if "\nimport os\n" not in text:
+                    text = text.replace(
+                        "\nfrom __future__ import annotations\n",
+                        "\nfrom __future__ import annotations\n\nimport os\n",
+                        1,
+                    )
+                data = text.encode()
+            new.writestr(item, data)
+    return out
 
 
 def _kill_every_supervisor(cfg) -> list[str]:
@@ -177,7 +215,8 @@ def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_clu
 
 def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster, hdfs_cluster):
     """(c): a savepoint of the running job, the topology killed, the same name submitted
-    again from the savepoint with changed settings (a checkpoint interval and a rate)."""
+    again from the savepoint with changed code (op2's bolt: :data:`UPGRADE`) and changed
+    settings (a checkpoint interval)."""
     cfg, _ = storm_cluster
     taken: dict[str, object] = {}
 
@@ -190,9 +229,15 @@ def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster, hdfs_
         sp, dropped = take_savepoint(store, cfg.zookeeper, driver.topology, "upgrade")
         taken.update(groups=sum(len(s) for s in sp.sets.values()), dropped=dropped)
         nimbus.kill(cfg.project, CLUSTER_ENV, driver.topology)
-        driver.resubmit("upgrade", **TopologyConfig.overrides(checkpoint_interval_secs=2.0))
+        jar = upgraded_jar(first_jar(cfg), cfg.home / "jars" / "topology-v2.jar")
+        driver.resubmit(
+            "upgrade", jar=jar, **TopologyConfig.overrides(checkpoint_interval_secs=2.0)
+        )
 
     driver = RestartDriver(cfg, stop, hdfs.store_uri(hdfs_cluster), limit=40_000, max_rate=1500.0)
     outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=900)
     assert driver.stopped and taken["groups"], taken
     assert outcome.ok, outcome.summary
+    # the second submission's op2 tasks ran the new code (their mark), the first's not
+    assert os.path.exists(os.path.join(driver.first_dir, "second", "upgraded-op2"))
+    assert not os.path.exists(os.path.join(driver.first_dir, "upgraded-op2"))
