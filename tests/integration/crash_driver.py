@@ -240,6 +240,10 @@ class NodeLossDriver(ElasticCrashDriver):
                 seen.setdefault("detected", now)  # restored implies declared lost
             if "restored" in seen:
                 progress = self._progress(status, owned, killed_wall)
+                if progress is None and self._input_ended_by(killed_wall + seen["restored"]):
+                    # restored after the spout's last row: what the groups missed was
+                    # replayed during the restore, and no new tuple will come
+                    progress = seen["after_input"] = seen["restored"]
                 if progress is not None:
                     seen["progress"] = progress
             if now > self.migration_timeout:
@@ -319,6 +323,13 @@ class NodeLossDriver(ElasticCrashDriver):
         if stat.czxid == self._killed_czxid:
             return None
         return decode_leader(data).controller
+
+    def _input_ended_by(self, wall: float) -> bool:
+        """Whether every spout task had read its last row by ``wall`` (wall clock)."""
+        spouts = read_results(self.output_dir).spouts
+        return bool(spouts) and all(
+            s.get("exhausted") and s.get("exhausted_at", wall + 1) <= wall for s in spouts
+        )
 
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
         """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied

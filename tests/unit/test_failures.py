@@ -11,7 +11,14 @@ from types import SimpleNamespace
 import pytest
 
 import elastorm.storm.controller_bolt as bolt_module
-from elastorm.controller.failures import Bounds, Evidence, FailureDetector, Reason, verdict
+from elastorm.controller.failures import (
+    UNSEEN,
+    Bounds,
+    Evidence,
+    FailureDetector,
+    Reason,
+    verdict,
+)
 from elastorm.controller.requests import RequestEvent
 from elastorm.core.actions import CheckpointStored
 from elastorm.core.messages import Migrate, PeerDown, Protocol, SetHolder
@@ -214,9 +221,13 @@ class FakeRuntime:
             connected=True, DataWatch=lambda path, func: None, set=self.znodes.__setitem__
         )
         self.layout = ZnodeLayout("t")
-        self.incarnations: dict[int, int] = {}
+        self.incarnations: dict[int, int] = {10: 1, 11: 1, 12: 1}  # every keyed task's znode
         self.watcher = SimpleNamespace(
-            events=[], poll_events=self._poll, live=dict, incarnations=self.incarnations.copy
+            events=[],
+            poll_events=self._poll,
+            live=dict,
+            incarnations=lambda: dict(self.incarnations),
+            synced=lambda: True,
         )
         self.loaded = True  # this task leads (False: another one does)
         self.epochs: dict[str, int] = {}
@@ -414,3 +425,50 @@ def test_a_requested_migration_is_finished_with_the_pause_its_target_reported(co
     assert finished == [("req-1", 0.031)]
     (ended,) = bolt.loop.ended["op"]  # the same record the status publishes
     assert (ended.pause, ended.by, ended.key_group) == (0.031, "request", group)
+
+
+def test_a_task_gone_before_this_controller_watched_is_declared_after_the_grace(
+    controller,
+) -> None:
+    """lose-1-ctl at df1ca41 (docs/raw/chaos_df1ca41.jsonl): the leader and task 9 were
+    killed while the standby was still starting; its watcher never saw 9's znode leave,
+    so nothing was restored until Storm restarted 9 (76 s after the kill). Now a keyed
+    task with no znode at the first look after taking over is suspected, and declared
+    once the grace has passed without a znode or a liveness connection of it."""
+    bolt, runtime, sent, fenced = controller
+    del runtime.incarnations[11]  # gone before this controller's watcher read tasks/
+    control = bolt.controls["op"]
+    lost = [g for g in range(6) if control.owner(g) == 11]
+    for g in range(6):
+        control.on_checkpoint_stored(
+            control.holders[g], CheckpointStored(key_group=g, checkpoint=(0, 1))
+        )
+    bolt.detect_failures(100.0)  # the first look: suspected, within the grace
+    assert sent == [] and fenced == []
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert fenced == [(11, UNSEEN)]
+    restores = [s for s in sent if isinstance(s.message, Migrate)]
+    assert {s.message.key_group for s in restores} == set(lost)
+    assert all(control.owner(g) != 11 for g in lost)
+
+
+def test_an_absent_task_whose_znode_appears_within_the_grace_is_not_declared(
+    controller,
+) -> None:
+    bolt, runtime, sent, fenced = controller
+    del runtime.incarnations[11]  # e.g. re-registering after a lapsed session
+    bolt.detect_failures(100.0)
+    runtime.incarnations[11] = 7  # back
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert fenced == [] and not [s for s in sent if isinstance(s.message, Migrate)]
+    assert bolt.detector.declared == frozenset()
+
+
+def test_absent_tasks_are_not_suspected_before_the_task_znodes_were_read(controller) -> None:
+    bolt, runtime, sent, fenced = controller
+    synced = False
+    runtime.watcher.synced = lambda: synced
+    runtime.incarnations.clear()  # nothing read yet: not "every task is gone"
+    bolt.detect_failures(100.0)
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert fenced == [] and bolt.detector.declared == frozenset()

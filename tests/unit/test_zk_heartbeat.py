@@ -28,9 +28,10 @@ class _Result:
 
 
 class _Stat:
-    def __init__(self, owner, czxid=0):
+    def __init__(self, owner, czxid=0, mzxid=0):
         self.ephemeralOwner = owner
         self.czxid = czxid
+        self.mzxid = mzxid
 
 
 class FakeKazoo:
@@ -103,7 +104,8 @@ class FakeKazoo:
         def get():
             if path not in self.nodes:
                 raise NoNodeError()
-            return self.nodes[path][0], _Stat(self.nodes[path][1], self.created.get(path, 0))
+            created = self.created.get(path, 0)
+            return self.nodes[path][0], _Stat(self.nodes[path][1], created, created)
 
         return self._call(get)
 
@@ -264,3 +266,24 @@ def test_fenced_while_a_step_was_under_way_it_stays_fenced() -> None:
     assert states(pub)[-1] == (PublisherState.REGISTERED, PublisherState.FENCED)
     pub._step()  # and takes no step again
     assert pub.state() is PublisherState.FENCED and len(calls) == 2
+
+
+def test_a_fence_of_an_unseen_incarnation_stops_older_znodes_only() -> None:
+    """A controller that never saw the task's znode fences ``UNSEEN``: the process whose
+    znode predates the fence stops; one started after it (Storm's restart) does not."""
+    from elastorm.controller.failures import UNSEEN
+
+    fake = FakeKazoo()
+    pub = make(fake, Heartbeat)
+    pub._step()
+    fake.expire()
+    fence = LAYOUT.fence("op", 4)
+    fake.zxid += 1
+    fake.nodes[fence], fake.created[fence] = (str(UNSEEN).encode(), 0), fake.zxid
+    pub._step()
+    assert pub.state() is PublisherState.FENCED
+    fresh = make(fake, Heartbeat)
+    fresh._step()
+    fake.expire()
+    fresh._step()
+    assert fresh.state() is PublisherState.REGISTERED

@@ -26,6 +26,11 @@ The decision is :func:`verdict`, one ordered table (:data:`RULES`):
    would have is how a live task was fenced in the elastic-flights stall (docs/failures.md).
 6. Otherwise (silent for ``answer_secs``, or never heard within that grace) it is lost.
 
+A controller that begins watching after a task's znode is gone (a standby whose worker
+started late, and the leader died with that task) never sees it leave: at its take-over
+every keyed task with no znode is suspected as the :data:`UNSEEN` incarnation
+(:meth:`FailureDetector.absent`) and goes through the same rows (the grace first).
+
 A declared task stays declared until a newer incarnation of it is live (its znode
 joined, or it reported ``TaskStarted`` and its restart was recovered:
 :meth:`FailureDetector.forget`). Each declaration names the *incarnation* that was
@@ -38,6 +43,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+#: The incarnation of a task whose znode this controller never saw: older than every
+#: real one (a znode's creation zxid is positive). Its fence stops every process of the
+#: task whose znode was created before the fence (``elastorm.zk.heartbeat``).
+UNSEEN = 0
 
 
 class Reason(enum.Enum):
@@ -149,6 +159,12 @@ class FailureDetector:
     def left(self, task: int, operator: str, incarnation: int) -> None:
         """``task``'s znode of ``incarnation`` is gone (its session ended)."""
         self._suspect(task, operator, incarnation, closed=False)
+
+    def absent(self, task: int, operator: str) -> None:
+        """``task`` had no znode when this controller took over, and it never saw one: it
+        died before this controller watched. Suspected as :data:`UNSEEN` (any znode or
+        liveness connection of it clears that)."""
+        self._suspect(task, operator, UNSEEN, closed=False)
 
     def closed(self, task: int, operator: str, incarnation: int) -> None:
         """``task``'s liveness connection of ``incarnation`` closed: its process died."""

@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 
 from streamparse import Bolt
 
@@ -163,6 +164,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.seen_restarts: list[Restarted] = []  # while standing by
         self.workers = int(conf.get("topology.workers") or 1)
         self.placement_checked = False
+        self.absent_checked = False  # tasks gone before this task watched: suspected once
         threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
 
     @property
@@ -279,6 +281,8 @@ class MigrationControllerBolt(_Sending, Bolt):
             self.detector.closed(task, op, incarnation)
         if not ready:
             return
+        if not self.absent_checked and self.runtime.watcher.synced():
+            self.suspect_absent(live)
         due = self.detector.due(now, connected=self.runtime.client.connected, live=live)
         for op, lost in due.items():
             for d in lost:
@@ -300,6 +304,21 @@ class MigrationControllerBolt(_Sending, Bolt):
             for d in lost:
                 self.fence(op, d.task, d.incarnation)
             self.recover(op, [d.task for d in lost], rejoined=False)
+
+    def suspect_absent(self, live: Mapping[int, int]) -> None:
+        """Once, at the first look after taking over with the task znodes read: every
+        keyed task with no znode died before this controller watched (a standby that
+        started late never saw it leave), so it is suspected (``FailureDetector.absent``)
+        and declared after the grace unless a znode of it appears."""
+        self.absent_checked = True
+        for task, op in sorted(self.operator_of.items()):
+            if task not in live:
+                log.warning(
+                    "controller: task %s of %s has no znode as this controller takes over",
+                    task,
+                    op,
+                )
+                self.detector.absent(task, op)
 
     def fence(self, op: str, task: int, incarnation: int) -> None:
         """Fence ``task``'s lost ``incarnation``: if that process is only cut off, it

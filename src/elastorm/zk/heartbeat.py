@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from elastorm.controller.failures import UNSEEN
 from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
 from elastorm.core.sessions import PublisherInput, PublisherState, RegistrationMachine
 from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop, session_id
@@ -207,16 +208,17 @@ class HeartbeatPublisher(BackgroundLoop):
 
     def _fenced(self) -> bool:
         """After an expiry: whether the controller declared our last znode lost (its
-        fence names that znode's creation zxid); if so, go ``FENCED`` for good."""
+        fence names that znode's creation zxid, or is ``UNSEEN`` and was written after
+        that znode was created); if so, go ``FENCED`` for good."""
         if self._czxid is None:
             return False
         path = self._layout.fence(self._identity.operator, self._identity.task_id)
         try:
-            data, _ = self._client.get_async(path).get(timeout=self._timeout)
+            data, stat = self._client.get_async(path).get(timeout=self._timeout)
         except NoNodeError:
-            data = b""
+            data, stat = b"", None
         self._expired = False
-        if data.decode() != str(self._czxid):
+        if not fences(data.decode(), None if stat is None else stat.mzxid, self._czxid):
             return False
         self._feed(PublisherInput.FENCED, f"declared lost while away (znode zxid {self._czxid})")
         return True
@@ -255,3 +257,16 @@ class HeartbeatPublisher(BackgroundLoop):
             self._czxid = stat.czxid
         self.published += 1
         return True
+
+
+def fences(fence: str, written: int | None, czxid: int) -> bool:
+    """Whether a fence znode holding ``fence``, last written at zxid ``written``, stops
+    the process whose znode was created at ``czxid``: it names that znode, or it is
+    ``UNSEEN`` (the controller never saw the task's znode) written after it.
+
+    >>> fences("7", 9, 7), fences("7", 9, 8), fences("0", 9, 7), fences("0", 9, 10)
+    (True, False, True, False)
+    """
+    if fence == str(czxid):
+        return True
+    return fence == str(UNSEEN) and written is not None and czxid < written

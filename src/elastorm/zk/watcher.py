@@ -77,6 +77,11 @@ class ClusterWatcher(BackgroundLoop):
         with self._lock:
             return {e.record.task_id: e.record for e in self._entries.values()}
 
+    def synced(self) -> bool:
+        """Whether the task znodes have been read in full at least once."""
+        with self._lock:
+            return self._last_resync > -float("inf")
+
     def incarnations(self) -> dict[int, int]:
         """Task id -> incarnation (its znode's creation zxid) of every live task."""
         with self._lock:
