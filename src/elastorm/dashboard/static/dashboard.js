@@ -109,7 +109,8 @@ function drawOperatorCharts(v) {
   $("#operator-load tbody").innerHTML = rows.join("");
 }
 
-function lagText(lag) { return lag == null ? "–" : `${lag[0]} checkpoints, ${fmt(lag[1], 1)} s`; }
+const LAGGING = "#ffb347"; // a durable copy past the dashboard's lag limits (not a node's color: dashed)
+function lagText(lag) { return lag == null ? "–" : `${lag[0]} checkpoint${lag[0] === 1 ? "" : "s"}, ${fmt(lag[1], 1)} s`; }
 
 function groupText(op, g) {
   return `${op.name}/${g}: owner ${op.owners[g]} (task ${op.owner_tasks[g]}), holder ${op.holders[g]}, ${fmt(op.load[g])} tuples/s` +
@@ -137,8 +138,8 @@ function groupMapOption(op, cols, size) {
       type: "custom", coordinateSystem: "none", data: op.load.map((load, g) => [g, load]),
       renderItem: (params) => {
         const g = params.dataIndex, x = (g % cols) * size, y = Math.floor(g / cols) * size;
-        const stroke = moving.has(g) ? "#fff" : lagging.has(g) ? "#ff5a5a" : null;
-        const style = stroke ? { fill: fill(g), stroke, lineWidth: 2 } : { fill: fill(g) };
+        const style = moving.has(g) ? { fill: fill(g), stroke: "#fff", lineWidth: 2 }
+          : lagging.has(g) ? { fill: fill(g), stroke: LAGGING, lineWidth: 2, lineDash: [3, 2] } : { fill: fill(g) };
         return { type: "rect", shape: { x: x + 1, y: y + 1, width: size - 2, height: size - 2 }, style };
       },
     }],
