@@ -11,7 +11,10 @@ with SIGKILL (Storm then ends and restarts its worker); the migration (with its 
 and the kill must appear in the page's DOM within 2 s of ZooKeeper showing them (the
 request ``done``, the task's znode gone), the node must show ``draining`` within 2 s of
 the click, the controller's own migrations that empty it must show ``done`` with their
-pauses, and a PromQL query must return the migration.
+pauses, and a PromQL query must return the migration. The durable tier is on
+(``elastorm.durable.uri = file://``): the page's durable panel must show the operator's
+durable lag and keyed tasks' writers with checkpoints written, and Prometheus the lag
+per key group and the writes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import pytest
 from dashboard_servers import dashboard_process, prometheus_server, promql
 
 from drivers.flights_elastic import ElasticFlightsDriver
+from elastorm.config import DurableConfig
 from elastorm.dashboard.view import SUSPECT_AFTER
 from elastorm.runtime.outcome import Outcome
 from elastorm.runtime.provision import LocalSupervisors
@@ -57,6 +61,11 @@ class DashboardScenario(ElasticFlightsDriver):
         super().__init__(None, script=(), max_rate=800.0)
         self.facts: dict = {}
 
+    def options(self, output_dir: str) -> dict[str, object]:
+        # The durable tier on, in a local directory (the default, stated: the page's
+        # durable panel is checked).
+        return super().options(output_dir) | DurableConfig.overrides(uri="file://")
+
     def wait(self, output_dir: str, timeout: float, progress) -> None:
         from playwright.sync_api import sync_playwright
 
@@ -75,6 +84,7 @@ class DashboardScenario(ElasticFlightsDriver):
                 page.goto(url)
                 page.wait_for_selector(f'.op[data-operator="{OPERATOR}"]', timeout=120_000)
                 self._migration(page, zk, prom, wait_until_movable)
+                self._durable(page, prom)
                 self._drain(page, zk)
                 self._kill(page, zk, work)
                 self._screenshot(page, work)
@@ -128,6 +138,36 @@ class DashboardScenario(ElasticFlightsDriver):
             prom, f'elastorm_migrations_total{{operator="{OPERATOR}",outcome="done"}}', 20
         )
         self.facts["prometheus_migrations"] = result
+
+    def _durable(self, page, prom) -> None:
+        """The durable panel (shown once a task's heartbeat carries its durable writer):
+        the operator's lag line, each keyed task's writer (some wrote checkpoints by now:
+        the migration waited for one), and in Prometheus the lag per key group and the
+        writes."""
+        page.wait_for_selector("#durable-section:not([hidden])", timeout=30_000)
+        line = page.wait_for_selector(f'.durable-op[data-operator="{OPERATOR}"]', timeout=5_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#durable-tasks tr[data-task]')]"
+            ".some((tr) => +tr.dataset.writes > 0)",
+            timeout=30_000,
+        )
+        tasks = page.eval_on_selector_all(
+            "#durable-tasks tr[data-task]",
+            "rows => rows.map((tr) => ({task: +tr.dataset.task, writes: +tr.dataset.writes, "
+            "errors: +tr.dataset.errors, text: tr.innerText}))",
+        )
+        lag = _wait_promql(prom, f'elastorm_durable_lag_checkpoints{{operator="{OPERATOR}"}}', 20)
+        writes = _wait_promql(
+            prom, f'sum(elastorm_durable_writes_total{{operator="{OPERATOR}"}})', 20
+        )
+        self.facts["durable"] = {
+            "line": line.inner_text(),
+            "max_checkpoints": line.get_attribute("data-max-checkpoints"),
+            "max_seconds": line.get_attribute("data-max-seconds"),
+            "tasks": tasks,
+            "prometheus_lag": {s["metric"]["key_group"]: s["value"][1] for s in lag},
+            "prometheus_writes": writes[0]["value"][1],
+        }
 
     def _drain(self, page, zk) -> None:
         """Drain the third node from the page (the drain form, keep it running): its row
@@ -262,6 +302,15 @@ def test_dashboard_shows_a_migration_a_drain_and_a_kill_and_prometheus_stores_th
     # flights job's tuples carry event time, so it has no emit-to-applied latency).
     row = facts["operator_row"]
     assert float(row["rate"]) > 0 and row["service"].endswith("ms"), row
+    # The durable tier: the operator's lag on the page, its writers' checkpoints, and
+    # the lag of its key groups and the writes in Prometheus.
+    durable = facts["durable"]
+    assert "groups trailing" in durable["line"], durable
+    assert int(durable["max_checkpoints"]) >= 0 and float(durable["max_seconds"]) >= 0, durable
+    assert any(t["writes"] > 0 for t in durable["tasks"]), durable
+    lag = durable["prometheus_lag"]
+    assert lag and all(0 <= int(g) < 20 and float(n) >= 0 for g, n in lag.items()), durable
+    assert float(durable["prometheus_writes"]) > 0, durable
     ((sample),) = facts["prometheus_migrations"]
     assert sample["metric"]["protocol"] == "cpal" and sample["value"][1] == "1", sample
     assert float(facts["prometheus_failures"][0]["value"][1]) >= 1

@@ -5,18 +5,33 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from elastorm.controller.model import Allocation, Heartbeat, KeyGroupId, TaskIdentity, TaskRecord
+from elastorm.controller.model import (
+    Allocation,
+    DurableHealth,
+    Heartbeat,
+    KeyGroupId,
+    TaskIdentity,
+    TaskRecord,
+)
 from elastorm.controller.requests import MigrationRequest, RequestState
 from elastorm.core.messages import Protocol
 from elastorm.dashboard.app import create_app
 from elastorm.dashboard.metrics import render
-from elastorm.dashboard.view import SUSPECT_AFTER, Snapshot, Tracker, build_view, node_index
+from elastorm.dashboard.view import (
+    SUSPECT_AFTER,
+    LagLimits,
+    Snapshot,
+    Tracker,
+    build_view,
+    node_index,
+)
 
 T0 = 1_000_000.0
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -397,3 +412,123 @@ def test_the_controllers_own_moves_take_the_protocol_it_ordered():
     moved = status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1)
     events = tracker.observe(snap(T0 + 1, TASKS, st=moved, controller_metrics=orders))
     assert [(e["kind"], e["group"], e["protocol"]) for e in events] == [("move", 1, "cpa")]
+
+
+# ------------------------------------------------------------------ the durable tier
+
+
+def durable(task: TaskRecord, t: float, *, writes: int, lag=(), errors=0, queue=0) -> TaskRecord:
+    """``task`` at wall-clock ``t`` with a durable writer that wrote ``writes``
+    checkpoints of 100 bytes each and has ``lag`` ((group, checkpoints, s), ...)."""
+    beat = DurableHealth(
+        writes=writes, bytes=100 * writes, errors=errors, queue=queue, lag=tuple(lag)
+    )
+    return replace(task, heartbeat=replace(task.heartbeat, durable=beat), time=t)
+
+
+def durable_snaps() -> list[Snapshot]:
+    """Two reads 10 s apart: task 4 (groups 0, 2) wrote 20 more checkpoints and its
+    group 2 trails by 3 checkpoints; task 5 (groups 1, 3) had 2 failed writes and its
+    group 1 trails by 1 checkpoint but for 45 s (the store is failing)."""
+    return [
+        snap(T0, [durable(TASKS[0], T0, writes=10), durable(TASKS[1], T0, writes=5)], st=ST),
+        snap(
+            T0 + 10,
+            [
+                durable(TASKS[0], T0 + 10, writes=30, lag=[(2, 3, 2.5)], queue=1),
+                durable(TASKS[1], T0 + 10, writes=5, lag=[(1, 1, 45.0)], errors=2),
+            ],
+            st=ST,
+        ),
+    ]
+
+
+def test_the_view_shows_each_groups_durable_lag_and_each_tasks_writer():
+    tracker = Tracker()
+    for s in durable_snaps():
+        tracker.observe(s)
+    view = build_view(s, tracker)
+    json.dumps(view, allow_nan=False)
+    (op,) = view["operators"]
+    assert op["durable"] == {
+        "lag": [[0, 0.0], [1, 45.0], [3, 2.5], [0, 0.0]],
+        "lagging": [1, 2],  # 3 > 2 checkpoints; 45 > 30 s
+        "trailing": 2,
+        "max_checkpoints": 3,
+        "max_seconds": 45.0,
+    }
+    d = view["durable"]
+    assert d["limits"] == {"checkpoints": 2, "seconds": 30.0}
+    t4, t5 = d["tasks"]
+    assert (t4["task"], t4["writes"], t4["bytes"], t4["queue"], t4["errors"]) == (4, 30, 3000, 1, 0)
+    assert (t4["write_rate"], t4["byte_rate"]) == (2.0, 200.0)  # 20 writes in 10 s
+    assert (t5["write_rate"], t5["errors"], t5["lagging"], t5["max_seconds"]) == (0.0, 2, 1, 45.0)
+    assert [(r["group"], r["node"], r["checkpoints"], r["lagging"]) for r in d["trailing"]] == [
+        (1, "node1", 1, True),  # the most seconds behind first
+        (2, "node0", 3, True),
+    ]
+    assert d["trailing_total"] == 2
+    # Looser limits: the same lag, nothing highlighted.
+    loose = build_view(s, tracker, limits=LagLimits(checkpoints=5, seconds=60.0))
+    assert loose["operators"][0]["durable"]["lagging"] == []
+    assert not any(r["lagging"] for r in loose["durable"]["trailing"])
+
+
+def test_with_the_durable_tier_off_nothing_durable_is_shown_or_exported():
+    tracker = Tracker()
+    s = snap(T0, TASKS, st=ST)  # heartbeats without a durable field
+    tracker.observe(s)
+    view = build_view(s, tracker)
+    assert view["durable"] is None and view["operators"][0]["durable"] is None
+    assert b"elastorm_durable" not in render(view)
+
+
+def test_a_task_whose_durable_counts_restart_gets_no_negative_rate():
+    tracker = Tracker()
+    _, second = durable_snaps()
+    tracker.observe(second)
+    restarted = durable(TASKS[0], T0 + 11, writes=2)  # a new process: counts from 0
+    tracker.observe(snap(T0 + 11, [restarted, second.live[5]], st=ST))
+    assert tracker.durable_rates(4) is None  # one sample since the restart
+    tracker.observe(snap(T0 + 13, [durable(TASKS[0], T0 + 13, writes=6)], st=ST))
+    assert tracker.durable_rates(4) == (2.0, 200.0)
+    assert tracker.durable_rates(5) is None  # gone from the live tasks
+
+
+def test_lag_limits_are_checked():
+    with pytest.raises(ValueError):
+        LagLimits(checkpoints=-1)
+    with pytest.raises(ValueError):
+        LagLimits(seconds=float("nan"))
+    assert LagLimits().lagging(3, 0.0) and LagLimits().lagging(0, 30.5)
+    assert not LagLimits().lagging(2, 30.0)
+
+
+def test_durable_metrics_have_prometheus_names_labels_and_values():
+    tracker = Tracker()
+    for s in durable_snaps():
+        tracker.observe(s)
+    families = _families(render(build_view(s, tracker)))
+    lag = {"operator": "op2", "topology": "flights"}
+    assert _sample(families, "elastorm_durable_lag_checkpoints", key_group="2", **lag) == 3
+    assert _sample(families, "elastorm_durable_lag_seconds", key_group="1", **lag) == 45
+    assert _sample(families, "elastorm_durable_lag_checkpoints", key_group="0", **lag) == 0
+    assert _sample(families, "elastorm_durable_max_lag_checkpoints", **lag) == 3
+    assert _sample(families, "elastorm_durable_max_lag_seconds", **lag) == 45
+    assert _sample(families, "elastorm_durable_writes_total", task="4", operator="op2") == 30
+    assert _sample(families, "elastorm_durable_bytes_total", task="4") == 3000
+    assert _sample(families, "elastorm_durable_write_errors_total", task="5") == 2
+    assert _sample(families, "elastorm_durable_coalesced_total", task="5") == 0
+    assert _sample(families, "elastorm_durable_queue_checkpoints", task="4") == 1
+    assert families["elastorm_durable_writes"].type == "counter"
+    assert families["elastorm_durable_lag_seconds"].type == "gauge"
+    per_group = [
+        sample
+        for name in ("elastorm_durable_lag_checkpoints", "elastorm_durable_lag_seconds")
+        for sample in families[name].samples
+    ]
+    assert {s.labels["key_group"] for s in per_group} == {"0", "1", "2", "3"}
+    # Above the cardinality limit only the per-operator maxima remain.
+    capped = render(build_view(s, tracker), key_group_limit=3)
+    assert b"elastorm_durable_lag_checkpoints{" not in capped
+    assert b"elastorm_durable_max_lag_checkpoints{" in capped

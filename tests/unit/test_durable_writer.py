@@ -165,6 +165,37 @@ def test_a_keyed_task_hands_every_checkpoint_it_sends_to_the_writer(store):
     bolt.durable.close()
 
 
+def test_a_keyed_tasks_heartbeat_carries_its_writers_counts_and_its_groups_lag(store):
+    """``KeyedOperator.durable_beat``: the writer's counts, and the lag of only the
+    groups the task owns now (of its own operator) that trail; none once written."""
+    from elastorm.core.migration.coordinator import TaskCoordinator
+    from elastorm.storm.elastic import KeyedOperator
+
+    bolt = object.__new__(KeyedOperator)  # no Storm: only what perform and the beat use
+    bolt.send = lambda action: None
+    bolt._component = OP
+    bolt.durable = DurableWriter(store)
+    bolt.coordinator = TaskCoordinator(
+        task=7, num_key_groups=8, upstreams=[1], owned=[3, 5], holders={3: 9, 5: 9}
+    )
+    store.gate.clear()  # the store hangs: the first write waits, the rest queue
+    for value in (1, 2, 4):
+        bolt.coordinator.state(3).update("a", value)
+        bolt.perform(bolt.coordinator.checkpoint(3))
+    bolt.durable.offer("other", checkpoints([{"b": 1}])[0])  # another operator's group 3
+    beat = bolt.durable_beat(bolt.coordinator.owned())
+    ((group, behind, seconds),) = beat.lag  # group 5 has nothing to write: left out
+    assert (group, behind, beat.writes) == (3, 3, 0) and seconds >= 0
+    assert beat.queue >= 1
+    assert bolt.durable_beat([5]).lag == ()  # a group the task no longer owns
+    store.gate.set()
+    wait_until(bolt.durable.drained)
+    beat = bolt.durable_beat(bolt.coordinator.owned())
+    assert beat.lag == () and beat.writes == 4 and beat.bytes > 0 and beat.queue == 0
+    bolt.durable = None
+    assert bolt.durable_beat([3]) is None  # the tier off: no field in the heartbeat
+
+
 def test_a_peace_gate_holds_writes_until_the_slot_without_holding_the_task(store):
     slot_open = threading.Event()
     writer = DurableWriter(store, gate=lambda: 0.0 if slot_open.is_set() else 0.01)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from elastorm.controller.model import Allocation, ControllerModelError, KeyGroupId
+from elastorm.controller.model import (
+    Allocation,
+    ControllerModelError,
+    DurableHealth,
+    KeyGroupId,
+)
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.codec import (
     MAX_ZNODE_BYTES,
@@ -172,6 +178,67 @@ def test_heartbeat_refuses_bad_values_when_built() -> None:
         Heartbeat(queue_length=float("nan"))
     with pytest.raises(ControllerModelError):
         Heartbeat(buffered={("op", 1): 2})
+
+
+DURABLE = DurableHealth(
+    writes=40, bytes=12_345, errors=2, coalesced=1, queue=3, lag=((5, 1, 0.25), (1, 4, 12.5))
+)
+
+
+def test_a_heartbeat_carries_its_durable_writers_numbers() -> None:
+    rec = TaskRecord(identity=IDENT, heartbeat=replace(HB, durable=DURABLE), seq=12, time=1001.0)
+    data = encode_task(rec)
+    back = decode_task(data)
+    assert back == rec
+    assert back.heartbeat.durable.lag == ((1, 4, 12.5), (5, 1, 0.25))  # sorted by key group
+    assert back.heartbeat.durable.behind() == {1: (4, 12.5), 5: (1, 0.25)}
+    assert json.loads(data)["durable"] == {
+        "writes": 40,
+        "bytes": 12_345,
+        "errors": 2,
+        "coalesced": 1,
+        "queue": 3,
+        "lag": [[1, 4, 12.5], [5, 1, 0.25]],
+    }
+
+
+def test_a_heartbeat_without_the_durable_field_decodes_with_the_tier_off() -> None:
+    """A task from before the field (or with the durable tier off) writes no ``durable``:
+    it decodes to None, and such a record encodes to the same bytes as before."""
+    old = json.loads(encode_task(RECORD))
+    assert "durable" not in old and RECORD.heartbeat.durable is None
+    assert decode_task(json.dumps(old).encode()).heartbeat.durable is None
+    assert decode_task(_edit(encode_task(RECORD), durable=None)).heartbeat.durable is None
+    partial = decode_task(_edit(encode_task(RECORD), durable={"writes": 3}))
+    assert partial.heartbeat.durable == DurableHealth(writes=3)
+
+
+@pytest.mark.parametrize(
+    "durable, message",
+    [
+        ([1, 2], "durable must be an object"),
+        ({"writes": -1}, "durable.writes"),
+        ({"bytes": 1.5}, "durable.bytes"),
+        ({"lag": [[1, 2]]}, "durable.lag"),
+        ({"lag": [[1, -2, 0.0]]}, "durable.lag checkpoints"),
+        ({"lag": [[1, 2, "x"]]}, "durable.lag seconds"),
+        ({"lag": [[1, 2, 0.0], [1, 3, 0.0]]}, "duplicate"),
+    ],
+)
+def test_a_bad_durable_field_is_named(durable, message: str) -> None:
+    with pytest.raises(ZnodeSchemaError, match=message):
+        decode_task(_edit(encode_task(RECORD), durable=durable))
+
+
+def test_durable_health_keeps_only_the_groups_that_trail() -> None:
+    health = {"writes": 9, "bytes": 900, "errors": 1, "coalesced": 0, "queue": 2, "gated": 5}
+    lag = {3: (0, 0.0), 1: (2, 1.23456), 7: (1, 0.5)}
+    assert DurableHealth.of(health, lag) == DurableHealth(
+        writes=9, bytes=900, errors=1, queue=2, lag=((1, 2, 1.235), (7, 1, 0.5))
+    )
+    assert DurableHealth.of({}, {}) == DurableHealth()
+    with pytest.raises(ControllerModelError):
+        Heartbeat(durable={"writes": 1})
 
 
 # ------------------------------------------------------------------ controller decisions

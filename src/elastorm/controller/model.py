@@ -339,6 +339,59 @@ class TaskIdentity:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DurableHealth:
+    """What a keyed task reports of its durable writer (Kwon et al. 2008's checkpoints
+    in a DFS) with each heartbeat: ``writes`` (checkpoints the store took), ``bytes``
+    written, ``errors`` (failed attempts, each retried), ``coalesced`` (pending
+    checkpoints merged because the queue was full), ``queue`` (checkpoints waiting
+    now) since the task started; ``lag``: ``(key group, checkpoints, seconds)`` by
+    which the durable copy trails the newest checkpoint, only for owned groups that
+    trail (so a heartbeat stays small), sorted by key group."""
+
+    writes: int = 0
+    bytes: int = 0
+    errors: int = 0
+    coalesced: int = 0
+    queue: int = 0
+    lag: tuple[tuple[int, int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("writes", "bytes", "errors", "coalesced", "queue"):
+            _int(getattr(self, name), f"durable.{name}")
+        rows = []
+        for row in self.lag:
+            if not isinstance(row, tuple | list) or len(row) != 3:
+                raise ControllerModelError(f"durable.lag row {row!r} must be (group, n, s)")
+            g, n, s = row
+            rows.append(
+                (
+                    _int(g, "durable.lag group"),
+                    _int(n, "durable.lag checkpoints"),
+                    _nonneg(s, "durable.lag seconds"),
+                )
+            )
+        rows.sort()
+        if len({g for g, _, _ in rows}) != len(rows):
+            raise ControllerModelError("durable.lag: duplicate key groups")
+        object.__setattr__(self, "lag", tuple(rows))
+
+    @classmethod
+    def of(cls, health: Mapping[str, int], lag: Mapping[int, tuple[int, float]]) -> DurableHealth:
+        """From a writer's ``health()`` counts and its lag per owned key group
+        (``group -> (checkpoints, seconds)``); groups that do not trail are left out,
+        seconds rounded to ms."""
+        return cls(
+            **{k: int(health.get(k, 0)) for k in ("writes", "bytes", "errors", "coalesced")},
+            queue=int(health.get("queue", 0)),
+            lag=tuple((g, n, round(s, 3)) for g, (n, s) in sorted(lag.items()) if n > 0),
+        )
+
+    def behind(self) -> dict[int, tuple[int, float]]:
+        """``group -> (checkpoints, seconds)`` of the groups that trail."""
+        return {g: (n, s) for g, n, s in self.lag}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Heartbeat:
     """What a task reports every heartbeat interval (its callback builds one).
 
@@ -354,7 +407,9 @@ class Heartbeat:
     * ``state_sizes``: bytes of state per owned key group (becomes checkpoint size);
     * ``buffered``: tuples in this task's output buffers per *downstream* key group
       (what a restore or CPA would replay);
-    * ``epoch``: the routing epoch the task last applied.
+    * ``epoch``: the routing epoch the task last applied;
+    * ``durable``: its durable writer's numbers (:class:`DurableHealth`); None with the
+      durable tier off (and in heartbeats of tasks from before the field).
 
     Mappings are stored as sorted tuples of pairs (the value is hashable).
     """
@@ -371,6 +426,7 @@ class Heartbeat:
     state_sizes: tuple[tuple[int, float], ...] = ()
     buffered: tuple[tuple[KeyGroupId, float], ...] = ()
     epoch: int = 0
+    durable: DurableHealth | None = None
 
     def __post_init__(self) -> None:
         setv = object.__setattr__
@@ -393,6 +449,8 @@ class Heartbeat:
         for name in ("cpu", "node_cpu", "memory", "latency", "service_time"):
             setv(self, name, _opt_nonneg(getattr(self, name), name))
         _int(self.epoch, "epoch")
+        if self.durable is not None and not isinstance(self.durable, DurableHealth):
+            raise ControllerModelError(f"durable must be a DurableHealth, got {self.durable!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

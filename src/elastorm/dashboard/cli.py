@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 
+from elastorm.dashboard.view import LagLimits
 from elastorm.errors import UserError
 from elastorm.runtime.config import env_nimbus, load_config
 from elastorm.runtime.migrate import add_zookeeper_option
@@ -55,6 +56,22 @@ def register(subparsers) -> None:
         default=64,
         help="export per-key-group metrics only for operators with at most this many groups",
     )
+    lag = LagLimits()
+    parser.add_argument(
+        "--durable-lag-checkpoints",
+        type=int,
+        default=lag.checkpoints,
+        help="highlight a key group whose durable copy trails the newest checkpoint by more "
+        f"than this many checkpoints (default {lag.checkpoints}; with elastorm.durable.every "
+        "= k use k + 1)",
+    )
+    parser.add_argument(
+        "--durable-lag-seconds",
+        type=float,
+        default=lag.seconds,
+        help="... or by more than this many seconds (default %(default)s: the durable "
+        "writer's retry backoff ceiling)",
+    )
     parser.add_argument(
         "--enable-actions",
         action="store_true",
@@ -87,12 +104,19 @@ def _run(args: argparse.Namespace) -> int:
         token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
         if TOKEN_ENV not in os.environ:
             print(f"actions enabled; token: {token}", flush=True)
+    try:
+        limits = LagLimits(
+            checkpoints=args.durable_lag_checkpoints, seconds=args.durable_lag_seconds
+        )
+    except ValueError as exc:
+        raise UserError(f"--durable-lag-checkpoints / --durable-lag-seconds: {exc}") from None
     source = DashboardSource(
         hosts=hosts,
         topology=args.topology,
         interval=args.interval,
         nimbus=nimbus,
         metrics_file=args.metrics_file,
+        lag_limits=limits,
     )
     source.start()
     app = create_app(source, token=token, key_group_limit=args.key_group_limit, nodes=nodes)

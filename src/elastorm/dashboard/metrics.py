@@ -4,15 +4,16 @@ client library (``prometheus_client``).
 Conventions: every name starts with ``elastorm_`` and carries its unit
 (``_seconds``, ``_bytes``, ``_ratio``, ``_tuples``, ``_tuples_per_second``); counters
 end in ``_total``; labels are ``topology``, ``operator``, ``node``, ``protocol``,
-``outcome``, and ``key_group`` only on one per-group gauge and only while an operator
-has at most ``key_group_limit`` groups (1,000 groups x every scrape would be a
-cardinality problem; the page shows them all anyway).
+``outcome``, ``task`` (the durable writers' numbers), and ``key_group`` only on the
+per-group gauges and only while an operator has at most ``key_group_limit`` groups
+(1,000 groups x every scrape would be a cardinality problem; the page shows them all
+anyway).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -207,7 +208,83 @@ def metric_families(
 
     reads = counter("elastorm_dashboard_zookeeper_reads", "ZooKeeper reads the dashboard made", [])
     reads.add_metric([topo], view["zookeeper"]["reads"])
+    if view.get("durable") is not None:
+        _durable_families(view, gauge, counter, key_group_limit)
     return out
+
+
+def _durable_families(
+    view: Mapping[str, Any],
+    gauge: Callable[[str, str, list[str]], GaugeMetricFamily],
+    counter: Callable[[str, str, list[str]], CounterMetricFamily],
+    key_group_limit: int,
+) -> None:
+    """The durable tier's metrics (only while some task reports a durable writer): per
+    key group how far its durable copy trails the newest checkpoint (only operators
+    with at most ``key_group_limit`` groups; the per-operator maxima always), per task
+    its writer's counters (they restart at 0 with the task's process: ``rate()`` and
+    ``increase()`` take that as a reset) and queue."""
+    topo = view["topology"]
+    lag_n = gauge(
+        "elastorm_durable_lag_checkpoints",
+        "checkpoints by which a key group's durable copy trails its newest checkpoint "
+        f"(only operators with <= {key_group_limit} groups)",
+        ["operator", "key_group"],
+    )
+    lag_s = gauge(
+        "elastorm_durable_lag_seconds",
+        "seconds since the oldest checkpoint of a key group not yet in the durable store "
+        f"(0: none; only operators with <= {key_group_limit} groups)",
+        ["operator", "key_group"],
+    )
+    max_n = gauge(
+        "elastorm_durable_max_lag_checkpoints",
+        "the most checkpoints any of the operator's key groups trails in the durable store",
+        ["operator"],
+    )
+    max_s = gauge(
+        "elastorm_durable_max_lag_seconds",
+        "the longest any of the operator's key groups has trailed in the durable store",
+        ["operator"],
+    )
+    for op in view["operators"]:
+        durable = op["durable"]
+        if durable is None:
+            continue
+        name = op["name"]
+        max_n.add_metric([topo, name], durable["max_checkpoints"])
+        max_s.add_metric([topo, name], durable["max_seconds"])
+        if op["key_groups"] <= key_group_limit:
+            for g, lag in enumerate(durable["lag"]):
+                if lag is not None:
+                    lag_n.add_metric([topo, name, str(g)], lag[0])
+                    lag_s.add_metric([topo, name, str(g)], lag[1])
+    families = [
+        (counter, "writes", "elastorm_durable_writes", "checkpoints the task wrote to the store"),
+        (counter, "bytes", "elastorm_durable_bytes", "bytes the task wrote to the store"),
+        (
+            counter,
+            "errors",
+            "elastorm_durable_write_errors",
+            "failed writes to the store (each retried, in order)",
+        ),
+        (
+            counter,
+            "coalesced",
+            "elastorm_durable_coalesced",
+            "pending checkpoints merged because the writer's queue was full",
+        ),
+        (
+            gauge,
+            "queue",
+            "elastorm_durable_queue_checkpoints",
+            "checkpoints waiting for the store in the task's writer",
+        ),
+    ]
+    for make, key, name, doc in families:
+        family = make(name, doc, ["task", "operator"])
+        for t in view["durable"]["tasks"]:
+            family.add_metric([topo, str(t["task"]), t["operator"]], t[key])
 
 
 class ViewCollector:

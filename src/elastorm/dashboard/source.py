@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from elastorm.controller.scaling import Binding, RescaleProgress
-from elastorm.dashboard.view import Snapshot, Tracker, build_view
+from elastorm.dashboard.view import LagLimits, Snapshot, Tracker, build_view
 from elastorm.errors import UserError
 from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 class DashboardSource:
     """Reads one topology every ``interval`` s on a daemon thread; ``view()`` is the latest
-    view (thread-safe), ``wait_newer(seq)`` blocks until a newer one exists."""
+    view (thread-safe), ``wait_newer(seq)`` blocks until a newer one exists;
+    ``lag_limits``: when the view highlights a key group's durable lag."""
 
     def __init__(
         self,
@@ -54,8 +55,10 @@ class DashboardSource:
         nimbus: tuple[str, int] | None = None,
         storm_interval: float = 5.0,
         metrics_file: str | None = None,
+        lag_limits: LagLimits | None = None,
     ) -> None:
         self.settings = ZkSettings(hosts=hosts)
+        self.lag_limits = LagLimits() if lag_limits is None else lag_limits
         self.topology = topology
         self.interval = interval
         self.nimbus = nimbus
@@ -183,7 +186,7 @@ class DashboardSource:
             zk_reads=self.reads.reads,
         )
         self.tracker.observe(snap)
-        view = build_view(snap, self.tracker)
+        view = build_view(snap, self.tracker, limits=self.lag_limits)
         view["refresh_seconds"] = round(self.refresh_seconds, 4)
         with self._cond:
             self._view = view

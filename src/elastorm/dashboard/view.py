@@ -1,11 +1,12 @@
 """The dashboard's view model (pure): what was read from ZooKeeper and Nimbus in,
 what the page and ``/metrics`` show out.
 
-A :class:`Snapshot` is one read of a topology (task records, the controllers'
-published status, the migration requests, the checkpoint allocation, the elastic
-scheduler's binding and the controller's rescale progress, Storm's summary).
-:class:`Tracker` folds successive snapshots into a timeline of events (migrations,
-failures, recoveries, nodes starting and ending a drain) and running counters;
+A :class:`Snapshot` is one read of a topology (task records with their durable
+writers' numbers, the controllers' published status, the migration requests, the
+checkpoint allocation, the elastic scheduler's binding and the controller's rescale
+progress, Storm's summary). :class:`Tracker` folds successive snapshots into a
+timeline of events (migrations, failures, recoveries, nodes starting and ending a
+drain), running counters and the durable writers' recent counts;
 :func:`build_view` turns a snapshot plus the tracker into the JSON the page draws.
 No I/O and no clock here: the time of a snapshot is a field of it.
 """
@@ -31,6 +32,43 @@ shown as suspect: its znode is still there, but it has stopped refreshing it (a
 killed process keeps its ephemeral znode until the session expires, 4-6 s)."""
 
 ASSISTED = frozenset(p.value for p in Protocol if p.checkpoint_assisted)
+
+DURABLE_RATE_WINDOW = 10.0
+"""Seconds of heartbeats over which a task's durable write rate is measured: several
+checkpoint intervals, so that the rate does not read 0 or a burst depending on which
+two heartbeats it compares."""
+
+TRAILING_ROWS = 50
+"""Key groups listed as trailing in the store (the most behind first); the rest are
+counted (1,000 groups behind a stopped store would be 1,000 rows a second)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LagLimits:
+    """When the page highlights a key group's durable lag: its durable copy trails the
+    newest checkpoint by more than ``checkpoints`` checkpoints or ``seconds`` seconds.
+
+    The defaults: one checkpoint is normally on its way to the store (the writer's
+    thread writes it after the holder got it) and a second may wait behind other
+    groups' writes, so more than 2 says the store is slow or failing; 30 s is the
+    writer's retry backoff ceiling (``elastorm.durable.retry_max_secs``' default), so a
+    group trailing longer has failed for at least one full backoff. With
+    ``elastorm.durable.every`` = k, k - 1 checkpoints are held back on purpose: use
+    ``checkpoints`` = k + 1 (``elastorm dashboard --durable-lag-checkpoints``).
+    """
+
+    checkpoints: int = 2
+    seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.checkpoints, bool) or not isinstance(self.checkpoints, int):
+            raise ValueError(f"checkpoints must be an int, got {self.checkpoints!r}")
+        if self.checkpoints < 0 or not (math.isfinite(self.seconds) and self.seconds >= 0):
+            raise ValueError(f"lag limits must be >= 0, got {self.checkpoints}, {self.seconds}")
+
+    def lagging(self, checkpoints: int, seconds: float) -> bool:
+        """Whether a lag of ``checkpoints`` and ``seconds`` is past the limits."""
+        return checkpoints > self.checkpoints or seconds > self.seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +137,9 @@ class Tracker:
         # (operator, protocol) -> [count, sum] of the pauses of the controller's own
         # migrations and restores seen to end (requests' are on the durable board).
         self.pauses: dict[tuple[str, str], list[float]] = {}
+        # task -> its heartbeats' (time, durable writes, bytes) of the last
+        # DURABLE_RATE_WINDOW seconds, oldest first (the store's write rate).
+        self._durable: dict[int, collections.deque[tuple[float, int, int]]] = {}
 
     def observe(self, snap: Snapshot) -> list[dict[str, Any]]:
         """Record ``snap``; return the events it revealed (also kept in ``events``)."""
@@ -112,6 +153,7 @@ class Tracker:
         new.sort(key=lambda e: e["t"])
         self.events.extend(new)
         self._name_protocols(snap)
+        self._durable_samples(snap)
         for op, load in operator_load(snap).items():
             for series, value in ((self.throughput, load["rate"]), (self.latency, load["latency"])):
                 series.setdefault(op, collections.deque(maxlen=self.history)).append(
@@ -139,6 +181,33 @@ class Tracker:
             self.node_failures += 1
             out.append({"t": snap.at, "kind": "failure", "what": "node lost", "node": node})
         return out
+
+    def _durable_samples(self, snap: Snapshot) -> None:
+        """Keep each live task's durable counts of the last ``DURABLE_RATE_WINDOW``
+        seconds (one per heartbeat; a count going down means a new process: start over)."""
+        for tid in set(self._durable) - set(snap.live):
+            del self._durable[tid]
+        for tid, rec in snap.live.items():
+            d = rec.heartbeat.durable
+            if d is None:
+                self._durable.pop(tid, None)
+                continue
+            samples = self._durable.setdefault(tid, collections.deque())
+            if samples and (d.writes < samples[-1][1] or d.bytes < samples[-1][2]):
+                samples.clear()
+            if not samples or rec.time > samples[-1][0]:
+                samples.append((rec.time, d.writes, d.bytes))
+            while len(samples) > 2 and samples[1][0] <= rec.time - DURABLE_RATE_WINDOW:
+                samples.popleft()
+
+    def durable_rates(self, task: int) -> tuple[float, float] | None:
+        """``task``'s durable writes/s and bytes/s over its recent heartbeats (None
+        until two were seen)."""
+        samples = self._durable.get(task)
+        if not samples or len(samples) < 2:
+            return None
+        (t0, w0, b0), (t1, w1, b1) = samples[0], samples[-1]
+        return (w1 - w0) / (t1 - t0), (b1 - b0) / (t1 - t0)
 
     def _requests(self, snap: Snapshot) -> list[dict[str, Any]]:
         out = []
@@ -403,7 +472,97 @@ def _first(nodes: Sequence[str]) -> str | None:
     return nodes[0] if nodes else None
 
 
-def _operator(op: str, status: Mapping[str, Any], snap: Snapshot) -> dict[str, Any]:
+def _operator_durable(
+    op: str, snap: Snapshot, key_groups: int, limits: LagLimits
+) -> dict[str, Any] | None:
+    """How far each of ``op``'s key groups' durable copy trails the newest checkpoint,
+    as the live tasks that own it report (``lag[g]``: ``[checkpoints, seconds]``, None
+    when no reporting task owns it); the groups past ``limits``; None when no live task
+    of ``op`` reports a durable writer (the tier is off)."""
+    lag: list[list[float] | None] = [None] * key_groups
+    reporting = False
+    for rec in snap.live.values():
+        d = rec.heartbeat.durable
+        if rec.identity.operator != op or d is None:
+            continue
+        reporting = True
+        behind = d.behind()
+        for g in rec.heartbeat.key_groups:
+            if g < key_groups:
+                n, secs = behind.get(g, (0, 0.0))
+                was = lag[g] or [0, 0.0]
+                lag[g] = [max(was[0], n), max(was[1], secs)]
+    if not reporting:
+        return None
+    known = [x for x in lag if x is not None]
+    return {
+        "lag": lag,
+        "lagging": [g for g, x in enumerate(lag) if x is not None and limits.lagging(*x)],
+        "trailing": sum(1 for x in known if x[0] > 0),
+        "max_checkpoints": max((x[0] for x in known), default=0),
+        "max_seconds": max((x[1] for x in known), default=0.0),
+    }
+
+
+def durable_view(
+    snap: Snapshot, tracker: Tracker, operators: Sequence[Mapping[str, Any]], limits: LagLimits
+) -> dict[str, Any] | None:
+    """The durable tier's panel: per live task its writer's counts, write rate and
+    queue; the key groups that trail in the store (the most behind first, at most
+    ``TRAILING_ROWS``) and the limits past which they are highlighted. None when no
+    task reports a durable writer (the tier is off, or tasks from before the field)."""
+    tasks = []
+    for rec in sorted(snap.live.values(), key=lambda r: (r.identity.operator, r.task_id)):
+        d = rec.heartbeat.durable
+        if d is None:
+            continue
+        rates = tracker.durable_rates(rec.task_id)
+        tasks.append(
+            {
+                "task": rec.task_id,
+                "operator": rec.identity.operator,
+                "node": rec.node_id,
+                "writes": d.writes,
+                "bytes": d.bytes,
+                "errors": d.errors,
+                "coalesced": d.coalesced,
+                "queue": d.queue,
+                "write_rate": None if rates is None else round(rates[0], 3),
+                "byte_rate": None if rates is None else round(rates[1], 1),
+                "trailing": len(d.lag),
+                "lagging": sum(1 for _, n, secs in d.lag if limits.lagging(n, secs)),
+                "max_checkpoints": max((n for _, n, _ in d.lag), default=0),
+                "max_seconds": max((secs for _, _, secs in d.lag), default=0.0),
+            }
+        )
+    if not tasks:
+        return None
+    trailing = [
+        {
+            "operator": op["name"],
+            "group": g,
+            "node": op["owners"][g],
+            "checkpoints": x[0],
+            "seconds": x[1],
+            "lagging": limits.lagging(*x),
+        }
+        for op in operators
+        if op["durable"] is not None
+        for g, x in enumerate(op["durable"]["lag"])
+        if x is not None and x[0] > 0
+    ]
+    trailing.sort(key=lambda r: (not r["lagging"], -r["seconds"], r["operator"], r["group"]))
+    return {
+        "limits": {"checkpoints": limits.checkpoints, "seconds": limits.seconds},
+        "tasks": tasks,
+        "trailing": trailing[:TRAILING_ROWS],
+        "trailing_total": len(trailing),
+    }
+
+
+def _operator(
+    op: str, status: Mapping[str, Any], snap: Snapshot, limits: LagLimits
+) -> dict[str, Any]:
     owners = [int(t) for t in status.get("owners", [])]
     holders: list[Any] = [None if h is None else int(h) for h in status.get("holders", [])]
     if not holders and snap.checkpoints is not None:  # the store's allocation, over nodes
@@ -427,6 +586,7 @@ def _operator(op: str, status: Mapping[str, Any], snap: Snapshot) -> dict[str, A
         "moving": sorted(int(g) for g in status.get("moving", [])),
         "in_flight": list(status.get("migrations", [])),
         "usable_share": round(sum(map(bool, assisted)) / len(assisted), 4) if assisted else None,
+        "durable": _operator_durable(op, snap, len(owners), limits),
     }
 
 
@@ -475,9 +635,13 @@ def allocation_view(snap: Snapshot) -> dict[str, Any] | None:
     return finite(summary) | {"strategy": cm.get("strategy")}
 
 
-def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> dict[str, Any]:
-    """The JSON the page draws (and ``/metrics`` reads), from the latest snapshot."""
-    operators = [_operator(op, s, snap) for op, s in operator_statuses(snap).items()]
+def build_view(
+    snap: Snapshot, tracker: Tracker, *, max_events: int = 300, limits: LagLimits | None = None
+) -> dict[str, Any]:
+    """The JSON the page draws (and ``/metrics`` reads), from the latest snapshot;
+    ``limits``: when a key group's durable lag is highlighted (default ``LagLimits()``)."""
+    limits = LagLimits() if limits is None else limits
+    operators = [_operator(op, s, snap, limits) for op, s in operator_statuses(snap).items()]
     owned: collections.Counter[str] = collections.Counter()
     held: collections.Counter[str] = collections.Counter()
     for op in operators:
@@ -527,6 +691,7 @@ def build_view(snap: Snapshot, tracker: Tracker, *, max_events: int = 300) -> di
         },
         "paper": finite(paper_metrics(snap)),
         "allocation": allocation_view(snap),
+        "durable": durable_view(snap, tracker, operators, limits),
         "counters": {
             "task_failures": dict(tracker.task_failures),
             "node_failures": tracker.node_failures,

@@ -807,7 +807,8 @@ class KeyedOperator(_Sending):
             os._exit(FENCED_EXIT)
 
     def measure(self):
-        """This interval's ``Heartbeat`` (loads, owned groups, held checkpoints)."""
+        """This interval's ``Heartbeat`` (loads, owned groups, held checkpoints, the
+        durable writer's numbers)."""
         from elastorm.zk.codec import Heartbeat
 
         sample = self.load_meter.sample()
@@ -829,7 +830,21 @@ class KeyedOperator(_Sending):
             service_time=sample.service,
             state_sizes=tuple(sizes),
             epoch=max(self._epoch, 0),
+            durable=self.durable_beat(owned),
         )
+
+    def durable_beat(self, owned: Iterable[int]):
+        """The durable writer's counts and how far each of ``owned`` trails in the store
+        (``DurableHealth``, for the heartbeat: the dashboard shows it); None when off."""
+        from elastorm.controller.model import DurableHealth
+
+        if self.durable is None:
+            return None
+        mine = set(owned)
+        lag = {
+            g: x for (op, g), x in self.durable.lag().items() if op == self._component and g in mine
+        }
+        return DurableHealth.of(self.durable.health(), lag)
 
     def _heartbeat(self):
         """Called on the publisher's thread: the last measured heartbeat (immutable)."""

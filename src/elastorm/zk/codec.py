@@ -17,6 +17,7 @@ from typing import Any
 
 from elastorm.controller.model import (
     Allocation,
+    DurableHealth,
     FieldChecks,
     Heartbeat,
     KeyGroupId,
@@ -150,8 +151,37 @@ def encode_task(record: TaskRecord) -> bytes:
             },
             state_sizes={str(k): v for k, v in h.state_sizes},
             buffered=[[kg.operator, kg.index, n] for kg, n in h.buffered],
+            **({} if h.durable is None else {"durable": _durable_fields(h.durable)}),
         )
     )
+
+
+def _durable_fields(d: DurableHealth) -> dict[str, Any]:
+    """A heartbeat's ``durable`` object: the writer's counts and ``lag`` as
+    ``[[group, checkpoints, seconds], ...]`` (only groups that trail)."""
+    return {
+        "writes": d.writes,
+        "bytes": d.bytes,
+        "errors": d.errors,
+        "coalesced": d.coalesced,
+        "queue": d.queue,
+        "lag": [list(row) for row in d.lag],
+    }
+
+
+def _decode_durable(x: object) -> DurableHealth | None:
+    """A heartbeat's ``durable`` object (absent: the tier is off, or a task from before
+    the field) -> ``DurableHealth`` or None."""
+    if x is None:
+        return None
+    o = _obj(x, "durable")
+    lag = []
+    for row in _list(o.get("lag", []), "durable.lag"):
+        if not isinstance(row, list) or len(row) != 3:
+            raise ZnodeSchemaError(f"durable.lag entry {row!r} must be [group, checkpoints, s]")
+        lag.append(tuple(row))
+    counts = {k: o.get(k, 0) for k in ("writes", "bytes", "errors", "coalesced", "queue")}
+    return DurableHealth(**counts, lag=tuple(lag))
 
 
 def decode_task(data: bytes | None) -> TaskRecord:
@@ -185,6 +215,7 @@ def decode_task(data: bytes | None) -> TaskRecord:
             state_sizes=_index_map(o.get("state_sizes", {}), "state_sizes"),
             buffered=buffered,
             epoch=o.get("epoch", 0),
+            durable=_decode_durable(o.get("durable")),
         )
         return TaskRecord(
             identity=identity, heartbeat=heartbeat, seq=o.get("seq"), time=o.get("time")

@@ -109,9 +109,13 @@ function drawOperatorCharts(v) {
   $("#operator-load tbody").innerHTML = rows.join("");
 }
 
+const LAGGING = "#ffb347"; // a durable copy past the dashboard's lag limits (not a node's color: dashed)
+function lagText(lag) { return lag == null ? "–" : `${lag[0]} checkpoint${lag[0] === 1 ? "" : "s"}, ${fmt(lag[1], 1)} s`; }
+
 function groupText(op, g) {
   return `${op.name}/${g}: owner ${op.owners[g]} (task ${op.owner_tasks[g]}), holder ${op.holders[g]}, ${fmt(op.load[g])} tuples/s` +
-    (op.moving.includes(g) ? ", migrating" : "");
+    (op.moving.includes(g) ? ", migrating" : "") +
+    (op.durable ? `, durable lag ${lagText(op.durable.lag[g])}${op.durable.lagging.includes(g) ? " (LAGGING)" : ""}` : "");
 }
 
 function groupMapOption(op, cols, size) {
@@ -119,6 +123,7 @@ function groupMapOption(op, cols, size) {
   // hard stops, owner's color on top, load in the middle, holder's color at the bottom.
   const max = Math.max(1e-9, ...op.load);
   const moving = new Set(op.moving);
+  const lagging = new Set(op.durable ? op.durable.lagging : []);
   const f = Math.max(2, Math.floor(size / 5)) / (size - 2);
   const fill = (g) => {
     const owner = nodeColor(op.owners[g]), load = loadColor(op.load[g] / max), holder = nodeColor(op.holders[g]);
@@ -133,7 +138,8 @@ function groupMapOption(op, cols, size) {
       type: "custom", coordinateSystem: "none", data: op.load.map((load, g) => [g, load]),
       renderItem: (params) => {
         const g = params.dataIndex, x = (g % cols) * size, y = Math.floor(g / cols) * size;
-        const style = moving.has(g) ? { fill: fill(g), stroke: "#fff", lineWidth: 2 } : { fill: fill(g) };
+        const style = moving.has(g) ? { fill: fill(g), stroke: "#fff", lineWidth: 2 }
+          : lagging.has(g) ? { fill: fill(g), stroke: LAGGING, lineWidth: 2, lineDash: [3, 2] } : { fill: fill(g) };
         return { type: "rect", shape: { x: x + 1, y: y + 1, width: size - 2, height: size - 2 }, style };
       },
     }],
@@ -165,7 +171,7 @@ function drawOperators(v) {
     if (map.style.height !== height || map.style.width !== w) {
       map.style.height = height; map.style.width = w; chart(map).resize(); shown.delete(map);
     }
-    update(map, JSON.stringify([size, cols, op.owners, op.holders, op.load, op.moving]), groupMapOption(op, cols, size));
+    update(map, JSON.stringify([size, cols, op.owners, op.holders, op.load, op.moving, op.durable]), groupMapOption(op, cols, size));
     const count = {};
     op.owners.forEach((node) => { count[node] = (count[node] || 0) + 1; });
     div.querySelector(".owners").innerHTML = Object.keys(count).sort((a, b) => nodeIndex(a) - nodeIndex(b))
@@ -180,6 +186,33 @@ function drawOperators(v) {
     shown.delete(map);
     div.remove();
   }
+}
+
+// The durable tier's panel (hidden while no task reports a durable writer): each task's
+// writer, and the key groups whose durable copy trails, red past the dashboard's limits.
+function bytes(n) { return n >= 1 << 20 ? `${fmt(n / (1 << 20), 1)} MiB` : `${fmt(n / 1024, 1)} KiB`; }
+function drawDurable(v) {
+  const d = v.durable;
+  $("#durable-section").hidden = !d;
+  if (!d) return;
+  const ops = v.operators.filter((op) => op.durable).map((op) =>
+    `<span class="durable-op" data-operator="${esc(op.name)}" data-trailing="${op.durable.trailing}" data-lagging="${op.durable.lagging.length}" ` +
+    `data-max-checkpoints="${op.durable.max_checkpoints}" data-max-seconds="${op.durable.max_seconds}">` +
+    `${esc(op.name)}: ${op.durable.trailing} of ${op.key_groups} groups trailing, at most ${lagText([op.durable.max_checkpoints, op.durable.max_seconds])}` +
+    `${op.durable.lagging.length ? `, ${op.durable.lagging.length} LAGGING` : ""}</span>`);
+  $("#durable-summary").innerHTML = ops.join("; ") +
+    ` <small>(lagging: more than ${d.limits.checkpoints} checkpoints or ${d.limits.seconds} s behind)</small>`;
+  $("#durable-tasks tbody").innerHTML = d.tasks.map((t) =>
+    `<tr data-task="${t.task}" data-writes="${t.writes}" data-errors="${t.errors}" data-lagging="${t.lagging > 0}">` +
+    `<td>${t.task}</td><td>${esc(t.operator)}</td><td>${esc(t.node)}</td><td>${t.writes}</td><td>${fmt(t.write_rate, 1)}</td>` +
+    `<td>${bytes(t.bytes)}</td><td class="errors">${t.errors}</td><td>${t.queue}</td><td>${t.trailing}</td>` +
+    `<td>${t.trailing ? lagText([t.max_checkpoints, t.max_seconds]) : "–"}</td></tr>`).join("");
+  const more = d.trailing_total - d.trailing.length;
+  $("#durable-lag tbody").innerHTML = d.trailing.map((r) =>
+    `<tr data-operator="${esc(r.operator)}" data-group="${r.group}" data-lagging="${r.lagging}">` +
+    `<td>${esc(r.operator)}/${r.group}</td><td>${esc(r.node)}</td><td>${r.checkpoints}</td><td>${fmt(r.seconds, 1)}</td></tr>`).join("") +
+    (more > 0 ? `<tr><td colspan="4">and ${more} more trailing</td></tr>` : "") +
+    (d.trailing_total ? "" : `<tr><td colspan="4">every key group's durable copy has its newest checkpoint</td></tr>`);
 }
 
 function eventText(e) {
@@ -284,6 +317,7 @@ function draw(v) {
   drawHeader(v);
   drawNodes(v);
   drawOperatorCharts(v);
+  drawDurable(v);
   drawOperators(v);
   drawTimeline(v);
   drawPaper(v);
