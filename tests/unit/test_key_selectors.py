@@ -229,7 +229,7 @@ def test_router_counts_and_logs_a_tuple_whose_key_function_raises(monkeypatch, c
     router.process(_Tuple("fine", 2))
     assert router.unkeyed == 1
     assert [s.message.item.key for s in sent] == ["fine"]
-    assert "no key for words:default (tuple dropped): ['boom', 1]" in caplog.text
+    assert "no key for words:default (tuple dropped, 1 so far): ['boom', 1]" in caplog.text
     assert "no key for boom" in caplog.text  # the function's own error, with its traceback
 
 

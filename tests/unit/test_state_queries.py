@@ -389,9 +389,26 @@ def test_the_cli_parses_a_key_or_field_values() -> None:
     args = parser.parse_args(
         ["state", "--topology", "t", "--operator", "o", "--key-values", '["AA", 2013]']
     )
-    assert _key(args) == '["AA",2013]'
+    assert _key(args) == ["AA", 2013]  # made into the key by query_state
     args.key_values = "{}"
     with pytest.raises(UserError, match="non-empty JSON array"):
         _key(args)
     with pytest.raises(SystemExit):
         parser.parse_args(["state", "--topology", "t", "--operator", "o"])
+
+
+def test_query_state_makes_a_field_list_key_as_the_router_does(monkeypatch) -> None:
+    import contextlib
+
+    key = '["AA",2013]'
+    zk = Cluster((3, 3), {3: Phase.ACTIVE}, {key: {"n": 2}})
+    hosts = []
+
+    @contextlib.contextmanager
+    def connected(given):
+        hosts.append(given)
+        yield zk
+
+    monkeypatch.setattr(runtime_state, "connected", connected)
+    got = runtime_state.query_state("wordcount", "counts", ["AA", 2013], zookeeper="zk:1")
+    assert got["key"] == key and got["state"] == {"n": 2} and hosts == ["zk:1"]

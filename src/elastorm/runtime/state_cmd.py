@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from elastorm.core.keys import field_list_key
 from elastorm.errors import UserError
-from elastorm.runtime.config import load_config
-from elastorm.runtime.migrate import add_zookeeper_option, connected
-from elastorm.runtime.state import DEFAULT_TIMEOUT, ask_owner
+from elastorm.runtime.migrate import add_zookeeper_option
+from elastorm.runtime.state import DEFAULT_TIMEOUT, query_state
 
 
 def register(subparsers) -> None:
@@ -42,8 +40,9 @@ def register(subparsers) -> None:
     parser.set_defaults(func=_run)
 
 
-def _key(args: argparse.Namespace) -> str:
-    """The key of ``--key`` or ``--key-values``."""
+def _key(args: argparse.Namespace) -> str | list:
+    """The key of ``--key``, or the field values of ``--key-values`` (a list, which
+    ``query_state`` makes into the key as the router does)."""
     if args.key is not None:
         return args.key
     try:
@@ -52,12 +51,12 @@ def _key(args: argparse.Namespace) -> str:
         raise UserError(f"--key-values is not JSON: {exc}") from None
     if not isinstance(values, list) or not values:
         raise UserError(f"--key-values must be a non-empty JSON array, got {args.key_values}")
-    return field_list_key(values)
+    return values
 
 
 def _run(args: argparse.Namespace) -> int:
-    key = _key(args)
-    with connected(args.zookeeper or load_config().zookeeper) as client:
-        result = ask_owner(client, args.topology, args.operator, key, args.timeout)
+    result = query_state(
+        args.topology, args.operator, _key(args), timeout=args.timeout, zookeeper=args.zookeeper
+    )
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0

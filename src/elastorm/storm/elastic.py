@@ -667,7 +667,7 @@ class KeyedOperator(_Sending):
         if self.heartbeats is not None and config.controller.liveness_connections:
             start_liveness(self.heartbeats, task)
         # State queries (``elastorm state``) come on the heartbeats' ZooKeeper client.
-        self.queries = start_queries(self.heartbeats, task) if self.heartbeats else None
+        self.queries = None if self.heartbeats is None else start_queries(self.heartbeats, task)
         # Key groups this task took over: when (wall clock), and when it first applied a
         # tuple of each afterwards (how long the group's output stopped, seen from here).
         self._taking: dict[int, float] = {}

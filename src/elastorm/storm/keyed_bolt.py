@@ -346,7 +346,12 @@ class KeyRouter(KeyedEmitting, Bolt):
             # and logged, processing goes on (no poison-pill restart loop).
             self.unkeyed += 1
             where = f"{tup.component}:{tup.stream}"
-            log.exception("router: no key for %s (tuple dropped): %r", where, tup.values)
+            log.exception(
+                "router: no key for %s (tuple dropped, %d so far): %r",
+                where,
+                self.unkeyed,
+                tup.values,
+            )
             self.replay_done()
             return
         self.emit_keyed(key, tup.values, time.time())
