@@ -117,6 +117,12 @@ def test_queries_and_answers_round_trip_as_json() -> None:
     assert decode_query(data) == query and decode_answer(data) == found
 
 
+def test_an_operators_record_may_be_any_json_value() -> None:
+    query = _query()
+    got = _answer(query, Phase.ACTIVE, [3, 4.5])  # a hand-written KeyedOperator's fold
+    assert decode_answer(encode_answer(query, got)).record == [3, 4.5]
+
+
 def test_a_value_json_cannot_hold_is_answered_as_its_repr() -> None:
     query = _query()
     data = encode_answer(query, _answer(query, Phase.ACTIVE, {"s": {1, 2}}))

@@ -70,13 +70,14 @@ class StateQuery:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StateAnswer:
     """Task ``task``'s answer: the ``verdict``, the key's group and its ``phase`` there,
-    and the key's ``record`` (``found`` only)."""
+    and the key's ``record`` (``found`` only): a ``KeyedBolt``'s is ``{state name:
+    value}``, a hand-written ``KeyedOperator``'s whatever its step keeps (a JSON value)."""
 
     verdict: Verdict
     task: int
     key_group: int
     phase: Phase
-    record: dict[str, Any] | None = None
+    record: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.verdict, Verdict) or not isinstance(self.phase, Phase):
@@ -85,8 +86,6 @@ class StateAnswer:
         _check_int("key_group", self.key_group, 0)
         if (self.record is not None) != (self.verdict is Verdict.FOUND):
             raise QueryError(f"a record comes with 'found' only (verdict {self.verdict.value})")
-        if self.record is not None and not isinstance(self.record, dict):
-            raise QueryError(f"record must be a dict, got {type(self.record).__name__}")
 
 
 def ask(operator: str, key: str, routing: RoutingTable) -> StateQuery:
@@ -110,7 +109,7 @@ def answer(
     task: int,
     num_key_groups: int,
     phase: Phase,
-    record: dict[str, Any] | None,
+    record: Any,
 ) -> StateAnswer:
     """Task ``task`` of ``operator``'s answer to ``query``, given its key group's ``phase``
     there and the key's ``record`` in its live state (``None``: none). The group is the
@@ -123,9 +122,7 @@ def answer(
         return StateAnswer(verdict=Verdict.NOT_MINE, task=task, key_group=g, phase=phase)
     if record is None:
         return StateAnswer(verdict=Verdict.ABSENT, task=task, key_group=g, phase=phase)
-    return StateAnswer(
-        verdict=Verdict.FOUND, task=task, key_group=g, phase=phase, record=dict(record)
-    )
+    return StateAnswer(verdict=Verdict.FOUND, task=task, key_group=g, phase=phase, record=record)
 
 
 class Next(enum.Enum):

@@ -757,17 +757,21 @@ class KeyedOperator(_Sending):
         assert self.queries is not None
         coordinator = self.coordinator
         for path, query in self.queries.take():
-            g = key_group(query.key, coordinator.num_key_groups)
-            phase = coordinator.peek_phase(g)
-            state = coordinator.state(g) if phase is Phase.ACTIVE else None
-            reply = answer(
-                query,
-                operator=self._component,
-                task=coordinator.task,
-                num_key_groups=coordinator.num_key_groups,
-                phase=phase,
-                record=None if state is None else state.get(query.key),
-            )
+            try:
+                g = key_group(query.key, coordinator.num_key_groups)
+                phase = coordinator.peek_phase(g)
+                state = coordinator.state(g) if phase is Phase.ACTIVE else None
+                reply = answer(
+                    query,
+                    operator=self._component,
+                    task=coordinator.task,
+                    num_key_groups=coordinator.num_key_groups,
+                    phase=phase,
+                    record=None if state is None else state.get(query.key),
+                )
+            except Exception:  # a read must never stop the task: the asker times out
+                log.exception("state query %s not answered", path)
+                continue
             self.queries.reply(path, query, reply)
 
     def durable_progress(self) -> None:

@@ -279,7 +279,7 @@ def _selector(
         resolved = resolve_key_function(path)
     except KeySelectorError as exc:
         raise WiringError(f"{where}: {exc}") from None
-    if resolved.__module__ == class_dict.get("__module__"):
+    if getattr(resolved, "__module__", None) == class_dict.get("__module__"):
         raise WiringError(
             f"{where}: key function {path} is defined in the topology file, which the "
             "workers do not get; move it to a module under src/ (e.g. src/bolts/keys.py) "
