@@ -164,7 +164,8 @@ def _timed_out(
     if client.exists(layout.task(query.task)) is None:
         return (
             f"no answer for {where} in {timeout:g} s: its owner, task {query.task}, is not "
-            "running (the topology was killed, or the task is restarting)"
+            "running (the topology was killed, or the task is restarting), or runs with "
+            "elastorm.heartbeats off, and so takes no queries"
         )
     return (
         f"no answer for {where} from task {query.task} in {timeout:g} s: the task is "
