@@ -12,6 +12,8 @@ What a user imports (``from elastorm import ...``):
 * :func:`output_id_fields`, :class:`Sink`: a keyed bolt's outputs with stable ids,
   and a sink that commits each id once, into SQLite or PostgreSQL
   (``elastorm.sinks``, ``docs/sinks.md``).
+* :func:`query_state`: one key's current state in a keyed operator of a running
+  topology, as ``elastorm state`` prints it (``elastorm.runtime.state``).
 
 Layers, bottom to top (imports point down only; the ``layers`` contract of
 import-linter in ``pyproject.toml`` checks it in CI): ``core`` (sans-IO: key groups,
@@ -38,6 +40,7 @@ _PUBLIC = {
     "ReplayableSpout": "elastorm.storm.replay",
     "output_id_fields": "elastorm.storm.elastic",
     "Sink": "elastorm.sinks",
+    "query_state": "elastorm.runtime.state",
     "ValueState": "elastorm.core.keyed_state",
     "MapState": "elastorm.core.keyed_state",
 }

@@ -224,7 +224,7 @@ def test_sparse_finds_the_users_topology_not_the_base(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("inputs", "message"),
     [
-        (lambda w: {w: keyed()}, "needs the key field"),
+        (lambda w: {w: keyed()}, "needs a key selector"),
         (lambda w: {w: keyed("nope")}, "has no field 'nope'"),
         (lambda w: {w: Grouping.SHUFFLE}, "has no keyed"),
     ],

@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.check_cmd",
     "elastorm.runtime.options_cmd",
     "elastorm.runtime.migrate_cmd",
+    "elastorm.runtime.state_cmd",
     "elastorm.runtime.scale_cmd",
     "elastorm.runtime.forget_cmd",
     "elastorm.runtime.savepoint_cmd",

@@ -64,6 +64,7 @@ from elastorm.core.chaos import wire_loss_on
 from elastorm.core.control import initial_holders
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.holdback import Admission, HoldBack, checkpoint_request_at
+from elastorm.core.keygroups import key_group
 from elastorm.core.messages import (
     CheckpointDelta,
     Data,
@@ -79,6 +80,7 @@ from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.migration.pause import PauseMeter
 from elastorm.core.migration.table import TRANSITIONS, Phase
+from elastorm.core.queries import answer
 from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
 from elastorm.core.routing import RoutingTable
 from elastorm.core.state import Step
@@ -89,6 +91,7 @@ from elastorm.storm.load import (
     resident_bytes,
     start_heartbeats,
     start_liveness,
+    start_queries,
 )
 from elastorm.storm.pygc import full_collections
 from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM
@@ -599,6 +602,7 @@ class KeyedOperator(_Sending):
 
     clock: Callable[[], float] = staticmethod(time.monotonic)
     durable: DurableWriter | None = None  # the process's durable writer (setup_keyed)
+    queries: Any = None  # the task's state query inbox (elastorm.zk.queries), if any
     _loads_waiting = False  # a store read for a DURABLE restore is in ``_loads``
     _component: str = ""
 
@@ -662,6 +666,8 @@ class KeyedOperator(_Sending):
             self.heartbeats = start_heartbeats(conf, task, component, self.node, self._heartbeat)
         if self.heartbeats is not None and config.controller.liveness_connections:
             start_liveness(self.heartbeats, task)
+        # State queries (``elastorm state``) come on the heartbeats' ZooKeeper client.
+        self.queries = None if self.heartbeats is None else start_queries(self.heartbeats, task)
         # Key groups this task took over: when (wall clock), and when it first applied a
         # tuple of each afterwards (how long the group's output stopped, seen from here).
         self._taking: dict[int, float] = {}
@@ -737,10 +743,36 @@ class KeyedOperator(_Sending):
                 if operator == self._component and g in self.coordinator.owned():
                     self.perform(self.coordinator.checkpoint(g, full=True))
         self.durable_progress()
+        if self.queries is not None:
+            self.answer_queries()
         self._full_gc.tick(time.monotonic())
         self._last_heartbeat = self.measure()
         if self.heartbeats is not None:
             self.heartbeats.publish_now()
+
+    def answer_queries(self) -> None:
+        """Answer the state queries that came since the last tick (``core.queries.answer``:
+        only an ``ACTIVE`` owner answers from its state). Reads the key's record, never
+        writes it, and creates no key group machine. O(queries)."""
+        assert self.queries is not None
+        coordinator = self.coordinator
+        for path, query in self.queries.take():
+            try:
+                g = key_group(query.key, coordinator.num_key_groups)
+                phase = coordinator.peek_phase(g)
+                state = coordinator.state(g) if phase is Phase.ACTIVE else None
+                reply = answer(
+                    query,
+                    operator=self._component,
+                    task=coordinator.task,
+                    num_key_groups=coordinator.num_key_groups,
+                    phase=phase,
+                    record=None if state is None else state.get(query.key),
+                )
+            except Exception:  # a read must never stop the task: the asker times out
+                log.exception("state query %s not answered", path)
+                continue
+            self.queries.reply(path, query, reply)
 
     def durable_progress(self) -> None:
         """Hand the coordinator what the durable tier did since the last tick: each

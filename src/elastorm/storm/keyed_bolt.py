@@ -44,6 +44,7 @@ numbers, the output buffer that migrations replay).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -56,6 +57,13 @@ from elastorm.core.actions import Applied, Send
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.keyed_state import KeyState
 from elastorm.core.keygroups import key_group
+from elastorm.core.keys import (
+    KeyFunction,
+    KeySelectorError,
+    Selector,
+    select_key,
+    split_path,
+)
 from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
 from elastorm.core.outputs import next_output
@@ -75,7 +83,35 @@ log = logging.getLogger(__name__)
 __all__ = ["KeyRouter", "KeyedBolt", "output_id_fields"]
 
 ROUTER_KEYS = "elastorm.router.keys"
-"""Component conf of a router: ``{"<component>:<stream>": index of the key field}``."""
+"""Component conf of a router: ``{"<component>:<stream>": key selector}``, a selector in
+its conf form (``elastorm.core.keys``): the key field's index, a list of field indexes,
+or a key function's dotted path ``"package.module:function"``."""
+
+
+def resolve_key_function(path: str) -> KeyFunction:
+    """The function a dotted path ``"package.module:function"`` names, imported; one-line
+    ``KeySelectorError`` if it does not import or is not a function."""
+    module, name = split_path(path)
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise KeySelectorError(
+            f"key function {path}: module {module} does not import ({exc})"
+        ) from None
+    except AttributeError:
+        raise KeySelectorError(f"key function {path}: module {module} has no {name}") from None
+    if not callable(fn):
+        raise KeySelectorError(f"key function {path} is not callable")
+    return fn
+
+
+def resolve_selectors(conf_form: Mapping[str, Any]) -> dict[str, Selector]:
+    """A router's ``{"<component>:<stream>": selector}``, dotted paths imported (once, at
+    initialize; the conf's JSON gives a list for a field list, an int for one field)."""
+    return {
+        name: resolve_key_function(sel) if isinstance(sel, str) else sel
+        for name, sel in conf_form.items()
+    }
 
 
 class KeyedBolt(KeyedOperator, Bolt):
@@ -263,21 +299,25 @@ class KeyedBolt(KeyedOperator, Bolt):
 class KeyRouter(KeyedEmitting, Bolt):
     """Routes the tuples of plain upstreams to a keyed bolt's key-group owners.
 
-    Its component conf (``elastorm.router.keys``) names the key field of each input
-    stream; the tuple's values travel as the data message's value. Fed by a
+    Its component conf (``elastorm.router.keys``) gives the key selector of each input
+    stream (a field, fields or a function: ``elastorm.core.keys.select_key``); the
+    tuple's values travel as the data message's value. A tuple whose key cannot be
+    selected (the function raised, a field is missing) is logged and counted
+    (``unkeyed``), as a failed ``process_keyed`` is, never a crash. Fed by a
     replayable spout, it recovers by replay like a hand-written emitter
     (``elastorm.core.replay``): the wiring subscribes it to the spout's rewind stream
     and records it in ``elastorm.replay_sources``.
     """
 
     outputs = [MESSAGE_STREAM]
+    unkeyed = 0  # tuples whose key could not be selected
 
     def initialize(self, conf, context):
         self.setup_emitting(conf, context)
         keys = conf.get(ROUTER_KEYS)
         if isinstance(keys, str):
             keys = json.loads(keys)
-        self.key_index: Mapping[str, int] = dict(keys or {})
+        self.selectors: Mapping[str, Selector] = resolve_selectors(keys or {})
 
     def process(self, tup):
         if tup.stream == STREAM:
@@ -290,16 +330,31 @@ class KeyRouter(KeyedEmitting, Bolt):
         tup = self.replay_admit(tup)  # behind a replayable spout: rewinds, replays
         if tup is None:
             return
-        index = self.key_index.get(f"{tup.component}:{tup.stream}")
-        if index is None or index >= len(tup.values):
+        selector = self.selectors.get(f"{tup.component}:{tup.stream}")
+        if selector is None:
             log.error(
-                "router: no key field for %s:%s (values %r); tuple dropped",
+                "router: no key selector for %s:%s (values %r); tuple dropped",
                 tup.component,
                 tup.stream,
                 tup.values,
             )
             return
-        self.emit_keyed(str(tup.values[index]), tup.values, time.time())
+        try:
+            key = select_key(selector, tup.values)
+        except Exception:
+            # The user's key function (or a short tuple) failed on this tuple: counted
+            # and logged, processing goes on (no poison-pill restart loop).
+            self.unkeyed += 1
+            where = f"{tup.component}:{tup.stream}"
+            log.exception(
+                "router: no key for %s (tuple dropped, %d so far): %r",
+                where,
+                self.unkeyed,
+                tup.values,
+            )
+            self.replay_done()
+            return
+        self.emit_keyed(key, tup.values, time.time())
         self.replay_done()
 
     def process_tick(self, tup):

@@ -180,3 +180,13 @@ def start_heartbeats(conf, task: int, operator: str, node: str, heartbeat):
     )
     publisher.start()
     return publisher
+
+
+def start_queries(heartbeats, task: int):
+    """Start a keyed task's ``QueryInbox`` on its heartbeat publisher's client and
+    topology (the state queries of ``elastorm state``); returns it."""
+    from elastorm.zk.queries import QueryInbox
+
+    inbox = QueryInbox(layout=heartbeats.layout, task=task, client=heartbeats.client)
+    inbox.start()
+    return inbox

@@ -28,6 +28,7 @@ before streamparse builds the Thrift topology:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from streamparse import Grouping, JavaBolt, Topology
@@ -37,6 +38,7 @@ from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
 from elastorm.config import ConfigError, TopologyConfig
+from elastorm.core.keys import KeySelectorError, function_path
 from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
@@ -52,7 +54,7 @@ from elastorm.storm.elastic import (
     KeyedOperator,
     by_task,
 )
-from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
+from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter, resolve_key_function
 from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM, ReplayableSpout
 from elastorm.storm.wire import ACKERS_KEY, EncodingUnavailable, require_encoding, with_encoding
 
@@ -61,23 +63,40 @@ DEFAULT_TICK_SECS = 1  # checkpoints, heartbeats and the controller's rounds run
 RESERVED = frozenset({RELAY_COMPONENT, CONTROLLER_COMPONENT})
 
 
+KeyBy = str | list[str] | tuple[str, ...] | Callable[[list], Any]
+"""What :func:`keyed` takes: a field name, a list of field names, a key function, or
+a key function's dotted path ``"package.module:function"``."""
+
+
 class Keyed(storm_thrift.Grouping):
     """The grouping :func:`keyed` returns: a marker that :func:`wire` replaces. In a
     plain ``Topology`` nothing replaces it, and the keyed bolt refuses to start
     (no ``elastorm.operators`` in its conf)."""
 
-    def __init__(self, field: str | None) -> None:
-        super().__init__(fields=[field] if field else [])
-        self.key_field = field
+    def __init__(self, by: KeyBy | None) -> None:
+        fields = [by] if isinstance(by, str) else list(by) if isinstance(by, list | tuple) else []
+        super().__init__(fields=fields)
+        self.by = list(by) if isinstance(by, tuple) else by
 
 
-def keyed(field: str | None = None) -> Keyed:
-    """Mark an input of a keyed bolt: its tuples are keyed by ``field``.
+def keyed(by: KeyBy | None = None) -> Keyed:
+    """Mark an input of a keyed bolt: its tuples are keyed by ``by`` (a key selector,
+    ``elastorm.core.keys``).
 
-    ``field`` is needed for an ordinary upstream; an upstream that is an elastorm
+    * ``keyed("word")``: the ``word`` field's value (``str()``-ed);
+    * ``keyed(["airline", "year"])``: those fields' values as one key, the compact JSON
+      array of them (``'["AA",2013]'``: distinct values, distinct keys);
+    * ``keyed(my_key)`` or ``keyed("package.module:my_key")``: a function, defined with
+      ``def`` at the top level of a module the workers import (not the topology file),
+      called with the tuple's values (a list) and returning the key. Its input goes to
+      one router task (Storm's global grouping), so each key's order is kept; a field
+      selector spreads the routing instead. A string is a field name if the upstream
+      stream has that field, else a dotted path.
+
+    A selector is needed for an ordinary upstream; an upstream that is an elastorm
     emitter (``KeyedEmitting``) chooses keys itself, so ``keyed()`` takes none.
     """
-    return Keyed(field)
+    return Keyed(by)
 
 
 class WiringError(ValueError):
@@ -234,6 +253,43 @@ def _refuse_unreplayable(
     )
 
 
+def _selector(
+    where: str, by: KeyBy | None, fields: list[str], class_dict: dict[str, Any]
+) -> tuple[int | list[int] | str, Grouping]:
+    """A ``keyed(by)`` input's selector in the router's conf form (a field index, a
+    list of them, or a function's dotted path; ``elastorm.core.keys``) and the grouping
+    into the router that keeps each key on one router task (fields, or global for a
+    function). A bad selector is refused here, at submit, in one line."""
+    if by is None:
+        raise WiringError(f"{where}: keyed() needs a key selector (a field, fields or a function)")
+    if isinstance(by, str) and (by in fields or ":" not in by):
+        if by not in fields:
+            raise WiringError(f"{where} has no field {by!r} (fields: {fields})")
+        return fields.index(by), Grouping.fields(by)
+    if isinstance(by, list):
+        missing = [f for f in by if f not in fields]
+        if not by or missing or len(set(by)) != len(by):
+            raise WiringError(
+                f"{where}: keyed({by!r}) needs distinct fields of the stream "
+                f"(fields: {fields}; not there: {missing})"
+            )
+        return [fields.index(f) for f in by], Grouping.fields(*by)
+    try:
+        path = by if isinstance(by, str) else function_path(by)
+        resolved = resolve_key_function(path)
+    except KeySelectorError as exc:
+        raise WiringError(f"{where}: {exc}") from None
+    if getattr(resolved, "__module__", None) == class_dict.get("__module__"):
+        raise WiringError(
+            f"{where}: key function {path} is defined in the topology file, which the "
+            "workers do not get; move it to a module under src/ (e.g. src/bolts/keys.py) "
+            "and import it"
+        )
+    if not isinstance(by, str) and resolved is not by:
+        raise WiringError(f"{where}: key function {path} imports as another object than given")
+    return path, Grouping.GLOBAL
+
+
 def _tasks(spec: ComponentSpec) -> dict[str | None, int]:
     """A component's task count per streamparse environment (``None``: every one);
     ``par`` is an int or, in streamparse, ``{environment: int}``."""
@@ -292,7 +348,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     for spec in keyed_specs:
         emitters = operators.setdefault(spec.name, [])
         routed: dict[GlobalStreamId, Grouping] = {}
-        router_keys: dict[str, int] = {}
+        router_keys: dict[str, int | list[int] | str] = {}
         router_par = 1
         for stream_id, grouping in list(spec.inputs.items()):
             if not isinstance(grouping, Keyed):
@@ -307,7 +363,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
             upstream.name = upstream.name or next(a for a, s in class_dict.items() if s is upstream)
             stream = stream_id.streamId
             if _is(upstream, KeyedEmitting):
-                if grouping.key_field is not None:
+                if grouping.by is not None:
                     raise WiringError(
                         f"{spec.name}: {upstream.name} is an elastorm emitter and chooses "
                         f"keys itself; use keyed() without a field"
@@ -323,17 +379,12 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
                 spec.inputs[_direct(upstream.name)] = Grouping.DIRECT
                 emitters.append(upstream.name)
                 continue
-            if grouping.key_field is None:
-                raise WiringError(f"{spec.name}: keyed() needs the key field of {upstream.name}")
+            where = f"{spec.name}: {upstream.name}:{stream}"
             fields = _fields(upstream, stream)
-            if grouping.key_field not in fields:
-                raise WiringError(
-                    f"{spec.name}: {upstream.name}:{stream} has no field "
-                    f"{grouping.key_field!r} (fields: {fields})"
-                )
-            routed[stream_id] = Grouping.fields(grouping.key_field)
+            conf_form, grouped = _selector(where, grouping.by, fields, class_dict)
+            routed[stream_id] = grouped
             routed_from.setdefault(spec.name, []).append(upstream.name)
-            router_keys[f"{upstream.name}:{stream}"] = fields.index(grouping.key_field)
+            router_keys[f"{upstream.name}:{stream}"] = conf_form
             par = upstream.par if isinstance(upstream.par, int) else 1
             router_par = max(router_par, par)
         if routed:

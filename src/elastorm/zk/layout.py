@@ -14,6 +14,8 @@ One root per topology, ``/elastorm/<topology>``::
     controller/refused           ephemeral, why the controller cannot run this topology
     controller/rescale           the rescale in progress: joining nodes, key groups to move
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
+    queries/<task-id>/q-<seq>    ephemeral, a state query to a keyed task, answered in
+                                 place (``elastorm state``, ``elastorm.zk.queries``)
     scheduler/nodes              durable node set: wanted and draining nodes (``elastorm
                                  scale`` / ``drain``, the controller's releases)
     scheduler/placement          the elastic scheduler's binding of logical nodes to nodes
@@ -127,6 +129,14 @@ class ZnodeLayout:
 
     def request(self, name: str) -> str:
         return f"{self.requests}/{check_name(name, 'request')}"
+
+    @property
+    def queries(self) -> str:
+        return f"{self.base}/queries"
+
+    def query_dir(self, task_id: int) -> str:
+        """Where state queries to keyed task ``task_id`` wait for its answer."""
+        return f"{self.queries}/{task_name(task_id)}"
 
     @property
     def rescale(self) -> str:

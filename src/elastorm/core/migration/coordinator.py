@@ -159,6 +159,13 @@ class TaskCoordinator:
     def phase(self, key_group: int) -> Phase:
         return self.machine(key_group).phase
 
+    def peek_phase(self, key_group: int) -> Phase:
+        """``key_group``'s phase here, ``IDLE`` if it has no machine (none created: for
+        readers such as a state query, which must change nothing)."""
+        self._check_group(key_group)
+        m = self._machines.get(key_group)
+        return Phase.IDLE if m is None else m.phase
+
     def state(self, key_group: int) -> KeyGroupState | None:
         """Live state of ``key_group`` here, if any (use it for queries and output
         counters; update it only through the actions)."""
