@@ -12,6 +12,14 @@ the project's virtualenv: ``use_virtualenv`` with ``install_virtualenv: false``)
 counts committed by the project's sink (``elastorm.sinks.Sink`` into SQLite) must be
 exactly 1..n, n its count in a single-process fold.
 
+Queryable state on the same run: while key groups 0, 1 and 2 move (the words
+``python``, ``storm`` and ``checkpoint`` are in them), a thread asks for those words'
+state over and over through ``elastorm.runtime.state``: every query must be answered
+(by the group's owner, before or after the move: the query follows the routing table),
+each word's count never goes down, and each word is answered by both ends of its
+group's move. Once the stream has ended, the user's own ``elastorm state`` command
+prints every word's count, equal to its count in the stream.
+
 Talks to: the real ZooKeeper, Nimbus and supervisors of the ``storm_cluster`` fixture,
 pip (its cache), Maven (``~/.m2``) for the project's JVM build.
 """
@@ -25,6 +33,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -32,12 +41,19 @@ from pathlib import Path
 import pytest
 from wheel_build import build_wheel
 
+from elastorm.core.keygroups import key_group
+from elastorm.errors import UserError
+from elastorm.runtime.migrate import connect
+from elastorm.runtime.state import ask_owner
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_PROJECT = Path(__file__).parent / "user_project"
 TOPOLOGY = "wordcount"
 OPERATOR = "counts"
+KEY_GROUPS = 12  # the user project's elastorm.key_groups
+PROBES = {0: "python", 1: "storm", 2: "checkpoint"}  # a word of each group that moves
 
 
 def _user_files(project: Path) -> dict[str, int]:
@@ -138,11 +154,35 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
     elastorm = str(venv / "bin/elastorm")
     migrate = [elastorm, "migrate", "--topology", TOPOLOGY, "--operator", OPERATOR]
     stream = _stream()
+    truth = Counter(stream)
+    assert {key_group(w, KEY_GROUPS) for w in PROBES.values()} == set(PROBES)
+    answers: dict[str, list[tuple[int, int]]] = defaultdict(list)  # word -> [(task, count)]
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        client = connect(cfg.zookeeper)
+        try:
+            while not stop.is_set():
+                for word in PROBES.values():
+                    try:
+                        got = ask_owner(client, TOPOLOGY, OPERATOR, word, timeout=30)
+                    except UserError as exc:
+                        failures.append(f"{word}: {exc}")
+                        continue
+                    answers[word].append((got["task"], (got["state"] or {}).get("count", 0)))
+        finally:
+            client.stop()
+            client.close()
+
     try:
         deadline = time.monotonic() + 180
         while _run([*migrate, "--status"], project, check=False) == "":
             assert time.monotonic() < deadline, "the topology's controller never answered"
             time.sleep(2)
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        time.sleep(3)  # answers from the groups' first owners
         done = []
         for group, protocol in enumerate(("direct", "cpa", "cpal")):
             args = ["--group", str(group), "--to", "holder", "--protocol", protocol]
@@ -150,12 +190,21 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
             print(out.strip())
             assert f"protocol {protocol};" in out, out
             done.append(protocol)
+            time.sleep(2)  # answers from the new owner
+        stop.set()
+        prober.join(60)
         assert len(_lines(output)) < len(stream), "the migrations came after the stream ended"
         deadline = time.monotonic() + 240
         while len(_lines(output)) < len(stream) and time.monotonic() < deadline:
             time.sleep(2)
         time.sleep(5)  # anything extra (a duplicate) would arrive by now
+        final = {}
+        for word in sorted(truth):
+            cmd = [elastorm, "state", "--topology", TOPOLOGY, "--operator", OPERATOR]
+            printed = json.loads(_run([*cmd, "--key", word, "--timeout", "30"], project))
+            final[word] = printed["state"]
     finally:
+        stop.set()
         _run(
             [str(venv / "bin/sparse"), "kill", "-e", "cluster", "-n", TOPOLOGY, "--wait", "1"],
             project,
@@ -165,9 +214,17 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
     emitted: dict[str, list[int]] = defaultdict(list)
     for word, count in _lines(output):
         emitted[word].append(count)
-    truth = Counter(stream)
     assert set(emitted) == set(truth)
     for word, n in truth.items():
         assert sorted(emitted[word]) == list(range(1, n + 1)), word
     assert sum(len(c) for c in emitted.values()) == len(stream)
     assert done == ["direct", "cpa", "cpal"]
+    # queryable state: answered throughout the moves, never back in time, exact at the end
+    assert not failures, failures
+    for word, seen in answers.items():
+        counts = [c for _, c in seen]
+        print(f"{word}: {len(seen)} answers, tasks {sorted({t for t, _ in seen})}")
+        assert counts == sorted(counts), (word, counts)
+        assert len({t for t, _ in seen}) == 2, (word, seen)  # both ends of its group's move
+    assert set(answers) == set(PROBES.values())
+    assert final == {word: {"count": n} for word, n in truth.items()}
