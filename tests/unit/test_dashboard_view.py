@@ -397,3 +397,28 @@ def test_the_controllers_own_moves_take_the_protocol_it_ordered():
     moved = status([4, 4, 4, 5], [5, 5, 5, 4], epoch=1)
     events = tracker.observe(snap(T0 + 1, TASKS, st=moved, controller_metrics=orders))
     assert [(e["kind"], e["group"], e["protocol"]) for e in events] == [("move", 1, "cpa")]
+
+
+def test_the_view_shows_why_the_topology_cannot_run_in_the_lines_of_elastorm_status():
+    from elastorm.controller.problems import StartFailure, TopologyFacts, problems
+
+    failure = StartFailure(
+        component="op2", task=4, count=22, reason="ModuleNotFoundError: no nltk", at=T0 - 3
+    )
+    facts = TopologyFacts(
+        topology="flights", now=T0, on_storm=True, elastic_state=True, start_failures=(failure,)
+    )
+    view = build_view(snap(T0, [], facts=facts), Tracker())
+    assert view["problems"][0] == problems(facts)[0].line
+    assert view["problems"][0].endswith(
+        "failed to start 22 times, last 3 s ago: ModuleNotFoundError: no nltk"
+    )
+    assert view["problems"][1].startswith("no controller status: flights cannot run: op2 task 4")
+
+
+def test_a_healthy_or_unread_topology_shows_no_problem_lines():
+    from elastorm.controller.problems import TopologyFacts
+
+    facts = TopologyFacts(topology="flights", now=T0, on_storm=True, elastic_state=True)
+    assert build_view(snap(T0, TASKS, st=ST, facts=facts), Tracker())["problems"] == []
+    assert build_view(snap(T0, TASKS, st=ST), Tracker())["problems"] == []
