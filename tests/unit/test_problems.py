@@ -255,3 +255,20 @@ def test_status_lines_show_the_tasks_and_each_problem() -> None:
     assert out[1] == "  counts task 2: pid 102 on node2, 2 key groups, 0 checkpoints held"
     assert out[2] == "no controller status: wc cannot run: the controller cannot run it: unequal"
     assert out[3] == "problem: the controller cannot run it: unequal"
+
+
+def test_a_bolt_whose_start_fails_records_why_and_still_dies(monkeypatch) -> None:
+    from elastorm.storm.elastic import recording_start
+    from elastorm.zk import problems as zk_problems
+
+    recorded = []
+    monkeypatch.setattr(
+        zk_problems, "record_start_failure", lambda *args: recorded.append(args[1:4])
+    )
+    with pytest.raises(ValueError, match="bad"):
+        with recording_start({}, {"componentid": "counts", "taskid": 3}):
+            raise ValueError("bad\n  option")
+    assert recorded == [("counts", 3, "ValueError: bad option")]
+    with recording_start({}, {"componentid": "counts", "taskid": 3}):
+        pass
+    assert len(recorded) == 1
