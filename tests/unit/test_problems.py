@@ -272,3 +272,27 @@ def test_a_bolt_whose_start_fails_records_why_and_still_dies(monkeypatch) -> Non
     with recording_start({}, {"componentid": "counts", "taskid": 3}):
         pass
     assert len(recorded) == 1
+
+
+def test_a_crash_not_seen_again_becomes_an_earlier_problem_a_refusal_never_does() -> None:
+    from elastorm.controller.problems import RECENT_SECS
+
+    old = StormError(component="counts", count=1, text="E: killed", at=NOW - RECENT_SECS - 1)
+    new = replace(old, at=NOW - 1)
+    assert not problems(_facts(storm_errors=(old,)))[0].current
+    assert problems(_facts(storm_errors=(new,)))[0].current
+    assert problems(_facts(refusal="r"))[0].current
+    # An earlier crash does not explain a missing status.
+    assert "has not published a status yet" in why_no_status(_facts(storm_errors=(old,)))
+    assert "cannot run" in why_no_status(_facts(storm_errors=(new,)))
+
+
+def test_status_marks_an_earlier_problem() -> None:
+    from elastorm.controller.problems import RECENT_SECS
+
+    old = StormError(component="counts", count=1, text="E: killed", at=NOW - RECENT_SECS - 60)
+    out = lines(Gathered(facts=_facts(storm_errors=(old,), statuses=("counts",))))
+    assert out[-2:] == [
+        "controller status of: counts",
+        "earlier: counts: Storm reported once an error, last 2 min ago: E: killed",
+    ]

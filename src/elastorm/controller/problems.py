@@ -22,6 +22,7 @@ topology (``ElasticScheduler.java``); Storm's default scheduling then runs it.""
 CONTROLLER = "controller"  # the component elastorm adds (``elastorm.storm.elastic``)
 STORM_NEWER = 5.0  # s by which Storm's error must follow elastorm's record to be news
 LINE_MAX = 240  # characters of a reason kept in a line
+RECENT_SECS = 90.0  # s after which a failure not seen again is an earlier one, not current
 
 _EXCEPTION = re.compile(
     r"^(?!java\.|javax\.|org\.|com\.|clojure\.|Caused by)"
@@ -90,6 +91,12 @@ class Problem:
     where: str  # "scheduler", "controller" or a component's name
     line: str
     seconds_ago: float | None = None
+
+    @property
+    def current(self) -> bool:
+        """Whether it still holds: undated (a refusal stands while it is there), or seen
+        within ``RECENT_SECS`` (a crash loop keeps failing; one crash recovered from ages)."""
+        return self.seconds_ago is None or self.seconds_ago <= RECENT_SECS
 
 
 def one_line(text: str) -> str:
@@ -170,7 +177,7 @@ def why_no_status(facts: TopologyFacts) -> str:
     controller's own reason if it gave one, else what the facts allow (not submitted,
     killed, not elastic, not started yet), with the most serious problem found."""
     name = facts.topology
-    found = problems(facts)
+    found = [p for p in problems(facts) if p.current]
     if found:
         return f"{name} cannot run: {found[0].line}"
     up = f" (up {facts.uptime_secs} s)" if facts.uptime_secs is not None else ""

@@ -482,7 +482,7 @@ def problem_lines(snap: Snapshot) -> list[str]:
     operator has a status (if none has): the page shows them above everything."""
     if snap.facts is None:
         return []
-    out = [p.line for p in problems(snap.facts)]
+    out = [p.line if p.current else f"earlier: {p.line}" for p in problems(snap.facts)]
     if not snap.statuses and not snap.routing:
         out.append(f"no controller status: {why_no_status(snap.facts)}")
     return out

@@ -109,5 +109,5 @@ def _status(args: argparse.Namespace) -> int:
             where = "  ".join(f"{node} {tasks}" for node, tasks in by_node.items())
             print(f"  {component:<16} {where}")
         for found in problems(gather(topo["name"], cfg.zookeeper, (host, port)).facts):
-            print(f"  problem: {found.line}")
+            print(f"  {'problem' if found.current else 'earlier'}: {found.line}")
     return 0

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from elastorm.controller.problems import problems, why_no_status
+from elastorm.controller.problems import RECENT_SECS, problems, why_no_status
 from elastorm.errors import UserError
 from elastorm.runtime.cluster import CLUSTER_ENV
 from elastorm.runtime.config import env_nimbus, load_config
@@ -22,7 +22,8 @@ def register(subparsers) -> None:
         description="Print what Nimbus and the topology's ZooKeeper say of it: its Storm "
         "status, its keyed tasks, and one line per problem (placement refused by the "
         "elastic scheduler, a controller that refuses the topology, tasks that failed to "
-        "start, errors Storm recorded, with the newest reason). Exit 1 if there is a problem.",
+        "start, errors Storm recorded, with the newest reason; `earlier:` once not seen for "
+        f"{RECENT_SECS:.0f} s). Exit 1 if a problem is current.",
     )
     parser.add_argument("--topology", required=True, help="topology name as submitted (-N)")
     add_zookeeper_option(parser)
@@ -58,10 +59,10 @@ def _run(args: argparse.Namespace) -> int:
     found = problems(got.facts)
     if args.json:
         print(json.dumps(asdict(got.facts) | {"problems": [asdict(p) for p in found]}, indent=2))
-        return 1 if found else 0
+        return 1 if any(p.current for p in found) else 0
     for line in lines(got):
         print(line)
-    return 1 if found else 0
+    return 1 if any(p.current for p in found) else 0
 
 
 def lines(got: Gathered) -> list[str]:
@@ -85,5 +86,5 @@ def lines(got: Gathered) -> list[str]:
         out.append(f"controller status of: {', '.join(facts.statuses)}")
     else:
         out.append(f"no controller status: {why_no_status(facts)}")
-    out += [f"problem: {p.line}" for p in problems(facts)]
+    out += [f"{'problem' if p.current else 'earlier'}: {p.line}" for p in problems(facts)]
     return out
