@@ -140,6 +140,18 @@ def wait_until_movable(
         time.sleep(0.1)
 
 
+def wait_for_controller(client: KazooClient, topology: str, timeout: float) -> None:
+    """Wait up to ``timeout`` s for a controller to lead ``topology`` (one whose worker
+    crashed takes Storm's restart to come back); returns either way, and the request
+    then says whether one leads."""
+    deadline = time.monotonic() + timeout
+    while not controller_alive(client, ZnodeLayout(topology)):
+        refuse_if_refused(client, topology)
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
 def request_migration(
     client: KazooClient,
     topology: str,
