@@ -108,6 +108,11 @@ def _status(args: argparse.Namespace) -> int:
         for component, by_node in placed.items():
             where = "  ".join(f"{node} {tasks}" for node, tasks in by_node.items())
             print(f"  {component:<16} {where}")
-        for found in problems(gather(topo["name"], cfg.zookeeper, (host, port)).facts):
-            print(f"  {'problem' if found.current else 'earlier'}: {found.line}")
+        try:
+            found = problems(gather(topo["name"], cfg.zookeeper, (host, port)).facts)
+        except UserError as exc:  # ZooKeeper not answering: Nimbus's part is above
+            print(f"  problems not read: {exc}")
+            continue
+        for p in found:
+            print(f"  {'problem' if p.current else 'earlier'}: {p.line}")
     return 0
