@@ -296,3 +296,28 @@ def test_status_marks_an_earlier_problem() -> None:
         "controller status of: counts",
         "earlier: counts: Storm reported once an error, last 2 min ago: E: killed",
     ]
+
+
+def test_nimbus_facts_map_storms_errors_and_scheduler_status(monkeypatch) -> None:
+    from elastorm.runtime import nimbus
+
+    err = lambda text, t: SimpleNamespace(error=text, error_time_secs=t)  # noqa: E731
+    info = SimpleNamespace(
+        status="ACTIVE",
+        sched_status=f"{PLACEMENT_REFUSED} (x)",
+        uptime_secs=42,
+        errors={"counts": [err("E: old", 10), err(TRACEBACK, 20)], "__acker": [err("A: a", 5)]},
+    )
+    client = SimpleNamespace(
+        getClusterInfo=lambda: SimpleNamespace(
+            topologies=[SimpleNamespace(name="wc", id="wc-1-1", sched_status="")]
+        ),
+        getTopologyInfo=lambda storm_id: info,
+    )
+    monkeypatch.setattr(nimbus, "nimbus_client", lambda host, port: client)
+    facts = nimbus.storm_facts("h", 1, TopologyFacts(topology="wc", now=NOW))
+    assert (facts.on_storm, facts.storm_status, facts.uptime_secs) == (True, "ACTIVE", 42)
+    assert facts.storm_errors == (StormError(component="counts", count=2, text=TRACEBACK, at=20.0),)
+    assert [p.where for p in problems(facts)] == ["scheduler", "counts"]
+    gone = nimbus.storm_facts("h", 1, TopologyFacts(topology="other", now=NOW))
+    assert gone.on_storm is False
