@@ -252,11 +252,14 @@ class DashboardSource:
         while not self._stop.is_set():
             try:
                 self._storm = (cluster_summary(host, port), None)
-                if self.topology is not None:
-                    blank = TopologyFacts(topology=self.topology, now=time.time())
-                    self._storm_facts = storm_facts(host, port, blank)
             except UserError as exc:
                 self._storm = (None, str(exc))
             except Exception as exc:  # thrift errors of every kind: show, never crash
                 self._storm = (None, f"{type(exc).__name__}: {exc}")
+            if self.topology is not None and self._storm[0] is not None:
+                try:
+                    blank = TopologyFacts(topology=self.topology, now=time.time())
+                    self._storm_facts = storm_facts(host, port, blank)
+                except Exception as exc:  # the summary above still shows; facts stay as read
+                    log.warning("dashboard: Nimbus's topology info not read (%r)", exc)
             self._stop.wait(self.storm_interval)
