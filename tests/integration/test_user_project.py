@@ -8,9 +8,12 @@ A fresh virtualenv there gets elastorm from a wheel of this repository (non-edit
 ``-c constraints.txt``). With that virtualenv's commands only: ``elastorm jar``,
 ``sparse submit -e cluster`` to the session's ``elastorm cluster up`` (the workers run
 the project's virtualenv: ``use_virtualenv`` with ``install_virtualenv: false``),
-``elastorm migrate`` of key groups by every protocol while it runs. Then every word's
-counts committed by the project's sink (``elastorm.sinks.Sink`` into SQLite) must be
-exactly 1..n, n its count in a single-process fold.
+``elastorm migrate`` of key groups by every protocol while it runs, ``kill -9`` of the
+keyed task owning the most key groups (``elastorm status --pid``) and one more
+migration after it: from ``sparse submit`` on, the page's own commands
+(``tutorial_commands.py``), through bash, without ``LEIN_ROOT`` in the environment.
+Then every word's counts committed by the project's sink (``elastorm.sinks.Sink``
+into SQLite) must be exactly 1..n, n its count in a single-process fold.
 
 Queryable state on the same run: while key groups 0, 1 and 2 move (the words
 ``python``, ``storm`` and ``checkpoint`` are in them), a thread asks for those words'
@@ -39,6 +42,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+import tutorial_commands as page
 from wheel_build import build_wheel
 
 from elastorm.core.keygroups import key_group
@@ -77,6 +81,19 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 300, check: bool = True) ->
         raise AssertionError(
             f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
         )
+    return proc.stdout
+
+
+def _sh(command: str, cwd: Path, timeout: float = 300, check: bool = True) -> str:
+    """``command`` as the page shows it, through bash in the project (its venv/bin first
+    on PATH only through the command's own ``venv/bin/...``); LEIN_ROOT is not set."""
+    hidden = ("ELASTORM_PROJECT", "VIRTUAL_ENV", "PYTHONPATH", "LEIN_ROOT")
+    env = {k: v for k, v in os.environ.items() if k not in hidden} | {"PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{command} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc.stdout
 
 
@@ -130,29 +147,10 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
     shown = _run([str(venv / "bin/pip"), "show", "-f", "elastorm"], project)
     assert "Editable project location" not in shown
 
-    jar = Path(_run([str(venv / "bin/elastorm"), "jar"], project).strip().splitlines()[-1])
-    assert jar.is_relative_to(project)
-    output = tmp_path / "counts.sqlite"
-    _run(
-        [
-            str(venv / "bin/sparse"),
-            "submit",
-            "-e",
-            "cluster",
-            "-n",
-            TOPOLOGY,
-            "-N",
-            TOPOLOGY,
-            "-j",
-            str(jar),
-            "-f",
-            "-o",
-            f"elastorm.sinks.sqlite_path={output}",
-        ],
-        project,
-    )
-    elastorm = str(venv / "bin/elastorm")
-    migrate = [elastorm, "migrate", "--topology", TOPOLOGY, "--operator", OPERATOR]
+    # From here on, the page's own commands (tutorial_commands.py), through bash in the
+    # project directory, with no LEIN_ROOT in the environment: each sets what it needs.
+    output = project / "counts.sqlite"
+    _sh(f"{page.JAR}\n{page.SUBMIT}", project, timeout=600)
     stream = _stream()
     truth = Counter(stream)
     assert {key_group(w, KEY_GROUPS) for w in PROBES.values()} == set(PROBES)
@@ -177,16 +175,15 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
 
     try:
         deadline = time.monotonic() + 180
-        while _run([*migrate, "--status"], project, check=False) == "":
+        while _sh(page.CONTROLLER, project, check=False) == "":
             assert time.monotonic() < deadline, "the topology's controller never answered"
             time.sleep(2)
         prober = threading.Thread(target=probe, daemon=True)
         prober.start()
         time.sleep(3)  # answers from the groups' first owners
         done = []
-        for group, protocol in enumerate(("direct", "cpa", "cpal")):
-            args = ["--group", str(group), "--to", "holder", "--protocol", protocol]
-            out = _run([*migrate, *args, "--timeout", "90"], project)
+        for command, protocol in zip(page.MIGRATIONS, ("direct", "cpa", "cpal"), strict=True):
+            out = _sh(command, project)
             print(out.strip())
             assert f"protocol {protocol};" in out, out
             done.append(protocol)
@@ -194,22 +191,27 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
         stop.set()
         prober.join(60)
         assert len(_lines(output)) < len(stream), "the migrations came after the stream ended"
-        deadline = time.monotonic() + 240
+        status = _sh(page.STATUS, project, check=False)  # exit 1 if a problem is current
+        print(status.strip())
+        assert "counts task" in status, status
+        _sh(page.KILL, project)
+        killed = len(_lines(output))
+        _sh(page.SETTLE, project, timeout=60)
+        out = _sh(page.AFTER_KILL, project)
+        print(f"after the kill ({killed} outputs then): {out.strip()}")
+        assert out.startswith("key group 3: done; protocol "), out
+        print(_sh(page.STATUS, project, check=False).strip())
+        deadline = time.monotonic() + 300
         while len(_lines(output)) < len(stream) and time.monotonic() < deadline:
             time.sleep(2)
         time.sleep(5)  # anything extra (a duplicate) would arrive by now
         final = {}
         for word in sorted(truth):
-            cmd = [elastorm, "state", "--topology", TOPOLOGY, "--operator", OPERATOR]
-            printed = json.loads(_run([*cmd, "--key", word, "--timeout", "30"], project))
-            final[word] = printed["state"]
+            asked = page.STATE.replace("--key storm", f"--key {word}") + " --timeout 30"
+            final[word] = json.loads(_sh(asked, project))["state"]
     finally:
         stop.set()
-        _run(
-            [str(venv / "bin/sparse"), "kill", "-e", "cluster", "-n", TOPOLOGY, "--wait", "1"],
-            project,
-            check=False,
-        )
+        _sh(page.STOP + " --wait 1", project, check=False)
 
     emitted: dict[str, list[int]] = defaultdict(list)
     for word, count in _lines(output):

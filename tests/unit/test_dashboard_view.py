@@ -532,3 +532,28 @@ def test_durable_metrics_have_prometheus_names_labels_and_values():
     capped = render(build_view(s, tracker), key_group_limit=3)
     assert b"elastorm_durable_lag_checkpoints{" not in capped
     assert b"elastorm_durable_max_lag_checkpoints{" in capped
+
+
+def test_the_view_shows_why_the_topology_cannot_run_in_the_lines_of_elastorm_status():
+    from elastorm.controller.problems import StartFailure, TopologyFacts, problems
+
+    failure = StartFailure(
+        component="op2", task=4, count=22, reason="ModuleNotFoundError: no nltk", at=T0 - 3
+    )
+    facts = TopologyFacts(
+        topology="flights", now=T0, on_storm=True, elastic_state=True, start_failures=(failure,)
+    )
+    view = build_view(snap(T0, [], facts=facts), Tracker())
+    assert view["problems"][0] == problems(facts)[0].line
+    assert view["problems"][0].endswith(
+        "failed to start 22 times, last 3 s ago: ModuleNotFoundError: no nltk"
+    )
+    assert view["problems"][1].startswith("no controller status: flights cannot run: op2 task 4")
+
+
+def test_a_healthy_or_unread_topology_shows_no_problem_lines():
+    from elastorm.controller.problems import TopologyFacts
+
+    facts = TopologyFacts(topology="flights", now=T0, on_storm=True, elastic_state=True)
+    assert build_view(snap(T0, TASKS, st=ST, facts=facts), Tracker())["problems"] == []
+    assert build_view(snap(T0, TASKS, st=ST), Tracker())["problems"] == []

@@ -44,3 +44,20 @@ def test_the_user_topologies_fit_the_cluster_the_tutorial_starts(name: str, monk
     keyed = [s for s in topology.specs if issubclass(s.component_cls, KeyedOperator)]
     assert keyed
     assert {s.par for s in keyed} == {ProjectConfig().cluster_supervisors}
+
+
+def test_the_commands_the_integration_test_runs_are_the_pages_verbatim() -> None:
+    """``tests/integration/tutorial_commands.py`` holds what test_user_project.py runs
+    through bash, as a user copying from the page would (sections 6 to 10)."""
+    path = ROOT / "tests" / "integration" / "tutorial_commands.py"
+    spec = importlib.util.spec_from_file_location("tutorial_commands", path)
+    commands = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(commands)
+    tutorial = (ROOT / "docs" / "tutorial.md").read_text()
+    assert len(commands.ALL) >= 10
+    for command in commands.ALL:
+        assert command in tutorial, command
+    # Every sparse command carries LEIN_ROOT=1, so each works alone as root.
+    for line in tutorial.splitlines():
+        if "venv/bin/sparse " in line and not line.startswith("`"):
+            assert line.startswith("LEIN_ROOT=1 venv/bin/sparse "), line

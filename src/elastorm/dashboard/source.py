@@ -16,13 +16,16 @@ import json
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
+from elastorm.controller.problems import TopologyFacts
 from elastorm.controller.scaling import Binding, RescaleProgress
 from elastorm.dashboard.view import LagLimits, Snapshot, Tracker, build_view
 from elastorm.errors import UserError
 from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
+from elastorm.zk.problems import zk_facts
 from elastorm.zk.reader import (
     CountingReads,
     RequestCache,
@@ -39,6 +42,8 @@ from elastorm.zk.requests import ZK_ERRORS
 from elastorm.zk.watcher import ClusterWatcher
 
 log = logging.getLogger(__name__)
+
+FACTS_EVERY = 2.0  # s between reads of the topology's problems in ZooKeeper
 
 
 class DashboardSource:
@@ -80,6 +85,9 @@ class DashboardSource:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.refresh_seconds = 0.0
+        self._storm_facts: TopologyFacts | None = None  # Nimbus's part, from its thread
+        self._zk_facts: TopologyFacts | None = None
+        self._facts_at = -float("inf")
 
     # -- lifecycle
 
@@ -166,6 +174,7 @@ class DashboardSource:
             routing = read_routing_tables(self.reads, layout)
             binding, rescale = read_scaling(self.reads, layout)
         storm, storm_error = self._storm
+        facts = self._facts(topology, connected)
         live = self._watcher.live()
         snap = Snapshot(
             topology=topology,
@@ -184,6 +193,7 @@ class DashboardSource:
             controller_metrics=self._controller_metrics(),
             zk_connected=connected,
             zk_reads=self.reads.reads,
+            facts=facts,
         )
         self.tracker.observe(snap)
         view = build_view(snap, self.tracker, limits=self.lag_limits)
@@ -191,6 +201,32 @@ class DashboardSource:
         with self._cond:
             self._view = view
             self._cond.notify_all()
+
+    def _facts(self, topology: str, connected: bool) -> TopologyFacts | None:
+        """What ``elastorm status`` reads of the topology's problems: Nimbus's part from the
+        Nimbus thread, ZooKeeper's read again every ``FACTS_EVERY`` s."""
+        now = time.time()
+        storm = self._storm_facts
+        if connected and now - self._facts_at >= FACTS_EVERY:
+            try:
+                self._zk_facts = zk_facts(self.client, TopologyFacts(topology=topology, now=now))
+                self._facts_at = now
+            except ZK_ERRORS as exc:
+                log.warning("dashboard: problem facts not read (%r)", exc)
+        if self._zk_facts is None:
+            return storm
+        if storm is None or storm.topology != topology:
+            return replace(self._zk_facts, now=now)
+        zk = self._zk_facts
+        return replace(
+            storm,
+            now=now,
+            elastic_state=zk.elastic_state,
+            refusal=zk.refusal,
+            start_failures=zk.start_failures,
+            statuses=zk.statuses,
+            controller_alive=zk.controller_alive,
+        )
 
     def _departed_since(self, live: dict[int, Any]) -> dict[int, Any]:
         """Tasks seen live before and gone now, with their last record (what a lost
@@ -213,7 +249,7 @@ class DashboardSource:
             return None
 
     def _run_storm(self) -> None:
-        from elastorm.runtime.nimbus import cluster_summary
+        from elastorm.runtime.nimbus import cluster_summary, storm_facts
 
         host, port = self.nimbus
         while not self._stop.is_set():
@@ -223,4 +259,10 @@ class DashboardSource:
                 self._storm = (None, str(exc))
             except Exception as exc:  # thrift errors of every kind: show, never crash
                 self._storm = (None, f"{type(exc).__name__}: {exc}")
+            if self.topology is not None and self._storm[0] is not None:
+                try:
+                    blank = TopologyFacts(topology=self.topology, now=time.time())
+                    self._storm_facts = storm_facts(host, port, blank)
+                except Exception as exc:  # the summary above still shows; facts stay as read
+                    log.warning("dashboard: Nimbus's topology info not read (%r)", exc)
             self._stop.wait(self.storm_interval)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastorm.controller.model import Allocation, KeyGroupId, TaskRecord, node_name
+from elastorm.controller.problems import TopologyFacts, problems, why_no_status
 from elastorm.controller.requests import MigrationRequest
 from elastorm.controller.scaling import Binding, RescaleProgress
 from elastorm.core.messages import Protocol
@@ -91,6 +92,7 @@ class Snapshot:
     controller_metrics: Mapping[str, Any] | None = None
     zk_connected: bool = True
     zk_reads: int = 0
+    facts: TopologyFacts | None = None  # why it may not run (``elastorm.controller.problems``)
 
 
 def operator_statuses(snap: Snapshot) -> dict[str, Mapping[str, Any]]:
@@ -635,6 +637,17 @@ def allocation_view(snap: Snapshot) -> dict[str, Any] | None:
     return finite(summary) | {"strategy": cm.get("strategy")}
 
 
+def problem_lines(snap: Snapshot) -> list[str]:
+    """The lines ``elastorm status`` prints for the topology's problems, and why no
+    operator has a status (if none has): the page shows them above everything."""
+    if snap.facts is None:
+        return []
+    out = [p.line if p.current else f"earlier: {p.line}" for p in problems(snap.facts)]
+    if not snap.statuses and not snap.routing:
+        out.append(f"no controller status: {why_no_status(snap.facts)}")
+    return out
+
+
 def build_view(
     snap: Snapshot, tracker: Tracker, *, max_events: int = 300, limits: LagLimits | None = None
 ) -> dict[str, Any]:
@@ -671,6 +684,7 @@ def build_view(
         "zookeeper": {"connected": snap.zk_connected, "reads": snap.zk_reads},
         "storm": dict(snap.storm) if snap.storm else None,
         "storm_error": snap.storm_error,
+        "problems": problem_lines(snap),
         "nodes": _nodes(snap, owned, held),
         "operators": operators,
         "scaling": {

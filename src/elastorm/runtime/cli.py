@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.hdfs_cmd",
     "elastorm.runtime.check_cmd",
     "elastorm.runtime.options_cmd",
+    "elastorm.runtime.status_cmd",
     "elastorm.runtime.migrate_cmd",
     "elastorm.runtime.state_cmd",
     "elastorm.runtime.scale_cmd",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from elastorm.controller.problems import problems
 from elastorm.errors import UserError
 from elastorm.runtime.cluster import CLUSTER_ENV, down, node_of_port, status, up
 from elastorm.runtime.config import env_nimbus, load_config
 from elastorm.runtime.nimbus import executor_nodes
+from elastorm.runtime.status import gather
 
 
 def register(subparsers) -> None:
@@ -106,4 +108,11 @@ def _status(args: argparse.Namespace) -> int:
         for component, by_node in placed.items():
             where = "  ".join(f"{node} {tasks}" for node, tasks in by_node.items())
             print(f"  {component:<16} {where}")
+        try:
+            found = problems(gather(topo["name"], cfg.zookeeper, (host, port)).facts)
+        except UserError as exc:  # ZooKeeper not answering: Nimbus's part is above
+            print(f"  problems not read: {exc}")
+            continue
+        for p in found:
+            print(f"  {'problem' if p.current else 'earlier'}: {p.line}")
     return 0

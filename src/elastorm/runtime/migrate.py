@@ -15,11 +15,13 @@ from contextlib import contextmanager
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
+from elastorm.controller.problems import TopologyFacts, why_no_status
 from elastorm.controller.requests import FINAL, MigrationRequest, RequestError, RequestState
 from elastorm.core.messages import Protocol
 from elastorm.errors import UserError, as_user_error
 from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
+from elastorm.zk.problems import zk_facts
 from elastorm.zk.requests import (
     controller_alive,
     read_operators,
@@ -72,8 +74,8 @@ def only_operator(topology: str, operators: list[str]) -> str:
         return operators[0]
     if not operators:
         raise UserError(
-            f"{topology} has no keyed operator with a routing table: is the topology "
-            "running, and is it an elastic one?"
+            f"{topology} has no keyed operator with a routing table yet "
+            f"(`elastorm status --topology {topology}` says why)"
         )
     raise UserError(f"{topology} has keyed operators {', '.join(operators)}: pass --operator")
 
@@ -104,9 +106,10 @@ def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: 
     while (status := read_status(client, ZnodeLayout(topology), operator)) is None:
         refuse_if_refused(client, topology)
         if time.monotonic() > deadline:
+            why = why_no_status(zk_facts(client, TopologyFacts(topology=topology, now=time.time())))
             raise UserError(
-                f"no controller status for {topology}/{operator} after {timeout:.0f} s: "
-                "is the topology running, and is it an elastic one?"
+                f"no controller status for {topology}/{operator} after {timeout:.0f} s: {why} "
+                f"(`elastorm status --topology {topology}` asks Nimbus too)"
             )
         time.sleep(0.2)
     return status
@@ -135,6 +138,18 @@ def wait_until_movable(
         if ready or time.monotonic() > deadline:
             return status
         time.sleep(0.1)
+
+
+def wait_for_controller(client: KazooClient, topology: str, timeout: float) -> None:
+    """Wait up to ``timeout`` s for a controller to lead ``topology`` (one whose worker
+    crashed takes Storm's restart to come back); returns either way, and the request
+    then says whether one leads."""
+    deadline = time.monotonic() + timeout
+    while not controller_alive(client, ZnodeLayout(topology)):
+        refuse_if_refused(client, topology)
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
 
 
 def request_migration(

@@ -13,6 +13,7 @@ from elastorm.runtime.migrate import (
     connected,
     keyed_operator,
     request_migration,
+    wait_for_controller,
     wait_for_status,
 )
 
@@ -70,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(status, indent=2))
             return 0
         target = args.to if args.to == "holder" else int(args.to)
+        wait_for_controller(client, args.topology, wait)
         result = request_migration(
             client,
             args.topology,

@@ -8,8 +8,10 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from elastorm.controller.problems import TopologyFacts
 from elastorm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ def cluster_summary(host: str, port: int) -> dict:
                 "workers": t.num_workers,
                 "executors": t.num_executors,
                 "uptime_secs": t.uptime_secs,
+                "sched_status": t.sched_status or "",
             }
             for t in info.topologies
         ],
@@ -133,6 +136,47 @@ def executor_nodes(
         tasks = range(ex.executor_info.task_start, ex.executor_info.task_end + 1)
         out.setdefault(ex.component_id, {}).setdefault(node, []).extend(tasks)
     return {c: {n: sorted(t) for n, t in sorted(by.items())} for c, by in sorted(out.items())}
+
+
+def storm_facts(host: str, port: int, facts: TopologyFacts) -> TopologyFacts:
+    """``facts`` with what Nimbus says of its topology: whether it runs, its status, the
+    scheduler's status (the elastic scheduler's refusal, if any), its uptime and the
+    errors Storm keeps per component (``getTopologyInfo``: a task that died, with its
+    traceback). ``UserError`` if Nimbus does not answer."""
+    from thriftpy2.thrift import TException
+
+    from elastorm.controller.problems import StormError
+
+    client = nimbus_client(host, port)
+    try:
+        found = [t for t in client.getClusterInfo().topologies if t.name == facts.topology]
+        if not found:
+            return replace(facts, on_storm=False)
+        info = client.getTopologyInfo(found[0].id)
+    except (TException, OSError, EOFError) as exc:
+        raise UserError(
+            f"Nimbus at {host}:{port} did not answer ({type(exc).__name__}: {exc or 'no detail'})"
+        ) from None
+    errors = []
+    for component, listed in sorted((info.errors or {}).items()):
+        if listed and not component.startswith("__"):
+            last = max(listed, key=lambda e: e.error_time_secs)
+            errors.append(
+                StormError(
+                    component=component,
+                    count=len(listed),
+                    text=last.error,
+                    at=float(last.error_time_secs),
+                )
+            )
+    return replace(
+        facts,
+        on_storm=True,
+        storm_status=info.status,
+        sched_status=info.sched_status or found[0].sched_status or "",
+        uptime_secs=info.uptime_secs,
+        storm_errors=tuple(errors),
+    )
 
 
 def rebalance(host: str, port: int, topology: str, wait_secs: int, workers: int) -> None:

@@ -65,6 +65,7 @@ from elastorm.storm.elastic import (
     _Sending,
     initial_routing,
     operators_of,
+    recording_start,
     task_zones,
     tasks_of,
 )
@@ -106,6 +107,10 @@ class MigrationControllerBolt(_Sending, Bolt):
     outputs = [MESSAGE_STREAM]
 
     def initialize(self, conf, context):
+        with recording_start(conf, context):
+            self._initialize(conf, context)
+
+    def _initialize(self, conf, context):
         self._senders(context)
         self.config = config = TopologyConfig.from_conf(conf)
         operators = operators_of(config)

@@ -40,7 +40,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -590,6 +591,23 @@ class KeyedEmitting(_Sending):
         return rest
 
 
+@contextmanager
+def recording_start(conf: Mapping[str, Any], context: Mapping[str, Any]) -> Iterator[None]:
+    """Around a bolt's start: an exception is counted, with its one-line reason, in the
+    topology's ``failures/<component>-<task>`` (``elastorm status`` shows it), then
+    re-raised, so Storm still restarts the task."""
+    try:
+        yield
+    except Exception as exc:
+        from elastorm.zk.problems import record_start_failure
+
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        record_start_failure(
+            conf, context["componentid"], int(context["taskid"]), reason, time.time()
+        )
+        raise
+
+
 class KeyedOperator(_Sending):
     """Mixin for a bolt whose state lives in key groups (a ``TaskCoordinator``).
 
@@ -607,6 +625,12 @@ class KeyedOperator(_Sending):
     _component: str = ""
 
     def setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
+        """Start the task's key groups (see :meth:`_setup_keyed`); a failure is recorded
+        in the topology's ZooKeeper before it ends the task (:func:`recording_start`)."""
+        with recording_start(conf, context):
+            self._setup_keyed(conf, context, step)
+
+    def _setup_keyed(self, conf: Mapping[str, Any], context: Mapping[str, Any], step: Step) -> None:
         from elastorm.controller.model import node_name
         from elastorm.zk.requests import task_start
 

@@ -24,6 +24,7 @@ from elastorm.controller.model import (
     TaskIdentity,
     TaskRecord,
 )
+from elastorm.controller.problems import StartFailure
 from elastorm.core.replay import RestartPoint
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.layout import check_name
@@ -41,6 +42,7 @@ TERM = "elastorm.term"
 RESTART = "elastorm.restart"
 REWIND = "elastorm.rewind"
 SUBMISSION = "elastorm.submission"
+START_FAILURE = "elastorm.start_failure"
 
 
 class ZnodeSchemaError(ValueError):
@@ -496,3 +498,28 @@ def decode_submission(data: bytes | None) -> Submission:
         since=_nonneg(o.get("since"), "since"),
         set_aside=aside,
     )
+
+
+# --------------------------------------------------------------------------- start failure
+
+
+def encode_start_failure(failure: StartFailure, *, storm_id: str) -> bytes:
+    """Data of ``failures/<component>-<task>``: the task's failed starts in submission
+    ``storm_id`` (a later submission's readers skip it)."""
+    return _dump(_head(START_FAILURE, storm_id=storm_id, **asdict(failure)))
+
+
+def decode_start_failure(data: bytes | None) -> tuple[str, StartFailure]:
+    """Znode bytes -> (storm id, ``StartFailure``); ``ZnodeSchemaError`` naming the field."""
+    o = _load(data, START_FAILURE)
+    try:
+        failure = StartFailure(
+            component=_str(o.get("component"), "component"),
+            task=_int(o.get("task"), "task"),
+            count=_int(o.get("count"), "count", 1),
+            reason=_str(o.get("reason"), "reason"),
+            at=_nonneg(o.get("at"), "at"),
+        )
+    except ValueError as exc:
+        raise ZnodeSchemaError(f"{START_FAILURE}: {exc}") from None
+    return _str(o.get("storm_id"), "storm_id"), failure

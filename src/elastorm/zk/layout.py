@@ -13,6 +13,7 @@ One root per topology, ``/elastorm/<topology>``::
     controller/status/<op>       the controller's live view: holders, migrations in flight
     controller/refused           ephemeral, why the controller cannot run this topology
     controller/rescale           the rescale in progress: joining nodes, key groups to move
+    failures/<comp>-<task>       durable, a task's failed starts: count, last reason
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
     queries/<task-id>/q-<seq>    ephemeral, a state query to a keyed task, answered in
                                  place (``elastorm state``, ``elastorm.zk.queries``)
@@ -162,6 +163,15 @@ class ZnodeLayout:
     def archive(self, name: str) -> str:
         """Where an earlier submission's znodes are set aside (``elastorm.zk.submission``)."""
         return f"{self.archive_dir}/{check_name(name, 'archive')}"
+
+    @property
+    def failures(self) -> str:
+        return f"{self.base}/failures"
+
+    def start_failure(self, component: str, task_id: int) -> str:
+        """A task's failed starts (``elastorm.zk.problems``)."""
+        name = check_name(f"{component}-{task_name(task_id)}", "component")
+        return f"{self.failures}/{name}"
 
     def incarnation(self, component: str, task_id: int) -> str:
         name = check_name(f"{component}-{task_name(task_id)}", "component")

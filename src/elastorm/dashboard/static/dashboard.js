@@ -60,6 +60,13 @@ function drawHeader(v) {
   up.textContent = `updated ${clock(v.at)} (#${v.seq})`;
 }
 
+function drawProblems(v) { // why the topology cannot run: the lines `elastorm status` prints
+  const list = $("#problems");
+  const lines = v.problems || [];
+  list.hidden = lines.length === 0;
+  list.innerHTML = lines.map((line) => `<li>${esc(line)}</li>`).join("");
+}
+
 function drawNodes(v) {
   const rows = v.nodes.map((n) => {
     const cpu = n.cpu == null ? "–" : `<span class="bar" style="width:${Math.round(n.cpu * 60)}px"></span>${fmt(n.cpu * 100, 0)}%`;
@@ -315,6 +322,7 @@ function draw(v) {
   const began = performance.now();
   latest = v;
   drawHeader(v);
+  drawProblems(v);
   drawNodes(v);
   drawOperatorCharts(v);
   drawDurable(v);

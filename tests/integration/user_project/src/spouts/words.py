@@ -15,12 +15,12 @@ WORDS = words()
 
 
 class Words(GeneratedSpout):
-    """words() at about 100 a second (some 40 s), then nothing. Each tuple is
+    """words() at about 50 a second (some 80 s), then nothing. Each tuple is
     [position, word]: word number `position` is the same every time, so elastorm
     can replay the stream from any position after a crash."""
 
     fields = ["word"]
-    rate = 100
+    rate = 50
 
     def generate(self, position):
         return [WORDS[position]] if position < len(WORDS) else None

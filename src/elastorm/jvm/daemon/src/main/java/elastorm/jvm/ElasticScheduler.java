@@ -94,6 +94,9 @@ public final class ElasticScheduler implements IScheduler {
         }
     }
 
+    /** How the scheduler status of a topology it refused starts (PLACEMENT_REFUSED in Python). */
+    static final String REFUSED = "elastorm: cannot be placed elastically";
+
     static boolean isElastic(TopologyDetails td) {
         return isElastic(td.getConf());
     }
@@ -124,6 +127,10 @@ public final class ElasticScheduler implements IScheduler {
             } catch (ElasticPlacement.PlacementException e) {
                 LOG.error("elastorm scheduler: {} cannot be placed elastically ({}); Storm's default"
                         + " scheduling instead", td.getName(), e.getMessage());
+                // Storm's scheduler status (the UI's and getClusterInfo's sched_status), which
+                // `elastorm status` and the dashboard read (elastorm/controller/problems.py).
+                cluster.setStatus(td.getId(), REFUSED + " (" + e.getMessage() + "); Storm's default"
+                        + " scheduling instead");
                 others.add(td);
             }
         }
