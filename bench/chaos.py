@@ -280,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                 "owners": sampler.summary(),
                 "faults": None if error else {k: outcome.facts.get(k) for k in FAULT_FACTS},
             }  # fmt: skip
+            if not ok and error is None:  # why: the driver's own checks (its summary)
+                record["summary"] = outcome.summary
+                record["migrations"] = outcome.facts.get("migrations")
             if output_dir is not None:
                 # a driver over several submissions merges their sinks' totals itself
                 totals = getattr(driver, "totals", read_results(output_dir).totals)
