@@ -12,10 +12,8 @@ import elastorm.zk.requests
 from elastorm import ElasticTopology, GeneratedSpout, KeyedBolt, MapState, ValueState, keyed
 from elastorm.core.keyed_state import KeyState, StateAccessError
 from elastorm.core.messages import Data, DataTuple
-from elastorm.core.routing import RoutingTable
 from elastorm.core.state import KeyGroupState
 from elastorm.storm.elastic import MESSAGE_STREAM, STREAM, KeyedEmitting, by_task, to_wire
-from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
 from elastorm.storm.replay import REWIND, REWIND_STREAM, ReplayableSpout, linked_fields
 from elastorm.storm.topology import WiringError
 
@@ -296,34 +294,6 @@ def test_a_bad_elastorm_option_fails_when_the_topology_is_declared() -> None:
             config = {"elastorm.key_group": 8}
             words = Words.spec()
             counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
-
-
-@pytest.mark.usefixtures("emitter_first_start")
-def test_router_sends_each_tuple_to_its_key_groups_owner(monkeypatch) -> None:
-    router = KeyRouter(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
-    sent = []
-    monkeypatch.setattr(KeyRouter, "send", lambda self, action: sent.append(action))
-    context = {
-        "taskid": 1,
-        "componentid": "counts_router",
-        "task->component": {"1": "counts_router", "2": "controller", "3": "counts", "4": "counts"},
-    }
-    conf = {
-        "elastorm.key_groups": 4,
-        "elastorm.operators": {"counts": ["counts_router"]},
-        "storm.id": "t-1-1",
-        ROUTER_KEYS: {"words:default": 0},
-    }
-    router.initialize(conf, context)
-
-    class T:
-        stream, component, task, values = "default", "words", 7, ["apple", 3]
-
-    router.process(T())
-    routing = RoutingTable.round_robin(4, [3, 4])
-    (send,) = sent
-    assert send.message.item.key == "apple" and send.message.item.value == ["apple", 3]
-    assert send.to_task == routing.owner(send.message.key_group)
 
 
 class Rows(ReplayableSpout, Spout):
