@@ -1,5 +1,7 @@
 from elastorm import KeyedBolt, TumblingWindow, ValueState, WindowState, output_id_fields
 
+QUIET = 0.3  # seconds of event time without the word
+
 
 def add_one(count, _):
     return count + 1
@@ -7,7 +9,7 @@ def add_one(count, _):
 
 class WindowCounts(KeyedBolt):
     """Per word: how often it came in each 5-second window of event time, and a
-    ("quiet") line when it did not come for 2 seconds. Event time is the word's
+    ("quiet") line when it did not come for QUIET seconds. Event time is the word's
     position in the stream / 100 (the spout sends 100 words a second)."""
 
     outputs = output_id_fields(["word", "start", "count"])
@@ -21,12 +23,12 @@ class WindowCounts(KeyedBolt):
         self.per_window.add(1)
         last = self.last_seen.value()
         if last is not None:
-            self.timers.delete_event_time(last + 2)
+            self.timers.delete_event_time(last + QUIET)
         self.last_seen.update(self.timers.now)
-        self.timers.register_event_time(self.timers.now + 2)
+        self.timers.register_event_time(self.timers.now + QUIET)
 
     def on_window(self, key, window, count):
         self.emit([key, window.start, count])
 
     def on_timer(self, key, time):
-        self.emit([key, time, -1])  # quiet since time - 2
+        self.emit([key, time, -1])  # quiet since time - QUIET
