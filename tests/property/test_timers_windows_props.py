@@ -15,11 +15,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import elastorm.zk.requests
-from elastorm import KeyedBolt, SessionWindow, SlidingWindow, TumblingWindow, WindowState
+from elastorm import (
+    KeyedBolt,
+    SessionWindow,
+    SlidingWindow,
+    TumblingWindow,
+    ValueState,
+    WindowState,
+)
 from elastorm.core.checkpoint import CheckpointHolder, checkpoint_to_state
 from elastorm.core.messages import DataTuple, from_json, to_json
 
 GAP = 4
+TTL = 5
 
 
 def _count(acc: int, value: int) -> int:
@@ -27,15 +35,18 @@ def _count(acc: int, value: int) -> int:
 
 
 class _Windowed(KeyedBolt):
-    """``values = [key, time, timer or None]``: counts events per window; user timers."""
+    """``values = [key, time, timer or None]``: counts events per window; user timers,
+    which emit the key's last event time while it lives (``TTL``)."""
 
     outputs = ["what", "key", "a", "b"]
+    last = ValueState(ttl=TTL)
 
     def event_time(self, key, values):
         return values[1]
 
     def process_keyed(self, key, values):
         self.win.add(1)
+        self.last.update(values[1])
         if values[2] is not None:
             self.timers.register_event_time(values[2])
 
@@ -43,7 +54,7 @@ class _Windowed(KeyedBolt):
         self.emit(["window", key, [window.start, window.end], count])
 
     def on_timer(self, key, time):
-        self.emit(["timer", key, time, None])
+        self.emit(["timer", key, time, self.last.value()])
 
 
 class Tumbling(_Windowed):
@@ -103,12 +114,14 @@ def sessions_of(times: list) -> list[tuple]:
 
 def model(kind: str, lateness: float, events: list) -> list[list]:
     """Each tuple's outputs: late events dropped; on a watermark advance every due
-    timer and window fires in (time, key, tag) order."""
+    timer and window fires in (time, key, tag) order; a timer reads its key's last
+    event time unless the watermark reached it + ``TTL``."""
     assigner = KINDS[kind].win.assigner
     mark = None
     counts: dict = defaultdict(int)  # (key, start, end) -> count (tumbling, sliding)
     pending: dict = defaultdict(list)  # key -> event times (sessions)
     timers: set = set()
+    last: dict = {}  # key -> the time of its latest tuple
     outs = []
     for key, t, timer in events:
         out: list = []
@@ -119,6 +132,7 @@ def model(kind: str, lateness: float, events: list) -> list[list]:
             for w in assigner.assign(t):
                 if mark is None or w.end > mark:
                     counts[(key, w.start, w.end)] += 1
+        last[key] = t
         if timer is not None:
             timers.add((timer, key))
         if mark is None or t - lateness > mark:
@@ -137,7 +151,8 @@ def model(kind: str, lateness: float, events: list) -> list[list]:
                         del counts[(k, s, e)]
             for time, k, tag, win in sorted(due, key=lambda d: (d[0], d[1], d[2], d[3])):
                 if tag == "":
-                    out.append(["timer", k, time, None])
+                    alive = last[k] if last[k] + TTL > mark else None
+                    out.append(["timer", k, time, alive])
                 else:
                     out.append(["window", k, [win[0], time], win[1]])
         outs.append(out)
