@@ -155,7 +155,9 @@ class KeyedBolt(KeyedOperator, Bolt):
     def on_timer(self, key: str, time: float) -> None:
         """An event-time timer of ``key`` at ``time`` fired (the watermark reached it):
         the states are ``key``'s, ``self.timers.now`` is ``time``, emits are outputs of
-        the tuple that moved the watermark. The default does nothing."""
+        the tuple that moved the watermark. A timer registered here at or below the
+        watermark fires in the same step (as in Flink): registering ``time`` again
+        here would never end. The default does nothing."""
 
     @property
     def timers(self) -> TimerHandle:
