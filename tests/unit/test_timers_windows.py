@@ -18,7 +18,7 @@ from elastorm import (
     Window,
     WindowState,
 )
-from elastorm.core.keyed_state import CLEANUP, StateAccessError
+from elastorm.core.keyed_state import CLEANUP, KeyState, StateAccessError
 from elastorm.core.messages import Data, DataTuple
 from elastorm.core.state import KeyGroupState
 from elastorm.core.timers import TIMERS, GroupTimers, watermark_of
@@ -242,3 +242,25 @@ def test_a_failing_tuple_registers_no_timer(monkeypatch) -> None:
     assert bolt.failed == 1
     assert [0, "boom", ""] not in group.get(TIMERS)["timers"]
     assert watermark_of(group) == 2
+
+
+def test_map_state_entries_expire_one_by_one() -> None:
+    class Holder:
+        seen = MapState(ttl=10)
+        current_key_state = None
+
+    group = KeyGroupState(0)
+    timers = GroupTimers(group)
+    h = Holder()
+    h.current_key_state = KeyState("k", None, timers=timers, now=1)
+    h.seen.put("old", "x")
+    h.current_key_state.now = 6
+    h.seen.put("new", "y")
+    record = h.current_key_state.record()
+    assert record["seen"] == {"old": ["x", 11], "new": ["y", 16]} and record[CLEANUP] == 11
+    assert timers.pending() == [(11, "k", "ttl")]  # one sweep timer, at the earliest
+    timers.advance(11, 0)
+    h.current_key_state = KeyState("k", record, timers=timers, now=11)
+    assert dict(h.seen.items()) == {"new": "y"} and not h.seen.contains("old")
+    assert h.current_key_state.record()["seen"] == {"new": ["y", 16]}  # dropped on read
+    assert record["seen"] == {"old": ["x", 11], "new": ["y", 16]}  # copied, not changed

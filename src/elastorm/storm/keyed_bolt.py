@@ -245,11 +245,15 @@ class KeyedBolt(KeyedOperator, Bolt):
         order, each on its key's latest record; write the records of other keys back to
         the group (its active fragment: changed for the next checkpoint); return
         ``key``'s (the tuple's own, which the core stores). A callback that raises is
-        logged and its key's record left as it was. O(timers fired x their work)."""
+        logged and its key's record left as it was (timers it registered before raising
+        stay). A record no timer changed is not written. O(timers fired x their work)."""
         latest: dict[str, Any] = {key: record}
+        read: dict[str, Any] = {}  # other keys' records as the group had them
         while (due := timers.pop_due()) is not None:
             time, k, tag = due
-            before = latest[k] if k in latest else group.get(k)
+            if k not in latest:
+                latest[k] = read[k] = group.get(k)
+            before = latest[k]
             state = self.current_key_state = KeyState(k, before, timers=timers, now=time)
             try:
                 self._dispatch(state, time, tag)
@@ -260,8 +264,8 @@ class KeyedBolt(KeyedOperator, Bolt):
                 latest[k] = before
             finally:
                 self.current_key_state = None
-        for k in sorted(latest):
-            if k != key:
+        for k in sorted(read):
+            if latest[k] is not read[k]:
                 group.put(k, latest[k])
         return latest[key]
 
