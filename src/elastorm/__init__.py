@@ -2,8 +2,10 @@
 
 What a user imports (``from elastorm import ...``):
 
-* :class:`KeyedBolt`, :class:`ValueState`, :class:`MapState`: a keyed bolt and its
-  per-key states (``elastorm.storm.keyed_bolt``, ``elastorm.core.keyed_state``);
+* :class:`KeyedBolt`, :class:`ValueState`, :class:`MapState`, :class:`WindowState`: a
+  keyed bolt and its per-key states (``elastorm.storm.keyed_bolt``,
+  ``elastorm.core.keyed_state``); :class:`TumblingWindow`, :class:`SlidingWindow`,
+  :class:`SessionWindow`, :class:`Window`: event-time windows (``elastorm.core.windows``);
 * :class:`ElasticTopology`, :func:`keyed`: a streamparse topology whose keyed inputs
   elastorm wires (``elastorm.storm.topology``);
 * :class:`GeneratedSpout`, :class:`LinesSpout`, :class:`ReplayableSpout`: sources with
@@ -43,6 +45,11 @@ _PUBLIC = {
     "query_state": "elastorm.runtime.state",
     "ValueState": "elastorm.core.keyed_state",
     "MapState": "elastorm.core.keyed_state",
+    "WindowState": "elastorm.core.keyed_state",
+    "TumblingWindow": "elastorm.core.windows",
+    "SlidingWindow": "elastorm.core.windows",
+    "SessionWindow": "elastorm.core.windows",
+    "Window": "elastorm.core.windows",
 }
 
 __all__ = sorted(_PUBLIC)

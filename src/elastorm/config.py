@@ -745,6 +745,14 @@ class TopologyConfig(Section):
         "seconds between a task's checkpoints; 0 turns periodic checkpoints off",
         check=at_least(0),
     )  # fmt: skip
+    allowed_lateness_secs: float = option(
+        "elastorm.allowed_lateness_secs", FLOAT, 0.0,
+        "event-time watermark of a key group (keyed bolts with event_time: timers, "
+        "state TTL, windows): the largest event time it applied minus this; an event "
+        "older than the watermark is late (its windows may have fired). 0 suits sources "
+        "in time order (the ready spouts); a window fires this much later",
+        check=at_least(0),
+    )  # fmt: skip
     relay_tasks: int = option(
         "elastorm.relay_tasks", INT, 1,
         "tasks of the JVM relay that carries checkpoints, acks and trims between keyed "

@@ -132,20 +132,30 @@ def _lines(path: Path) -> list[tuple[str, int]]:
             return []
 
 
-def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def installed(storm_cluster, tmp_path_factory) -> tuple[Path, Path]:
+    """The user's project (outside this repository) with a fresh virtualenv holding
+    elastorm from a wheel of this checkout; shared by this module's tests (one wheel,
+    one install: CI's 40 minutes). ``(project, venv)``."""
     cfg, _ = storm_cluster
-    assert ROOT not in tmp_path.parents
-    project = _new_project(tmp_path, cfg)
+    tmp = tmp_path_factory.mktemp("user")
+    assert ROOT not in tmp.parents
+    project = _new_project(tmp, cfg)
     lines = _user_files(project)
     print(f"user files: {lines}; {sum(lines.values())} lines in all")
-
     venv = project / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    wheel = build_wheel(tmp_path / "wheel")
+    wheel = build_wheel(tmp / "wheel")
     pip = [str(venv / "bin/pip"), "install", "-q", "-c", str(ROOT / "constraints.txt")]
     _run([*pip, str(wheel)], project, timeout=600)
     shown = _run([str(venv / "bin/pip"), "show", "-f", "elastorm"], project)
     assert "Editable project location" not in shown
+    return project, venv
+
+
+def test_user_project_counts_exactly_with_every_protocol(storm_cluster, installed) -> None:
+    cfg, _ = storm_cluster
+    project, venv = installed
 
     # From here on, the page's own commands (tutorial_commands.py), through bash in the
     # project directory, with no LEIN_ROOT in the environment: each sets what it needs.
@@ -230,3 +240,109 @@ def test_user_project_counts_exactly_with_every_protocol(storm_cluster, tmp_path
         assert len({t for t, _ in seen}) == 2, (word, seen)  # both ends of its group's move
     assert set(answers) == set(PROBES.values())
     assert final == {word: {"count": n} for word, n in truth.items()}
+
+
+def _migrate_by_every_protocol(venv: Path, project: Path, topology: str) -> list[str]:
+    """Once the controller answers, migrate key groups 0, 1, 2 of the operator by
+    DIRECT, CPA and CPAL; the protocols done."""
+    migrate = [str(venv / "bin/elastorm"), "migrate", "--topology", topology]
+    migrate += ["--operator", OPERATOR]
+    deadline = time.monotonic() + 180
+    while _run([*migrate, "--status"], project, check=False) == "":
+        assert time.monotonic() < deadline, "the topology's controller never answered"
+        time.sleep(2)
+    done = []
+    for group, protocol in enumerate(("direct", "cpa", "cpal")):
+        args = ["--group", str(group), "--to", "holder", "--protocol", protocol]
+        out = _run([*migrate, *args, "--timeout", "90"], project)
+        print(out.strip())
+        assert f"protocol {protocol};" in out, out
+        done.append(protocol)
+    return done
+
+
+# -- the windowed count: event-time windows and timers ------------------------------
+
+
+def _window_model(
+    stream: list[str], key_groups: int, quiet: float = 0.3
+) -> list[tuple[str, float, int]]:
+    """The rows the windowed count must commit, each once: a key group's watermark is
+    the latest event time it applied (event time = position / 100; no lateness), and
+    the timers it passes fire, in (time, word, tag) order, inside the tuple that moved
+    it. A word's quiet timer (its last time + ``quiet``, the bolt's
+    ``QUIET``) is deleted when it comes again; its
+    5-second windows fire at their ends. Windows and timers of a group that no later
+    tuple reaches never fire (the stream ends)."""
+    from elastorm import TumblingWindow
+    from elastorm.core.keygroups import key_group
+
+    tumbling = TumblingWindow(5)
+    rows: list[tuple[str, float, int]] = []
+    groups: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for position, word in enumerate(stream):
+        groups[key_group(word, key_groups)].append((position, word))
+    for tuples in groups.values():
+        mark = None
+        windows: dict[tuple[str, float], tuple[float, int]] = {}  # (word, end) -> (start, n)
+        timers: set[tuple[float, str]] = set()
+        last: dict[str, float] = {}
+        for position, word in tuples:
+            t = position / 100
+            (window,) = tumbling.assign(t)
+            start, n = windows.get((word, window.end), (window.start, 0))
+            windows[(word, window.end)] = (start, n + 1)
+            if word in last:
+                timers.discard((last[word] + quiet, word))
+            last[word] = t
+            timers.add((t + quiet, word))
+            if mark is not None and t <= mark:
+                continue
+            mark = t
+            due = [(at, w, "", None) for at, w in timers if at <= mark]
+            timers -= {(at, w) for at, w, _, _ in due}
+            for (w, end), (s, n) in list(windows.items()):
+                if end <= mark:
+                    due.append((end, w, "w:per_window", (s, n)))
+                    del windows[(w, end)]
+            for at, w, tag, win in sorted(due, key=lambda d: d[:3]):
+                rows.append((w, at, -1) if tag == "" else (w, win[0], win[1]))
+    return sorted(rows)
+
+
+def _window_rows(path: Path) -> list[tuple[str, float, int]]:
+    if not path.exists():
+        return []
+    with sqlite3.connect(path) as db:
+        try:
+            rows = db.execute("SELECT word, start, count FROM windows")
+            return sorted((w, float(s), int(n)) for w, s, n in rows)
+        except sqlite3.OperationalError:  # the sink has not created its table yet
+            return []
+
+
+def test_user_project_windows_and_timers_exact_through_migrations(installed) -> None:
+    """The project's windowed count (``topologies/windowcount.py``: tumbling windows,
+    event-time timers, a TTL state) through a migration by each protocol: the rows
+    committed are the model's, each once (timers and windows live in the key group's
+    state, and fire at the same tuple wherever the group is)."""
+    project, venv = installed
+    output = project / "windows.sqlite"
+    topology = "windowcount"
+    jar = _run([str(venv / "bin/elastorm"), "jar"], project).strip().splitlines()[-1]
+    submit = [str(venv / "bin/sparse"), "submit", "-e", "cluster", "-n", topology]
+    submit += ["-N", topology, "-j", jar, "-f", "-o", f"elastorm.sinks.sqlite_path={output}"]
+    _run(submit, project)
+    expected = _window_model(_stream(), key_groups=12)
+    try:
+        done = _migrate_by_every_protocol(venv, project, topology)
+        assert len(_window_rows(output)) < len(expected), "the migrations came too late"
+        deadline = time.monotonic() + 240
+        while len(_window_rows(output)) < len(expected) and time.monotonic() < deadline:
+            time.sleep(2)
+        time.sleep(5)  # anything extra (a duplicate) would arrive by now
+    finally:
+        kill = [str(venv / "bin/sparse"), "kill", "-e", "cluster", "-n", topology, "--wait", "1"]
+        _run(kill, project, check=False)
+    assert _window_rows(output) == expected
+    assert done == ["direct", "cpa", "cpal"]

@@ -51,6 +51,8 @@ PROTOCOL = ["__getattr__", "make_driver"]
 #: The per-key state handles' methods (PyFlink's ValueState / MapState): the user's API.
 STATE_API = ["value", "update", "clear", "get", "put", "remove", "contains"]
 STATE_API += ["keys", "values", "items", "is_empty"]
+#: A WindowState's callback: the bolt's method it names (``fire``), called by name.
+STATE_API += ["on_window"]
 #: The migration machines dispatch messages to handlers by name (``getattr``).
 DISPATCHED = ["_on_*", "_ignore*", "_reject_*"]
 

@@ -19,17 +19,48 @@ size of each map written) per tuple that writes.
 
 Values and map keys travel in JSON checkpoints: values must be JSON values, map
 keys strings (checked on ``put``, so a key cannot change type after a migration).
+
+**Time** (``elastorm.core.timers``): while a tuple is applied, ``KeyState.now`` is its
+event time (``KeyedBolt.event_time``) and ``KeyState.watermark`` its key group's
+watermark; inside a timer's callback, ``now`` is the timer's time.
+
+**State TTL** (``ValueState(ttl=...)``, ``MapState(ttl=...)``) counts *event time*, so
+that it is the same under replay, after a migration and after a restore (Flink's TTL
+counts processing time and is not): a value written at event time ``now`` expires
+once the group's watermark reaches ``now + ttl``. An expired value reads as absent
+(the default) and is dropped from the record when read, and in any case by a sweep:
+each key with TTL values has one event-time timer (tag :data:`TTL_TAG`) at its
+earliest expiry, whose firing drops what expired and sets the next. A TTL value is
+stored as ``[value, expires]`` (a map's entry likewise).
+
+**Windows** (:class:`WindowState`): a key's windows and their running aggregates are a
+list ``[[start, end, aggregate], ...]`` in its record; each window has an event-time
+timer at its end (tag ``"w:" + state name``), whose firing hands the window to the
+bolt's callback and drops it.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from elastorm.core.errors import ElastormError
+from elastorm.core.windows import Assigner, Window, merge_windows
+
+if TYPE_CHECKING:
+    from elastorm.core.timers import GroupTimers
 
 Record = dict[str, Any]
+
+TTL_TAG = "ttl"
+"""The tag of a key's TTL sweep timer."""
+
+CLEANUP = "\x00ttl"
+"""Reserved record field: the time of the key's pending TTL sweep timer."""
+
+WINDOW_TAG = "w:"
+"""Prefix of a window state's timer tag (then the state's name)."""
 
 
 class StateAccessError(ElastormError):
@@ -39,13 +70,24 @@ class StateAccessError(ElastormError):
 class KeyState:
     """One key's record while one tuple is applied (copy on first write)."""
 
-    __slots__ = ("key", "_record", "_copied", "_maps_copied")
+    __slots__ = ("key", "_record", "_copied", "_maps_copied", "timers", "now", "watermark")
 
-    def __init__(self, key: str, record: Record | None) -> None:
+    def __init__(
+        self,
+        key: str,
+        record: Record | None,
+        *,
+        timers: GroupTimers | None = None,
+        now: Any = None,
+        watermark: Any = None,
+    ) -> None:
         self.key = key
         self._record: Record = record if record is not None else {}
         self._copied = False
         self._maps_copied: set[str] = set()
+        self.timers = timers  # the group's clock; None: the bolt has no event time
+        self.now = now  # the event time of the tuple (or timer) being applied
+        self.watermark = timers.watermark if timers is not None else watermark
 
     def get(self, name: str, default: Any = None) -> Any:
         return self._record.get(name, default)
@@ -68,6 +110,38 @@ class KeyState:
             self._maps_copied.add(name)
         return record[name]
 
+    def expired(self, expires: Any) -> bool:
+        """Whether a TTL value expiring at ``expires`` has (the watermark reached it)."""
+        return self.watermark is not None and expires <= self.watermark
+
+    def expiry(self, name: str, ttl: float) -> Any:
+        """When a TTL value written now expires; sets the key's sweep timer to it if
+        that is earlier than the one set (O(log timers))."""
+        timers = self.timers
+        if self.now is None or timers is None:
+            raise StateAccessError(
+                f"state {name!r} has a ttl, which counts event time: define the bolt's "
+                "event_time(key, values)"
+            )
+        expires = self.now + ttl
+        swept = self._record.get(CLEANUP)
+        if swept is None or expires < swept:
+            if swept is not None:
+                timers.delete(swept, self.key, TTL_TAG)
+            timers.register(expires, self.key, TTL_TAG)
+            self.set(CLEANUP, expires)
+        return expires
+
+    def sweep(self, declared: list[_Declared]) -> None:
+        """The key's TTL sweep timer fired: drop what expired of the ``declared``
+        TTL states; set the timer to the earliest expiry left. O(TTL values of the key)."""
+        self.delete(CLEANUP)
+        left = [e for d in declared for e in d.sweep(self)]
+        if left and self.timers is not None:
+            earliest = min(left)
+            self.timers.register(earliest, self.key, TTL_TAG)
+            self.set(CLEANUP, earliest)
+
     def record(self) -> Record | None:
         """The key's record after the tuple (``None`` once every state is cleared)."""
         return self._record or None
@@ -83,9 +157,14 @@ class _Declared:
     """A named state declared on a class; ``instance.<name>`` gives its handle."""
 
     handle: type
+    ttl: float | None = None
 
     def __init__(self) -> None:
         self.name = ""
+
+    def sweep(self, state: KeyState) -> list[Any]:
+        """Drop this state's expired TTL values from ``state``; the expiries left."""
+        return []
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -102,26 +181,65 @@ class _Declared:
         return self.handle(self, current)
 
 
+def ttl_states(cls: type) -> tuple[_Declared, ...]:
+    """The states declared on ``cls`` (or its bases) that have a ttl, by name."""
+    found = {name: getattr(cls, name) for name in dir(cls) if not name.startswith("__")}
+    return tuple(d for _, d in sorted(found.items()) if isinstance(d, _Declared) and d.ttl)
+
+
+def _ttl(ttl: float | None) -> float | None:
+    if ttl is not None and not ttl > 0:
+        raise ValueError(f"ttl must be > 0 (event time), got {ttl!r}")
+    return ttl
+
+
 class ValueState(_Declared):
     """One value per key (PyFlink's ``ValueState``): ``value()``, ``update(v)``, ``clear()``.
 
     ``default`` is what ``value()`` returns for a key that has none (copied, so a
-    mutable default is never shared between keys).
+    mutable default is never shared between keys). ``ttl``: a value expires that long
+    (event time) after its last update (see the module docstring).
     """
 
-    def __init__(self, default: Any = None) -> None:
+    def __init__(self, default: Any = None, *, ttl: float | None = None) -> None:
         super().__init__()
         self.default = default
+        self.ttl = _ttl(ttl)
         self.handle = ValueHandle
+
+    def sweep(self, state: KeyState) -> list[Any]:
+        got = state.get(self.name)
+        if self.ttl is None or got is None:
+            return []
+        if state.expired(got[1]):
+            state.delete(self.name)
+            return []
+        return [got[1]]
 
 
 class MapState(_Declared):
     """A map per key (PyFlink's ``MapState``): ``get``, ``put``, ``remove``, ``contains``,
-    ``keys``, ``values``, ``items``, ``is_empty``, ``clear``; map keys are strings."""
+    ``keys``, ``values``, ``items``, ``is_empty``, ``clear``; map keys are strings.
+    ``ttl``: an entry expires that long (event time) after its last ``put``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ttl: float | None = None) -> None:
         super().__init__()
+        self.ttl = _ttl(ttl)
         self.handle = MapHandle
+
+    def sweep(self, state: KeyState) -> list[Any]:
+        if self.ttl is None:
+            return []
+        entries = state.map_for_read(self.name)
+        gone = [k for k, (_, expires) in entries.items() if state.expired(expires)]
+        if gone:
+            if len(gone) == len(entries):
+                state.delete(self.name)
+                return []
+            writable = state.map_for_write(self.name)
+            for k in gone:
+                del writable[k]
+        return [expires for _, expires in state.map_for_read(self.name).values()]
 
 
 class ValueHandle:
@@ -133,12 +251,21 @@ class ValueHandle:
         self._decl, self._state = decl, state
 
     def value(self) -> Any:
-        missing = self._decl
-        got = self._state.get(self._decl.name, missing)
-        return copy.copy(self._decl.default) if got is missing else got
+        decl, state = self._decl, self._state
+        got = state.get(decl.name, decl)
+        if got is not decl and decl.ttl is not None:
+            if state.expired(got[1]):
+                state.delete(decl.name)
+                got = decl
+            else:
+                got = got[0]
+        return copy.copy(decl.default) if got is decl else got
 
     def update(self, value: Any) -> None:
-        self._state.set(self._decl.name, value)
+        decl, state = self._decl, self._state
+        if decl.ttl is not None:
+            value = [value, state.expiry(decl.name, decl.ttl)]
+        state.set(decl.name, value)
 
     def clear(self) -> None:
         self._state.delete(self._decl.name)
@@ -153,7 +280,15 @@ class MapHandle:
         self._decl, self._state = decl, state
 
     def _read(self) -> dict[str, Any]:
-        return self._state.map_for_read(self._decl.name)
+        """The live map: with a ttl, its unexpired values (expired ones dropped)."""
+        decl, state = self._decl, self._state
+        entries = state.map_for_read(decl.name)
+        if decl.ttl is None or not entries:
+            return entries
+        live = {k: v for k, (v, expires) in entries.items() if not state.expired(expires)}
+        if len(live) < len(entries):
+            decl.sweep(state)
+        return live
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._read().get(key, default)
@@ -162,15 +297,18 @@ class MapHandle:
         return key in self._read()
 
     def put(self, key: str, value: Any) -> None:
+        decl, state = self._decl, self._state
         if not isinstance(key, str):
             raise TypeError(
-                f"MapState {self._decl.name!r}: keys must be str (checkpoints are JSON), "
+                f"MapState {decl.name!r}: keys must be str (checkpoints are JSON), "
                 f"got {type(key).__name__} {key!r}"
             )
-        self._state.map_for_write(self._decl.name)[key] = value
+        if decl.ttl is not None:
+            value = [value, state.expiry(decl.name, decl.ttl)]
+        state.map_for_write(decl.name)[key] = value
 
     def remove(self, key: str) -> None:
-        if key in self._read():
+        if key in self._state.map_for_read(self._decl.name):
             del self._state.map_for_write(self._decl.name)[key]
 
     def keys(self) -> Iterator[str]:
@@ -187,3 +325,98 @@ class MapHandle:
 
     def clear(self) -> None:
         self._state.delete(self._decl.name)
+
+
+class WindowState(_Declared):
+    """A key's event-time windows and one running aggregate per window (Flink's
+    ``window(...).aggregate(...)`` on a keyed stream).
+
+    ``add(value)`` in ``process_keyed`` puts the value in every window of the current
+    event time (``assigner``: :class:`~elastorm.core.windows.TumblingWindow`,
+    ``SlidingWindow`` or ``SessionWindow``): ``acc = aggregate(acc, value)``, starting
+    from a copy of ``initial``. Once the group's watermark reaches a window's end, the
+    bolt's method named ``fire`` is called as ``fire(key, window, acc)`` (its emits are
+    outputs of the tuple that moved the watermark) and the window is dropped. An event
+    older than the watermark whose windows have all fired is late: ``add`` returns
+    False and keeps nothing. Sessions merge: ``merge(acc1, acc2)`` joins the aggregates
+    of the sessions an event bridges (required for ``SessionWindow``).
+
+    Cost per ``add``: O(windows of the key) plus a timer registration
+    (``elastorm.core.timers``).
+    """
+
+    def __init__(
+        self,
+        assigner: Assigner,
+        aggregate: Callable[[Any, Any], Any],
+        *,
+        initial: Any = None,
+        merge: Callable[[Any, Any], Any] | None = None,
+        fire: str = "on_window",
+    ) -> None:
+        super().__init__()
+        if assigner.merging and merge is None:
+            raise ValueError("a WindowState over sessions needs merge(acc1, acc2)")
+        self.assigner, self.aggregate, self.initial = assigner, aggregate, initial
+        self.merge, self.fire = merge, fire
+        self.handle = WindowHandle
+
+    @property
+    def tag(self) -> str:
+        return WINDOW_TAG + self.name
+
+    def fired(self, state: KeyState, end: Any) -> list[tuple[Window, Any]]:
+        """The windows of ``state``'s key ending at ``end`` (its timer fired), removed
+        from its record, with their aggregates."""
+        entries = state.get(self.name) or []
+        due = [(Window(s, e), acc) for s, e, acc in entries if e == end]
+        if due:
+            left = [entry for entry in entries if entry[1] != end]
+            if left:
+                state.set(self.name, left)
+            else:
+                state.delete(self.name)
+        return due
+
+
+class WindowHandle:
+    """A :class:`WindowState` bound to the current key."""
+
+    __slots__ = ("_decl", "_state")
+
+    def __init__(self, decl: WindowState, state: KeyState) -> None:
+        self._decl, self._state = decl, state
+
+    def windows(self) -> list[tuple[Window, Any]]:
+        """The key's windows not fired yet, by start, with their aggregates."""
+        return [(Window(s, e), acc) for s, e, acc in self._state.get(self._decl.name) or []]
+
+    def add(self, value: Any) -> bool:
+        """Add ``value`` at the current event time; False if it is late (kept nowhere)."""
+        decl, state = self._decl, self._state
+        timers, now = state.timers, state.now
+        if timers is None or now is None:
+            raise StateAccessError(
+                f"window state {decl.name!r} counts event time: define the bolt's "
+                "event_time(key, values)"
+            )
+        mark = state.watermark
+        windows = [w for w in decl.assigner.assign(now) if mark is None or w.end > mark]
+        if not windows:
+            return False
+        entries = {Window(s, e): acc for s, e, acc in state.get(decl.name) or []}
+        for w in windows:
+            if decl.assigner.merging:
+                w, absorbed = merge_windows(list(entries), w)
+                acc = copy.copy(decl.initial)
+                for i, old in enumerate(absorbed):
+                    got = entries.pop(old)
+                    acc = got if i == 0 else decl.merge(acc, got)  # type: ignore[misc]
+                    if old.end != w.end:
+                        timers.delete(old.end, state.key, decl.tag)
+            else:
+                acc = entries.pop(w) if w in entries else copy.copy(decl.initial)
+            entries[w] = decl.aggregate(acc, value)
+            timers.register(w.end, state.key, decl.tag)
+        state.set(decl.name, [[w.start, w.end, acc] for w, acc in sorted(entries.items())])
+        return True

@@ -36,6 +36,18 @@ group or a promoted replica gives the same output the same id. Then the kind:
 have no input, so their sequence is 0: not de-duplicated). ``elastorm.sinks``
 commits each id once. Streams declared without those fields are sent as before.
 
+Event time, timers, TTL and windows (``elastorm.core.timers``, ``core.keyed_state``,
+``core.windows``): a bolt that defines :meth:`KeyedBolt.event_time` (the event's time,
+read from the tuple's values, as Flink's ``TimestampAssigner``) has a watermark per key
+group, and ``self.timers`` in :meth:`process_keyed` registers event-time timers on the
+current key; :meth:`on_timer` runs when the watermark passes one, inside the step of
+the tuple that moved it, so its emits are that tuple's outputs (held, numbered and
+replayed like the tuple's own). The time comes from the values, not from the data
+message's ``ts`` (the router's wall clock when it routed the tuple, which a spout's
+replay changes), so a replay applies the same times. Processing-time timers are not
+offered: firing on a wall-clock tick writes state outside any tuple's step, which a
+replay, a quiet migration target or an active replica would not repeat.
+
 A :class:`KeyRouter` is added by :class:`elastorm.storm.topology.ElasticTopology`
 for every keyed bolt fed by ordinary components: it reads the key field of each
 input tuple and sends the tuple through an ``Emitter`` (routing table, sequence
@@ -53,9 +65,17 @@ from typing import Any
 
 from streamparse import Bolt, Stream
 
+from elastorm.config import TopologyConfig
 from elastorm.core.actions import Applied, Send
 from elastorm.core.errors import MigrationProtocolError
-from elastorm.core.keyed_state import KeyState
+from elastorm.core.keyed_state import (
+    TTL_TAG,
+    WINDOW_TAG,
+    KeyState,
+    StateAccessError,
+    WindowState,
+    ttl_states,
+)
 from elastorm.core.keygroups import key_group
 from elastorm.core.keys import (
     KeyFunction,
@@ -67,6 +87,8 @@ from elastorm.core.keys import (
 from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
 from elastorm.core.outputs import next_output
+from elastorm.core.state import KeyGroupState
+from elastorm.core.timers import GroupTimers, watermark_of
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     OUTPUT_ID,
@@ -127,6 +149,9 @@ class KeyedBolt(KeyedOperator, Bolt):
     tentative = False  # inside process_keyed: whether this tuple's outputs are tentative
     identified: frozenset[str] = frozenset()  # streams declared with output_id_fields
     _rectifying: int | None = None  # inside rectify_keyed: the key's group
+    timed = False  # the class defines event_time (a watermark per key group, timers)
+    ttl_states: tuple = ()  # its states with a ttl
+    lateness: float = 0.0  # elastorm.allowed_lateness_secs
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Add elastorm's relay and report streams to the subclass's own ``outputs``;
@@ -140,6 +165,8 @@ class KeyedBolt(KeyedOperator, Bolt):
             fields["default"] = plain
         n = len(OUTPUT_ID)
         cls.identified = frozenset(name for name, f in fields.items() if f[-n:] == OUTPUT_ID)
+        cls.timed = cls.event_time is not KeyedBolt.event_time
+        cls.ttl_states = ttl_states(cls)
 
     def initialize(self, conf, context):
         self._outputs: list[tuple[list, str | None]] | None = None
@@ -147,11 +174,37 @@ class KeyedBolt(KeyedOperator, Bolt):
         # key group -> [(source, seq, outputs)] applied as its replica, not yet covered
         # by a checkpoint of the owner's
         self._shadow: dict[int, list[tuple[str, int, list]]] = {}
+        self.lateness = TopologyConfig.from_conf(conf).allowed_lateness_secs
         self.setup_keyed(conf, context, self._step)
 
     def process_keyed(self, key: str, values: list) -> None:
         """One input tuple of ``key``; ``values`` are the tuple's values as sent."""
         raise NotImplementedError
+
+    def event_time(self, key: str, values: list) -> float:
+        """The event time of a tuple, from its values (e.g. ``values[2]``, a timestamp
+        the spout emits). Define it to get a watermark per key group, event-time timers
+        (``self.timers``), state TTL and windows; it must be a pure function of the
+        values, so that a replay gives the same time."""
+        raise NotImplementedError
+
+    def on_timer(self, key: str, time: float) -> None:
+        """An event-time timer of ``key`` at ``time`` fired (the watermark reached it):
+        the states are ``key``'s, ``self.timers.now`` is ``time``, emits are outputs of
+        the tuple that moved the watermark. A timer registered here at or below the
+        watermark fires in the same step (as in Flink): registering ``time`` again
+        here would never end. The default does nothing."""
+
+    @property
+    def timers(self) -> TimerHandle:
+        """The current key's timers, in :meth:`process_keyed` and :meth:`on_timer`."""
+        state = self.current_key_state
+        if state is None or state.timers is None:
+            raise StateAccessError(
+                "timers are per key and count event time: use self.timers in "
+                "process_keyed or on_timer of a bolt that defines event_time"
+            )
+        return TimerHandle(state)
 
     def rectify_keyed(self, key: str) -> None:
         """``key``'s last outputs were tentative and its group's outputs are final now:
@@ -188,24 +241,83 @@ class KeyedBolt(KeyedOperator, Bolt):
         return out
 
     def _step(self, key: str, current: Any, values: Any) -> tuple[Any, Any]:
-        """The core's step: run ``process_keyed`` on the key's record, collect outputs."""
-        state = self.current_key_state = KeyState(key, current)
-        outputs = self._outputs = []
+        """The core's step: run ``process_keyed`` on the key's record, collect outputs;
+        for a bolt with event time, then move the group's watermark and fire the
+        timers it passed (:meth:`_fire`)."""
         coordinator = self.coordinator
-        self.tentative = coordinator.machine(key_group(key, coordinator.num_key_groups)).tentative
+        machine = coordinator.machine(key_group(key, coordinator.num_key_groups))
+        timers = now = None
+        outputs = self._outputs = []
+        self.tentative = machine.tentative
         try:
+            if self.timed:
+                assert machine.state is not None
+                timers, now = GroupTimers(machine.state), self.event_time(key, values)
+            state = self.current_key_state = KeyState(key, current, timers=timers, now=now)
             self.process_keyed(key, values)
         except Exception:
             # The user's code failed on this tuple: the key keeps its state, the tuple
             # is counted and logged, processing goes on (no poison-pill restart loop).
             self.failed += 1
             log.exception("process_keyed failed for key %r (tuple dropped): %r", key, values)
+            self._outputs = None
             return current, []
         finally:
             self.current_key_state = None
-            self._outputs = None
             self.tentative = False
-        return state.record(), outputs
+        record = state.record()
+        if timers is not None:
+            assert machine.state is not None
+            if timers.advance(now, self.lateness):
+                self.tentative = machine.tentative
+                record = self._fire(machine.state, timers, key, record)
+                self.tentative = False
+            timers.commit()
+        self._outputs = None
+        return record, outputs
+
+    def _fire(self, group: KeyGroupState, timers: GroupTimers, key: str, record: Any) -> Any:
+        """Fire every timer of ``group`` the watermark passed, in ``(time, key, tag)``
+        order, each on its key's latest record; write the records of other keys back to
+        the group (its active fragment: changed for the next checkpoint); return
+        ``key``'s (the tuple's own, which the core stores). A callback that raises is
+        logged and its key's record left as it was (timers it registered before raising
+        stay). A record no timer changed is not written. O(timers fired x their work)."""
+        latest: dict[str, Any] = {key: record}
+        read: dict[str, Any] = {}  # other keys' records as the group had them
+        while (due := timers.pop_due()) is not None:
+            time, k, tag = due
+            if k not in latest:
+                latest[k] = read[k] = group.get(k)
+            before = latest[k]
+            state = self.current_key_state = KeyState(k, before, timers=timers, now=time)
+            try:
+                self._dispatch(state, time, tag)
+                latest[k] = state.record()
+            except Exception:
+                self.failed += 1
+                log.exception("timer %r of key %r at %r failed", tag, k, time)
+                latest[k] = before
+            finally:
+                self.current_key_state = None
+        for k in sorted(read):
+            if latest[k] is not read[k]:
+                group.put(k, latest[k])
+        return latest[key]
+
+    def _dispatch(self, state: KeyState, time: Any, tag: str) -> None:
+        """Run one fired timer: the user's :meth:`on_timer`, a TTL sweep, or a window."""
+        if tag == "":
+            self.on_timer(state.key, time)
+        elif tag == TTL_TAG:
+            state.sweep(list(self.ttl_states))
+        elif tag.startswith(WINDOW_TAG):
+            decl = getattr(type(self), tag[len(WINDOW_TAG) :])
+            assert isinstance(decl, WindowState)
+            for window, acc in decl.fired(state, time):
+                getattr(self, decl.fire)(state.key, window, acc)
+        else:
+            raise ValueError(f"unknown timer tag {tag!r}")
 
     def process(self, tup):
         try:
@@ -284,8 +396,9 @@ class KeyedBolt(KeyedOperator, Bolt):
             keys = self._owed.pop(g)
             if machine.phase is not Phase.ACTIVE or machine.state is None:
                 continue
+            mark = watermark_of(machine.state)
             for key in sorted(keys):
-                self.current_key_state = KeyState(key, machine.state.get(key))
+                self.current_key_state = KeyState(key, machine.state.get(key), watermark=mark)
                 self._rectifying = g
                 try:
                     self.rectify_keyed(key)
@@ -294,6 +407,35 @@ class KeyedBolt(KeyedOperator, Bolt):
                 finally:
                     self.current_key_state = None
                     self._rectifying = None
+
+
+class TimerHandle:
+    """The current key's event-time timers (PyFlink's ``ctx.timer_service()``)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: KeyState) -> None:
+        self._state = state
+
+    @property
+    def now(self) -> Any:
+        """The event time of the tuple being applied (in ``on_timer``: the timer's)."""
+        return self._state.now
+
+    def watermark(self) -> Any:
+        """The key group's watermark (``None`` before its first event time)."""
+        return self._state.watermark
+
+    def register_event_time(self, time: float) -> None:
+        """Call :meth:`KeyedBolt.on_timer` for this key once the watermark reaches
+        ``time`` (once per distinct time)."""
+        assert self._state.timers is not None
+        self._state.timers.register(time, self._state.key)
+
+    def delete_event_time(self, time: float) -> None:
+        """Cancel this key's timer at ``time``, if any."""
+        assert self._state.timers is not None
+        self._state.timers.delete(time, self._state.key)
 
 
 class KeyRouter(KeyedEmitting, Bolt):
