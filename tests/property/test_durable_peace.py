@@ -116,6 +116,8 @@ def test_gate_waits_exactly_until_the_window(tasks, capacity, cycle, now, data):
     wait = until_open(now, window, cycle_secs=cycle)
     assert 0 <= wait < cycle
     step = (window[1] - window[0]) / 1000
+    # open now but closing within a step (a window that ends the cycle): nothing to check
+    assume(wait > 0 or window[1] - now % cycle > step)
     assert until_open(now + wait + step, window, cycle_secs=cycle) == 0.0  # then it is open
     if wait > step:  # and shortly before it was closed
         assert until_open(now + wait - step, window, cycle_secs=cycle) > 0
