@@ -3,12 +3,13 @@
 The job: per word, how often it came in each 5-second tumbling window of event time,
 over the user project's stream (``words()`` of
 ``tests/integration/user_project/src/spouts/words.py``, event time = position / 100).
-This command runs the PyFlink program (``pyflink_windowcount.py``, in the PyFlink
-virtualenv of ``bench/pyflink/venv.py``) and the Bytewax program
+This command runs the PyFlink programs (``pyflink_windowcount.py``, the DataStream
+API, and ``pyflink_table_windowcount.py``, the Table API, in the PyFlink virtualenv
+of ``bench/pyflink/venv.py``) and the Bytewax program
 (``bytewax_windowcount.py``, in a Bytewax virtualenv built the same way from
 ``bytewax-requirements.txt``) locally on that stream, and checks each one's
 per-(word, window) counts against an independent fold: a dict count per word and
-window start. Both flush every open window at the end of input, so each must give
+window start. Each flushes every open window at the end of input, so each must give
 every window of the fold. elastorm's windows fire when their key group's watermark
 (the latest event time the group applied) passes their end, so each group's last
 windows stay open at the end of the stream: its complete windows are the fold's
@@ -19,7 +20,7 @@ own run is that integration test on a Storm cluster, not this command. Last, the
 lines of user code of each program (code lines, without blank lines, comments and
 docstrings). Usage, from the project's virtualenv::
 
-    .venv/bin/python bench/side_by_side/run.py [--skip-pyflink] [--skip-bytewax]
+    .venv/bin/python bench/side_by_side/run.py [--skip pyflink|pyflink_table|bytewax]...
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import time
 import tokenize
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -46,6 +48,7 @@ USER_PROJECT = ROOT / "tests" / "integration" / "user_project"
 WINDOW_SECS = 5
 KEY_GROUPS = 12  # topologies/windowcount.py's elastorm.key_groups
 LINE = re.compile(r"^(\S+) (\d+(?:\.\d+)?) (\d+)$")
+TABLE_ROW = re.compile(r"^\| \+I \|\s*(\S+) \|\s*(\d+) \|\s*(\d+) \|$")  # Flink's print()
 
 Counts = dict[tuple[str, float], int]
 
@@ -111,10 +114,11 @@ def elastorm_model(words: list[str]) -> Counts:
 
 
 def parse(output: str) -> Counts:
-    """``word start count`` lines of a program's output (other lines ignored)."""
+    """``word start count`` lines, or insert rows of a Flink result table, of a
+    program's output (other lines ignored)."""
     counts: Counts = {}
     for line in output.splitlines():
-        m = LINE.match(line.strip())
+        m = LINE.match(line.strip()) or TABLE_ROW.match(line.strip())
         if m:
             key = (m[1], float(m[2]))
             assert key not in counts, f"window {key} printed twice"
@@ -186,17 +190,9 @@ def line_counts() -> None:
         total += n
         print(f"  elastorm  {rel:32} {n:3}")
     print(f"  elastorm  {'total':32} {total:3}")
-    for name in ("pyflink_windowcount.py", "bytewax_windowcount.py"):
-        print(f"  {name.split('_')[0]:9} {name:32} {code_lines(HERE / name):3}")
-
-
-def check_peer(
-    name: str, words_file: Path, expected: Counts, command: Callable[[Path], list[str]]
-) -> bool:
-    """Build the peer's virtualenv, run its program on the stream, compare with the fold."""
-    python = PEERS[name]()
-    got = run_program(name, command(python), venv_env(python) | {"WORDS_FILE": str(words_file)})
-    return compare(name, got, expected)
+    for program in PROGRAMS.values():
+        system = program.file.split("_")[0]
+        print(f"  {system:9} {program.file:32} {code_lines(HERE / program.file):3}")
 
 
 def pyflink_python() -> Path:
@@ -210,13 +206,37 @@ def bytewax_python() -> Path:
     return venv.built(ROOT / ".elastorm" / "bytewax-venv", HERE / "bytewax-requirements.txt")
 
 
-PEERS: dict[str, Callable[[], Path]] = {"pyflink": pyflink_python, "bytewax": bytewax_python}
+@dataclass(frozen=True)
+class Program:
+    """A peer's program: its virtualenv, its file here, the interpreter's arguments."""
+
+    venv: Callable[[], Path]
+    file: str
+    args: tuple[str, ...]
+
+
+PROGRAMS = {
+    "pyflink": Program(pyflink_python, "pyflink_windowcount.py", ("pyflink_windowcount.py",)),
+    "pyflink_table": Program(
+        pyflink_python, "pyflink_table_windowcount.py", ("pyflink_table_windowcount.py",)
+    ),
+    "bytewax": Program(
+        bytewax_python, "bytewax_windowcount.py", ("-m", "bytewax.run", "bytewax_windowcount:flow")
+    ),
+}
+
+
+def check_peer(name: str, words_file: Path, expected: Counts) -> bool:
+    """Build the peer's virtualenv, run its program on the stream, compare with the fold."""
+    program = PROGRAMS[name]
+    python = program.venv()
+    env = venv_env(python) | {"WORDS_FILE": str(words_file)}
+    return compare(name, run_program(name, [str(python), *program.args], env), expected)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-pyflink", action="store_true")
-    parser.add_argument("--skip-bytewax", action="store_true")
+    parser.add_argument("--skip", action="append", choices=sorted(PROGRAMS), default=[])
     args = parser.parse_args()
     print(f"side by side, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     words = stream()
@@ -235,17 +255,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         words_file = Path(tmp) / "words.txt"
         words_file.write_text("\n".join(words) + "\n")
-        if not args.skip_pyflink:
-            results["pyflink"] = check_peer(
-                "pyflink", words_file, expected, lambda py: [str(py), "pyflink_windowcount.py"]
-            )
-        if not args.skip_bytewax:
-            results["bytewax"] = check_peer(
-                "bytewax",
-                words_file,
-                expected,
-                lambda py: [str(py), "-m", "bytewax.run", "bytewax_windowcount:flow"],
-            )
+        for name in PROGRAMS:
+            if name not in args.skip:
+                results[name] = check_peer(name, words_file, expected)
     line_counts()
     print("\n" + ", ".join(f"{k}: {'ok' if v else 'FAILED'}" for k, v in results.items()))
     sys.exit(0 if all(results.values()) else 1)
