@@ -18,19 +18,25 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 VENV = ROOT / ".elastorm" / "pyflink-venv"
 REQUIREMENTS = HERE / "requirements.txt"
-STAMP = VENV / "requirements.installed"
 
 
 def python() -> Path:
     """The PyFlink virtualenv's interpreter, built first if absent or out of date."""
-    exe = VENV / "bin" / "python"
-    wanted = REQUIREMENTS.read_text()
-    if exe.exists() and STAMP.exists() and STAMP.read_text() == wanted:
+    return built(VENV, REQUIREMENTS)
+
+
+def built(venv: Path, requirements: Path) -> Path:
+    """The interpreter of the virtualenv ``venv`` with ``requirements`` installed by pip,
+    built first if absent or out of date (also the side-by-side's Bytewax venv)."""
+    exe = venv / "bin" / "python"
+    stamp = venv / "requirements.installed"
+    wanted = requirements.read_text()
+    if exe.exists() and stamp.exists() and stamp.read_text() == wanted:
         return exe
-    print(f"building {VENV} ({REQUIREMENTS.name}); this takes a few minutes", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    subprocess.run([str(exe), "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)], check=True)
-    STAMP.write_text(wanted)
+    print(f"building {venv} ({requirements.name}); this takes a few minutes", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(exe), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+    stamp.write_text(wanted)
     return exe
 
 

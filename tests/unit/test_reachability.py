@@ -44,6 +44,8 @@ CALLBACKS = [
     "outputs",
     "config",
     "process_element",  # PyFlink's KeyedProcessFunction (bench/pyflink/keyed_sum.py)
+    "extract_timestamp",  # PyFlink's TimestampAssigner (bench/side_by_side/), and its
+    "record_timestamp",  # second argument, which PyFlink passes
 ]
 #: Python calls it: a module's lazy ``__getattr__`` (``elastorm``'s public names); and
 #: ``elastorm local/run`` call a project driver's entry function by its name.
