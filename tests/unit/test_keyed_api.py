@@ -87,7 +87,9 @@ def test_state_outside_a_keyed_tuple_is_a_clear_error() -> None:
 # -- KeyedBolt ----------------------------------------------------------------
 
 
-def _bolt(monkeypatch, cls=CountWords):
+def _bolt(monkeypatch, cls=CountWords, **options):
+    """A started ``cls`` as task 3 of "counts" (one key group, owned by 3, held on 4);
+    ``options``: more of its conf (elastorm's dotted keys, ``.`` written ``__``)."""
     monkeypatch.setattr(elastorm.zk.requests, "task_start", lambda *a: (1, -1))
     bolt = cls(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
     context = {
@@ -100,6 +102,7 @@ def _bolt(monkeypatch, cls=CountWords):
         "elastorm.operators": {"counts": ["counts_router"]},
         "storm.id": "t-1-1",
         "elastorm.heartbeats": False,
+        **{k.replace("__", "."): v for k, v in options.items()},
     }
     bolt.initialize(conf, context)
     return bolt

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
-
 import pytest
 from streamparse import Bolt
+from test_keyed_api import _bolt as keyed_bolt
 
-import elastorm.zk.requests
 from elastorm import (
     KeyedBolt,
     MapState,
@@ -119,22 +117,7 @@ class Clocked(KeyedBolt):
 
 
 def _bolt(monkeypatch, cls=Clocked, lateness=0.0):
-    monkeypatch.setattr(elastorm.zk.requests, "task_start", lambda *a: (1, -1))
-    bolt = cls(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
-    context = {
-        "taskid": 3,
-        "componentid": "counts",
-        "task->component": {"1": "counts_router", "2": "controller", "3": "counts", "4": "counts"},
-    }
-    conf = {
-        "elastorm.key_groups": 1,
-        "elastorm.operators": {"counts": ["counts_router"]},
-        "storm.id": "t-1-1",
-        "elastorm.heartbeats": False,
-        "elastorm.allowed_lateness_secs": lateness,
-    }
-    bolt.initialize(conf, context)
-    return bolt
+    return keyed_bolt(monkeypatch, cls, elastorm__allowed_lateness_secs=lateness)
 
 
 class _Tup:
