@@ -230,6 +230,7 @@ class ControllerRuntime:
         self.submission = submission
         self._last_round = -float("inf")
         self.loaded = False
+        self.resumed = False  # whether loading took over an earlier controller's routing
         self.rounds = 0
         self.history: list[dict[str, Any]] = []
         self.holder_moves: list[dict[str, Any]] = []
@@ -380,6 +381,7 @@ class ControllerRuntime:
             self.loop.placement,
             holding=lambda task, group: group in held.get(task, ()),
         )
+        self.resumed = bool(resumed)  # a predecessor led: tasks may have died unseen
         if resumed:
             log.warning("controller: resumed routing and holders of %s", resumed)
         if decisions.checkpoints is not None:
