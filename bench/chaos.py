@@ -196,6 +196,26 @@ def balance(
     return checked, lost, twice
 
 
+def _rounds(chosen: list[str], runs: int, cfg: Any, shape: dict[str, Any]):
+    """``(round, scenario)`` in the order to run them: the scenarios without HDFS, then
+    the HDFS ones, each phase on a cluster brought up afresh (``shape`` is updated to the
+    phase's, for drivers that restart the cluster); the netcut scenarios get their last
+    supervisor in a network namespace."""
+    from elastorm.runtime.cluster import down, up
+
+    plain = [n for n in chosen if n not in HDFS]
+    stored = [n for n in chosen if n in HDFS]
+    for names in (plain, stored):
+        if not names:
+            continue
+        namespaced = SUPERVISORS - 1 if set(names) & set(NETCUT) else None
+        down(cfg, wipe=True)
+        # the elastic scheduler binds one op2 task to each supervisor
+        shape.update(cfg=cfg, supervisors=SUPERVISORS, slots=6, netns_supervisor=namespaced)
+        up(**shape)
+        yield from ((i, name) for i in range(runs) for name in names)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per scenario (3)")
@@ -243,11 +263,6 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     reference = compute_reference(limit=args.limit)
     cfg = load_config()
-    down(cfg, wipe=True)
-    namespaced = SUPERVISORS - 1 if set(chosen) & set(NETCUT) else None
-    # the elastic scheduler binds one op2 task to each supervisor
-    chosen_up.update(cfg=cfg, supervisors=SUPERVISORS, slots=6, netns_supervisor=namespaced)
-    up(**chosen_up)
     supervisors = LocalSupervisors(cfg, slots=6)
     runs: list[dict] = []
     with_hdfs = bool(set(chosen) & set(HDFS))
@@ -255,8 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         hdfs.down(cfg, wipe=True)
         hdfs.up(cfg)
     try:
-        # Round by round, so a run cut short by --until has every scenario at least once.
-        for i, name in ((i, name) for i in range(args.runs) for name in chosen):
+        # Round by round, so a run cut short by --until has every scenario at least once;
+        # the HDFS scenarios in a phase of their own without the network namespace (its
+        # supervisor cannot reach the HDFS on loopback: durable-2 stalled so at cc09e88).
+        for i, name in _rounds(chosen, args.runs, cfg, chosen_up):
             if args.until and time.strftime("%H:%M", time.gmtime()) >= args.until:
                 print(f"{args.until} UTC: no further runs", flush=True)
                 break
