@@ -72,9 +72,13 @@ def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster, hdfs_
         taken.update(groups=sum(len(s) for s in sp.sets.values()), dropped=dropped)
         nimbus.kill(cfg.project, CLUSTER_ENV, driver.topology)
         jar = upgraded_jar(first_jar(cfg), cfg.home / "jars" / "topology-v2.jar")
-        driver.resubmit(
-            "upgrade", jar=jar, **TopologyConfig.overrides(checkpoint_interval_secs=2.0)
-        )
+        # The workers' virtualenv is this checkout's, with src/ installed editable: its
+        # bolts/ would shadow the jar's (streamparse appends the jar's resources/ to
+        # sys.path). A user's project is not installed, so the jar's code runs there;
+        # here PYTHONPATH puts resources/ first, as it is for them.
+        upgrade = {"topology.environment": {"PYTHONPATH": "resources"}}
+        changes = TopologyConfig.overrides(checkpoint_interval_secs=2.0) | upgrade
+        driver.resubmit("upgrade", jar=jar, **changes)
 
     driver = RestartDriver(cfg, stop, hdfs.store_uri(hdfs_cluster), limit=40_000, max_rate=1500.0)
     outcome = run_topology(cfg, CLUSTER_ENV, driver, timeout=900)
