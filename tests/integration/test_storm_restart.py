@@ -76,7 +76,7 @@ def test_a_savepoint_then_an_upgraded_resubmission_is_exact(storm_cluster, hdfs_
         # bolts/ would shadow the jar's (streamparse appends the jar's resources/ to
         # sys.path). A user's project is not installed, so the jar's code runs there;
         # here PYTHONPATH puts resources/ first, as it is for them.
-        upgrade = {"topology.environment": {"PYTHONPATH": "resources"}}
+        upgrade = {"topology.environment": {"PYTHONPATH": "resources:."}}  # cwd or its parent
         changes = TopologyConfig.overrides(checkpoint_interval_secs=2.0) | upgrade
         driver.resubmit("upgrade", jar=jar, **changes)
 
