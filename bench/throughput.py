@@ -39,6 +39,10 @@ repeat so machine noise hits them alike):
   on first use), in PyFlink's process mode (Beam workers, the default) or thread
   mode (``python.execution-mode: thread``). Its CPU is that of the job's process
   tree (the client, the Flink JVM, the Python workers).
+* ``bytewax``: not Storm either: the same keyed count in Bytewax 0.21
+  (``bench/bytewax/keyed_sum.py``: a paced Python source, ``key_on``, a
+  ``stateful_flat_map`` counting per key; one worker) in its own virtualenv
+  (``.elastorm/bytewax-venv``, the side-by-side's pin); its CPU is its one process.
 
 Each run has three phases. **Saturation**: the spout emits as fast as Storm lets
 it (backpressure bounds the queues); after ``--warmup`` s the counter task's
@@ -106,6 +110,10 @@ VARIANTS = {
 # name: PyFlink's python.execution-mode
 PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}
 PYFLINK_JOB = ROOT / "bench" / "pyflink" / "keyed_sum.py"
+BYTEWAX_JOB = ROOT / "bench" / "bytewax" / "keyed_sum.py"
+BYTEWAX_REQUIREMENTS = ROOT / "bench" / "side_by_side" / "bytewax-requirements.txt"
+#: The variants that are not Storm: the Python peers, each a process tree of its own.
+PEERS = (*PYFLINK_VARIANTS, "bytewax")
 
 
 class CpuSnapshot:
@@ -127,7 +135,7 @@ class CpuSnapshot:
 
 
 class TreeCpu(CpuSnapshot):
-    """CPU seconds of one process and its descendants (a PyFlink job), by kind."""
+    """CPU seconds of one process and its descendants (a Python peer's job), by kind."""
 
     def __init__(self, root: int) -> None:
         self.root = root
@@ -148,10 +156,13 @@ def kind(cmdline: bytes) -> str:
 
 
 def pyflink_kind(cmdline: bytes) -> str:
-    """``jvm``, ``pyflink_client`` (the job's own script) or ``pyflink_worker``."""
+    """``jvm``, ``pyflink_client`` (the job's own script), ``pyflink_worker`` or
+    ``bytewax`` (its one process runs the whole dataflow)."""
     args = cmdline.rstrip(b"\0").split(b"\0")
     if b"java" in args[0]:
         return "jvm"
+    if b"bytewax.run" in args:
+        return "bytewax"
     return "pyflink_client" if str(PYFLINK_JOB).encode() in args else "pyflink_worker"
 
 
@@ -281,31 +292,43 @@ class ThroughputDriver:
         return Outcome(summary=json.dumps(self.result), ok=bool(self.result), facts={})
 
 
-def pyflink_python() -> Path:
-    """The PyFlink virtualenv's interpreter (``bench/pyflink/venv.py``, loaded by path:
-    a ``pyflink`` folder on ``sys.path`` would shadow the real package)."""
+def _venv_builder():
+    """``bench/pyflink/venv.py``, loaded by path (a ``pyflink`` folder on ``sys.path``
+    would shadow the real package): it builds the peers' virtualenvs."""
     spec = importlib.util.spec_from_file_location("pyflink_venv", PYFLINK_JOB.parent / "venv.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.python()
+    return module
 
 
-def run_pyflink(mode: str, args, run_dir: Path) -> dict:
-    """One run of the keyed count on PyFlink (``mode``: its python.execution-mode),
+def peer_python(v: str) -> Path:
+    """The interpreter of peer ``v``'s own virtualenv, built on first use: PyFlink's, or
+    Bytewax's (the side-by-side's pin)."""
+    builder = _venv_builder()
+    if v == "bytewax":
+        return builder.built(ROOT / ".elastorm" / "bytewax-venv", BYTEWAX_REQUIREMENTS)
+    return builder.python()
+
+
+def run_peer(v: str, args, run_dir: Path) -> dict:
+    """One run of the keyed count on a Python peer (PyFlink in either mode, Bytewax),
     through the same three phases as a Storm variant; the job is killed after."""
-    exe = pyflink_python()
-    out = run_dir / f"pyflink-{mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = run_dir / f"{v}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True)
-    log = open(out / "job.log", "w")  # noqa: SIM115 (closed below)
     env = os.environ | {"PYTHONPATH": str(ROOT / "src")}
+    if v == "bytewax":
+        cmd = [str(peer_python(v)), "-m", "bytewax.run", f"{BYTEWAX_JOB}:flow"]
+        env |= {"KEYED_SUM_OUT": str(out)}
+    else:
+        cmd = [str(peer_python(v)), str(PYFLINK_JOB), str(out), "--mode", PYFLINK_VARIANTS[v]]
+    log = open(out / "job.log", "w")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [str(exe), str(PYFLINK_JOB), str(out), "--mode", mode],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    driver = ThroughputDriver("pyflink", args, TreeCpu(proc.pid))
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    driver = ThroughputDriver(v, args, TreeCpu(proc.pid))
     try:
-        driver.wait(str(out), 600, lambda text: print(f"  pyflink {mode}: {text}", flush=True))
+        driver.wait(str(out), 600, lambda text: print(f"  {v}: {text}", flush=True))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -319,8 +342,8 @@ def run_pyflink(mode: str, args, run_dir: Path) -> dict:
 
 def run_variant(v: str, args, cfg, cpu: CpuSnapshot, extra: dict) -> dict:
     """One run of variant ``v``: a Storm topology on a fresh LocalCluster, or PyFlink."""
-    if v in PYFLINK_VARIANTS:
-        return run_pyflink(PYFLINK_VARIANTS[v], args, cfg.home / "runs")
+    if v in PEERS:
+        return run_peer(v, args, cfg.home / "runs")
     topology, options = VARIANTS[v]
     driver = ThroughputDriver(topology, args, cpu)
     run_topology(cfg, "local", driver, timeout=600, extra_options=options | extra)
@@ -399,7 +422,7 @@ def main() -> int:
     parser.add_argument(
         "--variants", default="plain,elastorm_plain,elastic",
         help="comma-separated, first is the baseline (from "
-        f"{','.join(VARIANTS | PYFLINK_VARIANTS)})",
+        f"{','.join([*VARIANTS, *PEERS])})",
     )  # fmt: skip
     parser.add_argument("--warmup", type=float, default=10.0, help="s before measuring (10)")
     parser.add_argument("--window", type=float, default=15.0, help="s per measured window (15)")
