@@ -73,9 +73,16 @@ def test_scale_in_drains_the_nodes_bound_last_and_never_node0() -> None:
     assert back.start == () and back.nodes.draining == ("s3",)
 
 
-@pytest.mark.parametrize("target", [0, 5])
-def test_scale_beyond_the_task_count_is_refused(target: int) -> None:
-    with pytest.raises(ScalingError, match=r"1\.\.4 nodes"):
+def test_scale_beyond_the_task_count_is_refused() -> None:
+    with pytest.raises(ScalingError, match=r"2\.\.4 nodes"):
+        scale_to(5, nodes=NodeSet(), binding=B2, live=["s0", "s1"], spare=[])
+
+
+@pytest.mark.parametrize("target", [0, 1])
+def test_scale_below_two_nodes_is_refused_with_the_reason(target: int) -> None:
+    # On one node no group has a checkpoint holder: a drain from 2 nodes to 1 planned
+    # its moves, then never released the node (every holder stayed on it).
+    with pytest.raises(ScalingError, match="at least 2 nodes.*other than its owner"):
         scale_to(target, nodes=NodeSet(), binding=B2, live=["s0", "s1"], spare=[])
 
 
@@ -84,12 +91,14 @@ def test_drain_refuses_unknown_nodes_node0_and_the_last_node() -> None:
         drain("s7", nodes=NodeSet(), binding=B2)
     with pytest.raises(ScalingError, match="non-keyed"):
         drain("s0", nodes=NodeSet(), binding=B2)
-    ns = drain("s1", nodes=NodeSet(), binding=B2)
-    assert ns == NodeSet(wanted=("s0", "s1"), draining=("s1",))
-    assert release("s1", ns, B2) == NodeSet(wanted=("s0",))
-    with pytest.raises(ScalingError, match="last active"):
-        drain("s1", nodes=NodeSet(draining=()), binding=Binding(nodes=("s0", "s1")))
-        drain("s0", nodes=NodeSet(draining=("s1",)), binding=Binding(nodes=("s1", "s0")))
+    b3 = Binding(nodes=("s0", "s1", "s2"))
+    ns = drain("s2", nodes=NodeSet(), binding=b3)
+    assert ns == NodeSet(wanted=("s0", "s1", "s2"), draining=("s2",))
+    assert release("s2", ns, b3) == NodeSet(wanted=("s0", "s1"))
+    with pytest.raises(ScalingError, match="leave 1 active node.*at least 2"):
+        drain("s1", nodes=NodeSet(), binding=B2)
+    with pytest.raises(ScalingError, match="leave 1 active node"):
+        drain("s1", nodes=NodeSet(draining=("s2",)), binding=b3)
 
 
 # -- the rescale planner -------------------------------------------------------------------
@@ -500,7 +509,7 @@ def test_plan_scale_checks_the_node_count_before_asking_the_provisioner() -> Non
             return tuple(f"supervisor-{2 + i}" for i in range(count))
 
     prov = Provisioner()
-    with pytest.raises(UserError, match=r"1\.\.4 nodes"):
+    with pytest.raises(UserError, match=r"2\.\.4 nodes"):
         plan_scale(zk, layout, 9, prov)  # type: ignore[arg-type]
     assert prov.asked == []
     change = plan_scale(zk, layout, 3, prov)  # type: ignore[arg-type]

@@ -171,8 +171,8 @@ def _app(zk, nodes):
     )
 
 
-def _zk():
-    placement = json.dumps({"binding": list(BOUND.nodes)}).encode()
+def _zk(binding: Binding = BOUND):
+    placement = json.dumps({"binding": list(binding.nodes)}).encode()
     return FakeZk({LAYOUT.leader: b"c", LAYOUT.scheduler_placement: placement})
 
 
@@ -184,14 +184,17 @@ def _eventually(check, timeout=5.0):
 
 
 def test_drain_from_the_page_writes_the_node_set_as_elastorm_drain_does():
-    zk, nodes = _zk(), Provisioner()
+    three = Binding(nodes=("supervisor-0", "supervisor-1", "supervisor-2"))
+    zk, nodes = _zk(three), Provisioner()
     client = _app(zk, nodes)
-    answer = client.post("/api/drain", json={"node": "supervisor-1", "keep": True}, headers=GOOD)
+    answer = client.post("/api/drain", json={"node": "supervisor-2", "keep": True}, headers=GOOD)
     assert answer.status_code == 202, answer.text
-    assert answer.json()["draining"] == "supervisor-1"
+    assert answer.json()["draining"] == "supervisor-2"
     written = decode_node_set(zk.data[LAYOUT.scheduler_nodes])
-    assert written == drain("supervisor-1", nodes=NodeSet(), binding=BOUND)
-    assert written.draining == ("supervisor-1",)
+    assert written == drain("supervisor-2", nodes=NodeSet(), binding=three)
+    assert written.draining == ("supervisor-2",)
+    last_two = client.post("/api/drain", json={"node": "supervisor-1"}, headers=GOOD)
+    assert last_two.status_code == 409 and "at least 2" in last_two.json()["error"]
     refused = client.post("/api/drain", json={"node": "supervisor-0"}, headers=GOOD)
     assert refused.status_code == 409 and "supervisor-0" in refused.json()["error"]
     assert client.post("/api/drain", json={"nope": 1}, headers=GOOD).status_code == 400

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from elastorm.controller.model import (
+    MIN_ACTIVE_NODES,
     ClusterView,
     ControllerModelError,
     KeyGroupId,
@@ -86,15 +87,17 @@ class Thresholds:
     cpal_min_replay: float = 1.0
     lazy_move: bool = False
     scale_in: bool = True
-    min_active_nodes: int = 1
+    min_active_nodes: int = MIN_ACTIVE_NODES
 
     def __post_init__(self) -> None:
         if not 0 <= self.cpu_low < self.cpu_high:
             raise ControllerModelError("need 0 <= cpu_low < cpu_high")
         if not 0 <= self.queue_low < self.queue_high:
             raise ControllerModelError("need 0 <= queue_low < queue_high")
-        if self.cooldown < 0 or self.max_moves < 0 or self.min_active_nodes < 1:
-            raise ControllerModelError("cooldown, max_moves >= 0 and min_active_nodes >= 1")
+        if self.cooldown < 0 or self.max_moves < 0 or self.min_active_nodes < MIN_ACTIVE_NODES:
+            raise ControllerModelError(
+                f"cooldown, max_moves >= 0 and min_active_nodes >= {MIN_ACTIVE_NODES}"
+            )
 
     @property
     def relief_target(self) -> float:

@@ -481,6 +481,13 @@ def node_name(index: int) -> NodeId:
     return f"node{index}"
 
 
+#: The fewest active nodes a topology runs on: each key group's checkpoint holder is a
+#: node other than its owner's (Madsen & Zhou 2015, section 4), so on one node there is
+#: no holder and upstream buffers are never trimmed. Scale-in, drains and adaptation stop
+#: here (a drain from 2 nodes to 1 once planned its moves and then never finished).
+MIN_ACTIVE_NODES = 2
+
+
 @dataclass(frozen=True, kw_only=True)
 class NodeState:
     """Which logical nodes the scheduler runs on live nodes (``active``) and which of

@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from elastorm.controller.adaptation import Move, MoveReason, Thresholds, is_overloaded
-from elastorm.controller.model import ClusterView, ControllerModelError, KeyGroupId, NodeId
+from elastorm.controller.model import (
+    MIN_ACTIVE_NODES,
+    ClusterView,
+    ControllerModelError,
+    KeyGroupId,
+    NodeId,
+)
 from elastorm.core.messages import Protocol
 
 
@@ -170,13 +176,18 @@ def active_names(nodes: NodeSet, binding: Binding) -> tuple[str, ...]:
 
 
 def check_target(target: int, binding: Binding) -> None:
-    """``ScalingError`` unless ``1 <= target <=`` the number of logical nodes (the keyed
-    operators' task count, fixed at submit)."""
+    """``ScalingError`` unless ``MIN_ACTIVE_NODES <= target <=`` the number of logical
+    nodes (the keyed operators' task count, fixed at submit)."""
     limit = len(binding.nodes)
-    if not 1 <= target <= limit:
+    if target < MIN_ACTIVE_NODES:
         raise ScalingError(
-            f"--nodes {target}: the topology has {limit} tasks per keyed operator, so 1..{limit} "
-            "nodes (the task count is fixed at submit)"
+            f"--nodes {target}: an elastic topology keeps at least {MIN_ACTIVE_NODES} nodes, "
+            "since each key group's checkpoint is held on a node other than its owner's"
+        )
+    if target > limit:
+        raise ScalingError(
+            f"--nodes {target}: the topology has {limit} tasks per keyed operator, so "
+            f"{MIN_ACTIVE_NODES}..{limit} nodes (the task count is fixed at submit)"
         )
 
 
@@ -189,13 +200,14 @@ def scale_to(
     provisioner's ``spare`` names (started by the caller); scale-in drains the nodes
     bound last (highest logical node first), never logical node 0, which hosts the
     topology's spouts and other non-keyed executors. Raises ``ScalingError`` when
-    ``target`` is below 1 or above the number of logical nodes.
+    ``target`` is below ``MIN_ACTIVE_NODES`` or above the number of logical nodes.
 
     >>> b = Binding(nodes=("s0", "s1", None))
     >>> scale_to(3, nodes=NodeSet(), binding=b, live=["s0", "s1"], spare=["s2"]).start
     ('s2',)
-    >>> scale_to(1, nodes=NodeSet(), binding=b, live=["s0", "s1"], spare=[]).drain
-    ('s1',)
+    >>> b3 = Binding(nodes=("s0", "s1", "s2"))
+    >>> scale_to(2, nodes=NodeSet(), binding=b3, live=["s0", "s1", "s2"], spare=[]).drain
+    ('s2',)
     """
     check_target(target, binding)
     active = list(active_names(nodes, binding))
@@ -234,8 +246,9 @@ def scale_to(
 
 
 def drain(name: str, *, nodes: NodeSet, binding: Binding) -> NodeSet:
-    """The node set with ``name`` draining; ``ScalingError`` if it is not bound, is the
-    last active node, or hosts the non-keyed executors (logical node 0)."""
+    """The node set with ``name`` draining; ``ScalingError`` if it is not bound, would
+    leave fewer than ``MIN_ACTIVE_NODES`` active, or hosts the non-keyed executors
+    (logical node 0)."""
     if name not in binding.bound:
         raise ScalingError(
             f"{name} runs no task of this topology (bound: {', '.join(binding.bound) or 'none'})"
@@ -243,8 +256,12 @@ def drain(name: str, *, nodes: NodeSet, binding: Binding) -> NodeSet:
     if binding.nodes[0] == name:
         raise ScalingError(f"{name} hosts the topology's spouts and non-keyed bolts (node0)")
     active = active_names(nodes, binding)
-    if name in active and len(active) == 1:
-        raise ScalingError(f"{name} is the last active node")
+    if name in active and len(active) <= MIN_ACTIVE_NODES:
+        raise ScalingError(
+            f"draining {name} would leave {len(active) - 1} active node(s): an elastic topology "
+            f"keeps at least {MIN_ACTIVE_NODES}, since each key group's checkpoint is held on a "
+            "node other than its owner's"
+        )
     wanted = nodes.wanted if nodes.wanted is not None else binding.bound
     return NodeSet(wanted=(*wanted, name), draining=(*nodes.draining, name))
 
@@ -498,7 +515,8 @@ def scale_hint(
     node is overloaded and this round's ``planned`` moves relieve it of nothing (no
     active node can take load and no bound node is idle); fewer when, with no node
     overloaded, active nodes other than ``node0`` own nothing (the adaptation's
-    scale-in emptied them; a joining node is not counted). None otherwise. The
+    scale-in emptied them; a joining node is not counted), never below
+    ``MIN_ACTIVE_NODES``. None otherwise. The
     adaptation's own cooldowns and relief target are the first hysteresis; the
     autoscaler adds a hold time before acting on a hint (``elastorm autoscale``).
 
@@ -518,6 +536,7 @@ def scale_hint(
     if hot:
         return None
     idle = [n for n in sorted(active) if n != "node0" and n not in joining and not view.owned_by(n)]
-    if idle and not planned:
-        return len(active) - len(idle)
+    fewer = max(len(active) - len(idle), MIN_ACTIVE_NODES)
+    if idle and not planned and fewer < len(active):
+        return fewer
     return None
