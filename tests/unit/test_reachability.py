@@ -46,6 +46,13 @@ CALLBACKS = [
     "process_element",  # PyFlink's KeyedProcessFunction (bench/pyflink/keyed_sum.py)
     "extract_timestamp",  # PyFlink's TimestampAssigner (bench/side_by_side/), and its
     "record_timestamp",  # second argument, which PyFlink passes
+    # Bytewax's source and sink partitions (bench/bytewax/keyed_sum.py) and the
+    # arguments its runtime passes to their builders
+    "next_batch",
+    "write_batch",
+    "step_id",
+    "worker_index",
+    "worker_count",
 ]
 #: Python calls it: a module's lazy ``__getattr__`` (``elastorm``'s public names); and
 #: ``elastorm local/run`` call a project driver's entry function by its name.

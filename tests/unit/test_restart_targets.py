@@ -86,6 +86,22 @@ def _records(loop: ControllerLoop, *, hot: bool = False) -> list[TaskRecord]:
     return out
 
 
+def _routed_records(loop: ControllerLoop) -> list[TaskRecord]:
+    """Every task with the groups the routing gives it, 100 tuples/s and 10% CPU each."""
+    control = loop.controls["op"]
+    return [
+        TaskRecord(
+            identity=TaskIdentity(task_id=task, operator="op", node_id=node, host="h", pid=1),
+            heartbeat=Heartbeat(
+                key_groups=(owned := control.routing.key_groups_of(task)),
+                input_rates=tuple((g, 100.0) for g in owned),
+                cpu=0.1 * len(owned),
+            ),
+        )
+        for node, task in TASKS.items()
+    ]
+
+
 def _given_to_12(sends: tuple[Send, ...] | list[Send]) -> list[Send]:
     """Commands that give task 12 work: a checkpoint to hold, or a group to own."""
     return [
@@ -176,3 +192,45 @@ def test_a_restarts_recovery_keeps_the_groups_given_to_the_new_incarnation():
     assert set(recovery.crash.restored) == {2, 5}, "only the dead incarnation's groups"
     assert not recovery.plan.lost
     assert control.owner(0) == 12
+
+
+def test_a_restarted_node_takes_its_share_back_after_its_recovery():
+    """The groups of a lost task are restored on their holders and, before, stayed there
+    for good: the restarted node was never joining again (only a node that became active
+    was), so it idled while the holders carried its load (issue 32: restored groups pile
+    up on the holders; scaling after a failure never settles)."""
+    loop = _loop()
+    control = loop.controls["op"]
+    state = NodeState(active=ALL)
+    for t in range(1, 4):  # rounds before the failure: settled, nobody joining
+        loop.rescale(_records(loop), state, float(t), limit=4)
+        _report_newest(loop)
+    assert not loop.joining and control.routing.key_groups_of(12)
+    _declare_12_lost(loop)
+    for g, restore in list(control.moving.items()):  # restored on their holders
+        done = MigrationDone(key_group=g, role=Role.TARGET, epoch=restore.epoch,
+                             protocol=restore.protocol)  # fmt: skip
+        loop.on_migration_done("op", done, 4.0)
+    assert not control.moving and not control.routing.key_groups_of(12)
+    loop.recover("op", [12], 5.0, rejoined=True, stale_through=control.epoch)
+    loop.rescale(_records(loop), state, 5.5, limit=4)
+    assert loop.joining == {"node2"}
+    for t in range(6, 20):
+        rnd = loop.rescale(_routed_records(loop), state, float(t), limit=4)
+        for m in rnd.started:
+            moving = control.moving[m.key_group.index]
+            assert m.protocol is Protocol.CPAL
+            for role in (Role.SOURCE, Role.TARGET):
+                loop.on_migration_done(
+                    "op",
+                    MigrationDone(
+                        key_group=m.key_group.index,
+                        role=role,
+                        epoch=moving.epoch,
+                        protocol=moving.protocol,
+                    ),
+                    float(t),
+                )
+        _report_newest(loop)
+    assert len(control.routing.key_groups_of(12)) == G // len(TASKS)
+    assert not loop.joining

@@ -515,6 +515,8 @@ class ControllerLoop:
         self._quiet_until = -math.inf  # no decisions before (see resume_warm)
         self._rescale_active: frozenset[NodeId] = frozenset()  # see rescale
         self._joining: set[NodeId] = set()
+        # Nodes whose restarted tasks were recovered: joining at the next rescale round.
+        self._rejoined: set[NodeId] = set()
         self._holder_set: dict[KeyGroupId, float] = {}  # rescale's SetHolder times
         self._rescale_pending = 0
         # The scheduler's bound nodes (set by ``rescale``); None: not elastically scheduled.
@@ -842,7 +844,9 @@ class ControllerLoop:
         Phase 1's restores become ``RESTORE`` orders to the chosen holders, run in
         parallel (one per key group, spread over the holders); phase 2's checkpoint
         moves become new holders. ``rejoined``: the tasks restarted empty (Storm
-        restarted them), so they may hold checkpoints again and take work from now on;
+        restarted them), so they may hold checkpoints again and take work from now on:
+        their nodes join again at the next rescale round (:attr:`joining`, under the
+        elastic scheduler), which gives them their share back;
         otherwise they are lost (declared by the failure detector) and get nothing until
         their restart is recovered (:attr:`down`). ``stale_through`` (a restart): the
         routing epoch the new incarnation read at its start; groups routed to it later
@@ -858,6 +862,9 @@ class ControllerLoop:
         nodes = sorted({self.placement.node_of(d) for d in dead})
         if rejoined:
             self.down -= set(dead)
+            # Its groups went to their holders: like a node that became active, it takes
+            # its share back by CPAL in the next rescale rounds (else they pile up there).
+            self._rejoined |= set(nodes)
         else:
             stale_through = None
         lost = {d: control.lost_key_groups(d, stale_through) for d in dead}
@@ -968,6 +975,8 @@ class ControllerLoop:
         new = nodes.active - self._rescale_active
         if not self._rescale_active:
             new = frozenset(n for n in new if not view.owned_by(n))
+        new |= self._rejoined
+        self._rejoined.clear()
         self._joining = (self._joining | new) & nodes.active
         self._rescale_active = nodes.active
         step = plan_rescale(
