@@ -86,6 +86,7 @@ from elastorm.core.keys import (
 )
 from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
+from elastorm.core.once import first_application, output_id
 from elastorm.core.outputs import next_output
 from elastorm.core.state import KeyGroupState
 from elastorm.core.timers import GroupTimers, watermark_of
@@ -146,6 +147,7 @@ class KeyedBolt(KeyedOperator, Bolt):
     outputs: list = []
     current_key_state: KeyState | None = None
     failed = 0  # tuples whose process_keyed raised
+    repeats = 0  # upstream keyed outputs skipped as applied before (core.once)
     tentative = False  # inside process_keyed: whether this tuple's outputs are tentative
     identified: frozenset[str] = frozenset()  # streams declared with output_id_fields
     _rectifying: int | None = None  # inside rectify_keyed: the key's group
@@ -243,9 +245,16 @@ class KeyedBolt(KeyedOperator, Bolt):
     def _step(self, key: str, current: Any, values: Any) -> tuple[Any, Any]:
         """The core's step: run ``process_keyed`` on the key's record, collect outputs;
         for a bolt with event time, then move the group's watermark and fire the
-        timers it passed (:meth:`_fire`)."""
+        timers it passed (:meth:`_fire`). A tuple that is an upstream keyed bolt's
+        output already applied by this group (its id, ``elastorm.core.once``) is
+        skipped: keyed outputs into a keyed bolt are applied exactly once."""
         coordinator = self.coordinator
         machine = coordinator.machine(key_group(key, coordinator.num_key_groups))
+        ident = output_id(values) if type(values) is list else None
+        if ident is not None and machine.state is not None:
+            if not first_application(machine.state, ident):
+                self.repeats += 1  # an upstream keyed bolt's output applied before
+                return current, []
         timers = now = None
         outputs = self._outputs = []
         self.tentative = machine.tentative
