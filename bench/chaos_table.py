@@ -26,7 +26,8 @@ import statistics
 import sys
 from pathlib import Path
 
-ROLES = ("op2", "op3")
+#: What a record checked: the flights job's op2 and op3 totals, a user job's sink rows.
+ROLES = ("op2", "op3", "sink")
 
 
 def scenario_rows(records: list[dict]) -> list[dict]:

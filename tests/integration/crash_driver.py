@@ -102,7 +102,6 @@ class ElasticCrashDriver(FlightsJob):
     passes if every plane's totals still equal pandas'.
     """
 
-    name = "flights_elastic"
     DEFAULT_SCRIPT = ((0.15, "cpa"), (0.3, "crash"), (0.7, "direct"))
     # Tuples in flight to the killed task reach its new, empty life and are rejected;
     # they are replayed from the emitters' buffers to the group's new owner.
