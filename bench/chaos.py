@@ -40,7 +40,18 @@ a worker of its own:
 
     .venv/bin/python bench/chaos.py --runs 3
 
-For every run it counts, per (plane, year), the flights in op2's and op3's final
+With ``--jobs``, the same faults run on the user project's topologies too
+(``bench/chaos_jobs.py``): ``wordcount`` (the tutorial's), ``chained`` (the word
+counts into a second keyed operator keyed by first letter, with a non-idempotent count)
+and ``chained-stage2`` (the same, the fault on the second operator). Their scenarios
+are named ``<job>/<fault>`` (``wordcount/lose-1``; the faults are ``USER_FAULTS``,
+``sink`` a kill -9 of the sink's worker); each is checked at its sink's committed
+rows against a fold of the stream in one process (``sink``: rows checked, lost, twice):
+
+    .venv/bin/python bench/chaos.py --jobs wordcount chained chained-stage2 \\
+        --scenarios lose-1 spout sink --runs 3 --out docs/raw/chaos_<commit>_user.jsonl
+
+For every flights run it counts, per (plane, year), the flights in op2's and op3's final
 totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra. During
 every run ``OwnerSampler`` (``bench/owners.py``) reads the keyed tasks' heartbeats 5
 times a second and records any key group claimed by two tasks at one routing epoch
