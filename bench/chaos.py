@@ -45,8 +45,10 @@ With ``--jobs``, the same faults run on the user project's topologies too
 counts into a second keyed operator keyed by first letter, with a non-idempotent count)
 and ``chained-stage2`` (the same, the fault on the second operator). Their scenarios
 are named ``<job>/<fault>`` (``wordcount/lose-1``; the faults are ``USER_FAULTS``,
-``sink`` a kill -9 of the sink's worker); each is checked at its sink's committed
-rows against a fold of the stream in one process (``sink``: rows checked, lost, twice):
+``sink`` a kill -9 of the sink's worker, ``router`` of the router elastorm puts before
+the last keyed operator: fed by the first keyed operator in ``chained``); each is
+checked at its sink's committed rows against a fold of the stream in one process
+(``sink``: rows checked, lost, twice):
 
     .venv/bin/python bench/chaos.py --jobs wordcount chained chained-stage2 \\
         --scenarios lose-1 spout sink --runs 3 --out docs/raw/chaos_<commit>_user.jsonl
@@ -129,6 +131,7 @@ def _scenarios(
         "spout": lambda: kill("spout"),
         "op1": lambda: kill("op1"),
         "sink": lambda: kill("sink"),
+        "router": lambda: kill("router"),
         "sup-1": lambda: lose(SupervisorLossDriver, lose=1),
         "sup-2": lambda: lose(SupervisorLossDriver, lose=2),
         "sup-3": lambda: lose(SupervisorLossDriver, lose=3),
@@ -154,7 +157,7 @@ def _scenarios(
         ),
     }
     if job is None:
-        return {name: make for name, make in every.items() if name != "sink"}
+        return {name: make for name, make in every.items() if name not in ("sink", "router")}
     return {f"{job.label}/{name}": every[name] for name in USER_FAULTS}
 
 
@@ -163,7 +166,7 @@ def _scenarios(
 #: two-task losses); the network cut reads the flights sink's senders, the HDFS ones
 #: and ``all-sup`` the flights job's own results.
 USER_FAULTS = (
-    "lose-1", "spout", "sink", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10",
+    "lose-1", "spout", "sink", "router", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10",
     "cpal-source", "cpal-target",
 )  # fmt: skip
 

@@ -166,9 +166,9 @@ class UserJob(FlightsJob):
     topology = ""
     operator = "counts"
     sink: SinkRows
-    #: Component -> the class streamparse runs for it (how its process is found).
-    classes: dict[str, str] = {}
-    components = {"spout": "words", "sink": "sink"}
+    #: Components a fault may kill, by role; ``router``: the router elastorm puts
+    #: before the job's last keyed operator.
+    components = {"spout": "words", "sink": "sink", "router": "counts_router"}
 
     def _total_rows(self) -> int:
         return sum(self.want().values())
@@ -234,22 +234,21 @@ class UserJob(FlightsJob):
             time.sleep(1.0)
 
     def _pid_of(self, component: str, task: int) -> int:
-        """A keyed task's pid from its heartbeat; another component's (one task) from
-        the process table: the Python process running its class whose worker runs
-        this topology."""
+        """A keyed task's pid from its heartbeat; another component's from Nimbus's
+        placement and the process table (``_component_pid``)."""
         if component in self._keyed():
             from elastorm.runtime.status import gather
 
             got = gather(self.topology, self.zk_hosts, None)
             return got.tasks[task].identity.pid
-        return _component_pid(self.topology, self.classes[component])
+        return _component_pid(self.topology, component, task)
 
     def _keyed(self) -> tuple[str, ...]:
         return (self.operator,)
 
     def _tasks(self, component: str) -> list[int]:
         if component not in self._keyed():
-            return [0]  # one task: found by its class (``_pid_of``)
+            return sorted(t for ts in _placement(self.topology)[component].values() for t in ts)
         from elastorm.runtime.status import gather
 
         got = gather(self.topology, self.zk_hosts, None)
@@ -298,7 +297,6 @@ class WordCountJob(UserJob):
 
     name = label = "wordcount"
     sink = SinkRows("counts", ("word", "count", "kind"))
-    classes = {"words": "spouts.words.Words", "sink": "bolts.sink.CountsSink"}
 
     def want(self) -> Counter:
         return word_rows(user_stream())
@@ -310,7 +308,7 @@ class ChainedJob(UserJob):
 
     name = label = "chained"
     sink = SinkRows("letters", ("letter", "updates", "total", "kind"))
-    classes = {"words": "spouts.words.Words", "sink": "bolts.lettersink.LettersSink"}
+    components = {"spout": "words", "sink": "sink", "router": "letters_router"}
 
     def want(self) -> Counter:
         return letter_rows(user_stream())[0]
@@ -371,23 +369,38 @@ def user_imports(project: Path) -> Iterator[None]:
             os.environ["PYTHONPATH"] = before
 
 
-def _component_pid(topology: str, cls: str) -> int:
-    """The Python process running ``cls`` under a worker of ``topology`` (its parent
-    JVM's command line names the topology's id, ``<name>-<n>-<time>``)."""
+def _placement(topology: str) -> dict[str, dict[str, list[int]]]:
+    """``{component: {slot port: [task ids]}}`` of ``topology`` from Nimbus."""
+    from elastorm.runtime.cluster import CLUSTER_ENV
+    from elastorm.runtime.config import env_nimbus, load_config
+    from elastorm.runtime.nimbus import executor_nodes
+
+    host, port = env_nimbus(load_config().project, CLUSTER_ENV)
+    return executor_nodes(host, port, topology, node_of=lambda _, slot: str(slot))
+
+
+def _component_pid(topology: str, component: str, task: int) -> int:
+    """The Python process of ``component``'s task ``task``: the child of the worker JVM
+    on that task's slot (each executor has a worker of its own in these runs)."""
+    slots = [
+        int(p) for p, tasks in _placement(topology).get(component, {}).items() if task in tasks
+    ]
+    if len(slots) != 1:
+        raise UserError(f"task {task} of {component} runs on slots {slots}, not one")
+    marks = (b"org.apache.storm.daemon.worker.Worker", f"-Dworker.port={slots[0]}".encode())
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if cls.encode() not in args and not any(cls.encode() in a for a in args[-2:]):
+            if b"streamparse_run" not in Path(f"/proc/{entry}/cmdline").read_bytes():
                 continue
             parent = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]
             jvm = Path(f"/proc/{parent}/cmdline").read_bytes()
         except OSError:
             continue
-        if f"{topology}-".encode() in jvm:
+        if all(m in jvm for m in marks) and f"-Dstorm.id={topology}-".encode() in jvm:
             found.append(int(entry))
     if len(found) != 1:
-        raise UserError(f"{len(found)} processes run {cls} of {topology}: {found}")
+        raise UserError(f"{len(found)} Python processes in the worker of {component} {task}")
     return found[0]

@@ -81,8 +81,12 @@ def test_a_fault_on_a_user_job_reads_the_jobs_hooks() -> None:
     assert list(scenarios) == [f"chained-stage2/{f}" for f in USER_FAULTS]
     driver = scenarios["chained-stage2/lose-1"]()
     assert (driver.name, driver.operator, driver.lose) == ("chained", "letters", 1)
-    assert driver.components == {"spout": "words", "sink": "sink"}
+    assert driver.components["router"] == "letters_router"
     assert scenarios["chained-stage2/sink"]().victim == "sink"
     flights = _scenarios(100, 10.0, lambda: None)
-    assert "sink" not in flights and flights["lose-1"]().operator == "sum_delays"
+    assert (
+        "sink" not in flights
+        and "router" not in flights
+        and flights["lose-1"]().operator == "sum_delays"
+    )
     assert _chosen(["lose-1"], flights | scenarios) == ["lose-1", "chained-stage2/lose-1"]
