@@ -115,6 +115,35 @@ def row_balance(got: Counter, want: Counter) -> dict[str, int]:
     }
 
 
+def settled_rows(rows: Iterable[tuple]) -> tuple[Counter, list]:
+    """A sink's rows ``(*values, kind)`` with each rectification taken out: a final row
+    equal to a tentative one re-sends that value (``core/outputs.py``), it is not a
+    second update. Also the keys (first value) whose latest row (by the second
+    value) is still tentative: never rectified.
+
+    >>> got, open_ = settled_rows([("a", 1, "tentative"), ("a", 1, "final"), ("b", 1, "tentative")])
+    >>> sorted(got.items()), open_
+    ([(('a', 1), 1), (('b', 1), 1)], ['b'])
+    """
+    by_kind: dict[tuple, Counter] = {}
+    last: dict[Any, tuple[Any, bool]] = {}
+    for *values, kind in rows:
+        by_kind.setdefault(tuple(values), Counter())[kind] += 1
+        key, order = values[0], values[1]
+        if (
+            key not in last
+            or order > last[key][0]
+            or (order == last[key][0] and kind != "tentative")
+        ):
+            last[key] = (order, kind == "tentative")
+    got: Counter = Counter()
+    for values, kinds in by_kind.items():
+        got[values[:2]] += max(
+            kinds["tentative"], sum(n for k, n in kinds.items() if k != "tentative")
+        )
+    return got, sorted(k for k, (_, tentative) in last.items() if tentative)
+
+
 def totals_off(rows: list[tuple[str, int, int]], totals: dict[str, int]) -> list[str]:
     """The letters whose row with the most updates has another total than the fold's.
 
@@ -176,10 +205,6 @@ class UserJob(FlightsJob):
     def want(self) -> Counter:
         """The rows the sink must commit, each once."""
         raise NotImplementedError
-
-    def got(self, rows: list[tuple]) -> Counter:
-        """The committed rows in the form ``want`` gives."""
-        return Counter(tuple(r[:2]) for r in rows)
 
     def options(self, output_dir: str) -> dict[str, object]:
         """The sink's directory and the workers' ``PYTHONPATH``; the topology's own
@@ -274,8 +299,10 @@ class UserJob(FlightsJob):
         return dict(kinds)
 
     def check(self, rows: list[tuple]) -> dict[str, Any]:
-        """The sink's rows against the fold: checked, lost, twice (and job extras)."""
-        return row_balance(self.got(rows), self.want())
+        """The sink's rows against the fold: checked, lost, twice; ``unrectified``: the
+        keys whose latest row is still tentative (and job extras)."""
+        got, unrectified = settled_rows(rows)
+        return row_balance(got, self.want()) | {"unrectified": unrectified}
 
     def outcome(self, output_dir: str) -> Outcome:
         if self._client is not None:

@@ -20,6 +20,7 @@ from chaos_jobs import (  # noqa: E402
     USER_JOBS,
     letter_rows,
     row_balance,
+    settled_rows,
     totals_off,
     user_stream,
     word_rows,
@@ -90,3 +91,22 @@ def test_a_fault_on_a_user_job_reads_the_jobs_hooks() -> None:
         and flights["lose-1"]().operator == "sum_delays"
     )
     assert _chosen(["lose-1"], flights | scenarios) == ["lose-1", "chained-stage2/lose-1"]
+
+
+def test_the_doctests_of_the_jobs_and_the_harness() -> None:
+    import doctest
+
+    import chaos
+    import chaos_jobs
+
+    assert doctest.testmod(chaos_jobs).attempted >= 6
+    assert doctest.testmod(chaos_jobs).failed == doctest.testmod(chaos).failed == 0
+
+
+def test_a_rectification_is_not_a_duplicate_and_an_open_tentative_is_reported() -> None:
+    rows = [("a", 1, "final"), ("a", 2, "tentative"), ("a", 2, "final"), ("b", 1, "tentative")]
+    got, unrectified = settled_rows(rows)
+    assert row_balance(got, word_rows(["a", "a", "b"])) == {"checked": 3, "lost": 0, "twice": 0}
+    assert unrectified == ["b"]
+    twice, _ = settled_rows([("a", 1, "tentative"), ("a", 1, "tentative")])
+    assert row_balance(twice, word_rows(["a"]))["twice"] == 1
