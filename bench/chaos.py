@@ -61,7 +61,9 @@ times a second and records any key group claimed by two tasks at one routing epo
 it at a newer epoch (``stale_owners``). A network cut also counts what the sink received
 from the cut-off node's tasks after their groups were restored elsewhere
 (``faults.cuts[].stale_outputs``). Each record keeps the 1-minute load average at the
-run's start and end (``loadavg_1m``: the machine is shared), and a run not complete
+run's start and end (``loadavg_1m``: the machine is shared) and the seconds until the
+killed topology's workers had exited (``workers_gone_after``: the next run waits for
+them, up to 240 s, since its workers take the same slot ports), and a run not complete
 after ``--timeout`` s (900) counts as failed. Prints one line per run and a table per
 scenario; writes every run to ``--out`` (JSON lines, default
 ``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run lost or duplicated a
@@ -221,6 +223,33 @@ def _restart(supervisors, killed: list[str]) -> None:
         supervisors.start(names, timeout=120)
 
 
+def _workers_of(topology: str) -> list[int]:
+    """Processes of ``topology``'s workers still running (their JVMs and Python
+    children name it: ``-Dstorm.id=<name>-<n>-<time>``)."""
+    mark = f"-Dstorm.id={topology}-".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and mark in Path(f"/proc/{entry}/cmdline").read_bytes():
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def _wait_gone(topology: str, timeout: float = 240.0) -> float | None:
+    """Seconds until the killed ``topology``'s workers exited (None: some still run
+    after ``timeout``). The next run's workers take the same slot ports: started
+    while the old ones still held them, they failed to bind and restarted for 600 s
+    on a machine at load 170-250."""
+    began = time.monotonic()
+    while _workers_of(topology):
+        if time.monotonic() - began > timeout:
+            return None
+        time.sleep(2.0)
+    return round(time.monotonic() - began, 1)
+
+
 def balance(
     got: Mapping[tuple[str, int], tuple[int, ...]],
     want: Mapping[tuple[str, int], tuple],
@@ -364,12 +393,14 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 sampler.stop()
                 _restart(supervisors, getattr(driver, "killed", []))
+                gone = _wait_gone(driver.topology) if driver.topology else None
             record: dict[str, Any] = {
                 "commit": measured, "job": job, "scenario": name, "run": i, "ok": ok,
                 "seconds": round(time.monotonic() - began, 1), "error": error,
                 "loadavg_1m": {"start": round(load_start, 1),
                                "end": round(os.getloadavg()[0], 1)},
                 "owners": sampler.summary(),
+                "workers_gone_after": gone,
                 "faults": None if error else {k: outcome.facts.get(k) for k in FAULT_FACTS},
             }  # fmt: skip
             if not ok and error is None:  # why: the driver's own checks (its summary)
