@@ -40,7 +40,20 @@ a worker of its own:
 
     .venv/bin/python bench/chaos.py --runs 3
 
-For every run it counts, per (plane, year), the flights in op2's and op3's final
+With ``--jobs``, the same faults run on the user project's topologies too
+(``bench/chaos_jobs.py``): ``wordcount`` (the tutorial's), ``chained`` (the word
+counts into a second keyed operator keyed by first letter, with a non-idempotent count)
+and ``chained-stage2`` (the same, the fault on the second operator). Their scenarios
+are named ``<job>/<fault>`` (``wordcount/lose-1``; the faults are ``USER_FAULTS``,
+``sink`` a kill -9 of the sink's worker, ``router`` of the router elastorm puts before
+the last keyed operator: fed by the first keyed operator in ``chained``); each is
+checked at its sink's committed rows against a fold of the stream in one process
+(``sink``: rows checked, lost, twice):
+
+    .venv/bin/python bench/chaos.py --jobs wordcount chained chained-stage2 \\
+        --scenarios lose-1 spout sink --runs 3 --out docs/raw/chaos_<commit>_user.jsonl
+
+For every flights run it counts, per (plane, year), the flights in op2's and op3's final
 totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra. During
 every run ``OwnerSampler`` (``bench/owners.py``) reads the keyed tasks' heartbeats 5
 times a second and records any key group claimed by two tasks at one routing epoch
@@ -48,7 +61,9 @@ times a second and records any key group claimed by two tasks at one routing epo
 it at a newer epoch (``stale_owners``). A network cut also counts what the sink received
 from the cut-off node's tasks after their groups were restored elsewhere
 (``faults.cuts[].stale_outputs``). Each record keeps the 1-minute load average at the
-run's start and end (``loadavg_1m``: the machine is shared), and a run not complete
+run's start and end (``loadavg_1m``: the machine is shared) and the seconds until the
+killed topology's workers had exited (``workers_gone_after``: the next run waits for
+them, up to 240 s, since its workers take the same slot ports), and a run not complete
 after ``--timeout`` s (900) counts as failed. Prints one line per run and a table per
 scenario; writes every run to ``--out`` (JSON lines, default
 ``docs/raw/chaos_<commit>.jsonl``). Exit status 1 if any run lost or duplicated a
@@ -74,10 +89,12 @@ sys.path.insert(0, str(ROOT))  # the project\'s drivers/
 
 
 def _scenarios(
-    limit: int, rate: float, bring_up: Callable[[], object]
+    limit: int, rate: float, bring_up: Callable[[], object], job: type | None = None
 ) -> dict[str, Callable[[], Any]]:
-    """Each scenario's driver factory; ``bring_up`` starts the harness's cluster again."""
+    """Each scenario's driver factory on ``job`` (a ``chaos_jobs.UserJob``; None: the
+    flights job, with every scenario); ``bring_up`` starts the harness's cluster again."""
     from chaos_drivers import FrozenSupervisorDriver, NetworkCutDriver, ZooKeeperOutageDriver
+    from chaos_jobs import on_job
     from crash_driver import (
         DurableLossDriver,
         ElasticCrashDriver,
@@ -90,19 +107,22 @@ def _scenarios(
     from restart_driver import RestartDriver, whole_cluster_lost
 
     def crash(victim: str):
-        driver = ElasticCrashDriver(limit=limit, victim=victim, max_rate=rate)
+        driver = on_job(ElasticCrashDriver, job)(limit=limit, victim=victim, max_rate=rate)
         driver.migration_timeout = 180.0
         return driver
 
     def lose(kind: type = NodeLossDriver, **kwargs: Any):
-        driver = kind(limit=limit, max_rate=rate, **kwargs)
+        driver = on_job(kind, job)(limit=limit, max_rate=rate, **kwargs)
         # With the controller killed too, its standby leads one ZooKeeper session later;
         # with elastorm.controller.standbys = 0 nothing is restored before Storm restarts
         # its worker (115 s at load average 70 in one run).
         driver.migration_timeout = 300.0 if kwargs.get("with_controller") else 120.0
         return driver
 
-    return {
+    def kill(victim: str):
+        return on_job(UpstreamKillDriver, job)(limit=limit, victim=victim, max_rate=rate)
+
+    every = {
         "cpal-source": lambda: crash("source"),
         "cpal-target": lambda: crash("target"),
         "lose-1": lambda: lose(lose=1),
@@ -110,8 +130,10 @@ def _scenarios(
         "lose-1-ctl": lambda: lose(lose=1, with_controller=True),
         "replica-2": lambda: lose(ReplicaLossDriver, lose=2),
         "replica-2-ctl": lambda: lose(ReplicaLossDriver, lose=2, with_controller=True),
-        "spout": lambda: UpstreamKillDriver(limit=limit, victim="spout", max_rate=rate),
-        "op1": lambda: UpstreamKillDriver(limit=limit, victim="op1", max_rate=rate),
+        "spout": lambda: kill("spout"),
+        "op1": lambda: kill("op1"),
+        "sink": lambda: kill("sink"),
+        "router": lambda: kill("router"),
         "sup-1": lambda: lose(SupervisorLossDriver, lose=1),
         "sup-2": lambda: lose(SupervisorLossDriver, lose=2),
         "sup-3": lambda: lose(SupervisorLossDriver, lose=3),
@@ -136,6 +158,32 @@ def _scenarios(
             max_rate=rate,
         ),
     }
+    if job is None:
+        return {name: make for name, make in every.items() if name not in ("sink", "router")}
+    return {f"{job.label}/{name}": every[name] for name in USER_FAULTS}
+
+
+#: The faults a user job runs: those whose drivers read the job only through its hooks
+#: (``crash_driver.FlightsJob``), on a topology with two tasks per keyed operator (so no
+#: two-task losses); the network cut reads the flights sink's senders, the HDFS ones
+#: and ``all-sup`` the flights job's own results.
+USER_FAULTS = (
+    "lose-1", "spout", "sink", "router", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10",
+    "cpal-source", "cpal-target",
+)  # fmt: skip
+
+
+def _chosen(asked: list[str] | None, scenarios: Mapping[str, Any]) -> list[str]:
+    """The scenarios to run, in ``scenarios``' order: every one if none is ``asked``;
+    else each asked by its full name, or by its fault's name alone (on every job).
+
+    >>> _chosen(["lose-1", "wordcount/spout"], {"lose-1": 0, "wordcount/lose-1": 0,
+    ...                                         "wordcount/spout": 0, "spout": 0})
+    ['lose-1', 'wordcount/lose-1', 'wordcount/spout']
+    """
+    if not asked:
+        return list(scenarios)
+    return [n for n in scenarios if n in asked or n.split("/")[-1] in asked]
 
 
 def _hdfs_cfg():
@@ -173,6 +221,33 @@ def _restart(supervisors, killed: list[str]) -> None:
         supervisors.stop(name)  # its pid file
     if names:
         supervisors.start(names, timeout=120)
+
+
+def _workers_of(topology: str) -> list[int]:
+    """Processes of ``topology``'s workers still running (their JVMs and Python
+    children name it: ``-Dstorm.id=<name>-<n>-<time>``)."""
+    mark = f"-Dstorm.id={topology}-".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and mark in Path(f"/proc/{entry}/cmdline").read_bytes():
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def _wait_gone(topology: str, timeout: float = 240.0) -> float | None:
+    """Seconds until the killed ``topology``'s workers exited (None: some still run
+    after ``timeout``). The next run's workers take the same slot ports: started
+    while the old ones still held them, they failed to bind and restarted for 600 s
+    on a machine at load 170-250."""
+    began = time.monotonic()
+    while _workers_of(topology):
+        if time.monotonic() - began > timeout:
+            return None
+        time.sleep(2.0)
+    return round(time.monotonic() - began, 1)
 
 
 def balance(
@@ -219,7 +294,19 @@ def _rounds(chosen: list[str], runs: int, cfg: Any, shape: dict[str, Any]):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per scenario (3)")
-    parser.add_argument("--scenarios", nargs="+", help="which (default: all)")
+    parser.add_argument(
+        "--jobs",
+        nargs="+",
+        default=["flights"],
+        help="flights (default) and/or user jobs: "
+        "wordcount, chained, chained-stage2 (bench/chaos_jobs.py)",
+    )
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        help="which (default: all of each job's); a fault name "
+        "alone (lose-1) names it on every job chosen, job/fault one job's",
+    )
     parser.add_argument("--limit", type=int, default=150_000, help="flights rows per run")
     parser.add_argument("--rate", type=float, default=1500.0, help="flights rows/s (1500)")
     parser.add_argument("--out", type=Path)
@@ -236,11 +323,20 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds a run may take before it counts as failed (900)",
     )
     args = parser.parse_args(argv)
+    from chaos_jobs import USER_JOBS, user_imports, user_project
+
     chosen_up: dict[str, Any] = {}  # the cluster's shape, once chosen below
-    scenarios = _scenarios(args.limit, args.rate, lambda: up(**chosen_up))
-    chosen = args.scenarios or list(scenarios)
-    unknown = sorted(set(chosen) - set(scenarios))
-    if unknown or args.runs < 1 or args.timeout <= 0:
+    bad_jobs = sorted(set(args.jobs) - {"flights", *USER_JOBS})
+    if bad_jobs:
+        parser.error(f"unknown jobs {bad_jobs}; known: flights, {', '.join(USER_JOBS)}")
+    scenarios: dict[str, Callable[[], Any]] = {}
+    for job in args.jobs:
+        scenarios |= _scenarios(args.limit, args.rate, lambda: up(**chosen_up), USER_JOBS.get(job))
+    chosen = _chosen(args.scenarios, scenarios)
+    unknown = sorted(
+        set(args.scenarios or ()) - set(scenarios) - {n.split("/")[-1] for n in chosen}
+    )
+    if unknown or not chosen or args.runs < 1 or args.timeout <= 0:
         parser.error(
             f"unknown scenarios {unknown}; known: {sorted(scenarios)}; --runs >= 1; --timeout > 0"
         )
@@ -261,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     measured = commit()  # once: commits made while the harness runs are not measured
     out = args.out or ROOT / "docs" / "raw" / f"chaos_{measured}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    reference = compute_reference(limit=args.limit)
+    reference = compute_reference(limit=args.limit) if "flights" in args.jobs else None
     cfg = load_config()
+    project = user_project(cfg.home) if set(args.jobs) - {"flights"} else None
     supervisors = LocalSupervisors(cfg, slots=6)
     runs: list[dict] = []
     with_hdfs = bool(set(chosen) & set(HDFS))
@@ -278,29 +375,40 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.until} UTC: no further runs", flush=True)
                 break
             driver = scenarios[name]()
+            job = name.split("/")[0] if "/" in name else "flights"
             began, load_start = time.monotonic(), os.getloadavg()[0]  # the machine is shared
             sampler = OwnerSampler(cfg.zookeeper, driver)
             sampler.start()
             try:
-                outcome = run_topology(cfg, "cluster", driver, timeout=args.timeout)
+                if job == "flights":
+                    outcome = run_topology(cfg, "cluster", driver, timeout=args.timeout)
+                else:  # the same path, from the user project's copy
+                    with user_imports(project):
+                        outcome = run_topology(
+                            load_config(project), "cluster", driver, timeout=args.timeout
+                        )
                 ok, output_dir, error = outcome.ok, outcome.facts["output_dir"], None
             except Exception as exc:  # a run that never completes is a result too
                 ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
             finally:
                 sampler.stop()
                 _restart(supervisors, getattr(driver, "killed", []))
+                gone = _wait_gone(driver.topology) if driver.topology else None
             record: dict[str, Any] = {
-                "commit": measured, "scenario": name, "run": i, "ok": ok,
+                "commit": measured, "job": job, "scenario": name, "run": i, "ok": ok,
                 "seconds": round(time.monotonic() - began, 1), "error": error,
                 "loadavg_1m": {"start": round(load_start, 1),
                                "end": round(os.getloadavg()[0], 1)},
                 "owners": sampler.summary(),
+                "workers_gone_after": gone,
                 "faults": None if error else {k: outcome.facts.get(k) for k in FAULT_FACTS},
             }  # fmt: skip
             if not ok and error is None:  # why: the driver's own checks (its summary)
                 record["summary"] = outcome.summary
                 record["migrations"] = outcome.facts.get("migrations")
-            if output_dir is not None:
+            if output_dir is not None and job != "flights":
+                record["sink"] = outcome.facts["sink"]  # its committed rows against the fold
+            elif output_dir is not None:
                 # a driver over several submissions merges their sinks' totals itself
                 totals = getattr(driver, "totals", read_results(output_dir).totals)
                 for role, want, count in (

@@ -145,7 +145,7 @@ class NetworkCutDriver(SupervisorLossDriver):
         return [
             t
             for t in super()._candidates(owners)
-            if _daemon_name(os.getpgid(self._pid_of("sum_delays", t))) == inside
+            if _daemon_name(os.getpgid(self._pid_of(self.operator, t))) == inside
         ]
 
     def _kill(self, victims: list[int]) -> list[int]:

@@ -4,19 +4,18 @@ writes one record per run), for docs/benchmarks.md.
     .venv/bin/python bench/chaos_table.py docs/raw/chaos_<commit>.jsonl
 
 One row per scenario, in the order the file first names them: runs, runs whose checks
-all passed, tuples checked (op2's flights per plane-year plus op3's, against pandas),
-lost, counted twice, key groups ever seen with two owners at one routing epoch, old
-owners still claiming a group 5 s after its handover, the heartbeat samples those
-checks read, the medians over the runs' kills of the time from the kill until
-another controller led (the ``*-ctl`` scenarios) and until every lost group was
-restored and, for network cuts, the updates the sink received from the cut-off
-node's tasks after that restore (and how many key totals they replaced), and the
-range of the 1-minute load average at the runs' starts and ends (records that
-have it). Several files make one table (e.g. one scenario's runs from several
-sessions). With ``--baseline SCENARIO``, each scenario's median restore time relative
-to that scenario's in the same file(s). With ``--per-run``, a line per run too. Then
-every run that failed, with its error.
-"""
+all passed, tuples checked (op2's flights per plane-year plus op3's, against pandas; a
+user job's sink rows against its fold, ``bench/chaos_jobs.py``), lost, counted twice,
+key groups ever seen with two owners at one routing epoch, old owners still claiming a
+group 5 s after its handover, the heartbeat samples those checks read, the medians over
+the runs' kills of the time from the kill until another controller led (the ``*-ctl``
+scenarios) and until every lost group was restored and, for network cuts, the updates
+the sink received from the cut-off node's tasks after that restore (and how many key
+totals they replaced), and the range of the 1-minute load average at the runs' starts
+and ends (records that have it). Several files make one table (e.g. one scenario's runs
+from several sessions). With ``--baseline SCENARIO``, each scenario's median restore
+time relative to that scenario's in the same file(s). With ``--per-run``, a line per run
+too. Then every run that failed, with its error."""
 
 from __future__ import annotations
 
@@ -26,7 +25,8 @@ import statistics
 import sys
 from pathlib import Path
 
-ROLES = ("op2", "op3")
+#: What a record checked: the flights job's op2 and op3 totals, a user job's sink rows.
+ROLES = ("op2", "op3", "sink")
 
 
 def scenario_rows(records: list[dict]) -> list[dict]:

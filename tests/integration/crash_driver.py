@@ -18,7 +18,80 @@ from elastorm.errors import UserError
 from elastorm.runtime.outcome import Outcome
 
 
-class ElasticCrashDriver(ElasticFlightsDriver):
+class FlightsJob(ElasticFlightsDriver):
+    """The elastic flights job as the fault drivers below see it: which keyed operator
+    they hit, its other components by role, and where its tasks' process ids, task ids,
+    progress and input's end are read (the job's counts files and sinks).
+
+    Every fault driver derives from this through ``ElasticCrashDriver``; another job
+    (``bench/chaos_jobs.py``) puts a class of its own between them (``class
+    X(NodeLossDriver, UserJob)`` with ``UserJob(FlightsJob)``: Python's method order
+    puts it after the fault's classes and before this one), so one fault's code runs
+    on every job."""
+
+    operator = OPERATOR
+    #: Components a fault may kill, by role (``UpstreamKillDriver``'s victims).
+    components = {"spout": "flights_spout", "op1": "extract_delays"}
+
+    def executors(self) -> int:
+        """Executors of the elastic flights topology (one task each)."""
+        import importlib.util
+
+        path = os.path.join(
+            os.path.dirname(__file__), "..", "..", "topologies", "flights_elastic.py"
+        )
+        spec = importlib.util.spec_from_file_location("flights_elastic_topology", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        topology = module.FlightsElasticTopology
+        return sum(c.common.parallelism_hint for c in topology.specs)
+
+    def _pid_of(self, component: str, task: int) -> int:
+        path = os.path.join(self.output_dir, "counts", f"{component}-{task}.json")
+        with open(path, encoding="utf-8") as fh:
+            return int(json.load(fh)["pid"])
+
+    def _tasks(self, component: str) -> list[int]:
+        """The task ids of ``component`` that have written a counts file."""
+        counts = os.listdir(os.path.join(self.output_dir, "counts"))
+        prefix = f"{component}-"
+        # Not a file being replaced meanwhile (``<name>.json.tmp-<random>``).
+        ours = (n for n in counts if n.startswith(prefix) and n.endswith(".json"))
+        return [int(n[len(prefix) : -len(".json")]) for n in ours]
+
+    def _input_ended_by(self, wall: float) -> bool:
+        """Whether every spout task had read its last row by ``wall`` (wall clock)."""
+        spouts = read_results(self.output_dir).spouts
+        return bool(spouts) and all(
+            s.get("exhausted") and s.get("exhausted_at", wall + 1) <= wall for s in spouts
+        )
+
+    def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
+        """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied
+        a tuple at its new owner after taking over (the owners' counts files say when);
+        None while one has not yet."""
+        latest = since
+        for g in groups:
+            path = os.path.join(
+                self.output_dir, "counts", f"{self.operator}-{status['owners'][g]}.json"
+            )
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    taken, first = json.load(fh)["extra"]["takeovers"][str(g)]
+            except (OSError, KeyError, ValueError):
+                return None
+            if taken < since:
+                return None  # an earlier takeover of the group
+            latest = max(latest, first)
+        return latest - since
+
+    def _tentative_updates(self, output_dir: str) -> Any:
+        """The sink's op2 updates still tentative at the end (made while state was
+        recovering, Su & Zhou 2016)."""
+        return read_results(output_dir).tentative_updates("op2")
+
+
+class ElasticCrashDriver(FlightsJob):
     """The elastic flights job with a task killed (``kill -9`` of its Python process)
     in the middle of a migration, on a real cluster.
 
@@ -29,7 +102,6 @@ class ElasticCrashDriver(ElasticFlightsDriver):
     passes if every plane's totals still equal pandas'.
     """
 
-    name = "flights_elastic"
     DEFAULT_SCRIPT = ((0.15, "cpa"), (0.3, "crash"), (0.7, "direct"))
     # Tuples in flight to the killed task reach its new, empty life and are rejected;
     # they are replayed from the emitters' buffers to the group's new owner.
@@ -54,20 +126,6 @@ class ElasticCrashDriver(ElasticFlightsDriver):
             | {"topology.workers": self.executors(), "topology.acker.executors": 0}
         )
 
-    @staticmethod
-    def executors() -> int:
-        """Executors of the elastic flights topology (one task each)."""
-        import importlib.util
-
-        path = os.path.join(
-            os.path.dirname(__file__), "..", "..", "topologies", "flights_elastic.py"
-        )
-        spec = importlib.util.spec_from_file_location("flights_elastic_topology", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        topology = module.FlightsElasticTopology
-        return sum(c.common.parallelism_hint for c in topology.specs)
-
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
         if protocol != "crash":
             return super()._migrate(index, protocol)
@@ -88,7 +146,7 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         status = wait_until_movable(
             self._client,
             self.topology,
-            "sum_delays",
+            self.operator,
             group,
             assisted=True,
             timeout=self.migration_timeout,
@@ -97,11 +155,11 @@ class ElasticCrashDriver(ElasticFlightsDriver):
         # reads "started" (seen on a loaded machine). So the victim is frozen first: a
         # frozen end cannot report MigrationDone, and the kill is mid-migration for sure.
         victim = status["owners"][group] if self.victim == "source" else status["holders"][group]
-        pid = self._pid_of("sum_delays", int(victim))
+        pid = self._pid_of(self.operator, int(victim))
         os.kill(pid, signal.SIGSTOP)
         try:
             request = MigrationRequest(
-                operator="sum_delays", key_group=group, target="holder", protocol=Protocol.CPAL
+                operator=self.operator, key_group=group, target="holder", protocol=Protocol.CPAL
             )
             name = submit_request(self._client, ZnodeLayout(self.topology), request)
             deadline = time.monotonic() + self.migration_timeout
@@ -144,11 +202,6 @@ class ElasticCrashDriver(ElasticFlightsDriver):
     def outcome(self, output_dir: str) -> Outcome:
         out = super().outcome(output_dir)
         return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | {"kills": self.kills})
-
-    def _pid_of(self, component: str, task: int) -> int:
-        path = os.path.join(self.output_dir, "counts", f"{component}-{task}.json")
-        with open(path, encoding="utf-8") as fh:
-            return int(json.load(fh)["pid"])
 
     def _migrations_ok(self) -> bool:
         # The crash step ends "refused" on purpose: its group was restored instead.
@@ -207,7 +260,7 @@ class NodeLossDriver(ElasticCrashDriver):
 
         if self._client is None:
             self._client = connect(self.zk_hosts)
-        status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+        status = wait_for_status(self._client, self.topology, self.operator, 60)
         calm = time.monotonic() + self.migration_timeout
         # No kill while a restore is in flight (it still needs its source's checkpoint)
         # or before the victims' groups have their newest checkpoint on a survivor.
@@ -221,14 +274,14 @@ class NodeLossDriver(ElasticCrashDriver):
                     f"{status['holders']}, lost {status.get('lost')})"
                 )
             time.sleep(0.1)
-            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+            status = wait_for_status(self._client, self.topology, self.operator, 60)
         owned = [g for g, o in enumerate(status["owners"]) if o in victims]
         load = os.getloadavg()[0]  # the machine is shared: say how busy it was
         killed_at, killed_wall = time.monotonic(), time.time()
         pids = self._kill(victims)
         seen: dict[str, float] = {}
         while "progress" not in seen:
-            status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+            status = wait_for_status(self._client, self.topology, self.operator, 60)
             now = time.monotonic() - killed_at
             if self.with_controller and "leading" not in seen and self._successor():
                 seen["leading"] = now
@@ -259,7 +312,7 @@ class NodeLossDriver(ElasticCrashDriver):
                 if time.monotonic() - killed_at > self.migration_timeout + 120:
                     raise UserError(f"tasks {victims} never came back after the kill")
                 time.sleep(0.2)
-                status = wait_for_status(self._client, self.topology, "sum_delays", 60)
+                status = wait_for_status(self._client, self.topology, self.operator, 60)
             seen["back"] = time.monotonic() - killed_at
         timings = {k: round(v, 3) for k, v in seen.items()}
         self.kills.append({"tasks": victims, "pids": pids})
@@ -290,7 +343,7 @@ class NodeLossDriver(ElasticCrashDriver):
         them: its successor resumes from ZooKeeper); the pids killed."""
         pids = []
         for task in victims:
-            pid = self._pid_of("sum_delays", task)
+            pid = self._pid_of(self.operator, task)
             pids += [_parent(pid), pid]
         if self.with_controller:
             from elastorm.zk.codec import decode_leader
@@ -324,30 +377,6 @@ class NodeLossDriver(ElasticCrashDriver):
             return None
         return decode_leader(data).controller
 
-    def _input_ended_by(self, wall: float) -> bool:
-        """Whether every spout task had read its last row by ``wall`` (wall clock)."""
-        spouts = read_results(self.output_dir).spouts
-        return bool(spouts) and all(
-            s.get("exhausted") and s.get("exhausted_at", wall + 1) <= wall for s in spouts
-        )
-
-    def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
-        """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied
-        a tuple at its new owner after taking over (the owners' counts files say when);
-        None while one has not yet."""
-        latest = since
-        for g in groups:
-            path = os.path.join(self.output_dir, "counts", f"sum_delays-{status['owners'][g]}.json")
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    taken, first = json.load(fh)["extra"]["takeovers"][str(g)]
-            except (OSError, KeyError, ValueError):
-                return None
-            if taken < since:
-                return None  # an earlier takeover of the group
-            latest = max(latest, first)
-        return latest - since
-
     def _victims(self, status: dict[str, Any]) -> list[int]:
         """``lose`` tasks whose groups all have their newest checkpoint on a task outside
         them (empty if there are none yet: just after a recovery, the re-placed holders
@@ -369,7 +398,7 @@ class NodeLossDriver(ElasticCrashDriver):
         """Adds ``losses`` and the sink's ``tentative_updates`` of op2 (updates made while
         state was recovering, Su & Zhou 2016; the run passes only if none is left)."""
         out = super().outcome(output_dir)
-        tentative = read_results(output_dir).tentative_updates("op2")
+        tentative = self._tentative_updates(output_dir)
         facts = {"losses": self.losses, "tentative_updates": tentative}
         return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
 
@@ -541,7 +570,7 @@ class SupervisorLossDriver(NodeLossDriver):
 
         self.output_dir = output_dir
         zones = {node_name(i): "rack" for i in range(1, self.lose + 1)} if self.lose > 1 else {}
-        return ElasticFlightsDriver.options(self, output_dir) | TopologyConfig.overrides(
+        return super(ElasticCrashDriver, self).options(output_dir) | TopologyConfig.overrides(
             fault_zones=zones
         )
 
@@ -559,19 +588,12 @@ class SupervisorLossDriver(NodeLossDriver):
     def _process_groups(self, victims: list[int]) -> list[int]:
         """The process groups of the supervisors running ``victims`` (each launched by
         a supervisor of its own, never node0's)."""
-        keep = os.getpgid(self._pid_of("sum_delays", min(self._all_tasks())))
-        groups = sorted({os.getpgid(self._pid_of("sum_delays", t)) for t in victims})
+        keep = os.getpgid(self._pid_of(self.operator, min(self._tasks(self.operator))))
+        groups = sorted({os.getpgid(self._pid_of(self.operator, t)) for t in victims})
         names = [_daemon_name(g) for g in groups]
         if keep in groups or not all(n.startswith("supervisor-") for n in names):
             raise UserError(f"tasks {victims} do not run on supervisors of their own: {names}")
         return groups
-
-    def _all_tasks(self) -> list[int]:
-        counts = os.listdir(os.path.join(self.output_dir, "counts"))
-        prefix = "sum_delays-"
-        # Not a file being replaced meanwhile (``<name>.json.tmp-<random>``).
-        ours = (n for n in counts if n.startswith(prefix) and n.endswith(".json"))
-        return [int(n[len(prefix) : -len(".json")]) for n in ours]
 
 
 class DurableLossDriver(SupervisorLossDriver):
@@ -603,7 +625,7 @@ class DurableLossDriver(SupervisorLossDriver):
         nodes = int(os.environ.get("ELASTORM_KEYED_TASKS", "3"))
         zones = {node_name(i): "b" if i == 2 else "a" for i in range(nodes)}
         return (
-            ElasticFlightsDriver.options(self, output_dir)
+            super(ElasticCrashDriver, self).options(output_dir)
             | TopologyConfig.overrides(fault_zones=zones)
             | DurableConfig.overrides(uri=self.uri)
         )
@@ -624,7 +646,7 @@ class DurableLossDriver(SupervisorLossDriver):
         if self._store is None:  # an hdfs:// uri: no home needed
             self._store = topology_store(self.uri, home="/", topology=self.topology)
         view = latest_view(self._store)  # this run's submission, once a keyed task started
-        stored = {} if view is None else view.newest_sets("sum_delays", doubly)
+        stored = {} if view is None else view.newest_sets(self.operator, doubly)
         ready = all(g in stored for g in doubly) and all(newest[g] for g in mine if g not in doubly)
         return combo if doubly and ready else []
 
@@ -641,7 +663,7 @@ class DurableLossDriver(SupervisorLossDriver):
 
         while self._watching.is_set():
             try:
-                status = wait_for_status(self._client, self.topology, OPERATOR, 10)
+                status = wait_for_status(self._client, self.topology, self.operator, 10)
             except UserError:
                 continue
             for m in (*status.get("migrations", ()), *status.get("ended", ())):
@@ -774,7 +796,6 @@ class UpstreamKillDriver(ElasticCrashDriver):
     """
 
     replayed = True
-    components = {"spout": "flights_spout", "op1": "extract_delays"}
 
     def __init__(self, limit: int | None = None, victim: str = "op1", **kwargs: Any) -> None:
         ElasticFlightsDriver.__init__(self, limit, script=((0.3, "kill"),), **kwargs)
@@ -785,11 +806,7 @@ class UpstreamKillDriver(ElasticCrashDriver):
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
         component = self.components[self.victim]
-        task = min(
-            int(name.rsplit("-", 1)[1].split(".")[0])
-            for name in os.listdir(os.path.join(self.output_dir, "counts"))
-            if name.startswith(component + "-")
-        )
+        task = min(self._tasks(component))
         pid = self._pid_of(component, task)
         pids = [_parent(pid), pid]
         for each in pids:

@@ -27,7 +27,7 @@ def test_each_listing_is_the_file_the_integration_test_runs(name: str) -> None:
     assert (PROJECT / name).read_text().rstrip() + "\n```" in tutorial, name
 
 
-@pytest.mark.parametrize("name", ["wordcount", "wordfiles", "windowcount"])
+@pytest.mark.parametrize("name", ["wordcount", "wordfiles", "windowcount", "chained"])
 def test_the_user_topologies_fit_the_cluster_the_tutorial_starts(name: str, monkeypatch) -> None:
     """Each builds (``sparse submit`` loads it so) with every keyed bolt at one task per
     supervisor of the default ``elastorm cluster up``: none waits on an unbound node."""

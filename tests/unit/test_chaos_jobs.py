@@ -1,0 +1,112 @@
+"""The chaos harness's user jobs (``bench/chaos_jobs.py``): the folds a sink's committed
+rows are checked against, the balance of lost and twice, and how a fault driver is
+put on a user job."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[2]
+for path in (ROOT / "bench", ROOT / "tests" / "integration", ROOT):
+    sys.path.insert(0, str(path))
+
+from chaos import USER_FAULTS, _chosen, _scenarios  # noqa: E402
+from chaos_jobs import (  # noqa: E402
+    USER_JOBS,
+    letter_rows,
+    row_balance,
+    settled_rows,
+    totals_off,
+    user_stream,
+    word_rows,
+)
+
+WORDS = st.lists(st.sampled_from(["ab", "ac", "b", "bb", "c"]), max_size=40)
+
+
+@given(WORDS)
+def test_word_rows_are_one_to_n_per_word(stream: list[str]) -> None:
+    rows = word_rows(stream)
+    assert sum(rows.values()) == len(stream)
+    for word, n in Counter(stream).items():
+        assert sorted(c for w, c in rows if w == word) == list(range(1, n + 1))
+
+
+@given(WORDS)
+def test_letter_rows_count_updates_and_sum_the_counts(stream: list[str]) -> None:
+    rows, totals = letter_rows(stream)
+    per_letter = Counter(w[0] for w in stream)
+    assert rows == Counter((k, i) for k, n in per_letter.items() for i in range(1, n + 1))
+    counts = Counter(stream)
+    assert totals == {k: sum(n * (n + 1) // 2 for w, n in counts.items() if w[0] == k)
+                      for k in per_letter}  # fmt: skip
+
+
+@given(WORDS, st.data())
+def test_balance_counts_each_duplicate_and_each_gap(stream: list[str], data) -> None:
+    want = word_rows(stream)
+    rows = list(want.elements())
+    dropped = data.draw(st.sets(st.integers(0, max(0, len(rows) - 1)), max_size=len(rows)))
+    doubled = data.draw(st.sets(st.integers(0, max(0, len(rows) - 1)), max_size=len(rows)))
+    got = [r for i, r in enumerate(rows) if i not in dropped]
+    got += [r for i, r in enumerate(rows) if i in doubled]
+    result = row_balance(Counter(got), want)
+    assert result["checked"] == len(rows)
+    # a row both dropped and doubled is there once: neither lost nor twice
+    assert result["lost"] == len({i for i in dropped if i < len(rows)} - doubled)
+    assert result["twice"] == len({i for i in doubled if i < len(rows)} - dropped)
+
+
+def test_a_duplicate_update_in_stage_two_shows_as_twice_and_a_wrong_total() -> None:
+    stream = ["ab", "ac", "ab"]
+    want, totals = letter_rows(stream)
+    # one update of "ab" applied twice: updates 1..4, totals 1, 2, 4, 6
+    committed = [("a", 1, 1), ("a", 2, 2), ("a", 3, 4), ("a", 4, 6)]
+    assert row_balance(Counter(r[:2] for r in committed), want)["twice"] == 1
+    assert totals_off(committed, totals) == ["a"]
+    assert totals_off([("a", 1, 1), ("a", 2, 2), ("a", 3, 4)], totals) == []
+
+
+def test_the_user_stream_is_the_spouts() -> None:
+    stream = user_stream()
+    assert len(stream) == 4000 and sum(word_rows(stream).values()) == 4000
+
+
+def test_a_fault_on_a_user_job_reads_the_jobs_hooks() -> None:
+    scenarios = _scenarios(100, 10.0, lambda: None, USER_JOBS["chained-stage2"])
+    assert list(scenarios) == [f"chained-stage2/{f}" for f in USER_FAULTS]
+    driver = scenarios["chained-stage2/lose-1"]()
+    assert (driver.name, driver.operator, driver.lose) == ("chained", "letters", 1)
+    assert driver.components["router"] == "letters_router"
+    assert scenarios["chained-stage2/sink"]().victim == "sink"
+    flights = _scenarios(100, 10.0, lambda: None)
+    assert (
+        "sink" not in flights
+        and "router" not in flights
+        and flights["lose-1"]().operator == "sum_delays"
+    )
+    assert _chosen(["lose-1"], flights | scenarios) == ["lose-1", "chained-stage2/lose-1"]
+
+
+def test_the_doctests_of_the_jobs_and_the_harness() -> None:
+    import doctest
+
+    import chaos
+    import chaos_jobs
+
+    assert doctest.testmod(chaos_jobs).attempted >= 6
+    assert doctest.testmod(chaos_jobs).failed == doctest.testmod(chaos).failed == 0
+
+
+def test_a_rectification_is_not_a_duplicate_and_an_open_tentative_is_reported() -> None:
+    rows = [("a", 1, "final"), ("a", 2, "tentative"), ("a", 2, "final"), ("b", 1, "tentative")]
+    got, unrectified = settled_rows(rows)
+    assert row_balance(got, word_rows(["a", "a", "b"])) == {"checked": 3, "lost": 0, "twice": 0}
+    assert unrectified == ["b"]
+    twice, _ = settled_rows([("a", 1, "tentative"), ("a", 1, "tentative")])
+    assert row_balance(twice, word_rows(["a"]))["twice"] == 1
