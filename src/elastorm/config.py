@@ -497,6 +497,13 @@ class ControllerConfig(Section):
         "set it in the topology's config); 0: one controller, restarted by Storm (slow)",
         check=at_least(0),
     )  # fmt: skip
+    watchdog_secs: float = option(
+        p + "watchdog_secs", FLOAT, 120.0,
+        "a controller task that has handled no tuple for this long (it gets a tick every "
+        "second) is hung: it writes its threads' stacks and exits, so Storm restarts it "
+        "and a standby leads; 0: never",
+        check=at_least(0),
+    )  # fmt: skip
     seed: int = option(p + "seed", INT, 0, "seed of the allocation's random choices")
     round_secs: float = option(
         p + "round_secs", FLOAT, 1.0, "seconds between controller rounds", check=above(0)

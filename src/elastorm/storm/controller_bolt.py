@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 
 from streamparse import Bolt
 
@@ -71,6 +72,7 @@ from elastorm.storm.elastic import (
 )
 from elastorm.storm.liveness import LivenessServer
 from elastorm.storm.savepoint import durable_savepoint, durable_view, first_epoch
+from elastorm.storm.watchdog import Watchdog, exit_hung
 from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence, write_liveness
 from elastorm.zk.scaling import NodeWatch
 from elastorm.zk.view import TaskJoined, TaskLeft
@@ -171,6 +173,11 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.placement_checked = False
         self.absent_checked = False  # tasks gone before this task watched: suspected once
         threading.Thread(target=self._watch_failures, name="elastorm-failures", daemon=True).start()
+        self.watchdog: Watchdog | None = None
+        if config.controller.watchdog_secs > 0:
+            limit = config.controller.watchdog_secs
+            self.watchdog = Watchdog(limit, exit_hung("controller", Path.cwd(), limit))
+            self.watchdog.start()
 
     @property
     def control(self) -> MigrationController:
@@ -342,6 +349,8 @@ class MigrationControllerBolt(_Sending, Bolt):
             return
         with self._lock:
             self.process_report(tup)
+        if self.watchdog is not None:
+            self.watchdog.beat()
 
     def process_report(self, tup):
         if tup.stream != REPORTS:
@@ -479,6 +488,8 @@ class MigrationControllerBolt(_Sending, Bolt):
             return
         with self._lock:
             self.tick(time.time())
+        if self.watchdog is not None:
+            self.watchdog.beat()
 
     def tick(self, now: float) -> None:
         """Requests, overdue migrations, the loop's round, the published status; nothing
