@@ -138,3 +138,20 @@ def test_recovery_restores_on_the_successor_and_re_places_along_the_ring() -> No
         assert holder == successor(owner, gone), (g, owner, holder)
         if g not in mine and before[g][1] != lost:
             assert after[g] == before[g]  # untouched by the loss
+
+
+def test_the_ring_is_re_applied_every_reallocate_secs() -> None:
+    """A checkpoint moved off the ring (as a migration leaves it on the old owner)
+    goes back to the owner's successor at the next re-application, not before."""
+    loop = ring_loop()
+    for t in range(4):
+        loop.round(heartbeats(loop), float(t))
+    control = loop.controls["op"]
+    owner = loop.placement.node_of(control.owner(0))
+    off = next(n for n in NODES if n not in (owner, successor(owner)))
+    assert control.set_holder(0, TASKS[off])
+    for t in range(4, 7):  # allocated at t=2, reallocate_secs=5: next at t=7
+        assert not loop.round(heartbeats(loop), float(t)).allocated
+    assert holders_by_node(loop)[0] == (owner, off)
+    assert loop.round(heartbeats(loop), 7.0).allocated
+    assert holders_by_node(loop)[0] == (owner, successor(owner))
