@@ -1,6 +1,6 @@
 """Checkpoint allocation benchmark: Algorithm 3's time and quality.
 
-    PYTHONPATH=src python3 bench/allocation_bench.py            # full run (~2-3 min)
+    PYTHONPATH=src python3 bench/allocation_bench.py            # full run (~3-4 min)
     PYTHONPATH=src python3 bench/allocation_bench.py --quick    # smaller sizes
 
 Part 1 times baseline, even and Algorithm 3 (epsilon = inf, the paper's setting,
@@ -8,7 +8,13 @@ and epsilon = 0.2, constraint 2 binding) on synthetic clusters with 50 key group
 (one checkpoint each) per node, up to 1,000 nodes x 50,000 checkpoints, and
 prints ratios against the smallest size and against even allocation measured in
 the same run. Part 2 measures Algorithm 3's score against the exhaustive optimum
-on seeded random tiny instances.
+on seeded random tiny instances. Part 3 sets Kumbhare et al. 2015's consistent-hashing
+peer ring beside baseline, even and Algorithm 3 on 20-node clusters (the paper's
+largest), without and with fault zones: key groups restorable from a live holder when nodes fail
+together, how the restores spread over holders (``plan_recovery``), and what one node
+joining or going down moves (``bench/placement_probe.py``).
+
+    PYTHONPATH=src python3 bench/allocation_bench.py --part 3   # ring only (~1 min)
 """
 
 from __future__ import annotations
@@ -18,8 +24,19 @@ import math
 import statistics
 import sys
 import time
+from collections import Counter
 
 import numpy as np
+from placement_probe import (
+    POLICIES,
+    churn,
+    churn_table,
+    failure_stats,
+    failure_table,
+    policy,
+    scenarios,
+    with_checkpoints,
+)
 
 from elastorm.controller.allocation import (
     AllocationSpec,
@@ -122,16 +139,71 @@ def gap(instances, seed):
     print()
 
 
+def ring_part(seed):
+    print("## Part 3: the consistent-hashing peer ring beside baseline, even and Algorithm 3")
+    print()
+    settings = [
+        ("20 nodes", dict(nodes=20, zones=0)),
+        ("20 nodes, 4 zones", dict(nodes=20, zones=4)),
+    ]
+    fails, churns, balance = [], [], []
+    for label, kw in settings:
+        c = synthetic_cluster(
+            7, key_groups=kw["nodes"] * 50, operators=8, anti_pairs=2, windows=32, **kw
+        )
+        spec = AllocationSpec(view=c.view, correlation=c.correlation)
+        nodes = list(c.view.node_ids())
+        for name in POLICIES:
+            alloc = policy(name, seed=1)(spec)
+            view = with_checkpoints(c.view, alloc)
+            corr = c.correlation if name == "correlated" else None
+            big = len(nodes) > 20
+            found = scenarios(view, seed=seed, samples=10 if big else 50, every=10 if big else 1)
+            for scenario, trials in found:
+                fails.append((label, name, failure_stats(view, scenario, trials, name, corr)))
+            trials = nodes[::10] if big else nodes
+            moved = churn(spec, alloc, name, trials=trials, joiner="new", seed=1)
+            churns.append((label, name, moved))
+            held = Counter(h for _, hs in alloc.entries for h in hs)
+            balance.append(
+                (label, name, allocation_score(spec, alloc), max(held.values()), len(held))
+            )
+            sys.stdout.flush()
+    print("### Usable checkpoints and recovery spread when nodes fail together")
+    print()
+    print(failure_table(fails))
+    print()
+    print("### What one node joining or going down moves (the policy applied again)")
+    print()
+    print(churn_table(churns))
+    print()
+    print("### Score (lower is better) and checkpoints per holder")
+    print()
+    print("| setting | placement | score | most checkpoints on one node | nodes holding any |")
+    print("|---|---|---|---|---|")
+    for label, name, score, most, n in balance:
+        print(f"| {label} | {name} | {score:.0f} | {most} | {n} |")
+    print()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, fewer instances")
     parser.add_argument("--seed", type=int, default=2015)
+    parser.add_argument(
+        "--part", type=int, choices=(1, 2, 3), action="append", help="run only these parts"
+    )
     args = parser.parse_args(argv)
+    parts = set(args.part or (1, 2, 3))
     sizes = [50, 100, 200] if args.quick else [125, 250, 500, 1000]
     print(f"# allocation_bench ({'quick' if args.quick else 'full'})")
     print()
-    scaling(sizes, repeat=1 if args.quick else 3)
-    gap(100 if args.quick else 1000, args.seed)
+    if 1 in parts:
+        scaling(sizes, repeat=1 if args.quick else 3)
+    if 2 in parts:
+        gap(100 if args.quick else 1000, args.seed)
+    if 3 in parts:
+        ring_part(args.seed)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from placement_probe import churn, failure_stats, policy, scenarios
 
 from demos.flights_schema import (
     column_index,
@@ -72,7 +73,9 @@ from demos.flights_schema import (
 )
 from elastorm.config import ControllerConfig, TopologyConfig
 from elastorm.controller.adaptation import MoveReason, Thresholds, can_take_load
+from elastorm.controller.allocation import AllocationSpec
 from elastorm.controller.loop import ControllerLoop, Placement
+from elastorm.controller.model import ClusterView
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role
 from elastorm.core.control import MigrationController
 from elastorm.core.keygroups import key_group
@@ -83,7 +86,7 @@ from elastorm.zk.codec import Heartbeat, TaskIdentity, TaskRecord
 WORK_OPS = ("op1", "op2", "op3")
 SAMPLE_OP = "op4"
 OPERATORS = (*WORK_OPS, SAMPLE_OP)
-STRATEGIES = ("baseline", "even", "correlated")
+STRATEGIES = ("baseline", "even", "correlated", "ring")
 SPOUT_TASKS = (1, 2, 3, 4)  # the paper's 4 parse-input nodes (emitters only)
 
 
@@ -280,6 +283,10 @@ class RunResult:
     refused: int
     seconds: float
     protocols: dict[str, int] = field(default_factory=dict)
+    # At the end of the run, the holders as they stand then (placement_probe): per
+    # failure scenario its FailureStats, and what one node joining / going down moves.
+    failures: list[dict] = field(default_factory=list)
+    churn: dict = field(default_factory=dict)
 
 
 class FlightsCluster:
@@ -337,6 +344,7 @@ class FlightsCluster:
         self.first_allocation: float | None = None
         self.sample_shares: list[float] = []
         self.usable_with_room: list[float] = []  # usable samples while some node had room
+        self.last_view: ClusterView | None = None
 
     def factor(self, t: int) -> float:
         cfg = self.cfg
@@ -421,6 +429,7 @@ class FlightsCluster:
         if t % self.cfg.checkpoint_every == 0:
             self.store_checkpoints()
         rnd = self.loop.round(self.records(t), now)
+        self.last_view = rnd.view
         if rnd.allocated and self.at_allocation is None:
             self.at_allocation = self.sample_share()
             self.first_allocation = now
@@ -480,7 +489,30 @@ class FlightsCluster:
             refused=self.refused,
             seconds=time.perf_counter() - t0,
             protocols=protocols,
+            **self.probe(),
         )
+
+    def probe(self) -> dict:
+        """Failures against the final holders (``placement_probe``; recovery re-places
+        with this run's strategy); a join and a node going down against the policy's
+        placement of the final view."""
+        view = self.last_view
+        if view is None or self.loop.allocated_at is None:
+            return {}
+        name = self.cfg.strategy
+        corr = self.loop.correlation.correlation() if name == "correlated" else None
+        fails = [
+            asdict(failure_stats(view, scenario, trials, name, corr))
+            for scenario, trials in scenarios(view, seed=self.cfg.seed, samples=50)
+        ]
+        # Churn from the policy's own placement of the final view (the holders drift
+        # between re-applications: a migration leaves the old owner holding).
+        spec = AllocationSpec(view=view, correlation=corr, epsilon=self.cfg.epsilon)
+        fresh = policy(name, seed=self.cfg.seed)(spec)
+        moved = churn(
+            spec, fresh, name, trials=view.node_ids(), joiner="new-node", seed=self.cfg.seed
+        )
+        return {"failures": fails, "churn": asdict(moved)}
 
 
 def simulate(loads: WindowLoads, cfg: SimConfig) -> RunResult:
@@ -599,6 +631,52 @@ def table(results: Sequence[Pooled]) -> str:
     return "\n".join(lines)
 
 
+def probe_table(results: Sequence[Pooled]) -> str:
+    """Failures and churn against each run's final holders, pooled over its stretches:
+    usable = restored / lost groups over all trials; the rest are means over runs."""
+    lines = [
+        "| groups/op | strategy | failure | usable (restored from a holder) |"
+        " most groups one holder restores | holders restoring |",
+        "|---|---|---|---|---|---|",
+    ]
+    churns = []
+    for r in results:
+        by: dict[str, list[dict]] = {}
+        for run in r.runs:
+            for f in run.failures:
+                by.setdefault(f["scenario"], []).append(f)
+        for scenario, fs in by.items():
+            groups = sum(f["groups"] for f in fs)
+            usable = sum(f["usable"] * f["groups"] for f in fs) / groups if groups else math.nan
+            most = statistics.fmean(f["max_per_holder"] for f in fs)
+            holders = statistics.fmean(f["holders"] for f in fs)
+            lines.append(
+                f"| {r.groups} | {r.strategy} | {scenario} | {100 * usable:.1f}% |"
+                f" {most:.1f} | {holders:.1f} |"
+            )
+        cs = [run.churn for run in r.runs if run.churn]
+        if cs:
+            churns.append((r, cs))
+    lines += [
+        "",
+        "| groups/op | strategy | checkpoints | a node joins: moved (runtime path) |"
+        " a node goes down: moved | of which it held |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r, cs in churns:
+        cps = cs[0]["cps"]
+        join = statistics.fmean(c["join"] for c in cs)
+        join_rt = statistics.fmean(c["join_runtime"] for c in cs)
+        down = statistics.fmean(c["down"] for c in cs)
+        held = statistics.fmean(c["held_by_down"] for c in cs)
+        rt = f" ({join_rt:.1f})" if join_rt != join else ""
+        lines.append(
+            f"| {r.groups} | {r.strategy} | {cps} | {join:.1f}{rt} |"
+            f" {down:.1f} = {100 * down / cps:.1f}% | {held:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def plot(results: Sequence[Pooled], path: Path) -> bool:
     try:
         import matplotlib
@@ -674,6 +752,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         pooled = pool([RunResult(**r) for r in saved["results"]])
         print(f"results of {saved['date']} ({args.from_json})")
         print(table(pooled))
+        print()
+        print(probe_table(pooled))
         if not args.no_plot and plot(pooled, args.plot):
             print(f"plot: {args.plot}")
         return 0
@@ -732,6 +812,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     pooled = pool(results)
     print()
     print(table(pooled))
+    print()
+    print(probe_table(pooled))
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ from pathlib import Path, PurePath
 from typing import Any, ClassVar, Self
 
 PREFIX = "elastorm."
-STRATEGIES = ("none", "baseline", "even", "correlated")
+STRATEGIES = ("none", "baseline", "even", "correlated", "ring")
 REPLICATION_PLANNERS = ("dp", "greedy", "structure_aware")
 ENCODINGS = ("json", "msgpack")  # pystorm's serializers, streamparse_run -s
 CHAOS_DROP_ON = ("emitter", "spout")  # elastorm.chaos.drop_on: whose emits are lost
@@ -442,7 +442,8 @@ class ControllerConfig(Section):
     p: ClassVar[str] = "elastorm.controller."
     strategy: str = option(
         p + "strategy", STR, "none",
-        "checkpoint allocation; `none` keeps the start-up holders",
+        "checkpoint allocation; `none` keeps the start-up holders; `ring`: on the owner's "
+        "successor on a consistent-hashing ring (Kumbhare et al. 2015)",
         check=one_of(*STRATEGIES),
     )  # fmt: skip
     adapt: bool = option(p + "adapt", BOOL, False, "plan load-balancing migrations")
@@ -478,7 +479,8 @@ class ControllerConfig(Section):
     )  # fmt: skip
     reallocate_secs: float = option(
         p + "reallocate_secs", FLOAT, 30.0,
-        "seconds between re-optimisations of the checkpoint allocation",
+        "seconds between re-optimisations of the checkpoint allocation (`correlated`) "
+        "or re-applications of the ring (`ring`)",
         check=above(0),
     )  # fmt: skip
     recover_lost: bool = option(

@@ -20,6 +20,8 @@ _PATH = Path(__file__).resolve().parents[2] / "bench" / "flights_allocation_sim.
 
 
 def _load():
+    if str(_PATH.parent) not in sys.path:  # its sibling placement_probe, as when run
+        sys.path.insert(0, str(_PATH.parent))
     spec = importlib.util.spec_from_file_location("flights_allocation_sim", _PATH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -57,7 +59,7 @@ def tiny(strategy: str):
 @pytest.fixture(scope="module")
 def runs(loads):
     out = {}
-    for strategy in ("baseline", "even", "correlated"):
+    for strategy in ("baseline", "even", "correlated", "ring"):
         cluster = sim.FlightsCluster(loads, tiny(strategy))
         out[strategy] = (cluster, cluster.run())
     return out
@@ -142,3 +144,18 @@ def test_pooled_cells_sum_runs(runs) -> None:
     assert even.assisted_share == pytest.approx(runs["even"][1].assisted_share)
     assert even.usable_mean == pytest.approx(runs["even"][1].usable_mean)
     assert "correlated" in sim.table(list(pooled.values()))
+    assert "ring" in sim.probe_table(list(pooled.values()))
+
+
+def test_failures_and_churn_are_probed_on_each_runs_final_holders(runs) -> None:
+    for strategy, (_, result) in runs.items():
+        fails = {f["scenario"]: f for f in result.failures}
+        # One node lost: every group it owned has a live holder (none was on it).
+        assert fails["1 node"]["usable"] == 1.0, strategy
+        assert all(0.0 <= f["usable"] <= 1.0 for f in fails.values())
+        assert result.churn["cps"] == 4 * G
+        assert result.churn["down"] >= result.churn["held_by_down"]
+    # The ring moves only what the node going down held; even re-draws far more.
+    ring, even = runs["ring"][1].churn, runs["even"][1].churn
+    assert ring["down"] == ring["held_by_down"] < even["down"]
+    assert ring["join"] < even["join"]

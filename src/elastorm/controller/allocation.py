@@ -1,4 +1,5 @@
-"""Checkpoint allocation (Madsen & Zhou 2015, section 6): baseline, even, Algorithm 3.
+"""Checkpoint allocation (Madsen & Zhou 2015, section 6): baseline, even, Algorithm 3;
+and Kumbhare et al. 2015's consistent-hashing peer ring.
 
 Every function takes an immutable :class:`AllocationSpec` and returns an
 immutable :class:`~controller.model.Allocation`; nothing here does I/O.
@@ -22,6 +23,7 @@ Constraint 2 (even): no node holds more than ``ceil(#cps / |N|)`` checkpoints.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 from collections.abc import Iterable
@@ -200,20 +202,91 @@ def baseline_allocation(spec: AllocationSpec, *, keep: Allocation | None = None)
     ('a',)
     """
     prob = _Problem(spec, with_values=False)
+    return _on_successors(prob, list(range(prob.n_nodes)), keep)
+
+
+def _on_successors(prob: _Problem, ring: list[int], keep: Allocation | None) -> Allocation:
+    """Place each missing checkpoint on the next node after its owner along ``ring``
+    (node indices in clockwise order) that constraint 1 and the zone rule allow and
+    that holds no other checkpoint of the key group; ``keep``'s checkpoints stay.
+    ``O(#cps * |N|)`` worst case. Raises ``InfeasibleAllocationError``."""
     holders, missing = _slots(prob, keep)
-    n = prob.n_nodes
+    n = len(ring)
+    at = {node: i for i, node in enumerate(ring)}
     for k, need in enumerate(missing):
         elig = prob.eligible_row(k)
+        start = at[int(prob.owner[k])]
         step = 1
         while need > 0:
             if step > n:
                 raise _infeasible(prob, k)
-            cand = (int(prob.owner[k]) + step) % n
+            cand = ring[(start + step) % n]
             step += 1
             if elig[cand] and cand not in holders[k]:
                 holders[k].append(cand)
                 need -= 1
     return _to_allocation(prob, holders)
+
+
+def ring_token(node: NodeId) -> int:
+    """``node``'s token on the peer ring: the first 8 bytes of BLAKE2b of its UTF-8 id.
+
+    Kumbhare et al. 2015, section V-A give each node a random, unique token; a
+    well-distributed hash of the id is random-looking and the same in every process
+    (Python's ``hash()`` is salted per process, so never that). ``O(len(node))``.
+    """
+    return int.from_bytes(hashlib.blake2b(node.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def peer_ring(nodes: Iterable[NodeId]) -> tuple[NodeId, ...]:
+    """The nodes in clockwise ring order: by :func:`ring_token`, ties by node id.
+
+    ``O(|N| log |N|)``.
+
+    >>> peer_ring(["a", "b", "c"]) == tuple(sorted("abc", key=lambda n: (ring_token(n), n)))
+    True
+    """
+    return tuple(sorted(set(nodes), key=lambda n: (ring_token(n), n)))
+
+
+def ring_allocation(spec: AllocationSpec, *, keep: Allocation | None = None) -> Allocation:
+    """Kumbhare et al. 2015's consistent-hashing peer ring: checkpoints on the owner's successors.
+
+    Every node sits on a ring at its :func:`ring_token` (section V-A; no virtual
+    nodes: the paper moves tokens at runtime instead, which is our load balancing's
+    job). A node backs up its counter-clockwise neighbour: the ``r`` replicas of a key
+    group's checkpoint go to the first ``r`` nodes clockwise after its owner (sections
+    V-B, V-C), skipping nodes that constraint 1 or the zone rule forbid and down
+    nodes (section VII: a failed node's load passes to the next node on the ring;
+    fault zones, Fig. 13). Loads and correlations are ignored. Checkpoints in
+    ``keep`` stay where they are.
+
+    Consistent hashing's monotonicity carries over: a node joining the ring only
+    takes checkpoints (those of the owners just before it, about ``r/|N|`` of all),
+    every other checkpoint stays; a node leaving (or going down) only hands the
+    checkpoints it held on, each to the next eligible node along the ring.
+
+    References: A. Kumbhare, M. Frincu, Y. Simmhan, V. K. Prasanna, "Fault-tolerant
+    and elastic streaming MapReduce with decentralized coordination", ICDCS 2015,
+    sections V-A to V-C and VII.
+
+    Complexity ``O(|N| log |N| + #cps * |N|)`` worst case (``O(#cps * r)`` when no
+    zone or down node is skipped). Raises ``InfeasibleAllocationError``.
+
+    >>> from elastorm.controller.model import KeyGroupInfo, NodeInfo
+    >>> kg = KeyGroupId("op", 0)
+    >>> view = ClusterView(
+    ...     nodes=[NodeInfo(node_id=n) for n in ("a", "b", "c")],
+    ...     key_groups=[KeyGroupInfo(key_group=kg, owner="a")],
+    ... )
+    >>> ring = peer_ring(["a", "b", "c"])
+    >>> ring_allocation(AllocationSpec(view=view)).holders(kg) == (
+    ...     ring[(ring.index("a") + 1) % 3],)
+    True
+    """
+    prob = _Problem(spec, with_values=False)
+    ring = [prob.node_pos[n] for n in peer_ring(prob.node_ids)]
+    return _on_successors(prob, ring, keep)
 
 
 def even_allocation(

@@ -11,8 +11,9 @@ allocation), put together. Each round (one per heartbeat interval) the runtime h
 2. pushes the key-group input rates into a sliding Pearson correlation (seeded
    from the Spark artifact when one is given);
 3. once the warm-up is over, allocates checkpoints with the configured strategy
-   (baseline, even, or Algorithm 3), afterwards re-optimises when the score drifts
-   by more than ``theta`` (correlated only), and turns holder changes into
+   (baseline, even, Algorithm 3 or Kumbhare et al. 2015's peer ring), afterwards
+   re-optimises when the score drifts by more than ``theta`` (correlated) or
+   re-applies the ring (ring), and turns holder changes into
    ``SetHolder`` commands;
 4. plans adaptation (``plan_adaptation``) and orders each move through the
    operator's ``MigrationController``, its protocol chosen by
@@ -48,6 +49,7 @@ from elastorm.controller.allocation import (
     correlated_allocation,
     even_allocation,
     reoptimize,
+    ring_allocation,
 )
 from elastorm.controller.correlation import CorrelationMatrix, push_loads, sliding_correlation
 from elastorm.controller.metrics import (
@@ -707,7 +709,8 @@ class ControllerLoop:
             return False
         if self.allocated_at is None:
             return True
-        return s.strategy == "correlated" and now - self.allocated_at >= s.reallocate_secs
+        periodic = s.strategy in ("correlated", "ring")
+        return periodic and now - self.allocated_at >= s.reallocate_secs
 
     def _allocate(self, view: ClusterView) -> tuple[list, list[Send]]:
         """Compute the allocation and order the holder changes (skips moving groups)."""
@@ -719,6 +722,8 @@ class ControllerLoop:
             alloc = baseline_allocation(spec)
         elif s.strategy == "even":
             alloc = even_allocation(spec, seed=s.seed)
+        elif s.strategy == "ring":
+            alloc = ring_allocation(spec)
         elif self.allocation is None:
             alloc = correlated_allocation(spec)
         else:
@@ -856,7 +861,9 @@ class ControllerLoop:
         become ``DURABLE`` restores (the target reads the store). Key groups the plan
         lists as lost (no copy anywhere) keep their dead owner, now empty; the caller
         reports them. With a correlated strategy past its warm-up the
-        re-placement uses the sliding correlation.
+        re-placement uses the sliding correlation; with ``ring`` the ring re-places
+        them (each on the next eligible node along the ring), every other strategy
+        uses Algorithm 3.
         """
         control = self.controls[operator]
         nodes = sorted({self.placement.node_of(d) for d in dead})
@@ -889,6 +896,7 @@ class ControllerLoop:
             durable={KeyGroupId(operator, g) for g in durable},
             correlation=self.correlation.correlation() if correlated else None,
             epsilon=self.options.slack,
+            allocate=ring_allocation if self.options.strategy == "ring" else correlated_allocation,
         )
         restores = {
             m.key_group.index: self.placement.task_on(operator, m.target)
