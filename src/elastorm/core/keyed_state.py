@@ -22,7 +22,9 @@ keys strings (checked on ``put``, so a key cannot change type after a migration)
 
 **Time** (``elastorm.core.timers``): while a tuple is applied, ``KeyState.now`` is its
 event time (``KeyedBolt.event_time``) and ``KeyState.watermark`` its key group's
-watermark; inside a timer's callback, ``now`` is the timer's time.
+watermark; inside an event-time timer's callback, ``now`` is the timer's time, inside
+a processing-time timer's (``domain == "processing"``) the group's watermark (event
+time does not move on a wall-clock tick).
 
 **State TTL** (``ValueState(ttl=...)``, ``MapState(ttl=...)``) counts *event time*, so
 that it is the same under replay, after a migration and after a restore (Flink's TTL
@@ -70,7 +72,16 @@ class StateAccessError(ElastormError):
 class KeyState:
     """One key's record while one tuple is applied (copy on first write)."""
 
-    __slots__ = ("key", "_record", "_copied", "_maps_copied", "timers", "now", "watermark")
+    __slots__ = (
+        "key",
+        "_record",
+        "_copied",
+        "_maps_copied",
+        "timers",
+        "now",
+        "watermark",
+        "domain",
+    )
 
     def __init__(
         self,
@@ -80,6 +91,7 @@ class KeyState:
         timers: GroupTimers | None = None,
         now: Any = None,
         watermark: Any = None,
+        domain: str = "event",
     ) -> None:
         self.key = key
         self._record: Record = record if record is not None else {}
@@ -88,6 +100,7 @@ class KeyState:
         self.timers = timers  # the group's clock; None: the bolt has no event time
         self.now = now  # the event time of the tuple (or timer) being applied
         self.watermark = timers.watermark if timers is not None else watermark
+        self.domain = domain  # "processing" inside a processing-time timer's callback
 
     def get(self, name: str, default: Any = None) -> Any:
         return self._record.get(name, default)
