@@ -81,6 +81,8 @@ from elastorm.core.keyed_state import (
     KeyState,
     StateAccessError,
     WindowState,
+    declared_states,
+    readable_record,
     ttl_states,
 )
 from elastorm.core.keygroups import key_group
@@ -166,6 +168,7 @@ class KeyedBolt(KeyedOperator, Bolt):
     timed = False  # the class defines event_time (a watermark per key group, timers)
     processing_timers = False  # the class defines on_timer (it may set processing-time timers)
     uses_timers = False  # either: each tuple's step reads the group's clock
+    declared: tuple = ()  # its declared states
     ttl_states: tuple = ()  # its states with a ttl
     lateness: float = 0.0  # elastorm.allowed_lateness_secs
     idle_timeout: float = 0.0  # elastorm.idle_timeout_secs
@@ -186,6 +189,7 @@ class KeyedBolt(KeyedOperator, Bolt):
         cls.timed = cls.event_time is not KeyedBolt.event_time
         cls.processing_timers = cls.on_timer is not KeyedBolt.on_timer
         cls.uses_timers = cls.timed or cls.processing_timers
+        cls.declared = declared_states(cls)
         cls.ttl_states = ttl_states(cls)
 
     def initialize(self, conf, context):
@@ -250,6 +254,11 @@ class KeyedBolt(KeyedOperator, Bolt):
             kind = "final" if group is None else "rectified"
             tup = [*tup, -1 if group is None else group, "", 0, kind]
         return super().emit(tup, stream=stream, **kwargs)
+
+    def query_view(self, key: str, state: KeyGroupState) -> Any:
+        """What ``elastorm state`` shows of ``key``: its values as the states read them,
+        TTL values with their expiry, no reserved field (``readable_record``)."""
+        return readable_record(state.get(key), self.declared, watermark_of(state))
 
     def _numbered(self, applied: Applied) -> list:
         """``applied``'s outputs, those on streams with output ids given their id
