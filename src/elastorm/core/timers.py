@@ -136,10 +136,6 @@ class GroupTimers:
         """Every event-time timer, in firing order."""
         return [(t, k, g) for t, k, g in self._timers]
 
-    def pending_processing(self) -> list[Timer]:
-        """Every processing-time timer, in firing order."""
-        return [(t, k, g) for t, k, g in self._processing]
-
     def advance(self, event_time: Any, lateness: float) -> bool:
         """Take an applied event's time into the watermark; whether it moved."""
         return self.advance_to(event_time - lateness)
