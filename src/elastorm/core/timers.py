@@ -83,7 +83,7 @@ class GroupTimers:
     timers, as its record's changes are).
     """
 
-    __slots__ = ("_state", "watermark", "_timers", "_processing", "_changed", "_copied")
+    __slots__ = ("_state", "watermark", "_timers", "_processing", "_changed", "_own", "_own_p")
 
     def __init__(self, state: KeyGroupState) -> None:
         entry = state.get(TIMERS) or {}
@@ -92,18 +92,18 @@ class GroupTimers:
         self._timers: list[list[Any]] = entry.get("timers") or []
         self._processing: list[list[Any]] = entry.get("processing") or []
         self._changed = False
-        self._copied = [False, False]  # event-time list, processing-time list
+        self._own = self._own_p = False  # whether each list is this step's copy yet
 
     def _writable(self, processing: bool = False) -> list[list[Any]]:
         self._changed = True
         if processing:
-            if not self._copied[1]:
+            if not self._own_p:
                 self._processing = list(self._processing)
-                self._copied[1] = True
+                self._own_p = True
             return self._processing
-        if not self._copied[0]:
+        if not self._own:
             self._timers = list(self._timers)
-            self._copied[0] = True
+            self._own = True
         return self._timers
 
     def register(self, time: Any, key: str, tag: str = "") -> None:
@@ -169,11 +169,10 @@ class GroupTimers:
         next incremental checkpoint carries it), if it changed."""
         if self._changed:
             entry: dict[str, Any] = {"watermark": self.watermark, "timers": self._timers}
-            if self._processing or self._copied[1]:
+            if self._processing or self._own_p:
                 entry["processing"] = self._processing
             self._state.put(TIMERS, entry)
-            self._changed = False
-            self._copied = [False, False]
+            self._changed = self._own = self._own_p = False
 
 
 def processing_due(state: KeyGroupState, now: Any) -> bool:
