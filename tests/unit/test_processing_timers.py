@@ -8,11 +8,13 @@ from streamparse import Bolt
 from test_keyed_api import _bolt as _keyed_bolt
 
 from elastorm import KeyedBolt, TumblingWindow, ValueState, WindowState, output_id_fields
+from elastorm.core.checkpoint import checkpoint_to_state
 from elastorm.core.keyed_state import StateAccessError
 from elastorm.core.messages import Data, DataTuple
 from elastorm.core.migration.table import Phase
 from elastorm.core.state import KeyGroupState
 from elastorm.core.timers import TIMERS, GroupTimers, idle_advance, processing_due
+from elastorm.durable.format import decode_checkpoint, encode_checkpoint, rebuild
 from elastorm.storm.elastic import STREAM, to_wire
 
 
@@ -284,3 +286,31 @@ def test_idle_advance_waits_for_the_timeout_and_follows_the_frontier() -> None:
     seen, up = idle_advance(seen, {0: 35, 1: 36, 2: None}, 7.0, 5.0)
     assert up == {} and seen[1] == (36, 7.0)  # its own tuple: active again
     assert idle_advance(seen, {0: 99, 1: 36}, 100.0, 0.0)[1] == {}  # off
+
+
+def test_processing_timers_come_back_from_the_durable_tier(monkeypatch, emitted) -> None:
+    """A base and a delta written as durable files, read back and rebuilt (what a
+    durable restore loads): the new owner fires the timers due, once, with the states
+    the old one left."""
+    bolt = keyed_bolt(monkeypatch, Reminders)
+    group = bolt.coordinator.state(0)
+    chain = []
+    _send(bolt, 1, "a", ["a", 10.0])
+    chain.append(group.begin_checkpoint(full=True))
+    group.finish_checkpoint()
+    _send(bolt, 2, "b", ["b", 12.0])
+    _send(bolt, 3, "a", ["a", 11.0])
+    bolt.fire_on_tick(10.5)  # a's timer at 10 fires here, before the delta
+    chain.append(group.begin_checkpoint())
+    group.finish_checkpoint()
+    files = [encode_checkpoint(delta) for delta in chain]
+    restored = keyed_bolt(monkeypatch, Reminders)
+    copy = rebuild([decode_checkpoint(data) for data in files])
+    restored.coordinator.machine(0).state = checkpoint_to_state(copy, epoch=1, step=restored._step)
+    _tick(restored, 20.0)
+    _tick(restored, 30.0)
+    assert _user_rows(emitted) == [
+        ["fired", "a", 10.0, 2],
+        ["fired", "a", 11.0, 0],  # the count the first firing cleared stays cleared
+        ["fired", "b", 12.0, 1],
+    ]
