@@ -360,14 +360,13 @@ class KeyedBolt(KeyedOperator, Bolt):
         fire the processing-time timers due, then the event-time ones the watermark
         passed. O(groups owned) per tick, plus the timers fired."""
         coordinator = self.coordinator
-        owned = coordinator.owned()
+        groups = {g: coordinator.state(g) for g in coordinator.owned()}
+        owned = {g: state for g, state in groups.items() if state is not None}
         up: dict[int, Any] = {}
         if self.timed and self.idle_timeout > 0:
-            marks = {g: watermark_of(coordinator.state(g)) for g in owned}  # type: ignore[arg-type]
+            marks = {g: watermark_of(state) for g, state in owned.items()}
             self._idle, up = idle_advance(self._idle, marks, now, self.idle_timeout)
-        for g in owned:
-            state = coordinator.state(g)
-            assert state is not None
+        for g, state in owned.items():
             if g in up or (self.processing_timers and processing_due(state, now)):
                 self._fire_group(g, state, now, up.get(g))
 
