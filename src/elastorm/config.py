@@ -762,6 +762,15 @@ class TopologyConfig(Section):
         "in time order (the ready spouts); a window fires this much later",
         check=at_least(0),
     )  # fmt: skip
+    idle_timeout_secs: float = option(
+        "elastorm.idle_timeout_secs", FLOAT, 0.0,
+        "wall-clock seconds after which a key group whose watermark has not moved stops "
+        "holding event time back (Flink's withIdleness): a tick moves it up to the "
+        "largest watermark of its task's groups, firing the windows and timers that "
+        "passes, which a replay does not repeat. 0 (the default) turns it off: event "
+        "time then moves only with each group's own tuples, replay-deterministically",
+        check=at_least(0),
+    )  # fmt: skip
     relay_tasks: int = option(
         "elastorm.relay_tasks", INT, 1,
         "tasks of the JVM relay that carries checkpoints, acks and trims between keyed "

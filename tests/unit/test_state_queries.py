@@ -10,7 +10,10 @@ import pytest
 from memory_zk import MemoryZk
 from test_keyed_api import _bolt, _data, _Tup
 
+from elastorm import KeyedBolt, MapState, TumblingWindow, ValueState, WindowState
+from elastorm.core.keyed_state import CLEANUP, readable_record
 from elastorm.core.keygroups import key_group
+from elastorm.core.messages import Data, DataTuple
 from elastorm.core.migration.table import Phase
 from elastorm.core.queries import (
     Next,
@@ -27,6 +30,7 @@ from elastorm.core.queries import (
     next_step,
 )
 from elastorm.core.routing import RoutingTable
+from elastorm.core.timers import TIMERS
 from elastorm.errors import UserError
 from elastorm.runtime import state as runtime_state
 from elastorm.zk.codec import encode_routing
@@ -418,3 +422,70 @@ def test_query_state_makes_a_field_list_key_as_the_router_does(monkeypatch) -> N
     monkeypatch.setattr(runtime_state, "connected", connected)
     got = runtime_state.query_state("wordcount", "counts", ["AA", 2013], zookeeper="zk:1")
     assert got["key"] == key and got["state"] == {"n": 2} and hosts == ["zk:1"]
+
+
+# -- what a query shows of a keyed bolt's record -----------------------------------------
+
+
+class Expiring(KeyedBolt):
+    """``values = [word, time]``: the word's last time (ttl 10), its times seen (ttl 5),
+    its tumbling windows of 100, a plain count."""
+
+    outputs = ["word"]
+    last = ValueState(ttl=10)
+    seen = MapState(ttl=5)
+    per_window = WindowState(TumblingWindow(100), lambda n, _: n + 1, initial=0)
+    count = ValueState(default=0)
+
+    def event_time(self, key, values):
+        return values[1]
+
+    def process_keyed(self, key, values):
+        self.last.update(values[1])
+        self.seen.put(str(values[1]), 1)
+        self.per_window.add(1)
+        self.count.update(self.count.value() + 1)
+
+
+def test_a_query_shows_ttl_values_readably_and_never_reserved_entries(monkeypatch) -> None:
+    bolt = _bolt(monkeypatch, Expiring)
+    monkeypatch.setattr(type(bolt), "emit", lambda *a, **kw: None)
+    for seq, (word, t) in enumerate([("a", 1), ("a", 4), ("b", 8)], start=1):
+        bolt.process(_Tup(Data(key_group=0, item=DataTuple("r:1", seq, word, [word, t], 0.0))))
+    table = RoutingTable(epoch=0, owners=(3,))
+    asked = [ask("counts", k, table) for k in ("a", TIMERS)]
+    bolt.queries = FakeInbox([(f"/q{i}", q) for i, q in enumerate(asked)])
+    raw = bolt.coordinator.state(0).get("a")
+    assert raw["last"] == [4, 14] and CLEANUP in raw  # stored raw, with the sweep's field
+    bolt.answer_queries()
+    (_, a), (_, timers) = bolt.queries.replies
+    assert a.verdict is Verdict.FOUND
+    assert a.record == {
+        "last": {"value": 4, "expires": 14, "expires_in": 6},  # the watermark is 8
+        "seen": {"4": {"value": 1, "expires": 9, "expires_in": 1}},  # "1" expired at 6
+        "per_window": [{"start": 0, "end": 100, "aggregate": 2}],
+        "count": 2,
+    }
+    assert timers.verdict is Verdict.ABSENT  # the group's clock is no user's key
+
+
+def test_readable_record_leaves_foreign_records_as_stored() -> None:
+    last = Expiring.last
+    assert readable_record(None, (last,), 3) is None
+    assert readable_record(7, (last,), 3) == 7  # a hand-written step's record
+    assert readable_record({"old": [1, 2]}, (last,), None) == {"old": [1, 2]}
+    assert readable_record({"last": [1, 2]}, (last,), None) == {
+        "last": {"value": 1, "expires": 2, "expires_in": None}
+    }
+    assert readable_record({"last": [1, 2]}, (last,), 2) == {}  # expired: as value() reads
+    assert (
+        answer(
+            ask("c", TIMERS, RoutingTable(epoch=0, owners=(3,))),
+            operator="c",
+            task=3,
+            num_key_groups=1,
+            phase=Phase.ACTIVE,
+            record={"watermark": 1},
+        ).verdict
+        is Verdict.ABSENT
+    )

@@ -22,7 +22,9 @@ keys strings (checked on ``put``, so a key cannot change type after a migration)
 
 **Time** (``elastorm.core.timers``): while a tuple is applied, ``KeyState.now`` is its
 event time (``KeyedBolt.event_time``) and ``KeyState.watermark`` its key group's
-watermark; inside a timer's callback, ``now`` is the timer's time.
+watermark; inside an event-time timer's callback, ``now`` is the timer's time, inside
+a processing-time timer's (``domain == "processing"``) the group's watermark (event
+time does not move on a wall-clock tick).
 
 **State TTL** (``ValueState(ttl=...)``, ``MapState(ttl=...)``) counts *event time*, so
 that it is the same under replay, after a migration and after a restore (Flink's TTL
@@ -46,6 +48,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from elastorm.core.errors import ElastormError
+from elastorm.core.state import is_reserved
 from elastorm.core.windows import Assigner, Window, merge_windows
 
 if TYPE_CHECKING:
@@ -70,7 +73,16 @@ class StateAccessError(ElastormError):
 class KeyState:
     """One key's record while one tuple is applied (copy on first write)."""
 
-    __slots__ = ("key", "_record", "_copied", "_maps_copied", "timers", "now", "watermark")
+    __slots__ = (
+        "key",
+        "_record",
+        "_copied",
+        "_maps_copied",
+        "timers",
+        "now",
+        "watermark",
+        "domain",
+    )
 
     def __init__(
         self,
@@ -80,6 +92,7 @@ class KeyState:
         timers: GroupTimers | None = None,
         now: Any = None,
         watermark: Any = None,
+        domain: str = "event",
     ) -> None:
         self.key = key
         self._record: Record = record if record is not None else {}
@@ -88,6 +101,7 @@ class KeyState:
         self.timers = timers  # the group's clock; None: the bolt has no event time
         self.now = now  # the event time of the tuple (or timer) being applied
         self.watermark = timers.watermark if timers is not None else watermark
+        self.domain = domain  # "processing" inside a processing-time timer's callback
 
     def get(self, name: str, default: Any = None) -> Any:
         return self._record.get(name, default)
@@ -181,10 +195,64 @@ class _Declared:
         return self.handle(self, current)
 
 
+def declared_states(cls: type) -> tuple[_Declared, ...]:
+    """The states declared on ``cls`` (or its bases), by name."""
+    found = {name: getattr(cls, name) for name in dir(cls) if not name.startswith("__")}
+    return tuple(d for _, d in sorted(found.items()) if isinstance(d, _Declared))
+
+
 def ttl_states(cls: type) -> tuple[_Declared, ...]:
     """The states declared on ``cls`` (or its bases) that have a ttl, by name."""
-    found = {name: getattr(cls, name) for name in dir(cls) if not name.startswith("__")}
-    return tuple(d for _, d in sorted(found.items()) if isinstance(d, _Declared) and d.ttl)
+    return tuple(d for d in declared_states(cls) if d.ttl)
+
+
+def readable_record(record: Any, declared: tuple[_Declared, ...], watermark: Any) -> Any:
+    """What a state query shows of a key's record (``elastorm state``): the user's
+    values as the states read them, never elastorm's bookkeeping.
+
+    Reserved fields (``core.state.is_reserved``: the TTL sweep's time) are left out.
+    A TTL value stored ``[value, expires]`` shows as ``{"value": v, "expires": e,
+    "expires_in": e - watermark}`` (event time; ``expires_in`` is ``None`` before the
+    group's first watermark), or not at all once expired, as ``value()`` reads it; a
+    TTL map's entries likewise. A window state shows its open windows as
+    ``[{"start": s, "end": e, "aggregate": acc}]``. Fields no declared state names (a
+    hand-written step's record, a state since removed from the class) show as stored;
+    a record that is not a dict is returned as it is. O(size of the record).
+
+    >>> last = ValueState(ttl=10)
+    >>> last.name = "last"
+    >>> readable_record({"last": [7, 15], CLEANUP: 15}, (last,), 12)
+    {'last': {'value': 7, 'expires': 15, 'expires_in': 3}}
+    >>> readable_record({"last": [7, 15]}, (last,), 15)
+    {}
+    """
+    if not isinstance(record, dict):
+        return record
+    by_name = {d.name: d for d in declared}
+    out: dict[str, Any] = {}
+    for name, stored in record.items():
+        if is_reserved(name):
+            continue
+        decl = by_name.get(name)
+        if isinstance(decl, WindowState):
+            out[name] = [{"start": s, "end": e, "aggregate": acc} for s, e, acc in stored]
+        elif decl is None or not decl.ttl:
+            out[name] = stored
+        elif isinstance(decl, MapState):
+            live = {k: _expiring(v, watermark) for k, v in stored.items()}
+            out[name] = {k: v for k, v in live.items() if v is not None}
+        elif (shown := _expiring(stored, watermark)) is not None:
+            out[name] = shown
+    return out
+
+
+def _expiring(stored: list, watermark: Any) -> dict[str, Any] | None:
+    """A TTL value ``[value, expires]`` as a query shows it; ``None`` once expired."""
+    value, expires = stored
+    if watermark is not None and expires <= watermark:
+        return None
+    left = None if watermark is None else expires - watermark
+    return {"value": value, "expires": expires, "expires_in": left}
 
 
 def _ttl(ttl: float | None) -> float | None:

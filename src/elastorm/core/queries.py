@@ -27,6 +27,7 @@ from elastorm.core.errors import ElastormError
 from elastorm.core.keygroups import key_group
 from elastorm.core.migration.table import Phase
 from elastorm.core.routing import RoutingTable
+from elastorm.core.state import is_reserved
 
 QUERY_VERSION = 1
 
@@ -115,12 +116,14 @@ def answer(
     there and the key's ``record`` in its live state (``None``: none). The group is the
     task's own computation from the key, never the asker's. Only an ``ACTIVE`` owner
     answers from its state: a migration's ends, a restore in progress, a replica, an
-    idle task and a query meant for another task or operator get ``not_mine``. O(1).
+    idle task and a query meant for another task or operator get ``not_mine``. A key
+    that names one of elastorm's own entries (``core.state.is_reserved``: a group's
+    clock) is ``absent``: it is no user's key. O(1).
     """
     g = key_group(query.key, num_key_groups)
     if phase is not Phase.ACTIVE or query.task != task or query.operator != operator:
         return StateAnswer(verdict=Verdict.NOT_MINE, task=task, key_group=g, phase=phase)
-    if record is None:
+    if record is None or is_reserved(query.key):
         return StateAnswer(verdict=Verdict.ABSENT, task=task, key_group=g, phase=phase)
     return StateAnswer(verdict=Verdict.FOUND, task=task, key_group=g, phase=phase, record=record)
 

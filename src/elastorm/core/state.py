@@ -25,6 +25,18 @@ from elastorm.core.buffers import SequenceCounters
 from elastorm.core.errors import ElastormError
 from elastorm.core.messages import CheckpointDelta, CheckpointId, DataTuple
 
+RESERVED = "\x00"
+"""The first character of elastorm's own names: state entries beside the keys' records
+(a key group's clock, ``core.timers.TIMERS``) and fields inside a record (a key's TTL
+sweep, ``core.keyed_state.CLEANUP``). A user key or state name never starts with it
+in practice (keys come from ``str()`` of fields); a state query never shows them."""
+
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is one of elastorm's own entries or fields, never the user's."""
+    return name[:1] == RESERVED
+
+
 Combine = Callable[[Any, Any], Any]
 """``combine(current, value) -> new``; ``current`` is ``None`` for a new key."""
 

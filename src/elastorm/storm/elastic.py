@@ -84,7 +84,7 @@ from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.queries import answer
 from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
 from elastorm.core.routing import RoutingTable
-from elastorm.core.state import Step
+from elastorm.core.state import KeyGroupState, Step
 from elastorm.durable.submissions import SubmissionView, load_for_restore
 from elastorm.durable.writer import DurableWriter, start_writer
 from elastorm.storm.load import (
@@ -774,6 +774,11 @@ class KeyedOperator(_Sending):
         if self.heartbeats is not None:
             self.heartbeats.publish_now()
 
+    def query_view(self, key: str, state: KeyGroupState) -> Any:
+        """What a state query shows of ``key``'s record in ``state`` (``None``: absent);
+        a hand-written operator's record as its step keeps it."""
+        return state.get(key)
+
     def answer_queries(self) -> None:
         """Answer the state queries that came since the last tick (``core.queries.answer``:
         only an ``ACTIVE`` owner answers from its state). Reads the key's record, never
@@ -791,7 +796,7 @@ class KeyedOperator(_Sending):
                     task=coordinator.task,
                     num_key_groups=coordinator.num_key_groups,
                     phase=phase,
-                    record=None if state is None else state.get(query.key),
+                    record=None if state is None else self.query_view(query.key, state),
                 )
             except Exception:  # a read must never stop the task: the asker times out
                 log.exception("state query %s not answered", path)

@@ -44,9 +44,16 @@ current key; :meth:`on_timer` runs when the watermark passes one, inside the ste
 the tuple that moved it, so its emits are that tuple's outputs (held, numbered and
 replayed like the tuple's own). The time comes from the values, not from the data
 message's ``ts`` (the router's wall clock when it routed the tuple, which a spout's
-replay changes), so a replay applies the same times. Processing-time timers are not
-offered: firing on a wall-clock tick writes state outside any tuple's step, which a
-replay, a quiet migration target or an active replica would not repeat.
+replay changes), so a replay applies the same times.
+
+Processing-time timers (``self.timers.register_processing_time``, PyFlink's
+``register_processing_time_timer``): kept in the same reserved entry of the group's
+state, fired on the owner's first tick at or after their wall-clock time, by the
+same :meth:`on_timer` (``self.timers.domain`` says which clock). A tick is no
+tuple: a replay does not repeat it, so they are at least once across a restore or a
+move from an older checkpoint (as in Flink), and their outputs carry an id with no
+source (sequence 0: not de-duplicated). A bolt that defines neither ``event_time``
+nor ``on_timer`` pays nothing for any of this, per tuple or per tick.
 
 A :class:`KeyRouter` is added by :class:`elastorm.storm.topology.ElasticTopology`
 for every keyed bolt fed by ordinary components: it reads the key field of each
@@ -60,7 +67,7 @@ import importlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamparse import Bolt, Stream
@@ -74,6 +81,8 @@ from elastorm.core.keyed_state import (
     KeyState,
     StateAccessError,
     WindowState,
+    declared_states,
+    readable_record,
     ttl_states,
 )
 from elastorm.core.keygroups import key_group
@@ -89,7 +98,14 @@ from elastorm.core.migration.table import Phase
 from elastorm.core.once import first_application, output_id
 from elastorm.core.outputs import next_output
 from elastorm.core.state import KeyGroupState
-from elastorm.core.timers import GroupTimers, watermark_of
+from elastorm.core.timers import (
+    GroupTimers,
+    IdleWatch,
+    Timer,
+    idle_advance,
+    processing_due,
+    watermark_of,
+)
 from elastorm.storm.elastic import (
     MESSAGE_STREAM,
     OUTPUT_ID,
@@ -152,8 +168,13 @@ class KeyedBolt(KeyedOperator, Bolt):
     identified: frozenset[str] = frozenset()  # streams declared with output_id_fields
     _rectifying: int | None = None  # inside rectify_keyed: the key's group
     timed = False  # the class defines event_time (a watermark per key group, timers)
+    processing_timers = False  # the class defines on_timer (it may set processing-time timers)
+    uses_timers = False  # either: each tuple's step reads the group's clock
+    declared: tuple = ()  # its declared states
     ttl_states: tuple = ()  # its states with a ttl
     lateness: float = 0.0  # elastorm.allowed_lateness_secs
+    idle_timeout: float = 0.0  # elastorm.idle_timeout_secs
+    wall_clock: Callable[[], float] = staticmethod(time.time)  # processing time
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Add elastorm's relay and report streams to the subclass's own ``outputs``;
@@ -168,6 +189,9 @@ class KeyedBolt(KeyedOperator, Bolt):
         n = len(OUTPUT_ID)
         cls.identified = frozenset(name for name, f in fields.items() if f[-n:] == OUTPUT_ID)
         cls.timed = cls.event_time is not KeyedBolt.event_time
+        cls.processing_timers = cls.on_timer is not KeyedBolt.on_timer
+        cls.uses_timers = cls.timed or cls.processing_timers
+        cls.declared = declared_states(cls)
         cls.ttl_states = ttl_states(cls)
 
     def initialize(self, conf, context):
@@ -176,7 +200,10 @@ class KeyedBolt(KeyedOperator, Bolt):
         # key group -> [(source, seq, outputs)] applied as its replica, not yet covered
         # by a checkpoint of the owner's
         self._shadow: dict[int, list[tuple[str, int, list]]] = {}
-        self.lateness = TopologyConfig.from_conf(conf).allowed_lateness_secs
+        config = TopologyConfig.from_conf(conf)
+        self.lateness = config.allowed_lateness_secs
+        self.idle_timeout = config.idle_timeout_secs
+        self._idle: IdleWatch = {}  # key group -> (watermark, since when), for idleness
         self.setup_keyed(conf, context, self._step)
 
     def process_keyed(self, key: str, values: list) -> None:
@@ -191,11 +218,15 @@ class KeyedBolt(KeyedOperator, Bolt):
         raise NotImplementedError
 
     def on_timer(self, key: str, time: float) -> None:
-        """An event-time timer of ``key`` at ``time`` fired (the watermark reached it):
-        the states are ``key``'s, ``self.timers.now`` is ``time``, emits are outputs of
-        the tuple that moved the watermark. A timer registered here at or below the
-        watermark fires in the same step (as in Flink): registering ``time`` again
-        here would never end. The default does nothing."""
+        """A timer of ``key`` at ``time`` fired; the states are ``key``'s.
+
+        ``self.timers.domain`` says which: ``"event"`` (the watermark reached it;
+        ``self.timers.now`` is ``time``; emits are outputs of the tuple that moved the
+        watermark) or ``"processing"`` (a tick at or after wall-clock ``time``;
+        ``self.timers.now`` is the group's watermark; emits are sent at once). A timer
+        registered here at or below the watermark (or the wall clock) fires in the
+        same loop (as in Flink): registering ``time`` again here would never end.
+        Define it to use timers; the default does nothing."""
 
     @property
     def timers(self) -> TimerHandle:
@@ -203,10 +234,10 @@ class KeyedBolt(KeyedOperator, Bolt):
         state = self.current_key_state
         if state is None or state.timers is None:
             raise StateAccessError(
-                "timers are per key and count event time: use self.timers in "
-                "process_keyed or on_timer of a bolt that defines event_time"
+                "timers are per key: use self.timers in process_keyed or on_timer of a "
+                "bolt that defines on_timer (processing time) or event_time (event time)"
             )
-        return TimerHandle(state)
+        return TimerHandle(state, self.wall_clock, self.timed)
 
     def rectify_keyed(self, key: str) -> None:
         """``key``'s last outputs were tentative and its group's outputs are final now:
@@ -225,6 +256,11 @@ class KeyedBolt(KeyedOperator, Bolt):
             kind = "final" if group is None else "rectified"
             tup = [*tup, -1 if group is None else group, "", 0, kind]
         return super().emit(tup, stream=stream, **kwargs)
+
+    def query_view(self, key: str, state: KeyGroupState) -> Any:
+        """What ``elastorm state`` shows of ``key``: its values as the states read them,
+        TTL values with their expiry, no reserved field (``readable_record``)."""
+        return readable_record(state.get(key), self.declared, watermark_of(state))
 
     def _numbered(self, applied: Applied) -> list:
         """``applied``'s outputs, those on streams with output ids given their id
@@ -259,9 +295,11 @@ class KeyedBolt(KeyedOperator, Bolt):
         outputs = self._outputs = []
         self.tentative = machine.tentative
         try:
-            if self.timed:
+            if self.uses_timers:
                 assert machine.state is not None
-                timers, now = GroupTimers(machine.state), self.event_time(key, values)
+                timers = GroupTimers(machine.state)
+                if self.timed:
+                    now = self.event_time(key, values)
             state = self.current_key_state = KeyState(key, current, timers=timers, now=now)
             self.process_keyed(key, values)
         except Exception:
@@ -277,42 +315,92 @@ class KeyedBolt(KeyedOperator, Bolt):
         record = state.record()
         if timers is not None:
             assert machine.state is not None
-            if timers.advance(now, self.lateness):
+            if self.timed and timers.advance(now, self.lateness):
                 self.tentative = machine.tentative
-                record = self._fire(machine.state, timers, key, record)
+                latest = self._fire(machine.state, timers, {key: record}, _event_due(timers))
+                record = latest[key]
                 self.tentative = False
             timers.commit()
         self._outputs = None
         return record, outputs
 
-    def _fire(self, group: KeyGroupState, timers: GroupTimers, key: str, record: Any) -> Any:
-        """Fire every timer of ``group`` the watermark passed, in ``(time, key, tag)``
-        order, each on its key's latest record; write the records of other keys back to
-        the group (its active fragment: changed for the next checkpoint); return
-        ``key``'s (the tuple's own, which the core stores). A callback that raises is
-        logged and its key's record left as it was (timers it registered before raising
-        stay). A record no timer changed is not written. O(timers fired x their work)."""
-        latest: dict[str, Any] = {key: record}
+    def _fire(
+        self,
+        group: KeyGroupState,
+        timers: GroupTimers,
+        latest: dict[str, Any],
+        due: Callable[[], tuple[Any, str, str, str] | None],
+    ) -> dict[str, Any]:
+        """Fire every timer ``due`` gives (``(time, key, tag, domain)``, in firing
+        order), each on its key's latest record; ``latest`` holds the records the
+        caller keeps (a tuple's own key, which the core stores); write the others'
+        back to the group (its active fragment: changed for the next checkpoint).
+        Returns ``latest``. A callback that raises is logged and its key's record left
+        as it was (timers it registered before raising stay). A record no timer
+        changed is not written. O(timers fired x their work)."""
         read: dict[str, Any] = {}  # other keys' records as the group had them
-        while (due := timers.pop_due()) is not None:
-            time, k, tag = due
+        while (fired := due()) is not None:
+            time, k, tag, domain = fired
             if k not in latest:
                 latest[k] = read[k] = group.get(k)
             before = latest[k]
-            state = self.current_key_state = KeyState(k, before, timers=timers, now=time)
+            now = time if domain == "event" else timers.watermark
+            state = self.current_key_state = KeyState(
+                k, before, timers=timers, now=now, domain=domain
+            )
             try:
                 self._dispatch(state, time, tag)
                 latest[k] = state.record()
             except Exception:
                 self.failed += 1
-                log.exception("timer %r of key %r at %r failed", tag, k, time)
+                log.exception("%s timer %r of key %r at %r failed", domain, tag, k, time)
                 latest[k] = before
             finally:
                 self.current_key_state = None
         for k in sorted(read):
             if latest[k] is not read[k]:
                 group.put(k, latest[k])
-        return latest[key]
+        return latest
+
+    def fire_on_tick(self, now: float) -> None:
+        """At a tick, wall clock ``now``: in every group this task owns (``ACTIVE``:
+        never a migration's end or a replica), move idle groups' watermarks up
+        (``core.timers.idle_advance``, if ``elastorm.idle_timeout_secs`` is on) and
+        fire the processing-time timers due, then the event-time ones the watermark
+        passed. O(groups owned) per tick, plus the timers fired."""
+        coordinator = self.coordinator
+        groups = {g: coordinator.state(g) for g in coordinator.owned()}
+        owned = {g: state for g, state in groups.items() if state is not None}
+        up: dict[int, Any] = {}
+        if self.timed and self.idle_timeout > 0:
+            marks = {g: watermark_of(state) for g, state in owned.items()}
+            self._idle, up = idle_advance(self._idle, marks, now, self.idle_timeout)
+        for g, state in owned.items():
+            if g in up or (self.processing_timers and processing_due(state, now)):
+                self._fire_group(g, state, now, up.get(g))
+
+    def _fire_group(self, g: int, group: KeyGroupState, now: float, mark: Any) -> None:
+        """One owned group's tick: its watermark up to ``mark`` (if not ``None``), its
+        timers due fired, their records and the clock written to the group's state,
+        their outputs sent (on streams with output ids: no source, sequence 0)."""
+        timers = GroupTimers(group)
+        if mark is not None:
+            timers.advance_to(mark)
+        tentative = self.tentative = self.coordinator.machine(g).tentative
+        outputs = self._outputs = []
+        try:
+            fired = self._fire(group, timers, {}, _tick_due(timers, now))
+            timers.commit()
+        finally:
+            self._outputs = None
+            self.tentative = False
+        kind = "tentative" if tentative else "final"
+        for values, stream in outputs:
+            if (stream or "default") in self.identified:
+                values = [*values, g, "", 0, kind]
+            super().emit(values, stream=stream)
+        if tentative and outputs:
+            self._owed.setdefault(g, set()).update(fired)
 
     def _dispatch(self, state: KeyState, time: Any, tag: str) -> None:
         """Run one fired timer: the user's :meth:`on_timer`, a TTL sweep, or a window."""
@@ -336,6 +424,8 @@ class KeyedBolt(KeyedOperator, Bolt):
 
     def process_tick(self, tup):
         self.tick_keyed()
+        if self.processing_timers or (self.timed and self.idle_timeout > 0):
+            self.fire_on_tick(self.wall_clock())
         self.rectify()
 
     def on_applied(self, applied: Applied) -> None:
@@ -418,33 +508,89 @@ class KeyedBolt(KeyedOperator, Bolt):
                     self._rectifying = None
 
 
+def _event_due(timers: GroupTimers) -> Callable[[], tuple[Any, str, str, str] | None]:
+    """The event-time timers the watermark passed, one at a time (a tuple's step)."""
+
+    def due() -> tuple[Any, str, str, str] | None:
+        fired = timers.pop_due()
+        return None if fired is None else (*fired, "event")
+
+    return due
+
+
+def _tick_due(timers: GroupTimers, now: float) -> Callable[[], tuple[Any, str, str, str] | None]:
+    """At a tick: the processing-time timers due at ``now``, then the event-time ones
+    the watermark passed (an idle group's move, or a callback's registration)."""
+
+    def due() -> tuple[Any, str, str, str] | None:
+        fired: Timer | None = timers.pop_due_processing(now)
+        if fired is not None:
+            return (*fired, "processing")
+        fired = timers.pop_due()
+        return None if fired is None else (*fired, "event")
+
+    return due
+
+
 class TimerHandle:
-    """The current key's event-time timers (PyFlink's ``ctx.timer_service()``)."""
+    """The current key's timers (PyFlink's ``ctx.timer_service()``)."""
 
-    __slots__ = ("_state",)
+    __slots__ = ("_state", "_clock", "_event_time")
 
-    def __init__(self, state: KeyState) -> None:
+    def __init__(self, state: KeyState, clock: Callable[[], float], event_time: bool) -> None:
         self._state = state
+        self._clock = clock
+        self._event_time = event_time
 
     @property
     def now(self) -> Any:
-        """The event time of the tuple being applied (in ``on_timer``: the timer's)."""
+        """The event time of the tuple being applied (in ``on_timer``: the event-time
+        timer's time, or the watermark for a processing-time timer)."""
         return self._state.now
+
+    @property
+    def domain(self) -> str:
+        """Which timer fired, in ``on_timer``: ``"event"`` or ``"processing"`` (PyFlink's
+        ``ctx.time_domain()``); ``"event"`` in ``process_keyed``."""
+        return self._state.domain
 
     def watermark(self) -> Any:
         """The key group's watermark (``None`` before its first event time)."""
         return self._state.watermark
 
+    def processing_time(self) -> float:
+        """The task's wall clock, seconds since the epoch (PyFlink's
+        ``current_processing_time``, which is in milliseconds)."""
+        return self._clock()
+
+    def _timers(self, what: str) -> GroupTimers:
+        timers = self._state.timers
+        if timers is None or (what == "event" and not self._event_time):
+            raise StateAccessError(
+                "event-time timers count the tuples' event time: define the bolt's "
+                "event_time(key, values)"
+            )
+        return timers
+
     def register_event_time(self, time: float) -> None:
         """Call :meth:`KeyedBolt.on_timer` for this key once the watermark reaches
         ``time`` (once per distinct time)."""
-        assert self._state.timers is not None
-        self._state.timers.register(time, self._state.key)
+        self._timers("event").register(time, self._state.key)
 
     def delete_event_time(self, time: float) -> None:
-        """Cancel this key's timer at ``time``, if any."""
-        assert self._state.timers is not None
-        self._state.timers.delete(time, self._state.key)
+        """Cancel this key's event-time timer at ``time``, if any."""
+        self._timers("event").delete(time, self._state.key)
+
+    def register_processing_time(self, time: float) -> None:
+        """Call :meth:`KeyedBolt.on_timer` for this key on the first tick at or after
+        wall-clock ``time`` (seconds since the epoch; once per distinct time). The
+        timer is in the key group's state: it moves, restores and is replicated
+        with it, and fires where the group is owned then."""
+        self._timers("processing").register_processing(time, self._state.key)
+
+    def delete_processing_time(self, time: float) -> None:
+        """Cancel this key's processing-time timer at ``time``, if any."""
+        self._timers("processing").delete_processing(time, self._state.key)
 
 
 class KeyRouter(KeyedEmitting, Bolt):
