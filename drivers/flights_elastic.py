@@ -122,6 +122,8 @@ class ElasticFlightsDriver(FlightsDriver):
             "source": done.source,
             "target": done.target,
             "ms": round((times["done"] - times["started"]) * 1000) if "done" in times else None,
+            # how long the group's new tuples waited at the target (None if not reported)
+            "pause_ms": None if done.pause is None else round(done.pause * 1000, 1),
             "detail": done.detail,
         }
 
@@ -153,9 +155,15 @@ class ElasticFlightsDriver(FlightsDriver):
             self._client.stop()
             self._client.close()
         lines = [
-            f"migration {i + 1}: key group {m['group']} task {m['source']} -> {m['target']}, "
-            f"asked {m['asked']}, used {m['used']}, {m['state']}"
+            f"migration {i + 1}: "
+            + (
+                f"key group {m['group']} task {m['source']} -> {m['target']}, "
+                if m["group"] is not None
+                else ""
+            )
+            + f"asked {m['asked']}, used {m['used']}, {m['state']}"
             + (f" in {m['ms']} ms" if m["ms"] is not None else f" ({m['detail']})")
+            + (f", pause {m['pause_ms']} ms" if m.get("pause_ms") is not None else "")
             for i, m in enumerate(self.migrations)
         ]
         all_done = self._migrations_ok()
