@@ -11,7 +11,7 @@ from drivers.flights import FlightsDriver
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
 from elastorm.runtime.drivers import DriverArgs
-from elastorm.runtime.outcome import Outcome
+from elastorm.runtime.outcome import Outcome, Progress
 
 #: The keyed operator the script migrates (topologies/flights_elastic.py's op2).
 OPERATOR = "sum_delays"
@@ -67,6 +67,19 @@ class ElasticFlightsDriver(FlightsDriver):
             )
             | FlightsOptions.overrides(max_rate=self.max_rate)
         )
+
+    def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
+        try:
+            super().wait(output_dir, timeout, progress)
+        finally:  # before the run stops ZooKeeper: a client left open retries, and logs, for 15 s
+            self._close_client()
+
+    def _close_client(self) -> None:
+        """Stop and close the ZooKeeper client of the scripted migrations, if any."""
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+            self._client = None
 
     def _total_rows(self) -> int:
         return self.limit or 336_776
@@ -151,9 +164,7 @@ class ElasticFlightsDriver(FlightsDriver):
 
     def outcome(self, output_dir: str) -> Outcome:
         base = super().outcome(output_dir)
-        if self._client is not None:
-            self._client.stop()
-            self._client.close()
+        self._close_client()
         lines = [
             f"migration {i + 1}: "
             + (

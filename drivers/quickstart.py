@@ -37,9 +37,6 @@ class QuickstartDriver(ElasticFlightsDriver):
     """
 
     name = "flights_elastic"  # the topology it runs
-    # Tuples in flight to the killed task may be rejected by it; they are replayed
-    # from the emitters' buffers to the group's new owner.
-    tolerated = {"op2": {"rejected"}}
 
     def __init__(self, limit: int | None = None) -> None:
         super().__init__(limit, script=((MIGRATE_AT, "cpal"), (KILL_AT, "kill")))
