@@ -42,10 +42,19 @@ class QuickstartDriver(ElasticFlightsDriver):
         super().__init__(limit, script=((MIGRATE_AT, "cpal"), (KILL_AT, "kill")))
         self.output_dir = ""
         self.kill: dict[str, Any] = {}
+        self.also_lost: list[int] = []  # keyed tasks declared lost besides the killed one
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir
         return super().options(output_dir)
+
+    def on_poll(self, result) -> None:
+        super().on_poll(result)
+        if self.kill and self._client is not None:
+            from elastorm.runtime.migrate import wait_for_status
+
+            lost = wait_for_status(self._client, self.topology, OPERATOR, 10).get("lost", ())
+            self.also_lost = sorted(set(self.also_lost) | set(lost) - {self.kill["task"]})
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
         if protocol != "kill":
@@ -184,6 +193,12 @@ class QuickstartDriver(ElasticFlightsDriver):
                 f"{k['restored']:.2f} s after it (load average {k['loadavg_1m']}). The "
                 "LocalCluster does not restart the task (every worker is one JVM here), so "
                 "the job finished on the tasks left."
+            )
+        if self.also_lost:
+            lines.append(
+                f"- Keyed task(s) {self.also_lost} were declared lost too and stopped themselves "
+                "(fenced): on a machine this busy a ZooKeeper session can expire. Their key "
+                "groups were restored the same way; the LocalCluster does not restart them."
             )
         lines.append(
             "- Check: every plane's totals "

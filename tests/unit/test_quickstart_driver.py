@@ -34,5 +34,7 @@ def test_the_story_says_what_moved_what_died_and_how_the_check_went() -> None:
     assert "by CPAL in 364 ms" in story and "waited 93.6 ms at the target" in story
     assert "At 40% of the input, kill -9 of keyed task 4's Python process (pid 99)" in story
     assert "restored all 2 groups on task(s) [5]" in story and "0.55 s after it" in story
-    assert "equal pandas' exactly" in story
+    assert "equal pandas' exactly" in story and "declared lost too" not in story
+    driver.also_lost = [13]
+    assert "Keyed task(s) [13] were declared lost too" in driver.story(ok=True)
     assert "do NOT all equal pandas'" in driver.story(ok=False)
