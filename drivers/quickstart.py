@@ -51,9 +51,14 @@ class QuickstartDriver(ElasticFlightsDriver):
     def on_poll(self, result) -> None:
         super().on_poll(result)
         if self.kill and self._client is not None:
+            from kazoo.exceptions import KazooException
+
             from elastorm.runtime.migrate import wait_for_status
 
-            lost = wait_for_status(self._client, self.topology, OPERATOR, 10).get("lost", ())
+            try:
+                lost = wait_for_status(self._client, self.topology, OPERATOR, 10).get("lost", ())
+            except KazooException:  # e.g. this client's session expired on a busy machine
+                return  # only for the story: the next poll reads it again
             self.also_lost = sorted(set(self.also_lost) | set(lost) - {self.kill["task"]})
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
