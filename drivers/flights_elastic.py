@@ -11,7 +11,7 @@ from drivers.flights import FlightsDriver
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
 from elastorm.runtime.drivers import DriverArgs
-from elastorm.runtime.outcome import Outcome
+from elastorm.runtime.outcome import Outcome, Progress
 
 #: The keyed operator the script migrates (topologies/flights_elastic.py's op2).
 OPERATOR = "sum_delays"
@@ -68,6 +68,19 @@ class ElasticFlightsDriver(FlightsDriver):
             | FlightsOptions.overrides(max_rate=self.max_rate)
         )
 
+    def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
+        try:
+            super().wait(output_dir, timeout, progress)
+        finally:  # before the run stops ZooKeeper: a client left open retries, and logs, for 15 s
+            self._close_client()
+
+    def _close_client(self) -> None:
+        """Stop and close the ZooKeeper client of the scripted migrations, if any."""
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+            self._client = None
+
     def _total_rows(self) -> int:
         return self.limit or 336_776
 
@@ -122,6 +135,8 @@ class ElasticFlightsDriver(FlightsDriver):
             "source": done.source,
             "target": done.target,
             "ms": round((times["done"] - times["started"]) * 1000) if "done" in times else None,
+            # how long the group's new tuples waited at the target (None if not reported)
+            "pause_ms": None if done.pause is None else round(done.pause * 1000, 1),
             "detail": done.detail,
         }
 
@@ -149,13 +164,17 @@ class ElasticFlightsDriver(FlightsDriver):
 
     def outcome(self, output_dir: str) -> Outcome:
         base = super().outcome(output_dir)
-        if self._client is not None:
-            self._client.stop()
-            self._client.close()
+        self._close_client()
         lines = [
-            f"migration {i + 1}: key group {m['group']} task {m['source']} -> {m['target']}, "
-            f"asked {m['asked']}, used {m['used']}, {m['state']}"
+            f"migration {i + 1}: "
+            + (
+                f"key group {m['group']} task {m['source']} -> {m['target']}, "
+                if m["group"] is not None
+                else ""
+            )
+            + f"asked {m['asked']}, used {m['used']}, {m['state']}"
             + (f" in {m['ms']} ms" if m["ms"] is not None else f" ({m['detail']})")
+            + (f", pause {m['pause_ms']} ms" if m.get("pause_ms") is not None else "")
             for i, m in enumerate(self.migrations)
         ]
         all_done = self._migrations_ok()

@@ -1,4 +1,5 @@
-"""The flights job on Storm's LocalCluster (real Storm 2.8 in one JVM, real ZooKeeper server).
+"""The quickstart and the plain flights job on Storm's LocalCluster (real Storm 2.8 in
+one JVM, real ZooKeeper server).
 
 Talks to: the ZooKeeper server and the LocalCluster that ``elastorm.runtime.local`` starts.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from drivers.flights import FlightsDriver
+from drivers.quickstart import QuickstartDriver
 from drivers.smoke import SmokeDriver
 from elastorm.runtime.config import load_config
 from elastorm.runtime.run import run_topology
@@ -23,9 +25,24 @@ def test_direct_emits_reach_the_chosen_task_on_local_cluster() -> None:
     assert outcome.facts["received"] == 2000
 
 
-def test_flights_job_on_local_cluster_matches_pandas_for_every_plane() -> None:
-    outcome = run_topology(load_config(), "local", FlightsDriver(limit=None), timeout=400)
+def test_quickstart_migrates_by_cpal_kills_a_keyed_task_and_matches_pandas() -> None:
+    """``bin/quickstart``'s run: a live CPAL migration, then kill -9 of an op2 task's
+    Python process, which the LocalCluster leaves dead; its key groups are restored on
+    their checkpoint holders, and every plane's totals still equal pandas'."""
+    outcome = run_topology(load_config(), "local", QuickstartDriver(limit=None), timeout=600)
     assert outcome.ok, outcome.summary
     assert outcome.facts["rows"] == ALL_ROWS
-    assert outcome.facts["planes"] > 4000
+    cpal, kill = outcome.facts["migrations"]
+    assert (cpal["used"], cpal["state"]) == ("cpal", "done")
+    assert (kill["used"], kill["state"]) == ("kill", "restored")
+    assert outcome.facts["kill"]["groups"], outcome.facts["kill"]
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
+    assert "What happened:" in outcome.summary
+
+
+def test_plain_flights_job_on_local_cluster_matches_pandas_for_every_plane() -> None:
+    """``elastorm local flights``, the job without key groups, on the first 50,000 rows."""
+    outcome = run_topology(load_config(), "local", FlightsDriver(limit=50_000), timeout=300)
+    assert outcome.ok, outcome.summary
+    assert outcome.facts["rows"] == 50_000
     assert "op2 delay sum and flights per plane-year: all" in outcome.summary

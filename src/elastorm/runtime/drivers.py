@@ -1,4 +1,4 @@
-"""A project's drivers: ``drivers/NAME.py`` runs ``topologies/NAME.py`` and checks it.
+"""A project's drivers: ``drivers/NAME.py`` runs a topology and checks it.
 
 streamparse finds a topology by name as ``topologies/NAME.py`` next to
 ``config.json``; ``elastorm local NAME`` and ``elastorm run NAME`` find its driver
@@ -10,11 +10,13 @@ entry function::
 
 which gets the command line's generic arguments (:class:`DriverArgs`) and returns an
 :class:`~elastorm.runtime.outcome.Driver`: the options to submit with, when the run
-is complete, and its check. The project's directory and its ``src/`` come first on
-``sys.path`` while drivers load, so a driver imports the project's own packages as
-its components do. A topology without a driver module just runs: it is submitted,
-left running for ``--timeout`` seconds (streamparse's ``sparse run --time``), then
-killed.
+is complete, and its check. The driver's ``name`` is the topology it submits: its
+own NAME's, or another topology's for a scenario of it (``drivers/quickstart.py``
+runs ``topologies/flights_elastic.py``). The project's directory and its ``src/``
+come first on ``sys.path`` while drivers load, so a driver imports the project's
+own packages as its components do. A topology without a driver module just runs:
+it is submitted, left running for ``--timeout`` seconds (streamparse's ``sparse run
+--time``), then killed.
 """
 
 from __future__ import annotations
@@ -57,26 +59,26 @@ def topology_names(project: Path) -> list[str]:
 
 
 def driver_names(project: Path) -> list[str]:
-    """Every topology of the project that has a driver module (``drivers/NAME.py``)."""
-    return [n for n in _names(project / DRIVERS_DIR) if n in topology_names(project)]
+    """Every driver module of the project (``drivers/NAME.py``)."""
+    return _names(project / DRIVERS_DIR)
 
 
 def load_driver(project: Path, name: str, args: DriverArgs) -> Driver:
-    """The driver of ``topologies/<name>.py``: its ``drivers/<name>.py``'s, or a timed run.
+    """``drivers/<name>.py``'s driver, or a timed run of ``topologies/<name>.py``.
 
-    Raises ``UserError`` naming what exists for an unknown topology, and for a driver
-    module without the entry function.
+    Raises ``UserError`` naming what exists for a name that is neither, and for a
+    driver module without the entry function.
     """
-    topologies = topology_names(project)
-    if name not in topologies:
-        drivers = driver_names(project)
+    drivers = driver_names(project)
+    if name not in drivers:
+        topologies = topology_names(project)
+        if name in topologies:
+            return TimedRun(name)
         raise UserError(
             f"no topology {name!r} in {project / TOPOLOGIES_DIR}; have: "
             f"{', '.join(topologies) or 'none'}"
             + (f" (with a driver in {DRIVERS_DIR}/: {', '.join(drivers)})" if drivers else "")
         )
-    if name not in driver_names(project):
-        return TimedRun(name)
     module = import_driver_module(project, name)
     make = getattr(module, ENTRY, None)
     if not callable(make):

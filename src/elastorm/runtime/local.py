@@ -7,6 +7,11 @@ a ``LocalCluster`` with a Nimbus Thrift server on ``envs.local.nimbus``, using t
 project's real ZooKeeper server. Topologies reach it through ``sparse submit -e
 local``, the very path production uses. The topology jar goes first on the
 classpath: local mode extracts ``resources/`` from the first jar that has one.
+
+A keyed task whose Python process dies (``kill -9``) stays dead instead of taking
+the LocalCluster with it (``LocalRunner.KeyedTaskDeath``): the controller declares
+it lost and restores its key groups on their checkpoint holders, as it would a
+lost node. Storm restarts nothing here; any other executor's death ends the run.
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ def _local_runner(cfg: ElastormConfig, topology_jar: Path, host: str, port: int,
     daemon = local_runner_daemon(cfg, port, f"/storm-local/{os.getpid()}-{int(time.time())}")
     cmd = daemon_command(cfg, daemon, first=(topology_jar,))
     cmd.insert(1, f"-Dstorm.jar={topology_jar}")
+    # LocalRunner installs a SecurityManager that keeps a keyed task's death from
+    # exiting the JVM (every worker is this JVM); Java 18+ needs this to allow one.
+    cmd.insert(1, "-Djava.security.manager=allow")
     cfg.logs.mkdir(parents=True, exist_ok=True)
     out_path = cfg.logs / "local-cluster.out"
     with open(out_path, "wb") as out:
