@@ -408,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
                 record["migrations"] = outcome.facts.get("migrations")
             if output_dir is not None and job != "flights":
                 record["sink"] = outcome.facts["sink"]  # its committed rows against the fold
+            elif job != "flights" and getattr(driver, "output_dir", None):
+                # what the sink had committed when the run gave up (lost: not yet, or never)
+                record["sink"] = driver.committed_check() | {"at_error": True}
             elif output_dir is not None:
                 # a driver over several submissions merges their sinks' totals itself
                 totals = getattr(driver, "totals", read_results(output_dir).totals)

@@ -304,12 +304,16 @@ class UserJob(FlightsJob):
         got, unrectified = settled_rows(rows)
         return row_balance(got, self.want()) | {"unrectified": unrectified}
 
+    def committed_check(self) -> dict[str, Any]:
+        """``check`` of what the sink has committed so far."""
+        return self.check(self.sink.read(self._sink_path()))
+
     def outcome(self, output_dir: str) -> Outcome:
         if self._client is not None:
             self._client.stop()
             self._client.close()
         rows = self.sink.read(self._sink_path())
-        sink = self.check(rows)
+        sink = self.committed_check()
         faults_ok = self._migrations_ok() and not self.script
         ok = faults_ok and not sink["lost"] and not sink["twice"] and not sink.get("totals_off")
         summary = f"{self.name}: {len(rows)} rows committed; {sink}; faults " + (
