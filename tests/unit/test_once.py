@@ -9,18 +9,16 @@ upstream outputs arrive again under new router sequence numbers.
 
 from __future__ import annotations
 
-import io
-
 from hypothesis import given
 from hypothesis import strategies as st
 from streamparse import Bolt
+from test_keyed_api import _bolt as keyed_bolt
+from test_keyed_api import _Tup
 
-import elastorm.zk.requests
 from elastorm import KeyedBolt, ValueState
 from elastorm.core.messages import Data, DataTuple
 from elastorm.core.once import ONCE, first_application, output_id
 from elastorm.core.state import KeyGroupState
-from elastorm.storm.elastic import STREAM, to_wire
 
 
 class Letters(KeyedBolt):
@@ -35,35 +33,11 @@ class Letters(KeyedBolt):
 
 
 def _bolt(monkeypatch) -> Letters:
-    monkeypatch.setattr(elastorm.zk.requests, "task_start", lambda *a: (1, -1))
-    bolt = Letters(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
-    context = {
-        "taskid": 3,
-        "componentid": "letters",
-        "task->component": {
-            "1": "letters_router",
-            "2": "controller",
-            "3": "letters",
-            "4": "letters",
-        },
-    }
-    conf = {
-        "elastorm.key_groups": 1,
-        "elastorm.operators": {"letters": ["letters_router"]},
-        "storm.id": "t-1-1",
-        "elastorm.heartbeats": False,
-    }
-    bolt.initialize(conf, context)
-    return bolt
+    return keyed_bolt(monkeypatch, Letters)
 
 
-class _Tup:
-    def __init__(self, seq: int, values: list) -> None:
-        data = Data(key_group=0, item=DataTuple("r:1", seq, values[0][0], values, 0.0))
-        self.values = [to_wire(data), 1]
-        self.stream = STREAM
-        self.task = 1
-        self.component = "letters_router"
+def _tup(seq: int, values: list) -> _Tup:
+    return _Tup(Data(key_group=0, item=DataTuple("r:1", seq, values[0][0], values, 0.0)))
 
 
 def _upstream(word: str, group: int, seq: int, kind: str = "final") -> list:
@@ -82,7 +56,7 @@ def test_an_upstream_output_sent_again_under_a_new_router_sequence_is_applied_on
     # (same ids), then its new output 4; the router numbers all of them afresh.
     again = [_upstream("storm", 7, s) for s in (2, 3, 4)]
     for seq, values in enumerate([*first, *again], start=1):
-        bolt.process(_Tup(seq, values))
+        bolt.process(_tup(seq, values))
     assert bolt.coordinator.state(0).get("s") == {"updates": 4}
     assert out == [["s", 1], ["s", 2], ["s", 3], ["s", 4]]
     assert bolt.repeats == 2
@@ -93,7 +67,7 @@ def test_outputs_without_an_id_are_applied_every_time(monkeypatch) -> None:
     monkeypatch.setattr(Bolt, "emit", lambda self, v, stream=None, **kw: None)
     rectified = ["storm", 3, 7, "", 0, "rectified"]
     for seq, values in enumerate([["storm", 1], ["storm", 1], rectified, rectified], start=1):
-        bolt.process(_Tup(seq, values))
+        bolt.process(_tup(seq, values))
     assert bolt.coordinator.state(0).get("s") == {"updates": 4}
     assert bolt.repeats == 0
 
@@ -104,7 +78,7 @@ def test_the_applied_ids_travel_with_the_group_state(monkeypatch) -> None:
     bolt = _bolt(monkeypatch)
     monkeypatch.setattr(Bolt, "emit", lambda self, v, stream=None, **kw: None)
     for seq in (1, 2):
-        bolt.process(_Tup(seq, _upstream("storm", 7, seq)))
+        bolt.process(_tup(seq, _upstream("storm", 7, seq)))
     entries = bolt.coordinator.state(0).items()
     assert entries[f"{ONCE}7|words_router:5"] == [2, ""]
     copy = KeyGroupState(0, master=dict(entries))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from streamparse import Bolt
 from test_keyed_api import _bolt as _keyed_bolt
+from test_keyed_api import _Tup
 
 from elastorm import KeyedBolt, TumblingWindow, ValueState, WindowState, output_id_fields
 from elastorm.core.checkpoint import checkpoint_to_state
@@ -15,7 +16,6 @@ from elastorm.core.migration.table import Phase
 from elastorm.core.state import KeyGroupState
 from elastorm.core.timers import TIMERS, GroupTimers, idle_advance, processing_due
 from elastorm.durable.format import decode_checkpoint, encode_checkpoint, rebuild
-from elastorm.storm.elastic import STREAM, to_wire
 
 
 class Reminders(KeyedBolt):
@@ -44,14 +44,6 @@ class Reminders(KeyedBolt):
 def keyed_bolt(monkeypatch, cls, **options):
     """``test_keyed_api``'s started bolt, its durable tier off (ticks write nothing)."""
     return _keyed_bolt(monkeypatch, cls, elastorm__durable__uri="none", **options)
-
-
-class _Tup:
-    def __init__(self, message) -> None:
-        self.values = [to_wire(message), 1]
-        self.stream = STREAM
-        self.task = 1
-        self.component = "counts_router"
 
 
 def _send(bolt, seq: int, key: str, values: list) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from streamparse import Bolt
 from test_keyed_api import _bolt as keyed_bolt
+from test_keyed_api import _Tup
 
 from elastorm import (
     KeyedBolt,
@@ -21,7 +22,6 @@ from elastorm.core.messages import Data, DataTuple
 from elastorm.core.state import KeyGroupState
 from elastorm.core.timers import TIMERS, GroupTimers, watermark_of
 from elastorm.core.windows import merge_windows
-from elastorm.storm.elastic import STREAM, to_wire
 
 # -- assigners -------------------------------------------------------------------
 
@@ -118,14 +118,6 @@ class Clocked(KeyedBolt):
 
 def _bolt(monkeypatch, cls=Clocked, lateness=0.0):
     return keyed_bolt(monkeypatch, cls, elastorm__allowed_lateness_secs=lateness)
-
-
-class _Tup:
-    def __init__(self, message) -> None:
-        self.values = [to_wire(message), 1]
-        self.stream = STREAM
-        self.task = 1
-        self.component = "counts_router"
 
 
 def _run(bolt, monkeypatch, events) -> list:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from streamparse import Bolt
-from test_keyed_api import _bolt
+from test_keyed_api import _bolt, _Tup
 
 from elastorm.core.checkpoint import CheckpointHolder, checkpoint_to_state
 from elastorm.core.messages import Data, DataTuple, from_json, to_json
-from elastorm.storm.elastic import OUTPUT_ID, STREAM, to_wire
+from elastorm.storm.elastic import OUTPUT_ID
 
 PROJECT = Path(__file__).resolve().parents[2] / "tests" / "integration" / "user_project"
 
@@ -33,14 +33,6 @@ def user(monkeypatch):
     yield bolt, shop
     for loaded in [m for m in sys.modules if m.split(".")[0] in ("bolts", "spouts")]:
         del sys.modules[loaded]
-
-
-class _Tup:
-    def __init__(self, message) -> None:
-        self.values = [to_wire(message), 1]
-        self.stream = STREAM
-        self.task = 1
-        self.component = "counts_router"
 
 
 ORDERS = 1000  # of the spouts' 1500: 20 s of event time, a window closed, two open
