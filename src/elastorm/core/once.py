@@ -39,10 +39,10 @@ def output_id(values: Sequence[Any]) -> tuple[int, str, int] | None:
     >>> output_id(["storm", 3]), output_id(["w", 1, -1, "", 0, "rectified"])
     (None, None)
     """
-    if len(values) < 4:
+    if len(values) < 4 or values[-1] not in OUTPUT_KINDS:  # most tuples stop here
         return None
-    group, source, seq, kind = values[-4:]
-    if kind not in OUTPUT_KINDS or type(seq) is not int or seq < 1:
+    group, source, seq, _ = values[-4:]
+    if type(seq) is not int or seq < 1:
         return None
     if type(group) is not int or type(source) is not str:
         return None
