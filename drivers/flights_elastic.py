@@ -29,6 +29,7 @@ class ElasticFlightsDriver(FlightsDriver):
 
     name = "flights_elastic"
     keyed = frozenset({"op2"})
+    operator = OPERATOR  # the keyed operator migrated (another job's driver sets its own)
     # Seconds a scripted migration may take. The first ones of a run can wait behind
     # the start-up backlog for tens of seconds (control is FIFO with data); on a
     # loaded 2-core machine one took over 60 s.
@@ -108,7 +109,7 @@ class ElasticFlightsDriver(FlightsDriver):
         status = wait_until_movable(
             self._client,
             self.topology,
-            OPERATOR,
+            self.operator,
             group,
             assisted=protocol != "direct",
             timeout=self.migration_timeout,
@@ -120,7 +121,7 @@ class ElasticFlightsDriver(FlightsDriver):
         done = request_migration(
             self._client,
             self.topology,
-            OPERATOR,
+            self.operator,
             group,
             target,
             Protocol(protocol),
@@ -154,7 +155,7 @@ class ElasticFlightsDriver(FlightsDriver):
             if time.monotonic() > deadline:
                 raise UserError(f"no live task to move key group {group} to: {status}")
             time.sleep(0.5)
-            status = wait_for_status(self._client, self.topology, OPERATOR, 60)
+            status = wait_for_status(self._client, self.topology, self.operator, 60)
 
     def _migrations_ok(self) -> bool:
         """Every scripted migration ran, completed, and used the protocol asked."""

@@ -166,6 +166,7 @@ NAMES = Kind("[name, ...]", _names)
 EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
 SPOUT_LINKS = Kind("{replayable spout: emitter component}", _node_zones)
 ROUTER_SOURCES = Kind("{keyed operator: [component feeding its router, ...]}", _operator_emitters)
+SINK_STREAMS = Kind("{keyed operator: [stream a sink commits, ...]}", _operator_emitters)
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -732,6 +733,18 @@ class SinkConfig(Section):
         "the table of the output ids each sink has committed, written in the same "
         "transaction as its rows",
         check=identifier(),
+    )  # fmt: skip
+    resend_after_secs: float = option(
+        p + "resend_after_secs", FLOAT, 30.0,
+        "a keyed task sends an output to a sink again when the sink has not confirmed "
+        "committing it for this long (a sink's worker died with it in flight; "
+        "`elastorm.core.outbox`); the sink drops what it has committed",
+        check=at_least(1),
+    )  # fmt: skip
+    committed_streams: Mapping[str, tuple[str, ...]] = option(
+        p + "committed_streams", SINK_STREAMS, {},
+        "each keyed operator's streams that an `elastorm.sinks.Sink` commits (its tasks "
+        "keep those outputs until the sink confirms them); set by ElasticTopology",
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from demos.flights_results import read_results
-from drivers.flights_elastic import OPERATOR, ElasticFlightsDriver
+from drivers.flights_elastic import ElasticFlightsDriver
 from drivers.flights_join import JoinWindowDriver, read_join_sink
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
@@ -29,7 +29,6 @@ class FlightsJob(ElasticFlightsDriver):
     puts it after the fault's classes and before this one), so one fault's code runs
     on every job."""
 
-    operator = OPERATOR
     #: Components a fault may kill, by role (``UpstreamKillDriver``'s victims).
     components = {"spout": "flights_spout", "op1": "extract_delays"}
 
@@ -729,7 +728,7 @@ class NameNodeOutageDriver(ElasticFlightsDriver):
 
         store = topology_store(self.uri, home="/", topology=self.topology)
         view = latest_view(store)  # this run's submission, once a keyed task started
-        return {} if view is None else view.newest_sets(OPERATOR, range(self.key_groups))
+        return {} if view is None else view.newest_sets(self.operator, range(self.key_groups))
 
     def _stop_namenode(self) -> None:
         from elastorm.runtime import hdfs

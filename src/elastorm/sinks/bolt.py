@@ -9,8 +9,11 @@ committed are written by :meth:`Sink.write` and recorded in the same transaction
 A malformed tuple (no id fields) is counted and logged, never written unchecked.
 
 Acks are off in an elastorm topology, so an output a sink task holds in its batch
-when the task dies is lost with it (as are the tuples in its Storm queue): the keyed
-bolts do not keep their outputs for a sink to ask again (``docs/sinks.md``).
+when the task dies is lost with it (as are the tuples in its Storm queue and those
+Storm's Netty client dropped for its dead worker). So after each transaction the sink
+tells every keyed task it read from which ids it committed
+(``storm.elastic.COMMITTED_STREAM``, wired by ``ElasticTopology``), and the keyed
+tasks send again what stays unconfirmed (``elastorm.core.outbox``).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from typing import Any
 from streamparse import Bolt
 
 from elastorm.config import TopologyConfig
+from elastorm.core.outbox import OutputKey, confirmation
 from elastorm.sinks.commits import Output
 from elastorm.sinks.stores import Committer, open_store
-from elastorm.storm.elastic import OUTPUT_ID
+from elastorm.storm.elastic import COMMITTED, COMMITTED_STREAM, OUTPUT_ID, CommitsOutputs
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +55,24 @@ def split_output(component: str, stream: str, values: list) -> Output:
     )
 
 
-class Sink(Bolt):
+class Sink(CommitsOutputs, Bolt):
     """Subclass it and either declare a ``table`` and its ``columns`` (each output's
     values, then its kind in ``kind_column`` unless that is None), or override
     :meth:`write`. ``schema``, if set, is run once at start (e.g. ``CREATE TABLE IF
     NOT EXISTS ...``). The database is ``elastorm.sinks.store``: an embedded SQLite
     file (the default) or PostgreSQL (``stores.open_store``)."""
 
-    outputs: list = []
+    outputs: list = [COMMITTED_STREAM]
     table: str | None = None
     columns: tuple[str, ...] = ()
     kind_column: str | None = "kind"
     schema: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Keep the confirmations' stream among a subclass's own ``outputs``."""
+        super().__init_subclass__(**kwargs)
+        if COMMITTED_STREAM not in cls.outputs:
+            cls.outputs = [*cls.outputs, COMMITTED_STREAM]
 
     def initialize(self, conf, context):
         config = TopologyConfig.from_conf(conf)
@@ -78,6 +88,11 @@ class Sink(Bolt):
         )
         self.batch_rows = config.sink.batch_rows
         self.pending: list[Output] = []
+        self.senders: list[int | None] = []  # per pending output: the task to confirm to
+        self.confirmed = {
+            (op, stream) for op, streams in config.sink.committed_streams.items()
+            for stream in streams
+        }  # fmt: skip
         self.malformed = 0
 
     def write(self, outputs: list[Output], cursor: Any) -> None:
@@ -103,6 +118,8 @@ class Sink(Bolt):
             )  # fmt: skip
             return
         self.pending.append(output)
+        confirm = (tup.component, tup.stream) in self.confirmed and output.seq
+        self.senders.append(tup.task if confirm else None)
         if len(self.pending) >= self.batch_rows:
             self.flush()
 
@@ -110,7 +127,16 @@ class Sink(Bolt):
         self.flush()
 
     def flush(self) -> None:
-        """Commit the outputs collected so far (``Committer.deliver``)."""
+        """Commit the outputs collected so far (``Committer.deliver``), then tell each
+        sending task which of its outputs are committed."""
         if self.pending:
             batch, self.pending = self.pending, []
+            senders, self.senders = self.senders, []
             self.committer.deliver(batch)
+            by_task: dict[int, list[OutputKey]] = {}
+            for output, task in zip(batch, senders, strict=True):
+                if task is not None:
+                    key = (output.stream, output.key_group, output.source, output.seq)
+                    by_task.setdefault(task, []).append(key)
+            for task, keys in by_task.items():
+                self.emit([confirmation(keys)], stream=COMMITTED, direct_task=task)

@@ -96,6 +96,7 @@ from elastorm.core.keys import (
 from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
 from elastorm.core.once import first_application, output_id
+from elastorm.core.outbox import Outbox, confirmed_keys
 from elastorm.core.outputs import next_output
 from elastorm.core.state import KeyGroupState
 from elastorm.core.timers import (
@@ -107,6 +108,7 @@ from elastorm.core.timers import (
     watermark_of,
 )
 from elastorm.storm.elastic import (
+    COMMITTED,
     MESSAGE_STREAM,
     OUTPUT_ID,
     RELAY_STREAM,
@@ -204,6 +206,10 @@ class KeyedBolt(KeyedOperator, Bolt):
         self.lateness = config.allowed_lateness_secs
         self.idle_timeout = config.idle_timeout_secs
         self._idle: IdleWatch = {}  # key group -> (watermark, since when), for idleness
+        # outputs to sinks kept until a sink confirms it committed them (core.outbox)
+        committed = config.sink.committed_streams.get(context["componentid"], ())
+        self._kept_streams = frozenset(committed)
+        self._outbox = Outbox(config.sink.resend_after_secs) if committed else None
         self.setup_keyed(conf, context, self._step)
 
     def process_keyed(self, key: str, values: list) -> None:
@@ -418,15 +424,43 @@ class KeyedBolt(KeyedOperator, Bolt):
 
     def process(self, tup):
         try:
+            if tup.stream == COMMITTED:
+                if self._outbox is not None:
+                    self._outbox.confirmed(confirmed_keys(tup.values[0]))
+                return
             self.receive_elastorm(tup)
         except ValueError as exc:  # a malformed protocol tuple: say so, keep going
             log.error("malformed elastorm tuple on %s from task %s: %s", tup.stream, tup.task, exc)
 
     def process_tick(self, tup):
         self.tick_keyed()
+        if self._outbox:
+            self.resend_unconfirmed(time.monotonic())
         if self.processing_timers or (self.timed and self.idle_timeout > 0):
             self.fire_on_tick(self.wall_clock())
         self.rectify()
+
+    def resend_unconfirmed(self, now: float) -> None:
+        """Send again the outputs no sink confirmed within ``resend_after_secs`` (a
+        sink's worker died with them in flight; ``core.outbox``)."""
+        outbox = self._outbox
+        assert outbox is not None
+        waited = outbox.oldest_age(now)
+        due = outbox.due(now)
+        if due:
+            log.warning(
+                "%d outputs not confirmed by their sink (the oldest for %.0f s): sending "
+                "them again (%d kept, %d sent again in all)",
+                len(due), waited, len(outbox), outbox.resent,
+            )  # fmt: skip
+            for stream, values in due:
+                super().emit(values, stream=stream)
+
+    def _send(self, values: list, stream: str | None) -> None:
+        """Emit an output; one on a stream a sink commits is kept until it confirms."""
+        super().emit(values, stream=stream)
+        if self._outbox is not None and (name := stream or "default") in self._kept_streams:
+            self._outbox.sent(name, values, time.monotonic())
 
     def on_applied(self, applied: Applied) -> None:
         outputs = applied.result
@@ -434,7 +468,7 @@ class KeyedBolt(KeyedOperator, Bolt):
             outputs = self._numbered(applied)
         if applied.emit_output:
             for values, stream in outputs:
-                super().emit(values, stream=stream)
+                self._send(values, stream)
             if applied.tentative and outputs:
                 self._owed.setdefault(applied.key_group, set()).add(applied.item.key)
         elif outputs and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
@@ -482,7 +516,7 @@ class KeyedBolt(KeyedOperator, Bolt):
             ):
                 for _, _, outputs in kept:
                     for values, stream in outputs:
-                        super().emit(values, stream=stream)
+                        self._send(values, stream)
 
     def rectify(self) -> None:
         """:meth:`rectify_keyed` for each key last sent tentative whose group's outputs

@@ -37,19 +37,22 @@ from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
 from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
-from elastorm.config import ConfigError, TopologyConfig
+from elastorm.config import ConfigError, SinkConfig, TopologyConfig
 from elastorm.core.keys import KeySelectorError, function_path
 from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
+    COMMITTED,
     CONTROLLER_COMPONENT,
     MESSAGE_STREAM,
     OPERATORS_KEY,
+    OUTPUT_ID,
     RELAY,
     RELAY_CLASS,
     RELAY_COMPONENT,
     REPORTS,
     STREAM,
+    CommitsOutputs,
     KeyedEmitting,
     KeyedOperator,
     by_task,
@@ -328,6 +331,32 @@ def _refuse_task_counts(classname: str, keyed_specs: list[ComponentSpec]) -> Non
             )
 
 
+def _wire_sinks(specs: dict[str, ComponentSpec], keyed: set[str]) -> dict[str, list[str]]:
+    """Each sink (``CommitsOutputs``) reading a keyed bolt's stream with output ids
+    confirms what it commits back to the sending task: the keyed bolt subscribes to the
+    sink's ``COMMITTED`` stream (direct). Returns ``{keyed bolt: [streams sinks
+    commit]}`` for ``elastorm.sinks.committed_streams`` (``core.outbox``)."""
+    committed: dict[str, list[str]] = {}
+    for sink in specs.values():
+        if not _is(sink, CommitsOutputs):
+            continue
+        for stream_id in list(sink.inputs):
+            upstream = _component(stream_id)
+            name = upstream.name if isinstance(upstream, ComponentSpec) else upstream
+            if name not in keyed:
+                continue
+            stream = stream_id.streamId
+            if _fields(specs[name], stream)[-len(OUTPUT_ID) :] != OUTPUT_ID:
+                continue  # no ids: the sink counts those tuples malformed
+            specs[name].inputs[GlobalStreamId(componentId=sink.name, streamId=COMMITTED)] = (
+                Grouping.DIRECT
+            )
+            streams = committed.setdefault(name, [])
+            if stream not in streams:
+                streams.append(stream)
+    return committed
+
+
 def wire(classname: str, class_dict: dict[str, Any]) -> None:
     """Add routers, relay, controller, direct streams and conf to ``class_dict``."""
     specs: dict[str, ComponentSpec] = {}
@@ -405,6 +434,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
             raise WiringError(f"{classname}: keyed bolt {spec.name!r} has no keyed() input")
         spec.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
         spec.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
+    committed_streams = _wire_sinks(specs, {s.name for s in keyed_specs})
     replay_sources: dict[str, list[str]] = {}
     replay_links: dict[str, str] = {}
     for name in sorted({e for es in operators.values() for e in es}):
@@ -447,6 +477,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         config[TopologyConfig.key("replay_sources")] = replay_sources
     if replay_links:
         config[TopologyConfig.key("replay_links")] = replay_links
+    if committed_streams:
+        config[SinkConfig.key("committed_streams")] = committed_streams
     if routed_from:
         config[TopologyConfig.key("routed_from")] = {
             op: sorted(set(ups)) for op, ups in routed_from.items()
