@@ -166,7 +166,7 @@ NAMES = Kind("[name, ...]", _names)
 EMITTER_SOURCES = Kind("{emitter component: [replayable spout, ...]}", _operator_emitters)
 SPOUT_LINKS = Kind("{replayable spout: emitter component}", _node_zones)
 ROUTER_SOURCES = Kind("{keyed operator: [component feeding its router, ...]}", _operator_emitters)
-SINK_STREAMS = Kind("{keyed operator: [stream a sink commits, ...]}", _operator_emitters)
+CONFIRMED_OUTPUTS = Kind("{keyed operator: [consumer:stream, ...]}", _operator_emitters)
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -734,18 +734,6 @@ class SinkConfig(Section):
         "transaction as its rows",
         check=identifier(),
     )  # fmt: skip
-    resend_after_secs: float = option(
-        p + "resend_after_secs", FLOAT, 30.0,
-        "a keyed task sends an output to a sink again when the sink has not confirmed "
-        "committing it for this long (a sink's worker died with it in flight; "
-        "`elastorm.core.outbox`); the sink drops what it has committed",
-        check=at_least(1),
-    )  # fmt: skip
-    committed_streams: Mapping[str, tuple[str, ...]] = option(
-        p + "committed_streams", SINK_STREAMS, {},
-        "each keyed operator's streams that an `elastorm.sinks.Sink` commits (its tasks "
-        "keep those outputs until the sink confirms them); set by ElasticTopology",
-    )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -898,6 +886,20 @@ class TopologyConfig(Section):
     operators: Mapping[str, tuple[str, ...]] = option(
         "elastorm.operators", OPERATOR_EMITTERS, {},
         "each keyed operator and the components that emit to it; set by ElasticTopology",
+    )  # fmt: skip
+    confirmed_outputs: Mapping[str, tuple[str, ...]] = option(
+        "elastorm.confirmed_outputs", CONFIRMED_OUTPUTS, {},
+        "each keyed operator's streams with output ids whose consumers confirm them (a "
+        "sink once committed, the router before a keyed bolt once that bolt's checkpoint "
+        "covers them), as `consumer:stream`; its tasks keep those outputs until confirmed "
+        "(`elastorm.core.outbox`); set by ElasticTopology",
+    )  # fmt: skip
+    unconfirmed_resend_secs: float = option(
+        "elastorm.unconfirmed_resend_secs", FLOAT, 30.0,
+        "a keyed task sends an output again when a consumer (`elastorm.confirmed_outputs`) "
+        "has not confirmed it for this long (the consumer's worker died with it in "
+        "flight); consumers drop repeats by output id",
+        check=at_least(1),
     )  # fmt: skip
     routed_from: Mapping[str, tuple[str, ...]] = option(
         "elastorm.routed_from", ROUTER_SOURCES, {},

@@ -12,6 +12,7 @@ from elastorm.core.keygroups import key_group
 from elastorm.core.migration.table import Phase
 from elastorm.core.queries import Next, Verdict, answer, ask, next_step
 from elastorm.core.routing import RoutingTable
+from elastorm.core.state import is_reserved
 
 TASKS = (3, 4, 5)
 GROUPS = 4
@@ -29,7 +30,11 @@ def moments(draw):
 
 
 @settings(max_examples=300)
-@given(st.text(max_size=6), st.lists(moments(), min_size=1, max_size=12))
+# a user's key never names one of elastorm's own entries (``is_reserved``: NUL-led)
+@given(
+    st.text(max_size=6).filter(lambda k: not is_reserved(k)),
+    st.lists(moments(), min_size=1, max_size=12),
+)
 def test_a_final_answer_comes_only_from_the_active_owner(key, timeline) -> None:
     g = key_group(key, GROUPS)
     records = {t: {"count": t * 10} for t in TASKS}  # what each task would say of the key

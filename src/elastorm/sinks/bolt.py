@@ -24,7 +24,7 @@ from typing import Any
 from streamparse import Bolt
 
 from elastorm.config import TopologyConfig
-from elastorm.core.outbox import OutputKey, confirmation
+from elastorm.core.outbox import OutputKey, confirmation, confirmed_inputs
 from elastorm.sinks.commits import Output
 from elastorm.sinks.stores import Committer, open_store
 from elastorm.storm.elastic import COMMITTED, COMMITTED_STREAM, OUTPUT_ID, CommitsOutputs
@@ -89,10 +89,7 @@ class Sink(CommitsOutputs, Bolt):
         self.batch_rows = config.sink.batch_rows
         self.pending: list[Output] = []
         self.senders: list[int | None] = []  # per pending output: the task to confirm to
-        self.confirmed = {
-            (op, stream) for op, streams in config.sink.committed_streams.items()
-            for stream in streams
-        }  # fmt: skip
+        self.confirmed = confirmed_inputs(config.confirmed_outputs, context["componentid"])
         self.malformed = 0
 
     def write(self, outputs: list[Output], cursor: Any) -> None:

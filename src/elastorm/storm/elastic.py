@@ -543,23 +543,33 @@ class KeyedEmitting(_Sending):
 
     def _send_keyed(
         self, emitter: Emitter, key: str, value: Any, ts: float, carry: list | None, stream: str
-    ) -> None:
-        """Number and buffer one tuple (``Emitter.emit``) and emit it, carried or direct.
+    ) -> tuple[int, int]:
+        """Number and buffer one tuple (``Emitter.emit``) and emit it, carried or direct;
+        returns its ``(key group, sequence)``.
 
         Under fault injection (``WireLoss``) a lost tuple is buffered but its data
         messages are never sent; a carried row still reaches the stream's other
         subscribers, with no task named for the keyed one."""
         actions = emitter.emit(key, value, ts)
+        data = actions[0].message  # the tuple's Data; any checkpoint request follows it
+        numbered = data.key_group, data.item.seq
         if self._wire_loss is not None and self._wire_loss.lose():
             if carry is not None:
                 self.emit([*carry, None, None], stream=stream)
-            return
+            return numbered
         if carry is not None:
             first = actions[0]
             self.emit([*carry, to_wire(first.message), first.to_task], stream=stream)
             actions = actions[1:]
         for action in actions:
             self.send(action)
+        return numbered
+
+    def on_trim(self, operator: str, key_group: int, upto: int) -> None:
+        """``operator``'s ``key_group`` checkpointed this emitter's tuples through ``upto``
+        (its buffer dropped them): a replay need not reach back that far."""
+        if self.replay is not None:
+            self.replay.trimmed(operator, key_group, upto)
 
     def _emitter_for(self, sender: int, message: Message) -> Emitter:
         """The emitter a message concerns: by its keyed sender, else by the task it names."""
@@ -582,8 +592,8 @@ class KeyedEmitting(_Sending):
         emitter = self._emitter_for(sender, message)
         actions = emitter.receive(sender, message)
         op = next(op for op, e in self.emitters.items() if e is emitter)
-        if self.replay is not None and isinstance(message, Trim):
-            self.replay.trimmed(op, message.key_group, message.watermarks.get(emitter.source, 0))
+        if isinstance(message, Trim):
+            self.on_trim(op, message.key_group, message.watermarks.get(emitter.source, 0))
         rest = []
         for action in actions:
             if isinstance(action, Send):

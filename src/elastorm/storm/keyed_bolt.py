@@ -96,7 +96,14 @@ from elastorm.core.keys import (
 from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
 from elastorm.core.once import first_application, output_id
-from elastorm.core.outbox import Outbox, confirmed_keys
+from elastorm.core.outbox import (
+    Outbox,
+    Receipts,
+    confirmation,
+    confirmed_inputs,
+    confirmed_keys,
+    consumers_by_stream,
+)
 from elastorm.core.outputs import next_output
 from elastorm.core.state import KeyGroupState
 from elastorm.core.timers import (
@@ -109,6 +116,7 @@ from elastorm.core.timers import (
 )
 from elastorm.storm.elastic import (
     COMMITTED,
+    COMMITTED_STREAM,
     MESSAGE_STREAM,
     OUTPUT_ID,
     RELAY_STREAM,
@@ -206,10 +214,9 @@ class KeyedBolt(KeyedOperator, Bolt):
         self.lateness = config.allowed_lateness_secs
         self.idle_timeout = config.idle_timeout_secs
         self._idle: IdleWatch = {}  # key group -> (watermark, since when), for idleness
-        # outputs to sinks kept until a sink confirms it committed them (core.outbox)
-        committed = config.sink.committed_streams.get(context["componentid"], ())
-        self._kept_streams = frozenset(committed)
-        self._outbox = Outbox(config.sink.resend_after_secs) if committed else None
+        # outputs kept until every consumer that confirms confirmed them (core.outbox)
+        self._consumers = consumers_by_stream(config.confirmed_outputs, context["componentid"])
+        self._outbox = Outbox(config.unconfirmed_resend_secs) if self._consumers else None
         self.setup_keyed(conf, context, self._step)
 
     def process_keyed(self, key: str, values: list) -> None:
@@ -426,7 +433,7 @@ class KeyedBolt(KeyedOperator, Bolt):
         try:
             if tup.stream == COMMITTED:
                 if self._outbox is not None:
-                    self._outbox.confirmed(confirmed_keys(tup.values[0]))
+                    self._outbox.confirmed(tup.component, confirmed_keys(tup.values[0]))
                 return
             self.receive_elastorm(tup)
         except ValueError as exc:  # a malformed protocol tuple: say so, keep going
@@ -441,15 +448,16 @@ class KeyedBolt(KeyedOperator, Bolt):
         self.rectify()
 
     def resend_unconfirmed(self, now: float) -> None:
-        """Send again the outputs no sink confirmed within ``resend_after_secs`` (a
-        sink's worker died with them in flight; ``core.outbox``)."""
+        """Send again the outputs a consumer did not confirm within
+        ``elastorm.unconfirmed_resend_secs`` (its worker died with them in flight;
+        ``core.outbox``)."""
         outbox = self._outbox
         assert outbox is not None
         waited = outbox.oldest_age(now)
         due = outbox.due(now)
         if due:
             log.warning(
-                "%d outputs not confirmed by their sink (the oldest for %.0f s): sending "
+                "%d outputs not confirmed by a consumer (the oldest for %.0f s): sending "
                 "them again (%d kept, %d sent again in all)",
                 len(due), waited, len(outbox), outbox.resent,
             )  # fmt: skip
@@ -457,10 +465,12 @@ class KeyedBolt(KeyedOperator, Bolt):
                 super().emit(values, stream=stream)
 
     def _send(self, values: list, stream: str | None) -> None:
-        """Emit an output; one on a stream a sink commits is kept until it confirms."""
+        """Emit an output; one on a stream whose consumers confirm is kept until they do."""
         super().emit(values, stream=stream)
-        if self._outbox is not None and (name := stream or "default") in self._kept_streams:
-            self._outbox.sent(name, values, time.monotonic())
+        if self._outbox is not None:
+            consumers = self._consumers.get(stream or "default")
+            if consumers:
+                self._outbox.sent(stream or "default", values, time.monotonic(), consumers)
 
     def on_applied(self, applied: Applied) -> None:
         outputs = applied.result
@@ -640,7 +650,7 @@ class KeyRouter(KeyedEmitting, Bolt):
     and records it in ``elastorm.replay_sources``.
     """
 
-    outputs = [MESSAGE_STREAM]
+    outputs = [MESSAGE_STREAM, COMMITTED_STREAM]
     unkeyed = 0  # tuples whose key could not be selected
 
     def initialize(self, conf, context):
@@ -649,6 +659,13 @@ class KeyRouter(KeyedEmitting, Bolt):
         if isinstance(keys, str):
             keys = json.loads(keys)
         self.selectors: Mapping[str, Selector] = resolve_selectors(keys or {})
+        # a keyed bolt's outputs routed here: confirmed once the keyed bolt fed
+        # checkpointed them (its trim), so the sender forgets them (core.outbox)
+        confirming = confirmed_inputs(
+            TopologyConfig.from_conf(conf).confirmed_outputs, context["componentid"]
+        )
+        self._confirming = confirming
+        self.receipts = Receipts() if confirming else None
 
     def process(self, tup):
         if tup.stream == STREAM:
@@ -683,10 +700,36 @@ class KeyRouter(KeyedEmitting, Bolt):
                 self.unkeyed,
                 tup.values,
             )
+            self._confirm_dropped(tup)
             self.replay_done()
             return
+        if self.receipts is not None and (tup.component, tup.stream) in self._confirming:
+            self.receipts.arrived(tup.values, tup.task, tup.stream)
         self.emit_keyed(key, tup.values, time.time())
         self.replay_done()
+
+    def _send_keyed(self, emitter, key, value, ts, carry, stream) -> tuple[int, int]:
+        numbered = super()._send_keyed(emitter, key, value, ts, carry, stream)
+        if self.receipts is not None:
+            self.receipts.numbered(value, *numbered)
+        return numbered
+
+    def on_trim(self, operator: str, key_group: int, upto: int) -> None:
+        """Also tell the senders of the keyed outputs the trim covers (``Receipts``)."""
+        super().on_trim(operator, key_group, upto)
+        if self.receipts is not None:
+            for task, keys in self.receipts.trimmed(key_group, upto).items():
+                self.emit([confirmation(keys)], stream=COMMITTED, direct_task=task)
+
+    def _confirm_dropped(self, tup) -> None:
+        """A keyed output that will never be routed is confirmed at once (else its
+        sender would send it again and again)."""
+        if self.receipts is not None and (tup.component, tup.stream) in self._confirming:
+            self.receipts.arrived(tup.values, tup.task, tup.stream)
+            origin = self.receipts.dropped(tup.values)
+            if origin is not None:
+                task, key = origin
+                self.emit([confirmation([key])], stream=COMMITTED, direct_task=task)
 
     def process_tick(self, tup):
         self.tick_emitting()

@@ -23,7 +23,11 @@ before streamparse builds the Thrift topology:
   every component learns its peers at run time, and a tick frequency;
 * the conf ``elastorm.routed_from``: ``{keyed bolt: [components feeding its
   router]}``, so the controller sees a keyed bolt fed by another one through a
-  router (its Output Fidelity graph, and which outputs turn tentative).
+  router (its Output Fidelity graph, and which outputs turn tentative);
+* for a keyed bolt's stream with output ids read by a sink or by another keyed
+  bolt's router, the direct ``elastorm_committed`` stream back from that consumer,
+  and the conf ``elastorm.confirmed_outputs``: the keyed tasks keep those outputs
+  until confirmed (``elastorm.core.outbox``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
 from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
-from elastorm.config import ConfigError, SinkConfig, TopologyConfig
+from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.keys import KeySelectorError, function_path
 from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
@@ -331,30 +335,35 @@ def _refuse_task_counts(classname: str, keyed_specs: list[ComponentSpec]) -> Non
             )
 
 
-def _wire_sinks(specs: dict[str, ComponentSpec], keyed: set[str]) -> dict[str, list[str]]:
-    """Each sink (``CommitsOutputs``) reading a keyed bolt's stream with output ids
-    confirms what it commits back to the sending task: the keyed bolt subscribes to the
-    sink's ``COMMITTED`` stream (direct). Returns ``{keyed bolt: [streams sinks
-    commit]}`` for ``elastorm.sinks.committed_streams`` (``core.outbox``)."""
-    committed: dict[str, list[str]] = {}
+def _confirms(spec: ComponentSpec, stream: str) -> bool:
+    """Whether ``spec``'s ``stream`` is a keyed bolt's stream with output ids (whose
+    consumers confirm them back, ``core.outbox``)."""
+    return _is(spec, KeyedOperator) and _fields(spec, stream)[-len(OUTPUT_ID) :] == OUTPUT_ID
+
+
+def _wire_confirmations(
+    specs: dict[str, ComponentSpec], routed: list[tuple[str, str, str]]
+) -> dict[str, list[str]]:
+    """Every consumer that confirms a keyed bolt's outputs by id sends its
+    confirmations back on its ``COMMITTED`` stream (direct): each sink
+    (``CommitsOutputs``) reading such a stream, and each router in ``routed``
+    (``(router, keyed bolt, stream)``). Returns ``{keyed bolt: ["consumer:stream",
+    ...]}`` for ``elastorm.confirmed_outputs``."""
+    pairs = list(routed)
     for sink in specs.values():
-        if not _is(sink, CommitsOutputs):
-            continue
-        for stream_id in list(sink.inputs):
-            upstream = _component(stream_id)
-            name = upstream.name if isinstance(upstream, ComponentSpec) else upstream
-            if name not in keyed:
-                continue
-            stream = stream_id.streamId
-            if _fields(specs[name], stream)[-len(OUTPUT_ID) :] != OUTPUT_ID:
-                continue  # no ids: the sink counts those tuples malformed
-            specs[name].inputs[GlobalStreamId(componentId=sink.name, streamId=COMMITTED)] = (
-                Grouping.DIRECT
-            )
-            streams = committed.setdefault(name, [])
-            if stream not in streams:
-                streams.append(stream)
-    return committed
+        if _is(sink, CommitsOutputs):
+            for stream_id in sink.inputs:
+                upstream = _component(stream_id)
+                name = upstream.name if isinstance(upstream, ComponentSpec) else upstream
+                if name in specs and _confirms(specs[name], stream_id.streamId):
+                    pairs.append((sink.name, name, stream_id.streamId))
+    confirmed: dict[str, list[str]] = {}
+    for consumer, producer, stream in pairs:
+        specs[producer].inputs[GlobalStreamId(componentId=consumer, streamId=COMMITTED)] = (
+            Grouping.DIRECT
+        )
+        confirmed.setdefault(producer, []).append(f"{consumer}:{stream}")
+    return confirmed
 
 
 def wire(classname: str, class_dict: dict[str, Any]) -> None:
@@ -373,6 +382,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     operators: dict[str, list[str]] = {}
     added: dict[str, ComponentSpec] = {}
     routed_from: dict[str, list[str]] = {}  # keyed bolt -> components feeding its router
+    confirming: list[tuple[str, str, str]] = []  # (router, keyed bolt, stream) to confirm
     _refuse_task_counts(classname, keyed_specs)
     for spec in keyed_specs:
         emitters = operators.setdefault(spec.name, [])
@@ -413,6 +423,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
             conf_form, grouped = _selector(where, grouping.by, fields, class_dict)
             routed[stream_id] = grouped
             routed_from.setdefault(spec.name, []).append(upstream.name)
+            if _confirms(upstream, stream):
+                confirming.append((f"{spec.name}_router", upstream.name, stream))
             router_keys[f"{upstream.name}:{stream}"] = conf_form
             par = upstream.par if isinstance(upstream.par, int) else 1
             router_par = max(router_par, par)
@@ -434,7 +446,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
             raise WiringError(f"{classname}: keyed bolt {spec.name!r} has no keyed() input")
         spec.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
         spec.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
-    committed_streams = _wire_sinks(specs, {s.name for s in keyed_specs})
+    confirmed = _wire_confirmations(specs, confirming)
     replay_sources: dict[str, list[str]] = {}
     replay_links: dict[str, str] = {}
     for name in sorted({e for es in operators.values() for e in es}):
@@ -477,8 +489,8 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         config[TopologyConfig.key("replay_sources")] = replay_sources
     if replay_links:
         config[TopologyConfig.key("replay_links")] = replay_links
-    if committed_streams:
-        config[SinkConfig.key("committed_streams")] = committed_streams
+    if confirmed:
+        config[TopologyConfig.key("confirmed_outputs")] = confirmed
     if routed_from:
         config[TopologyConfig.key("routed_from")] = {
             op: sorted(set(ups)) for op, ups in routed_from.items()
