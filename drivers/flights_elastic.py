@@ -142,16 +142,17 @@ class ElasticFlightsDriver(FlightsDriver):
         }
 
     def _direct_target(self, group: int, status: dict[str, Any]) -> int:
-        """A live task that neither owns ``group`` nor holds its checkpoint; waits (at
-        most the migration timeout) for a task declared lost to be back if need be."""
+        """A live task that neither owns ``group`` nor holds its checkpoint, else (an
+        operator of two tasks) its holder; waits (at most the migration timeout) for a
+        task declared lost to be back if need be."""
         from elastorm.runtime.migrate import wait_for_status
 
         deadline = time.monotonic() + self.migration_timeout
         while True:
-            busy = {status["owners"][group], status["holders"][group], *status.get("lost", ())}
+            busy = {status["owners"][group], *status.get("lost", ())}
             free = [t for t in status["tasks"] if t not in busy]
             if free:
-                return free[0]
+                return min(free, key=lambda t: t == status["holders"][group])
             if time.monotonic() > deadline:
                 raise UserError(f"no live task to move key group {group} to: {status}")
             time.sleep(0.5)
