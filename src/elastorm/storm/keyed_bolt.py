@@ -66,6 +66,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -217,6 +218,7 @@ class KeyedBolt(KeyedOperator, Bolt):
         # outputs kept until every consumer that confirms confirmed them (core.outbox)
         self._consumers = consumers_by_stream(config.confirmed_outputs, context["componentid"])
         self._outbox = Outbox(config.unconfirmed_resend_secs) if self._consumers else None
+        self._resend_logged = -math.inf  # when resends were last logged
         self.setup_keyed(conf, context, self._step)
 
     def process_keyed(self, key: str, values: list) -> None:
@@ -455,14 +457,16 @@ class KeyedBolt(KeyedOperator, Bolt):
         assert outbox is not None
         waited = outbox.oldest_age(now)
         due = outbox.due(now)
-        if due:
+        for stream, values in due:
+            super().emit(values, stream=stream)
+        # one line per resend period, not per tick, while a consumer stays away
+        if due and now - self._resend_logged >= outbox.resend_after:
+            self._resend_logged = now
             log.warning(
-                "%d outputs not confirmed by a consumer (the oldest for %.0f s): sending "
-                "them again (%d kept, %d sent again in all)",
-                len(due), waited, len(outbox), outbox.resent,
+                "outputs not confirmed by a consumer (the oldest for %.0f s): sending "
+                "them again (%d now, %d kept, %d sent again in all)",
+                waited, len(due), len(outbox), outbox.resent,
             )  # fmt: skip
-            for stream, values in due:
-                super().emit(values, stream=stream)
 
     def _send(self, values: list, stream: str | None) -> None:
         """Emit an output; one on a stream whose consumers confirm is kept until they do."""
