@@ -128,7 +128,7 @@ def measure(args: argparse.Namespace, stores: dict[str, DurableStore]) -> int:
     base = {k: m for k, a, m, _ in rows if a == "memory"}
     for keys, arm, med, top in rows:
         ratio = med / base[keys] if base[keys] else float("inf")
-        print(f"| {keys:,} | {arm} | {med * 1000:.2f} ms | {top * 1000:.2f} ms | {ratio:,.0f}x |")
+        print(f"| {keys:,} | {arm} | {med * 1000:.3f} ms | {top * 1000:.3f} ms | {ratio:,.0f}x |")
     print(f"raw: {out}")
     return 0
 
