@@ -10,7 +10,7 @@ once per consumer that confirms: an ``elastorm.sinks.Sink`` once the transaction
 commits it is done, the router before another keyed bolt once that bolt's checkpoint
 covers it (the router's trim). Each tells the sending task on its
 ``storm.elastic.COMMITTED_STREAM``; the task forgets what every consumer confirmed, and
-sends again what waited longer than ``elastorm.sinks.resend_after_secs``. Consumers
+sends again what waited longer than ``elastorm.unconfirmed_resend_secs``. Consumers
 drop repeats by id (the sink's marks; the keyed bolt's ``core.once``): at least once
 on the wire, exactly once in effect, as a Kafka producer keeps a record until the
 broker acks it.

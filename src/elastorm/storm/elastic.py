@@ -130,8 +130,9 @@ OUTPUT_ID = ["elastorm_group", "elastorm_source", "elastorm_seq", "elastorm_kind
 the output's stable id (key group, input source, output sequence) and its kind
 (``core.outputs.OUTPUT_KINDS``); ``elastorm.sinks`` commits each id once."""
 COMMITTED = "elastorm_committed"
-"""The direct stream on which a sink tells each keyed task the output ids it committed
-(``core.outbox``): one field, a list of ``[stream, key group, source, seq]``."""
+"""The direct stream on which a sink (or the router before a second keyed bolt) tells
+each keyed task the output ids it committed (or that bolt checkpointed;
+``core.outbox``): one field, a list of ``[stream, key group, source, seq]``."""
 COMMITTED_STREAM = Stream(fields=["committed"], name=COMMITTED, direct=True)
 TASK_GROUPING = "elastorm.jvm.TaskFieldGrouping"  # jvm/multilang, in every topology jar
 RELAY_CLASS = "elastorm.jvm.RelayBolt"  # jvm/multilang: the relay (docs/elastic.md)
@@ -626,7 +627,7 @@ class CommitsOutputs:
     """Marker of a bolt that commits keyed bolts' outputs by id and confirms them on
     :data:`COMMITTED_STREAM` (``elastorm.sinks.Sink``): ``ElasticTopology`` wires that
     stream back to the keyed bolts it reads and names their streams in
-    ``elastorm.sinks.committed_streams``."""
+    ``elastorm.confirmed_outputs``."""
 
 
 class KeyedOperator(_Sending):
