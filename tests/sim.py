@@ -39,6 +39,7 @@ from elastorm.core.messages import (
     Message,
     Protocol,
     Trim,
+    UpstreamRestarted,
 )
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
@@ -93,6 +94,8 @@ class Cluster:
             for u in self.emitter_ids
         }
         self.channels: dict[tuple[int, int], deque[Message]] = {}
+        # each emitter's input, in order: what its new life replays after a restart
+        self.inputs: dict[int, list[tuple[str, Any, float]]] = {u: [] for u in self.emitter_ids}
         self.applied: list[tuple[int, Applied]] = []
         # The output side: each task sends ``key -> current value`` updates as the
         # flights job's op2 does (``elastorm.core.outputs``), here at once after each step.
@@ -227,13 +230,34 @@ class Cluster:
 
     # -- driving -------------------------------------------------------------------
     def emit(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
+        self.inputs[emitter].append((key, value, ts))
         self.perform(emitter, self.emitters[emitter].emit(key, value, ts))
 
     def emit_lost(self, emitter: int, key: str, value: Any, ts: float = 0.0) -> None:
         """Emit a tuple whose data messages are lost on the wire: numbered and buffered
         by its emitter, never delivered (Storm dropping tuples between live workers)."""
+        self.inputs[emitter].append((key, value, ts))
         actions = self.emitters[emitter].emit(key, value, ts)
         self.stats["lost_on_wire"] += len(actions)
+
+    def restart_emitter(self, emitter: int) -> None:
+        """Kill ``emitter`` and start its new life as ``KeyedEmitting`` does: what it had
+        in flight and its inbox are lost; it reads the routing table in force (the
+        controller's, as ZooKeeper has it), tells every task the epoch it read
+        (``UpstreamRestarted``) and replays its whole input (a restart point at the
+        start), numbered as before."""
+        for ch in [ch for ch in self.channels if emitter in ch]:
+            self.stats["lost_in_flight"] += len(self.channels.pop(ch))
+        old = self.emitters[emitter]
+        new = self.emitters[emitter] = Emitter(
+            task=emitter, routing=self.routing, source=old.source, request_at=old.request_at
+        )
+        notice = UpstreamRestarted(key_group=0, epoch=new.routing.epoch)
+        for t in self.tasks:
+            self._send(emitter, t, notice)
+        for key, value, ts in self.inputs[emitter]:
+            self.perform(emitter, new.emit(key, value, ts))
+        self.stats["emitter_restarts"] += 1
 
     def lose(self, channel: tuple[int, int]) -> Message:
         """The oldest message in flight on ``channel`` is lost on the way."""
@@ -281,6 +305,13 @@ class Cluster:
                 self.deliver(ch)
                 steps += 1
         raise RuntimeError(f"not quiet after {max_steps} deliveries")
+
+    def heal(self, *, rounds: int = 8, every: float = 2.0) -> None:
+        """Tick (probes, resends) and deliver until nothing is parked behind a gap and
+        nothing is in flight, as the runtime's timers would."""
+        for _ in range(rounds):
+            self.tick(self.now + every)
+            self.run_until_quiet()
 
     def checkpoint(self, task: int, key_group: int) -> None:
         self.perform(task, self.coordinators[task].checkpoint(key_group))

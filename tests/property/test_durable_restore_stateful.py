@@ -39,6 +39,7 @@ class DurableRestoreMachine(MigrationMachine):
             durable=True,
         )
         self.log = defaultdict(list)
+        self.read = {}
 
     @rule(task=st.sampled_from(MigrationMachine.tasks), group=st.integers(0, GROUPS - 1))
     def persist(self, task: int, group: int) -> None:

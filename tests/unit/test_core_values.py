@@ -23,6 +23,7 @@ from elastorm.core.messages import (
     Protocol,
     Resend,
     ToState,
+    UpstreamRestarted,
     decode,
     encode,
 )
@@ -102,6 +103,7 @@ messages = st.one_of(
         source=st.just(1),
         target=st.just(2),
     ),
+    st.builds(UpstreamRestarted, key_group=st.just(0), epoch=st.integers(0, 9)),
     st.builds(
         DurableWritten,
         key_group=st.integers(0, 9),
@@ -137,7 +139,7 @@ def test_messages_round_trip_through_json(message) -> None:
 
 
 def test_every_message_type_is_registered_for_decoding() -> None:
-    assert len(MESSAGE_TYPES) == 19
+    assert len(MESSAGE_TYPES) == 20
 
 
 def test_messages_are_validated_on_construction() -> None:

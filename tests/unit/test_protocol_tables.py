@@ -42,6 +42,7 @@ from elastorm.core.messages import (
     ToStateAck,
     Trim,
     UpstreamRecovery,
+    UpstreamRestarted,
 )
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.table import (
@@ -50,6 +51,7 @@ from elastorm.core.migration.table import (
     EMITTER_TRANSITIONS,
     PEER_DOWN,
     TRANSITIONS,
+    UPSTREAM_RESTARTED,
     Phase,
     Route,
 )
@@ -100,6 +102,7 @@ SAMPLES: dict[str, Message] = {
     "DropReplica": DropReplica(key_group=0, epoch=1, replica=0),
     "UpstreamRecovery": UpstreamRecovery(key_group=0, recovering=True),
     "PeerDown": PeerDown(key_group=0, task=7),
+    "UpstreamRestarted": UpstreamRestarted(key_group=0, epoch=1),
     "DurableWritten": DurableWritten(key_group=0, checkpoint=(0, 1), watermarks={"u10": 1}),
     "DurableLoaded": DurableLoaded(
         key_group=0, epoch=1, checkpoint=None, entries={}, watermarks={}, out_seq={}
@@ -246,6 +249,48 @@ def test_a_failed_machine_ignores_a_peers_death() -> None:
     with pytest.raises(MigrationProtocolError, match="not allowed"):
         coord.receive(10, ToCheckpoint(key_group=0, epoch=1))
     assert coord.peer_down(10) == [] and coord.phase(0) is Phase.FAILED
+
+
+# -- a key group's UPSTREAM_RESTARTED rows ---------------------------------------------
+
+#: phase -> the phase after upstream 11 restarts knowing epoch 1 (the migration's)
+RESTARTED_AFTER = {
+    **PEER_DOWN_AFTER,
+    Phase.DIRECT_SOURCE: Phase.DIRECT_SOURCE,  # an upstream is never a direct target
+}
+
+
+def test_upstream_restarted_has_a_row_for_every_phase_but_failed() -> None:
+    phases = {phase for phase, event in TRANSITIONS if event == UPSTREAM_RESTARTED}
+    assert phases == set(Phase) - {Phase.FAILED} == set(RESTARTED_AFTER)
+
+
+@pytest.mark.parametrize("phase", sorted(PEER_DOWN_CASES, key=lambda p: p.value))
+def test_upstream_restarted_row(phase: Phase) -> None:
+    """The new life of upstream 11 ignores the commands of epoch 1 (it read them): no
+    machine waits for it there, as if it had died, but it stays an upstream."""
+    make, _, reported = PEER_DOWN_CASES[phase]
+    coord = make()
+    upstreams = set(coord.upstreams)
+    actions = coord.receive(11, UpstreamRestarted(key_group=0, epoch=1))
+    after = coord.phase(0)
+    assert after is RESTARTED_AFTER[phase]
+    assert after in TRANSITIONS[(phase, UPSTREAM_RESTARTED)][1]
+    kinds = [type(a) for a in actions if isinstance(a, MigrationAborted | MigrationDone)]
+    expected = None if phase is Phase.DIRECT_SOURCE else reported
+    assert kinds == ([] if expected is None else [expected])
+    assert coord.upstreams == upstreams
+
+
+@pytest.mark.parametrize("phase", [Phase.REPLAYING, Phase.SHADOW, Phase.SYNCING, Phase.DRAINING])
+def test_an_upstream_restarted_before_a_migration_was_ordered_is_still_awaited(
+    phase: Phase,
+) -> None:
+    """Its new life read epoch 0: it gets the commands of epoch 1 and answers them."""
+    make, _, _ = PEER_DOWN_CASES[phase]
+    coord = make()
+    assert coord.receive(11, UpstreamRestarted(key_group=0, epoch=0)) == []
+    assert coord.phase(0) is phase
 
 
 # -- the registration and leadership machines ------------------------------------------

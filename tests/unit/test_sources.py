@@ -23,7 +23,7 @@ from streamparse import Bolt, Grouping, Spout
 
 import elastorm.zk.replay
 from elastorm import ElasticTopology, GeneratedSpout, KeyedBolt, LinesSpout, keyed
-from elastorm.core.messages import Data
+from elastorm.core.messages import Data, UpstreamRestarted
 from elastorm.core.replay import RestartPoint, emitter_source
 from elastorm.core.state import Admission, KeyGroupState
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
@@ -184,6 +184,9 @@ def test_a_restarted_router_that_cannot_replay_is_not_dropped_as_a_duplicate(mon
     receiver.applied["counts_router:1"] = 10  # the first incarnation's 10 tuples
     fake_start(monkeypatch, incarnation=2)
     r, sent = router(monkeypatch, ROUTER_CONF)
+    notices = [m for m in sent if isinstance(m, UpstreamRestarted)]
+    assert notices == [UpstreamRestarted(key_group=0, epoch=0)] * 2  # to counts 3 and 4
+    sent.clear()
     r.process(Tup("default", [0, "apple"]))
     (data,) = sent
     assert isinstance(data, Data) and data.item.source == "counts_router:1@2"
@@ -206,6 +209,7 @@ def test_a_restarted_router_behind_a_replayable_spout_resumes_by_replay(monkeypa
     monkeypatch.setattr(elastorm.zk.replay, "RestartPointWriter", Writer)
     conf = {**ROUTER_CONF, "elastorm.replay_sources": {"counts_router": ["words"]}}
     r, sent = router(monkeypatch, conf)
+    sent.clear()  # the restart's notices (UpstreamRestarted)
     r.process(Tup("default", [9, "late"]))  # sent before the rewind: not admitted
     assert sent == []
     r.process(Tup(REWIND_STREAM, [["1#2"], []]))  # the spout's marker for this restart

@@ -428,6 +428,25 @@ class PeerDown(Message):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class UpstreamRestarted(Message):
+    """Emitter -> every task of each keyed operator it feeds, first thing in a new life
+    (a restart): ``epoch`` is the routing epoch it read at its start.
+
+    It ignores the commands of every migration at or before that epoch (its table has
+    their outcome already), so no task waits for its toState, toCheckpoint or
+    syncGroup in them: its earlier life's never come, and its replay from its restart
+    point brings what that life had buffered. Not about one key group (``key_group``
+    is 0); ``TaskCoordinator`` tells every machine.
+    """
+
+    key_group: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        _check_group_and_epoch(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DurableWritten(Message):
     """The task's durable writer -> its coordinator: checkpoint ``checkpoint`` of
     ``key_group``, reflecting upstream positions ``watermarks``, is in the durable
@@ -492,6 +511,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         DropReplica,
         UpstreamRecovery,
         PeerDown,
+        UpstreamRestarted,
         DurableWritten,
         DurableLoaded,
     )

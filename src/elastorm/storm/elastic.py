@@ -74,6 +74,7 @@ from elastorm.core.messages import (
     Message,
     Protocol,
     Trim,
+    UpstreamRestarted,
     from_json,
     to_json,
 )
@@ -326,6 +327,8 @@ class KeyedEmitting(_Sending):
             )
             resumed = point.counters.get(op, {})
             emitter.counters = SequenceCounters({(source, g): n for g, n in resumed.items()})
+        if start.incarnation > 1:
+            self._announce_restart(context)
         self._first = operators[0]
         self.emitter = self.emitters[self._first]
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
@@ -368,6 +371,15 @@ class KeyedEmitting(_Sending):
                     "emitter task %s restarted (incarnation %d): resuming after %s, "
                     "waiting for the replay", task, start.incarnation, dict(point.positions),
                 )  # fmt: skip
+
+    def _announce_restart(self, context: Mapping[str, Any]) -> None:
+        """Tell every task of each operator this emitter feeds the routing epoch it read
+        (``UpstreamRestarted``): no migration ordered by then waits for this life, which
+        ignores their commands and replays what the earlier one had buffered."""
+        for op, emitter in self.emitters.items():
+            notice = UpstreamRestarted(key_group=0, epoch=emitter.routing.epoch)
+            for t in tasks_of(context, op):
+                self.send(Send(to_task=t, message=notice))
 
     def replay_admit(self, tup):
         """The input to process, or None. None for a rewind marker (handled here) and,

@@ -35,6 +35,7 @@ from elastorm.core.messages import (
     Resend,
     SetHolder,
     UpstreamRecovery,
+    UpstreamRestarted,
 )
 from elastorm.core.migration.keygroup import KeyGroupMachine
 from elastorm.core.migration.table import COORDINATOR_TABLE, LIVE, Phase
@@ -96,6 +97,9 @@ class TaskCoordinator:
         self.task = task
         self.num_key_groups = num_key_groups
         self.upstreams: set[int] = set(upstreams)
+        # upstream -> the routing epoch its newest life read at its start (it ignores
+        # the commands of migrations at or before it: UpstreamRestarted)
+        self.restarted: dict[int, int] = {}
         self.step = step
         self.held = CheckpointHolder()
         self.checkpoint_interval = checkpoint_interval
@@ -135,6 +139,7 @@ class TaskCoordinator:
             key_group=g,
             task=self.task,
             upstreams=lambda: self.upstreams,
+            awaited=self._awaited,
             holder_store=self.held,
             step=self.step,
             epoch=self.stale_through + 1,
@@ -252,6 +257,22 @@ class TaskCoordinator:
     @_control
     def _on_peer_down(self, sender: int, message: PeerDown) -> list[Action]:
         return self.peer_down(message.task)
+
+    def _awaited(self, epoch: int) -> set[int]:
+        """The upstreams a migration of routing ``epoch`` waits for: every one but those
+        restarted knowing its outcome (their new life ignores its commands)."""
+        restarted = self.restarted
+        return {u for u in self.upstreams if restarted.get(u, -1) < epoch}
+
+    @_control
+    def _on_upstream_restarted(self, sender: int, message: UpstreamRestarted) -> list[Action]:
+        """Upstream ``sender`` began a new life knowing routing epoch ``message.epoch``:
+        no machine waits for it in a migration at or before that epoch."""
+        self.restarted[sender] = max(message.epoch, self.restarted.get(sender, -1))
+        actions: list[Action] = []
+        for _, m in sorted(self._machines.items()):
+            actions += m.upstream_restarted(sender, message)
+        return actions
 
     @_control
     def _on_upstream_recovery(self, sender: int, message: UpstreamRecovery) -> list[Action]:

@@ -47,10 +47,18 @@ from elastorm.core.messages import (
     ToState,
     ToStateAck,
     Trim,
+    UpstreamRestarted,
     new_unchecked,
     set_unchecked,
 )
-from elastorm.core.migration.table import LIVE, PEER_DOWN, QUIET, TRANSITIONS, Phase
+from elastorm.core.migration.table import (
+    LIVE,
+    PEER_DOWN,
+    QUIET,
+    TRANSITIONS,
+    UPSTREAM_RESTARTED,
+    Phase,
+)
 from elastorm.core.state import KeyGroupState, Step
 
 
@@ -98,7 +106,10 @@ class KeyGroupMachine:
     """Key group ``key_group`` as seen by task ``task``.
 
     ``upstreams()`` returns the live upstream emitter tasks (shared with the
-    coordinator); ``holder`` is the task receiving this group's checkpoints.
+    coordinator); ``awaited(epoch)`` those of them a migration of routing ``epoch``
+    waits for (all of them, but an upstream restarted after that migration was
+    ordered; ``TaskCoordinator``); ``holder`` is the task receiving this group's
+    checkpoints.
     ``durable_trim``: the durable tier is on, so upstream buffers are trimmed no
     further than the newest durable copy (``DurableWritten``) either.
     """
@@ -109,6 +120,7 @@ class KeyGroupMachine:
         key_group: int,
         task: int,
         upstreams: Callable[[], Set[int]],
+        awaited: Callable[[int], Set[int]] | None = None,
         holder_store: CheckpointHolder,
         step: Step,
         epoch: int = 0,
@@ -123,6 +135,7 @@ class KeyGroupMachine:
         self._kept: list[tuple[int, Message]] = []  # LOADING: toStates and data, in order
         self.task = task
         self._upstreams = upstreams
+        self._awaited = awaited or (lambda epoch: upstreams())
         self._holder_store = holder_store
         self._step = step
         self.epoch = epoch
@@ -196,6 +209,13 @@ class KeyGroupMachine:
         if holder != self.holder and self.state is not None:
             self.state.needs_full = True
         self.holder = holder
+
+    def upstream_restarted(self, task: int, message: UpstreamRestarted) -> list[Action]:
+        """Upstream ``task`` began a new life (the ``UPSTREAM_RESTARTED`` event; ignored
+        once ``FAILED``, as a peer's death is)."""
+        if self.phase is Phase.FAILED:
+            return []
+        return self._transition(task, UPSTREAM_RESTARTED, message)
 
     def peer_down(self, task: int) -> list[Action]:
         """Task ``task`` died: the ``PEER_DOWN`` event (ignored once ``FAILED``: a
@@ -341,8 +361,8 @@ class KeyGroupMachine:
             return self._done(Role.TARGET)
         if self.phase is Phase.SHADOW:
             self.phase = Phase.SYNCING
-            self._pending = set(self._upstreams())
-            self._synced = set()
+            self._pending = set(self._awaited(self.epoch))
+            self._synced = set(self._upstreams()) - self._pending
             epoch = self.epoch
             g = self.key_group
             actions = self._to_all_upstreams(lambda: ProcessedAllReplay(key_group=g, epoch=epoch))
@@ -371,6 +391,14 @@ class KeyGroupMachine:
     def _on_data(self, sender: int, message: Data) -> list[Action]:
         return self._admit(message.item, self.phase not in QUIET, sender)
 
+    def _on_data_shadow(self, sender: int, message: Data) -> list[Action]:
+        """Quietly (the source sends the outputs), but an upstream restarted since the
+        migration began sends only here: its tuples wait for the end, as a synced one's."""
+        if sender in self._synced:
+            self._queue.append(message.item)
+            return []
+        return self._admit(message.item, False, sender)
+
     def _on_data_syncing(self, sender: int, message: Data) -> list[Action]:
         if sender in self._synced:
             self._queue.append(message.item)
@@ -380,9 +408,9 @@ class KeyGroupMachine:
     def _start_target(self, message: ToState) -> None:
         self.epoch = message.epoch
         self.protocol = message.protocol
-        self._pending = set(self._upstreams())
+        self._pending = set(self._awaited(message.epoch))
         self._replay_emits = message.protocol.restores
-        self._synced = set()
+        self._synced = set(self._upstreams()) - self._pending
         self._replica_ready = False
         self._acked = self._durable = self._trimmed = None  # a new lineage of checkpoints
 
@@ -462,7 +490,7 @@ class KeyGroupMachine:
             direct = self.protocol is Protocol.DIRECT and message.epoch == self.epoch
             self.protocol = Protocol.DIRECT if direct else message.protocol
             self.epoch = message.epoch
-            self._pending = set(self._upstreams())
+            self._pending = set(self._awaited(message.epoch))
             self.phase = Phase.DRAINING
         elif message.epoch != self.epoch:
             return self._fail(f"toCheckpoint of epoch {message.epoch} during {self.epoch}")
@@ -614,6 +642,18 @@ class KeyGroupMachine:
             self._pending.discard(task)
             actions += self._maybe_complete()
         return actions
+
+    def _on_upstream_restarted(self, sender: int, message: UpstreamRestarted) -> list[Action]:
+        """Upstream ``sender`` restarted knowing routing epoch ``message.epoch``: in a
+        migration at or before it, it sends no toState, toCheckpoint or syncGroup (it
+        ignores their commands) and routes to the new owner only; its replay brings what
+        it had. Stop waiting for it (which may complete the migration); a CPAL target
+        queues its tuples as a synced upstream's."""
+        if self.epoch > message.epoch or sender not in self._pending:
+            return []
+        self._pending.discard(sender)
+        self._synced.add(sender)
+        return self._maybe_complete()
 
     def _on_nack(self, sender: int, message: CheckpointNack) -> list[Action]:
         if self.state is not None:

@@ -54,13 +54,18 @@ QUIET = frozenset({Phase.SHADOW, Phase.REPLICA})
 PEER_DOWN = "peer_down"
 """The event of a peer's death at a key group's machine (not a message type name)."""
 
+UPSTREAM_RESTARTED = "upstream_restarted"
+"""The event of an upstream's new life at a key group's machine (the coordinator's
+``UpstreamRestarted``, told to every machine; not a message type name)."""
+
 P = Phase
 _OWNERISH = (P.ACTIVE, P.DIRECT_SOURCE, P.DRAINING, P.REPLAYING)
 
 TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     # data
     (P.IDLE, "Data"): ("_reject_data", frozenset({P.IDLE})),
-    **{(p, "Data"): ("_on_data", frozenset({p})) for p in _OWNERISH + (P.SHADOW, P.REPLICA)},
+    **{(p, "Data"): ("_on_data", frozenset({p})) for p in _OWNERISH + (P.REPLICA,)},
+    (P.SHADOW, "Data"): ("_on_data_shadow", frozenset({P.SHADOW})),
     (P.SYNCING, "Data"): ("_on_data_syncing", frozenset({P.SYNCING})),
     # toState: start or continue being a target
     (P.IDLE, "ToState"): (
@@ -120,9 +125,27 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     (P.REPLAYING, PEER_DOWN): ("_on_peer_down", frozenset({P.REPLAYING, P.ACTIVE})),
     (P.SHADOW, PEER_DOWN): ("_on_peer_down", frozenset({P.SHADOW, P.SYNCING, P.ACTIVE})),
     (P.SYNCING, PEER_DOWN): ("_on_peer_down", frozenset({P.SYNCING, P.ACTIVE})),
+    # An upstream restarted, unaware of the migrations at or before the epoch it read:
+    # stop waiting for it there (its replay brings what it had); a CPAL target takes
+    # its tuples as a synced upstream's (queued, applied with outputs as the owner).
+    **{
+        (p, UPSTREAM_RESTARTED): ("_on_upstream_restarted", frozenset({p}))
+        for p in (P.IDLE, P.ACTIVE, P.DIRECT_SOURCE, P.LOADING)
+    },
+    (P.REPLICA, UPSTREAM_RESTARTED): ("_on_upstream_restarted", frozenset({P.REPLICA})),
+    (P.REPLAYING, UPSTREAM_RESTARTED): (
+        "_on_upstream_restarted",
+        frozenset({P.REPLAYING, P.ACTIVE}),
+    ),
+    (P.DRAINING, UPSTREAM_RESTARTED): ("_on_upstream_restarted", frozenset({P.DRAINING, P.IDLE})),
+    (P.SHADOW, UPSTREAM_RESTARTED): (
+        "_on_upstream_restarted",
+        frozenset({P.SHADOW, P.SYNCING, P.ACTIVE}),
+    ),
+    (P.SYNCING, UPSTREAM_RESTARTED): ("_on_upstream_restarted", frozenset({P.SYNCING, P.ACTIVE})),
 }
 """``(phase, event) -> (handler, allowed next phases)`` of one key group on one task;
-events are message type names, and ``PEER_DOWN``."""
+events are message type names, ``PEER_DOWN`` and ``UPSTREAM_RESTARTED``."""
 
 
 class Route(Enum):
@@ -176,6 +199,7 @@ COORDINATOR_TABLE: dict[str, str] = {
     "CheckpointRequest": "_on_request",
     "SetHolder": "_on_set_holder",
     "PeerDown": "_on_peer_down",  # every machine (``PEER_DOWN``), holders lost
+    "UpstreamRestarted": "_on_upstream_restarted",  # every machine (``UPSTREAM_RESTARTED``)
     "UpstreamRecovery": "_on_upstream_recovery",
     **dict.fromkeys(EMITTER_MESSAGES, "_on_emitter_message"),  # refused
 }
