@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from sim import CONTROLLER, Cluster
 
-from elastorm.core.actions import MigrationDone, Rejected, Role, Send, TuplesStalled
+from elastorm.core.actions import (
+    CheckpointStored,
+    MigrationDone,
+    Rejected,
+    Role,
+    Send,
+    TuplesStalled,
+)
 from elastorm.core.errors import Hint, MigrationProtocolError
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import (
@@ -160,9 +167,41 @@ def test_source_reports_done_after_all_to_checkpoints() -> None:
     coord = TaskCoordinator(task=0, num_key_groups=G, upstreams=[10, 11], owned=[0])
     assert coord.receive(10, ToCheckpoint(key_group=0, epoch=1, protocol=Protocol.CPAL)) == []
     assert coord.phase(0) is Phase.DRAINING
-    (done,) = coord.receive(11, ToCheckpoint(key_group=0, epoch=1, protocol=Protocol.CPAL))
+    stored, done = coord.receive(11, ToCheckpoint(key_group=0, epoch=1, protocol=Protocol.CPAL))
     assert done == MigrationDone(key_group=0, epoch=1, protocol=Protocol.CPAL, role=Role.SOURCE)
     assert coord.phase(0) is Phase.IDLE and coord.held.get(0) is not None
+    # the drained state is reported as a copy, numbered before the new owner's first
+    assert stored == CheckpointStored(key_group=0, checkpoint=(1, 0))
+    assert coord.held.get(0).checkpoint == (1, 0)
+
+
+@pytest.mark.parametrize("protocol", [Protocol.CPA, Protocol.CPAL])
+def test_a_new_owner_killed_before_its_first_checkpoint_is_restored_from_the_source(
+    protocol: Protocol,
+) -> None:
+    """Before: the controller knew no copy of a group whose new owner died before its
+    first checkpoint was acked (the move starts a new lineage) and declared its state
+    lost (seen on the cluster: a kill -9 just after a CPAL). The source's drained state
+    and the untrimmed upstream buffers are the whole group."""
+    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10, 11])
+    g = key_group(KEY0, G)
+    for i in range(5):
+        c.emit(10 + i % 2, KEY0, i)
+    c.run_until_quiet()
+    for group in range(G):  # every group has a copy (the target owns another)
+        c.checkpoint(c.owner(group), group)
+    c.run_until_quiet()
+    source, target = c.owner(g), c.holders[g]
+    assert c.migrate(g, target, protocol) is protocol
+    c.emit(10, KEY0, 100)
+    c.run_until_quiet()
+    assert c.owner(g) == target and not c.moving
+    assert list(c.control.surviving_copies(g, [target])) == [source]
+    assert g in c.crash(target)
+    c.emit(11, KEY0, 1000)
+    c.run_until_quiet()
+    state = c.coordinators[c.owner(g)].state(g)
+    assert state.items() == {KEY0: sum(range(5)) + 100 + 1000}
 
 
 # -- emitter ---------------------------------------------------------------------------

@@ -137,10 +137,12 @@ def checkpoint_to_state(
 
 
 def state_to_checkpoint(state: KeyGroupState, *, epoch: int) -> HeldCheckpoint:
-    """Turn live state into a held copy (the CPA/CPAL source's last step)."""
+    """Turn live state into a held copy (the CPA/CPAL source's last step), numbered
+    ``(epoch, 0)``: after every copy of the old owner's lineage, before the first
+    checkpoint of the new owner's (which owns it from ``epoch``)."""
     return HeldCheckpoint(
         key_group=state.key_group,
-        checkpoint=None,
+        checkpoint=(epoch, 0),
         entries=state.items(),
         watermarks=dict(state.applied),
         out_seq=state.out_seq.snapshot(),

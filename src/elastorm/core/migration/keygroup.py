@@ -14,6 +14,7 @@ from typing import NamedTuple
 from elastorm.core.actions import (
     Action,
     Applied,
+    CheckpointStored,
     LoadDurable,
     MigrationAborted,
     MigrationDone,
@@ -375,12 +376,18 @@ class KeyGroupMachine:
             return actions + self._done(Role.TARGET)
         if self.phase is Phase.DRAINING:
             assert self.state is not None
-            self._holder_store.put(state_to_checkpoint(self.state, epoch=self.epoch))
+            copy = state_to_checkpoint(self.state, epoch=self.epoch)
+            self._holder_store.put(copy)
             self.state = None
             self._parked.clear()
             self._parked_from.clear()
             self.phase = Phase.IDLE
-            return self._done(Role.SOURCE)
+            # The drained state is a copy the new owner's state grows from: until the
+            # new owner's first checkpoint is acked (and trims past it), it and the
+            # upstream buffers are the group, should the new owner die.
+            assert copy.checkpoint is not None
+            stored = CheckpointStored(key_group=self.key_group, checkpoint=copy.checkpoint)
+            return [stored, *self._done(Role.SOURCE)]
         return []
 
     # -- handlers (named in TRANSITIONS) -----------------------------------
