@@ -24,6 +24,7 @@ from elastorm.core.actions import (
     Action,
     Applied,
     CheckpointStored,
+    EmitterRestarted,
     LoadDurable,
     MigrationDone,
     Rejected,
@@ -172,6 +173,8 @@ class Cluster:
                     latest.reported(action, m.state, tentative=m.tentative)
             elif isinstance(action, CheckpointStored):
                 self.control.on_checkpoint_stored(actor, action)
+            elif isinstance(action, EmitterRestarted):
+                self._send_all(self.control.redrive(action.epoch, now=self.now))
             self.stats[type(action).__name__] += 1
         coordinator = self.coordinators.get(actor)
         if latest is not None and coordinator is not None:

@@ -358,3 +358,35 @@ def test_user_project_windows_and_timers_exact_through_migrations_and_a_restore(
         _run(kill, project, check=False)
     assert _window_rows(output) == expected
     assert done == ["direct", "cpa", "cpal"]
+
+
+def test_keyed_bolts_with_unequal_parallelism_are_refused_at_submit_in_one_line(
+    installed,
+) -> None:
+    """The user's chained topology with its keyed bolts at ``par=3`` and ``par=2``:
+    ``sparse submit`` itself refuses it, before anything reaches Nimbus, and the last
+    line it prints states the rule and the fix (before: submit returned 0, the job
+    stalled and the controller crash-looped, visible only in a worker log)."""
+    project, venv = installed
+    chained = (project / "topologies/chained.py").read_text()
+    unequal = chained.replace("class Chained", "class Unequal")
+    unequal = unequal.replace('keyed("word")}, par=2)', 'keyed("word")}, par=3)')
+    assert unequal.count("par=3") == 1 and unequal.count("par=2") == 1
+    (project / "topologies/unequal.py").write_text(unequal)
+    submit = [str(venv / "bin/sparse"), "submit", "-e", "cluster", "-n", "unequal"]
+    proc = subprocess.run(
+        [*submit, "-N", "unequal"],
+        cwd=project,
+        env={k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        | {"LEIN_ROOT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = (proc.stdout + proc.stderr).strip().splitlines()
+    print("\n".join(out[-3:]))
+    assert proc.returncode != 0
+    assert "counts (par=3) and letters (par=2) must have the same number of tasks" in out[-1]
+    assert "give every keyed bolt par=" in out[-1]
+    listed = _run([str(venv / "bin/sparse"), "list", "-e", "cluster"], project, check=False)
+    assert "unequal" not in listed

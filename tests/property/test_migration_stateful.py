@@ -178,8 +178,9 @@ class MigrationMachine(RuleBasedStateMachine):
     def restartable(self) -> list[int]:
         """Emitters whose restart leaves every migration in flight an emitter that
         answers its command (one that read an older routing epoch), with no active
-        replica anywhere. The rest are known holes (``docs/failures.md``): every
-        emitter restarted after a migration was ordered (nobody starts its target:
+        replica anywhere (a restore is ordered again and never waits). The rest are
+        known holes (``docs/failures.md``): every emitter restarted after a CPA, CPAL
+        or direct migration was ordered (nobody starts its target:
         ``test_every_emitter_restarted_mid_migration_leaves_it_stuck``), and a new
         life does not feed an active replica until its promotion."""
         c = self.cluster
@@ -189,7 +190,8 @@ class MigrationMachine(RuleBasedStateMachine):
             u
             for u in EMITTERS
             if all(
-                any(self.read.get(v, -1) < m.epoch for v in EMITTERS if v != u)
+                m.protocol.restores  # ordered again (MigrationController.redrive)
+                or any(self.read.get(v, -1) < m.epoch for v in EMITTERS if v != u)
                 for m in c.moving.values()
             )
         ]
@@ -297,6 +299,28 @@ MigrationMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestMigration = MigrationMachine.TestCase
+
+
+def test_every_emitter_restarted_mid_restore_has_it_ordered_again() -> None:
+    """Fails before ``redrive``: the owner dies, both emitters restart before they
+    answered the restore, their new lives ignore its command (their tables have it), and
+    nobody starts the target (seen in CI at f378ed2: one router, killed with the task)."""
+    c = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count))
+    values = {key: i for i, key in enumerate(KEYS)}
+    for key, value in values.items():
+        c.emit(10, key, value)
+    c.run_until_quiet()
+    for g in range(GROUPS):
+        c.checkpoint(c.owner(g), g)
+    c.run_until_quiet()
+    g = key_group(KEYS[0], GROUPS)
+    assert g in c.crash(c.owner(g))
+    c.restart_emitter(10)
+    c.restart_emitter(11)
+    c.run_until_quiet()
+    assert not c.moving and c.control.stats["redriven"] >= 1
+    state = c.coordinators[c.owner(g)].state(g).items()
+    assert state == {k: (v, 1) for k, v in values.items() if key_group(k, GROUPS) == g}
 
 
 @pytest.mark.xfail(strict=True, reason="known hole: every emitter restarted mid-migration")

@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 
 from elastorm.core import sessions
-from elastorm.core.actions import MigrationAborted, MigrationDone, Rejected, Role
+from elastorm.core.actions import EmitterRestarted, MigrationAborted, MigrationDone, Rejected, Role
 from elastorm.core.errors import MigrationProtocolError, StateTransitionError
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import (
@@ -289,7 +289,8 @@ def test_an_upstream_restarted_before_a_migration_was_ordered_is_still_awaited(
     """Its new life read epoch 0: it gets the commands of epoch 1 and answers them."""
     make, _, _ = PEER_DOWN_CASES[phase]
     coord = make()
-    assert coord.receive(11, UpstreamRestarted(key_group=0, epoch=0)) == []
+    reported = coord.receive(11, UpstreamRestarted(key_group=0, epoch=0))
+    assert reported == [EmitterRestarted(task=11, epoch=0)]  # for the controller
     assert coord.phase(0) is phase
 
 

@@ -130,6 +130,18 @@ class TuplesStalled:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EmitterRestarted:
+    """Upstream emitter ``task`` began a new life knowing routing epoch ``epoch`` (its
+    ``UpstreamRestarted``): the commands of restores up to that epoch died with its
+    earlier life and its new one ignores them, so a restore in flight that waits for
+    its toState, or that no upstream started, is ordered again
+    (``MigrationController.redrive``)."""
+
+    task: int
+    epoch: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LoadDurable:
     """Read ``key_group``'s newest durable copy from the store (off the task's thread)
     and hand it back as a ``DurableLoaded`` of epoch ``epoch``: this task is the
@@ -148,12 +160,19 @@ Action = (
     | MigrationAborted
     | HolderLost
     | TuplesStalled
+    | EmitterRestarted
     | LoadDurable
 )
 
 
 Report = (
-    CheckpointStored | MigrationDone | MigrationAborted | HolderLost | TaskStarted | TuplesStalled
+    CheckpointStored
+    | MigrationDone
+    | MigrationAborted
+    | HolderLost
+    | TaskStarted
+    | TuplesStalled
+    | EmitterRestarted
 )
 """What a task reports to the controller."""
 
@@ -166,6 +185,7 @@ _REPORT_TYPES: dict[str, type] = {
         HolderLost,
         TaskStarted,
         TuplesStalled,
+        EmitterRestarted,
     )
 }
 

@@ -497,6 +497,34 @@ class MigrationController:
             replicas_lost=tuple(lost_replicas),
         )
 
+    def redrive(self, epoch: int, now: float) -> list[Send]:
+        """Order again, each at a new epoch, the restores in flight ordered at or before
+        ``epoch``: an emitter restarted knowing that epoch (``EmitterRestarted``), so
+        their commands died with its earlier life and its new one ignores them; when it
+        was the only emitter, nobody started their targets. Same target, same protocol
+        (the target keeps what it replayed: a newer RESTORE toState replays on top);
+        every emitter answers the new epoch. A restore has no live source, so this
+        never makes a second owner. O(moving groups)."""
+        sends: list[Send] = []
+        for g, moving in sorted(self.moving.items()):
+            if not moving.protocol.restores or moving.epoch > epoch:
+                continue
+            self.epoch += 1
+            cmd = Migrate(
+                key_group=g,
+                epoch=self.epoch,
+                protocol=moving.protocol,
+                source=None,
+                target=moving.target,
+            )
+            sends += [Send(to_task=u, message=cmd) for u in self.emitters]
+            self._change_owner(g, moving.target)
+            self.moving[g] = Moving(
+                moving.protocol, None, moving.target, self.epoch, {Role.TARGET}, since=moving.since
+            )
+            self.stats["redriven"] += 1
+        return sends
+
     def overdue(self, now: float, limit: float) -> list[Overdue]:
         """Migrations ordered more than ``limit`` seconds before ``now`` that are not
         complete and not yet reported; each is marked so it is reported only once.

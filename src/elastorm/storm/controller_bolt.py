@@ -44,6 +44,7 @@ from elastorm.controller.standby import (
 )
 from elastorm.core.actions import (
     CheckpointStored,
+    EmitterRestarted,
     MigrationDone,
     Send,
     TaskStarted,
@@ -377,6 +378,8 @@ class MigrationControllerBolt(_Sending, Bolt):
                     Restarted(operator=op, task=report.task, stale_through=report.stale_through)
                 )
                 self.recover_restarted()
+        elif isinstance(report, EmitterRestarted):
+            self.redrive(op, report)
         elif isinstance(report, TuplesStalled):
             log.error(
                 "controller: task %s, key group %s: %d tuples of %s stalled %.0f s behind "
@@ -390,6 +393,25 @@ class MigrationControllerBolt(_Sending, Bolt):
             )
         else:
             log.warning("controller: task %s reports %s", tup.task, report)
+
+    def redrive(self, op: str, report: EmitterRestarted) -> None:
+        """An emitter of ``op`` restarted: order again the restores its earlier life never
+        answered (``MigrationController.redrive``; every task of ``op`` reports the same
+        restart, and only the first finds any)."""
+        sends = self.controls[op].redrive(report.epoch, time.time())
+        if not sends:
+            return
+        groups = sorted({s.message.key_group for s in sends})
+        log.warning(
+            "controller: emitter task %s of %s restarted knowing epoch %d: restores of key "
+            "groups %s ordered again",
+            report.task,
+            op,
+            report.epoch,
+            groups,
+        )
+        for send in self.runtime.order(sends):
+            self.send(send)
 
     def recover_restarted(self) -> None:
         """Recover the restarted tasks reported so far, once decisions are loaded."""

@@ -15,6 +15,7 @@ from typing import Any
 from elastorm.core.actions import (
     Action,
     CheckpointStored,
+    EmitterRestarted,
     HolderLost,
     Rejected,
     Send,
@@ -267,9 +268,11 @@ class TaskCoordinator:
     @_control
     def _on_upstream_restarted(self, sender: int, message: UpstreamRestarted) -> list[Action]:
         """Upstream ``sender`` began a new life knowing routing epoch ``message.epoch``:
-        no machine waits for it in a migration at or before that epoch."""
+        no machine waits for it in a migration at or before that epoch, and the
+        controller hears of it (``EmitterRestarted``: it orders the restores in flight
+        again, which nobody may have started)."""
         self.restarted[sender] = max(message.epoch, self.restarted.get(sender, -1))
-        actions: list[Action] = []
+        actions: list[Action] = [EmitterRestarted(task=sender, epoch=message.epoch)]
         for _, m in sorted(self._machines.items()):
             actions += m.upstream_restarted(sender, message)
         return actions
