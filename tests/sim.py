@@ -52,6 +52,8 @@ from elastorm.core.state import Step, sum_step
 CONTROLLER = -1
 """Sender id of the controller's own channels (commands are FIFO per receiver too)."""
 STORE = -2
+RESTORE_RETRY = 10.0
+"""``elastorm.restore_retry_secs``' default, for the controller's tick."""
 """Sender id of the durable store's answers (``DurableLoaded``)."""
 
 
@@ -174,7 +176,7 @@ class Cluster:
             elif isinstance(action, CheckpointStored):
                 self.control.on_checkpoint_stored(actor, action)
             elif isinstance(action, EmitterRestarted):
-                self._send_all(self.control.redrive(action.epoch, now=self.now))
+                self._send_all(self.control.redrive(self.now, epoch=action.epoch))
             self.stats[type(action).__name__] += 1
         coordinator = self.coordinators.get(actor)
         if latest is not None and coordinator is not None:
@@ -321,6 +323,8 @@ class Cluster:
 
     def tick(self, now: float) -> None:
         self.now = now
+        # the controller's tick: restores not done RESTORE_RETRY s after their commands
+        self._send_all(self.control.redrive(now, waited=RESTORE_RETRY))
         for t, c in self.coordinators.items():
             self.perform(t, c.on_tick(now))
         for u, e in self.emitters.items():

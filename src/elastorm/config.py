@@ -784,6 +784,13 @@ class TopologyConfig(Section):
         "after this long an unfinished migration or restore is reported stuck",
         check=above(0),
     )  # fmt: skip
+    restore_retry_secs: float = option(
+        "elastorm.restore_retry_secs", FLOAT, 10.0,
+        "a restore not complete this long after its commands went out is ordered again "
+        "at a new epoch (a command can be lost: Storm drops messages to a worker until "
+        "it has reconnected to it, and a restarted emitter ignores what it missed)",
+        check=above(0),
+    )  # fmt: skip
     max_buffered: int = option(
         "elastorm.max_buffered", INT, 200_000,
         "tuples an emitter keeps for replay before it parks its further emits (reading "

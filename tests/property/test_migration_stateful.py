@@ -338,3 +338,31 @@ def test_every_emitter_restarted_mid_migration_leaves_it_stuck() -> None:
     c.run_until_quiet()
     c.heal()
     assert not c.moving
+
+
+def test_a_restore_whose_command_was_lost_is_ordered_again_after_the_retry_time() -> None:
+    """Storm drops messages to a worker until it has reconnected to it: the restore's
+    command to the only live emitter is lost (the other's arrives). The controller's
+    tick orders the restore again ``elastorm.restore_retry_secs`` later; before that,
+    it waits (fails before ``redrive(waited=...)``: it never completes)."""
+    c = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count))
+    for i, key in enumerate(KEYS):
+        c.emit(10 + i % 2, key, i)
+    c.run_until_quiet()
+    for g in range(GROUPS):
+        c.checkpoint(c.owner(g), g)
+    c.run_until_quiet()
+    g = key_group(KEYS[0], GROUPS)
+    assert g in c.crash(c.owner(g))
+    c.lose((-1, 10))  # the first command on the controller's channel to emitter 10
+    c.run_until_quiet()
+    assert g in c.moving
+    c.tick(c.now + 5.0)
+    c.run_until_quiet()
+    assert g in c.moving  # not yet: the retry time has not passed
+    c.tick(c.now + 6.0)
+    c.run_until_quiet()
+    assert g not in c.moving and c.control.stats["redriven"] >= 1
+    state = c.coordinators[c.owner(g)].state(g).items()
+    want = {k: (i, 1) for i, k in enumerate(KEYS) if key_group(k, GROUPS) == g}
+    assert state == want

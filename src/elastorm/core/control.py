@@ -88,7 +88,8 @@ class Moving:
     """A migration in flight: who moves the group where, and which ends still report.
 
     ``since`` is the controller's clock when it was ordered; ``stuck`` is set once it
-    has been reported overdue (see :meth:`MigrationController.overdue`).
+    has been reported overdue (see :meth:`MigrationController.overdue`); ``ordered``:
+    when its latest commands went out (a restore may be ordered again, ``redrive``).
     """
 
     protocol: Protocol
@@ -98,6 +99,7 @@ class Moving:
     waiting: set[Role] = field(default_factory=set)
     since: float = 0.0
     stuck: bool = False
+    ordered: float | None = None
 
     def waiting_for(self) -> dict[str, int]:
         """Role name -> task of each end that has not reported ``MigrationDone`` yet."""
@@ -467,15 +469,9 @@ class MigrationController:
         for g, target in sorted(restores.items()):
             if target not in self.tasks or target in dead:
                 raise MigrationRefused(f"cannot restore key group {g} on task {target}")
-            self.epoch += 1
             protocol = Protocol.DURABLE if g in from_store else Protocol.RESTORE
-            cmd = Migrate(
-                key_group=g, epoch=self.epoch, protocol=protocol, source=None, target=target
-            )
-            sends += [Send(to_task=u, message=cmd) for u in self.emitters]
-            self._change_owner(g, target)
+            sends += self._order_restore(g, target, protocol, since=now)
             self.replicas.pop(g, None)
-            self.moving[g] = Moving(protocol, None, target, self.epoch, {Role.TARGET}, since=now)
         for g, holder in sorted(holders.items()):
             if holder not in self.tasks:
                 raise MigrationRefused(f"task {holder} is not a task of this operator")
@@ -497,33 +493,44 @@ class MigrationController:
             replicas_lost=tuple(lost_replicas),
         )
 
-    def redrive(self, epoch: int, now: float) -> list[Send]:
-        """Order again, each at a new epoch, the restores in flight ordered at or before
-        ``epoch``: an emitter restarted knowing that epoch (``EmitterRestarted``), so
-        their commands died with its earlier life and its new one ignores them; when it
-        was the only emitter, nobody started their targets. Same target, same protocol
-        (the target keeps what it replayed: a newer RESTORE toState replays on top);
-        every emitter answers the new epoch. A restore has no live source, so this
-        never makes a second owner. O(moving groups)."""
+    def redrive(
+        self, now: float, *, epoch: int | None = None, waited: float | None = None
+    ) -> list[Send]:
+        """Order again, each at a new epoch, the restores in flight that were ordered at
+        or before routing ``epoch`` (an emitter restarted knowing it,
+        ``EmitterRestarted``: their commands died with its earlier life and its new one
+        ignores them; when it was the only emitter, nobody started their targets), or
+        whose latest commands went out ``waited`` seconds or more before ``now`` (a
+        command lost on the way: Storm drops messages to a worker until it has
+        reconnected to it). Same target, same protocol (the target keeps what it
+        replayed: a newer RESTORE toState replays on top); every emitter answers the
+        new epoch. A restore has no live source, so this never makes a second owner.
+        O(moving groups)."""
         sends: list[Send] = []
         for g, moving in sorted(self.moving.items()):
-            if not moving.protocol.restores or moving.epoch > epoch:
+            if not moving.protocol.restores:
                 continue
-            self.epoch += 1
-            cmd = Migrate(
-                key_group=g,
-                epoch=self.epoch,
-                protocol=moving.protocol,
-                source=None,
-                target=moving.target,
-            )
-            sends += [Send(to_task=u, message=cmd) for u in self.emitters]
-            self._change_owner(g, moving.target)
-            self.moving[g] = Moving(
-                moving.protocol, None, moving.target, self.epoch, {Role.TARGET}, since=moving.since
-            )
+            ordered = moving.since if moving.ordered is None else moving.ordered
+            lapsed = waited is not None and now - ordered >= waited
+            if not lapsed and (epoch is None or moving.epoch > epoch):
+                continue
+            sends += self._order_restore(g, moving.target, moving.protocol, since=moving.since)
+            self.moving[g].ordered = now
+            self.moving[g].stuck = moving.stuck
             self.stats["redriven"] += 1
         return sends
+
+    def _order_restore(
+        self, g: int, target: int, protocol: Protocol, *, since: float
+    ) -> list[Send]:
+        """Route ``g`` to ``target`` at a new epoch and tell every emitter to replay its
+        buffer there (``protocol``: RESTORE or DURABLE); the restore is in flight from
+        ``since``."""
+        self.epoch += 1
+        cmd = Migrate(key_group=g, epoch=self.epoch, protocol=protocol, source=None, target=target)
+        self._change_owner(g, target)
+        self.moving[g] = Moving(protocol, None, target, self.epoch, {Role.TARGET}, since=since)
+        return [Send(to_task=u, message=cmd) for u in self.emitters]
 
     def overdue(self, now: float, limit: float) -> list[Overdue]:
         """Migrations ordered more than ``limit`` seconds before ``now`` that are not

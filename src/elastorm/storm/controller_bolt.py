@@ -398,18 +398,16 @@ class MigrationControllerBolt(_Sending, Bolt):
         """An emitter of ``op`` restarted: order again the restores its earlier life never
         answered (``MigrationController.redrive``; every task of ``op`` reports the same
         restart, and only the first finds any)."""
-        sends = self.controls[op].redrive(report.epoch, time.time())
+        sends = self.controls[op].redrive(time.time(), epoch=report.epoch)
+        why = f"emitter task {report.task} restarted knowing epoch {report.epoch}"
+        self.send_redriven(op, sends, why)
+
+    def send_redriven(self, op: str, sends: list[Send], why: str) -> None:
+        """Log and send the commands of restores ordered again (``redrive``)."""
         if not sends:
             return
         groups = sorted({s.message.key_group for s in sends})
-        log.warning(
-            "controller: emitter task %s of %s restarted knowing epoch %d: restores of key "
-            "groups %s ordered again",
-            report.task,
-            op,
-            report.epoch,
-            groups,
-        )
+        log.warning("controller: %s: restores of %s key groups %s ordered again", why, op, groups)
         for send in self.runtime.order(sends):
             self.send(send)
 
@@ -527,6 +525,9 @@ class MigrationControllerBolt(_Sending, Bolt):
             if op not in self.orphans:
                 self.carry_out_requests(op, board)
             self.report_overdue(op, now)
+            retry = self.config.restore_retry_secs
+            sends = self.controls[op].redrive(now, waited=retry)
+            self.send_redriven(op, sends, f"not complete {retry:.0f} s after their commands")
         self.rescale(now)
         for send in self.runtime.tick(time.time()):
             self.send(send)
