@@ -301,26 +301,33 @@ MigrationMachine.TestCase.settings = settings(
 TestMigration = MigrationMachine.TestCase
 
 
-def test_every_emitter_restarted_mid_restore_has_it_ordered_again() -> None:
-    """Fails before ``redrive``: the owner dies, both emitters restart before they
-    answered the restore, their new lives ignore its command (their tables have it), and
-    nobody starts the target (seen in CI at f378ed2: one router, killed with the task)."""
+def _crashed_owner() -> tuple[Cluster, int, dict[str, tuple[int, int]]]:
+    """A cluster whose every key had one tuple (``KEYS[i]`` the value ``i``, from both
+    emitters) and every group a checkpoint, then the owner of ``KEYS[0]``'s group
+    crashed: ``(cluster, that group, the group's fold)``; its restore is ordered, none of
+    its commands delivered yet."""
     c = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count))
-    values = {key: i for i, key in enumerate(KEYS)}
-    for key, value in values.items():
-        c.emit(10, key, value)
+    for i, key in enumerate(KEYS):
+        c.emit(10 + i % 2, key, i)
     c.run_until_quiet()
     for g in range(GROUPS):
         c.checkpoint(c.owner(g), g)
     c.run_until_quiet()
     g = key_group(KEYS[0], GROUPS)
     assert g in c.crash(c.owner(g))
+    return c, g, {k: (i, 1) for i, k in enumerate(KEYS) if key_group(k, GROUPS) == g}
+
+
+def test_every_emitter_restarted_mid_restore_has_it_ordered_again() -> None:
+    """Fails before ``redrive``: the owner dies, both emitters restart before they
+    answered the restore, their new lives ignore its command (their tables have it), and
+    nobody starts the target (seen in CI at f378ed2: one router, killed with the task)."""
+    c, g, want = _crashed_owner()
     c.restart_emitter(10)
     c.restart_emitter(11)
     c.run_until_quiet()
     assert not c.moving and c.control.stats["redriven"] >= 1
-    state = c.coordinators[c.owner(g)].state(g).items()
-    assert state == {k: (v, 1) for k, v in values.items() if key_group(k, GROUPS) == g}
+    assert c.coordinators[c.owner(g)].state(g).items() == want
 
 
 @pytest.mark.xfail(strict=True, reason="known hole: every emitter restarted mid-migration")
@@ -345,15 +352,7 @@ def test_a_restore_whose_command_was_lost_is_ordered_again_after_the_retry_time(
     command to the only live emitter is lost (the other's arrives). The controller's
     tick orders the restore again ``elastorm.restore_retry_secs`` later; before that,
     it waits (fails before ``redrive(waited=...)``: it never completes)."""
-    c = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count))
-    for i, key in enumerate(KEYS):
-        c.emit(10 + i % 2, key, i)
-    c.run_until_quiet()
-    for g in range(GROUPS):
-        c.checkpoint(c.owner(g), g)
-    c.run_until_quiet()
-    g = key_group(KEYS[0], GROUPS)
-    assert g in c.crash(c.owner(g))
+    c, g, want = _crashed_owner()
     c.lose((-1, 10))  # the first command on the controller's channel to emitter 10
     c.run_until_quiet()
     assert g in c.moving
@@ -363,6 +362,4 @@ def test_a_restore_whose_command_was_lost_is_ordered_again_after_the_retry_time(
     c.tick(c.now + 6.0)
     c.run_until_quiet()
     assert g not in c.moving and c.control.stats["redriven"] >= 1
-    state = c.coordinators[c.owner(g)].state(g).items()
-    want = {k: (i, 1) for i, k in enumerate(KEYS) if key_group(k, GROUPS) == g}
-    assert state == want
+    assert c.coordinators[c.owner(g)].state(g).items() == want
