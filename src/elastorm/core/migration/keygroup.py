@@ -121,7 +121,7 @@ class KeyGroupMachine:
         key_group: int,
         task: int,
         upstreams: Callable[[], Set[int]],
-        awaited: Callable[[int], Set[int]] | None = None,
+        awaited: Callable[[int], Set[int]],
         holder_store: CheckpointHolder,
         step: Step,
         epoch: int = 0,
@@ -136,7 +136,7 @@ class KeyGroupMachine:
         self._kept: list[tuple[int, Message]] = []  # LOADING: toStates and data, in order
         self.task = task
         self._upstreams = upstreams
-        self._awaited = awaited or (lambda epoch: upstreams())
+        self._awaited = awaited
         self._holder_store = holder_store
         self._step = step
         self.epoch = epoch
