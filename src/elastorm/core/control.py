@@ -89,7 +89,7 @@ class Moving:
 
     ``since`` is the controller's clock when it was ordered; ``stuck`` is set once it
     has been reported overdue (see :meth:`MigrationController.overdue`); ``ordered``:
-    when its latest commands went out (a restore may be ordered again, ``redrive``).
+    when a restore's latest commands went out (it may be ordered again, ``redrive``).
     """
 
     protocol: Protocol
@@ -470,7 +470,7 @@ class MigrationController:
             if target not in self.tasks or target in dead:
                 raise MigrationRefused(f"cannot restore key group {g} on task {target}")
             protocol = Protocol.DURABLE if g in from_store else Protocol.RESTORE
-            sends += self._order_restore(g, target, protocol, since=now)
+            sends += self._order_restore(g, target, protocol, since=now, now=now)
             self.replicas.pop(g, None)
         for g, holder in sorted(holders.items()):
             if holder not in self.tasks:
@@ -510,26 +510,29 @@ class MigrationController:
         for g, moving in sorted(self.moving.items()):
             if not moving.protocol.restores:
                 continue
-            ordered = moving.since if moving.ordered is None else moving.ordered
-            lapsed = waited is not None and now - ordered >= waited
+            assert moving.ordered is not None  # every restore is ordered by _order_restore
+            lapsed = waited is not None and now - moving.ordered >= waited
             if not lapsed and (epoch is None or moving.epoch > epoch):
                 continue
-            sends += self._order_restore(g, moving.target, moving.protocol, since=moving.since)
-            self.moving[g].ordered = now
+            sends += self._order_restore(
+                g, moving.target, moving.protocol, since=moving.since, now=now
+            )
             self.moving[g].stuck = moving.stuck
             self.stats["redriven"] += 1
         return sends
 
     def _order_restore(
-        self, g: int, target: int, protocol: Protocol, *, since: float
+        self, g: int, target: int, protocol: Protocol, *, since: float, now: float
     ) -> list[Send]:
         """Route ``g`` to ``target`` at a new epoch and tell every emitter to replay its
-        buffer there (``protocol``: RESTORE or DURABLE); the restore is in flight from
-        ``since``."""
+        buffer there (``protocol``: RESTORE or DURABLE) at time ``now``; the restore is in
+        flight from ``since``."""
         self.epoch += 1
         cmd = Migrate(key_group=g, epoch=self.epoch, protocol=protocol, source=None, target=target)
         self._change_owner(g, target)
-        self.moving[g] = Moving(protocol, None, target, self.epoch, {Role.TARGET}, since=since)
+        self.moving[g] = Moving(
+            protocol, None, target, self.epoch, {Role.TARGET}, since=since, ordered=now
+        )
         return [Send(to_task=u, message=cmd) for u in self.emitters]
 
     def overdue(self, now: float, limit: float) -> list[Overdue]:
