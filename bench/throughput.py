@@ -54,7 +54,19 @@ that rate (``throughput-control.json``), and after ``--settle`` s the end-to-end
 latency (counter's clock minus the spout's stamp, same machine) is read over
 ``--window`` s: p50 / p99 from the counter's histogram (0.1 ms buckets below 10 ms, 1 ms below
 100 ms, 10 ms above).
-All figures are printed as ratios to ``plain`` measured in the same repeat.
+
+The burst saturation is what queues full of backlog let through for one window, not a
+rate the job holds. So between the saturation and the latency phases a binary search
+of ``--search`` paced windows between 50% and 100% of the burst finds the **sustained**
+rate: the highest paced rate a whole window held (its rate within 3% of the target) with
+its p50 flat (the window's second half's p50 at most 1.5x its first half's, plus 1 ms:
+no queue building up); each window starts from a drained backlog. The 50% and 90%
+phases are then of the sustained rate (of the burst if no step held).
+
+``--profile DIR`` also samples every Python process of each Storm variant with
+``py-spy`` during its saturation window and writes each one's collapsed stacks and its
+functions by own time there (a separate run: the sampler takes CPU from the job).
+All figures are printed as ratios to the first variant measured in the same repeat.
 """
 
 from __future__ import annotations
@@ -69,6 +81,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +100,12 @@ from elastorm.runtime.outcome import Outcome  # noqa: E402
 from elastorm.runtime.run import run_topology  # noqa: E402
 
 STARTUP_SECS = 180.0
+#: The sampler of ``--profile`` (the ``dev`` extra installs it beside this interpreter).
+PY_SPY = str(Path(sys.executable).with_name("py-spy"))
+#: A paced window holds its target if its rate is within this share of it ...
+HELD_RATE = 0.97
+#: ... and its second half's p50 at most this many times its first half's, plus 1 ms.
+FLAT_P50 = 1.5
 STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
 PHASES = ("at_50", "at_90")  # the latency phases, at 50% and 90% of saturation
 
@@ -173,6 +193,50 @@ def cpu_by_kind(before: dict, after: dict) -> dict[str, float]:
     return out
 
 
+def held(phase: dict, target: float) -> bool:
+    """Whether a paced window held ``target``: its rate within 3% of it and its p50
+    flat (no queue building up over the window).
+
+    >>> held({"rate": 990.0, "p50_halves_ms": [2.0, 2.5]}, 1000.0)
+    True
+    >>> held({"rate": 990.0, "p50_halves_ms": [2.0, 40.0]}, 1000.0)
+    False
+    >>> held({"rate": 900.0, "p50_halves_ms": [2.0, 2.0]}, 1000.0)
+    False
+    """
+    first, second = phase["p50_halves_ms"]
+    if first is None or second is None or phase["rate"] < HELD_RATE * target:
+        return False
+    return second <= FLAT_P50 * first + 1.0
+
+
+def top_functions(raw: Path, n: int = 25) -> str:
+    r"""A ``py-spy --format raw`` file (collapsed stacks: ``frame;frame;... count``) as
+    the ``n`` functions with the most samples on top of the stack (own time) and their
+    share.
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "s.txt"
+    >>> _ = f.write_text("main;a 3\nmain;a;b 1\n")
+    >>> print(top_functions(f))
+    samples 4
+     75.0%  a
+     25.0%  b
+    """
+    own: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        own[leaf] = own.get(leaf, 0) + int(count)
+    total = sum(own.values()) or 1
+    lines = [f"samples {sum(own.values())}"]
+    for name, count in sorted(own.items(), key=lambda kv: -kv[1])[:n]:
+        lines.append(f"{100 * count / total:5.1f}%  {name}")
+    return "\n".join(lines)
+
+
 def percentile(histogram: dict[str, int], q: float) -> float | None:
     """The ``q`` quantile of a counter's histogram (keys: bucket upper edges in ms)."""
     total = sum(histogram.values())
@@ -193,8 +257,9 @@ class ThroughputDriver:
     topology: str = ""  # set by run_topology before submitting
     zk_hosts: str = ""
 
-    def __init__(self, name: str, args, cpu: CpuSnapshot) -> None:
+    def __init__(self, name: str, args, cpu: CpuSnapshot, label: str = "") -> None:
         self.name = name
+        self.label = label or name  # the variant, in profile file names
         self.args = args
         self.cpu = cpu
         self.tasks = 2 if name.startswith("throughput_elastic") else 1  # + the idle holder
@@ -236,13 +301,17 @@ class ThroughputDriver:
             time.sleep(0.1)
         raise RuntimeError(f"the counter wrote no file for {timeout:.0f} s")
 
-    def _window(self, output_dir: str, seconds: float) -> tuple[dict, dict, dict, dict]:
+    def _window(self, output_dir: str, seconds: float) -> tuple[dict, dict, dict, dict, dict]:
+        """The counter's files at the start, the middle and the end of a window of
+        ``seconds``, and the CPU snapshots at its start and end."""
         start = self._fresh(output_dir, time.time())
         cpu0 = self.cpu.take()
-        time.sleep(seconds)
+        time.sleep(seconds / 2)
+        mid = self._fresh(output_dir, time.time())
+        time.sleep(seconds / 2)
         end = self._fresh(output_dir, time.time())
         cpu1 = self.cpu.take()
-        return start, end, cpu0, cpu1
+        return start, mid, end, cpu0, cpu1
 
     @staticmethod
     def _stats(start: dict, end: dict) -> dict:
@@ -260,13 +329,31 @@ class ThroughputDriver:
             },
         }
 
+    def _pace(self, output_dir: str, rate: float) -> None:
+        write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": rate})
+
+    def _paced(self, output_dir: str, rate: float) -> dict:
+        """One window at ``rate`` after ``--settle`` s, from a drained backlog."""
+        self._pace(output_dir, 1.0)
+        time.sleep(self.args.settle)
+        self._pace(output_dir, rate)
+        time.sleep(self.args.settle)
+        start, mid, end, _, _ = self._window(output_dir, self.args.window)
+        phase = self._stats(start, end)
+        first, second = self._stats(start, mid), self._stats(mid, end)
+        phase["p50_halves_ms"] = [first["p50_ms"], second["p50_ms"]]
+        phase["target_rate"] = rate
+        phase["held"] = held(phase, rate)
+        return phase
+
     def wait(self, output_dir: str, timeout: float, progress) -> None:
         a = self.args
-        write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 0.0})
+        self._pace(output_dir, 0.0)
         # The counter is up: five Python processes to start, slow on a busy machine.
         self._fresh(output_dir, 0, timeout=STARTUP_SECS)
         time.sleep(a.warmup)
-        start, end, cpu0, cpu1 = self._window(output_dir, a.window)
+        with self.profiler(a.window):
+            start, _, end, cpu0, cpu1 = self._window(output_dir, a.window)
         sat = self._stats(start, end)
         cpu = cpu_by_kind(cpu0, cpu1)
         sat["cpu_ms_per_ktuple"] = {
@@ -274,19 +361,53 @@ class ThroughputDriver:
         }
         sat["cpu_ms_per_ktuple_all"] = round(1e6 * sum(cpu.values()) / max(sat["tuples"], 1), 2)
         self.result = {"saturation": sat}
-        progress(f"saturation {sat['rate']:,.0f}/s")
-        # Drain the saturation backlog (queues full) before measuring latency.
-        write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": 1.0})
-        time.sleep(a.settle)
+        progress(f"burst saturation {sat['rate']:,.0f}/s")
+        lo, hi, steps = 0.5, 1.0, []
+        for _ in range(a.search):
+            share = (lo + hi) / 2
+            step = self._paced(output_dir, round(share * sat["rate"], 1))
+            steps.append(step)
+            lo, hi = (share, hi) if step["held"] else (lo, share)
+            progress(
+                f"paced {step['target_rate']:,.0f}/s: {step['rate']:,.0f}/s, p50 halves "
+                f"{step['p50_halves_ms']} ms, {'held' if step['held'] else 'not held'}"
+            )
+        kept = [s for s in steps if s["held"]]
+        sustained = max((s["rate"] for s in kept), default=None)
+        self.result["search"] = steps
+        self.result["sustained_rate"] = sustained
+        base = sustained or sat["rate"]
         fixed = [float(r) for r in a.rates.split(",")] if a.rates else [None, None]
         for share, fixed_rate in zip((0.5, 0.9), fixed, strict=True):
-            rate = fixed_rate or round(share * sat["rate"], 1)
-            write_json_atomic(os.path.join(output_dir, CONTROL_FILE), {"rate": rate})
-            time.sleep(a.settle)
-            start, end, _, _ = self._window(output_dir, a.window)
-            phase = self._stats(start, end)
-            phase["target_rate"] = rate
-            self.result[f"at_{int(share * 100)}"] = phase
+            rate = fixed_rate or round(share * base, 1)
+            self.result[f"at_{int(share * 100)}"] = self._paced(output_dir, rate)
+        self._pace(output_dir, 1.0)
+
+    @contextmanager
+    def profiler(self, seconds: float) -> Iterator[None]:
+        """``py-spy`` on every Python process of the job for ``seconds`` (``--profile``)."""
+        if not self.args.profile:
+            yield
+            return
+        out = Path(self.args.profile)
+        out.mkdir(parents=True, exist_ok=True)
+        procs = [(pid, k) for pid, (k, _) in self.cpu.take().items() if k not in ("jvm", "java")]
+        spies = []
+        for pid, k in procs:
+            path = out / f"{self.label}-{k}-{pid}.txt"
+            cmd = [PY_SPY, "record", "--pid", str(pid), "--duration", str(int(seconds)),
+                   "--rate", "200", "--format", "raw", "--nonblocking",
+                   "--output", str(path)]  # fmt: skip
+            spies.append(
+                (path, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            )
+        try:
+            yield
+        finally:
+            for path, spy in spies:
+                spy.wait(seconds + 30)
+                if path.exists():
+                    path.with_suffix(".top.txt").write_text(top_functions(path))
 
     def outcome(self, output_dir: str) -> Outcome:
         return Outcome(summary=json.dumps(self.result), ok=bool(self.result), facts={})
@@ -326,7 +447,7 @@ def run_peer(v: str, args, run_dir: Path) -> dict:
     proc = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    driver = ThroughputDriver(v, args, TreeCpu(proc.pid))
+    driver = ThroughputDriver(v, args, TreeCpu(proc.pid), label=v)
     try:
         driver.wait(str(out), 600, lambda text: print(f"  {v}: {text}", flush=True))
     finally:
@@ -345,7 +466,7 @@ def run_variant(v: str, args, cfg, cpu: CpuSnapshot, extra: dict) -> dict:
     if v in PEERS:
         return run_peer(v, args, cfg.home / "runs")
     topology, options = VARIANTS[v]
-    driver = ThroughputDriver(topology, args, cpu)
+    driver = ThroughputDriver(topology, args, cpu, label=v)
     run_topology(cfg, "local", driver, timeout=600, extra_options=options | extra)
     return driver.result
 
@@ -354,7 +475,8 @@ def describe(r: dict) -> str:
     """One run's line: saturation rate and CPU, latency at saturation, 50% and 90%."""
     s = r["saturation"]
     return (
-        f"saturation {fmt(s['rate'])} tuples/s/task, "
+        f"burst saturation {fmt(s['rate'])} tuples/s/task, "
+        f"sustained {fmt(r.get('sustained_rate'))}, "
         f"CPU {s['cpu_ms_per_ktuple_all']} ms per 1k tuples {s['cpu_ms_per_ktuple']}; "
         f"latency p50/p99 ms: sat {fmt(s['p50_ms'], '.1f')}/{fmt(s['p99_ms'], '.1f')}, "
         + ", ".join(
@@ -382,10 +504,16 @@ def summarize(results: dict[str, dict[int, dict]], variants: list[str]) -> None:
             print(f"{v:15s} no run completed")
             continue
         rates = [r["saturation"]["rate"] for r in runs]
+        held = [r.get("sustained_rate") for r in runs]
         cpus = [r["saturation"]["cpu_ms_per_ktuple_all"] for r in runs]
         pairs = [(r, results[base][i]) for i, r in results[v].items() if i in results[base]]
         pairs = [(r, b) for r, b in pairs if b["saturation"]["rate"]]
         ratios = [r["saturation"]["rate"] / b["saturation"]["rate"] for r, b in pairs]
+        sustained = [
+            r["sustained_rate"] / b["sustained_rate"]
+            for r, b in pairs
+            if r.get("sustained_rate") and b.get("sustained_rate")
+        ]
         cpu_ratios = [
             r["saturation"]["cpu_ms_per_ktuple_all"] / b["saturation"]["cpu_ms_per_ktuple_all"]
             for r, b in pairs
@@ -394,10 +522,47 @@ def summarize(results: dict[str, dict[int, dict]], variants: list[str]) -> None:
         print(
             f"{v:15s} {statistics.median(rates):>9,.0f} tuples/s/task "
             f"(x{_median(ratios)}; runs {', '.join(f'{x:,.0f}' for x in rates)}), "
+            f"sustained {', '.join(fmt(x) for x in held)} (x{_median(sustained)}), "
             f"CPU {statistics.median(cpus):.0f} ms/1k tuples (x{_median(cpu_ratios)}), "
             f"p50/p99 at 50%: {lat['at_50'][0]}/{lat['at_50'][1]} ms, "
             f"at 90%: {lat['at_90'][0]}/{lat['at_90'][1]} ms"
         )
+    for line in targets(results):
+        print(line)
+
+
+def _sustained(r: dict) -> float | None:
+    return r.get("sustained_rate")
+
+
+def targets(results: dict[str, dict[int, dict]]) -> list[str]:
+    """Issue 34's targets, one line per repeat that ran the variants each needs:
+    elastic against elastorm_plain (sustained rate >= 0.8x, CPU per tuple <= 1.3x),
+    against the best Python peer by sustained rate (>= 3x the rate, no more CPU), and
+    its p99 at 50% of its sustained rate (<= 20 ms)."""
+    lines = []
+    for i, e in sorted(results.get("elastic", {}).items()):
+        out = [f"repeat {i + 1}:"]
+        cpu = e["saturation"]["cpu_ms_per_ktuple_all"]
+        wire = results.get("elastorm_plain", {}).get(i)
+        if wire and _sustained(e) and _sustained(wire):
+            out.append(
+                f"against elastorm_plain {_sustained(e) / _sustained(wire):.2f}x the sustained "
+                f"rate (>= 0.8), {cpu / wire['saturation']['cpu_ms_per_ktuple_all']:.2f}x "
+                "the CPU per tuple (<= 1.3);"
+            )
+        peers = [(results[v][i], v) for v in PEERS if i in results.get(v, {})]
+        peers = [(r, v) for r, v in peers if _sustained(r)]
+        if peers and _sustained(e):
+            best, name = max(peers, key=lambda rv: _sustained(rv[0]))
+            out.append(
+                f"against {name} (the faster peer) {_sustained(e) / _sustained(best):.2f}x the "
+                f"rate (>= 3), {cpu / best['saturation']['cpu_ms_per_ktuple_all']:.2f}x the "
+                "CPU per tuple (<= 1);"
+            )
+        out.append(f"p99 at 50% {fmt(e['at_50']['p99_ms'], '.1f')} ms (<= 20)")
+        lines.append(" ".join(out))
+    return lines
 
 
 def _median_ms(runs: list[dict], phase: str, key: str) -> str:
@@ -416,17 +581,30 @@ def from_json(path: str) -> tuple[dict[str, dict[int, dict]], list[str]]:
     return results, list(results)
 
 
-def main() -> int:
+#: The default variants: the issue-34 comparison, one after another in one invocation.
+DEFAULT_VARIANTS = "plain,elastorm_plain,elastic,pyflink_thread,bytewax"
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """This bench's options (``bench/hot_path_guard.py`` runs it with its own)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="runs per variant (2)")
     parser.add_argument(
-        "--variants", default="plain,elastorm_plain,elastic",
-        help="comma-separated, first is the baseline (from "
+        "--variants", default=DEFAULT_VARIANTS,
+        help=f"comma-separated, first is the baseline ({DEFAULT_VARIANTS}; from "
         f"{','.join([*VARIANTS, *PEERS])})",
     )  # fmt: skip
     parser.add_argument("--warmup", type=float, default=10.0, help="s before measuring (10)")
     parser.add_argument("--window", type=float, default=15.0, help="s per measured window (15)")
     parser.add_argument("--settle", type=float, default=6.0, help="s after a rate change (6)")
+    parser.add_argument(
+        "--search", type=int, default=3,
+        help="paced windows searching the sustained rate between 50%% and 100%% of the burst (3)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", default=None, metavar="DIR",
+        help="sample each Python process with py-spy in the saturation window, into DIR",
+    )  # fmt: skip
     parser.add_argument("--batch", type=int, default=100, help="tuples per spout call (100)")
     parser.add_argument(
         "--rates", default=None, metavar="LOW,HIGH",
@@ -441,7 +619,11 @@ def main() -> int:
         "--summary-of", default=None, metavar="FILE",
         help="run nothing: print the summary of the results in this --json file",
     )  # fmt: skip
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = argument_parser().parse_args()
     if args.summary_of:
         summarize(*from_json(args.summary_of))
         return 0
