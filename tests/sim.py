@@ -176,7 +176,9 @@ class Cluster:
             elif isinstance(action, CheckpointStored):
                 self.control.on_checkpoint_stored(actor, action)
             elif isinstance(action, EmitterRestarted):
-                self._send_all(self.control.redrive(self.now, epoch=action.epoch))
+                self._send_all(
+                    self.control.redrive(self.now, epoch=action.epoch, emitter=action.task)
+                )
             self.stats[type(action).__name__] += 1
         coordinator = self.coordinators.get(actor)
         if latest is not None and coordinator is not None:

@@ -22,6 +22,7 @@ from elastorm.core.messages import (
     Migrate,
     Protocol,
     Resend,
+    StandIn,
     ToState,
     UpstreamRestarted,
     decode,
@@ -105,6 +106,14 @@ messages = st.one_of(
     ),
     st.builds(UpstreamRestarted, key_group=st.just(0), epoch=st.integers(0, 9)),
     st.builds(
+        StandIn,
+        key_group=st.integers(0, 9),
+        epoch=st.integers(0, 9),
+        protocol=st.sampled_from([Protocol.CPA, Protocol.CPAL, Protocol.DIRECT]),
+        source=st.just(1),
+        target=st.just(2),
+    ),
+    st.builds(
         DurableWritten,
         key_group=st.integers(0, 9),
         checkpoint=st.tuples(st.integers(0, 5), st.integers(1, 9)),
@@ -139,7 +148,7 @@ def test_messages_round_trip_through_json(message) -> None:
 
 
 def test_every_message_type_is_registered_for_decoding() -> None:
-    assert len(MESSAGE_TYPES) == 20
+    assert len(MESSAGE_TYPES) == 21
 
 
 def test_messages_are_validated_on_construction() -> None:
@@ -151,6 +160,8 @@ def test_messages_are_validated_on_construction() -> None:
         ToState(key_group=0, epoch=1, protocol=Protocol.DIRECT, items=())
     with pytest.raises(ValueError):
         decode({"type": "Nope"})
+    with pytest.raises(ValueError, match="for a move"):
+        StandIn(key_group=0, epoch=1, protocol=Protocol.RESTORE, source=1, target=2)
     with pytest.raises(ValueError):
         Migrate(key_group=0, epoch=1, protocol=Protocol.DURABLE, source=1, target=2)
     with pytest.raises(ValueError, match="no contents"):

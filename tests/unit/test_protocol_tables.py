@@ -36,6 +36,7 @@ from elastorm.core.messages import (
     Protocol,
     Resend,
     SetHolder,
+    StandIn,
     SyncGroup,
     ToCheckpoint,
     ToState,
@@ -103,6 +104,7 @@ SAMPLES: dict[str, Message] = {
     "UpstreamRecovery": UpstreamRecovery(key_group=0, recovering=True),
     "PeerDown": PeerDown(key_group=0, task=7),
     "UpstreamRestarted": UpstreamRestarted(key_group=0, epoch=1),
+    "StandIn": StandIn(key_group=0, epoch=1, protocol=Protocol.CPA, source=1, target=0),
     "DurableWritten": DurableWritten(key_group=0, checkpoint=(0, 1), watermarks={"u10": 1}),
     "DurableLoaded": DurableLoaded(
         key_group=0, epoch=1, checkpoint=None, entries={}, watermarks={}, out_seq={}

@@ -41,7 +41,14 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role, Send
-from elastorm.core.messages import CheckpointId, DropReplica, Migrate, Protocol, SetHolder
+from elastorm.core.messages import (
+    CheckpointId,
+    DropReplica,
+    Migrate,
+    Protocol,
+    SetHolder,
+    StandIn,
+)
 from elastorm.core.protocol_choice import MOVES, ProtocolChoice, choose_protocol
 from elastorm.core.routing import RoutingTable
 
@@ -179,6 +186,8 @@ class MigrationController:
         # loaded groups: unknown, counted as old), to tell a restarted task's groups
         # from those its new incarnation was given (:meth:`lost_key_groups`)
         self.given: dict[int, int] = {}
+        # emitter -> the routing epoch its latest life began knowing (EmitterRestarted)
+        self.knowing: dict[int, int] = {}
         self.stats: Counter[str] = Counter()
 
     def owner(self, key_group: int) -> int:
@@ -313,7 +322,7 @@ class MigrationController:
         self.holders[g] = source
         sends.append(Send(to_task=target, message=SetHolder(key_group=g, holder=source)))
         self.moving[g] = Moving(
-            protocol, source, target, self.epoch, {Role.SOURCE, Role.TARGET}, since=now
+            protocol, source, target, self.epoch, {Role.SOURCE, Role.TARGET}, since=now, ordered=now
         )
         self.stats[f"migrate.{protocol.value}"] += 1
         return sends
@@ -494,32 +503,66 @@ class MigrationController:
         )
 
     def redrive(
-        self, now: float, *, epoch: int | None = None, waited: float | None = None
+        self,
+        now: float,
+        *,
+        epoch: int | None = None,
+        emitter: int | None = None,
+        waited: float | None = None,
     ) -> list[Send]:
-        """Order again, each at a new epoch, the restores in flight that were ordered at
-        or before routing ``epoch`` (an emitter restarted knowing it,
-        ``EmitterRestarted``: their commands died with its earlier life and its new one
-        ignores them; when it was the only emitter, nobody started their targets), or
-        whose latest commands went out ``waited`` seconds or more before ``now`` (a
-        command lost on the way: Storm drops messages to a worker until it has
-        reconnected to it). Same target, same protocol (the target keeps what it
-        replayed: a newer RESTORE toState replays on top); every emitter answers the
-        new epoch. A restore has no live source, so this never makes a second owner.
-        O(moving groups)."""
+        """Order again, each at a new epoch, migrations nobody will answer. Same source,
+        target and protocol; every emitter answers the new epoch. O(moving groups).
+
+        * Restores ordered at or before routing ``epoch`` (``emitter`` restarted knowing
+          it, ``EmitterRestarted``: their commands died with its earlier life and its new
+          one ignores them; when it was the only emitter, nobody started their targets),
+          or whose latest commands went out ``waited`` seconds or more before ``now`` (a
+          command lost on the way: Storm drops messages to a worker until it has
+          reconnected to it). The target keeps what it replayed: a newer RESTORE toState
+          replays on top. A restore has no live source, so this never makes a second owner.
+        * Moves (CPA, CPAL, direct) not done ``waited`` seconds after their commands,
+          once *every* emitter has restarted knowing their epoch: no emitter will send
+          the toCheckpoint or toState that starts an end (a direct source asks them for
+          a CPA once its full checkpoint is acked), so the controller stands in for them
+          (``StandIn``) at each end that has not reported done; an end past it ignores it.
+        """
+        if emitter is not None and epoch is not None:
+            self.knowing[emitter] = max(epoch, self.knowing.get(emitter, epoch))
         sends: list[Send] = []
         for g, moving in sorted(self.moving.items()):
-            if not moving.protocol.restores:
+            ordered = moving.ordered
+            lapsed = waited is not None and ordered is not None and now - ordered >= waited
+            if moving.protocol.restores:
+                if not lapsed and (epoch is None or moving.epoch > epoch):
+                    continue
+                sends += self._order_restore(
+                    g, moving.target, moving.protocol, since=moving.since, now=now
+                )
+                self.moving[g].stuck = moving.stuck
+            elif moving.protocol in MOVES and lapsed:
+                if not all(self.knowing.get(u, -1) >= moving.epoch for u in self.emitters):
+                    continue
+                sends += self._stand_in(g, moving, now)
+            else:
                 continue
-            assert moving.ordered is not None  # every restore is ordered by _order_restore
-            lapsed = waited is not None and now - moving.ordered >= waited
-            if not lapsed and (epoch is None or moving.epoch > epoch):
-                continue
-            sends += self._order_restore(
-                g, moving.target, moving.protocol, since=moving.since, now=now
-            )
-            self.moving[g].stuck = moving.stuck
             self.stats["redriven"] += 1
         return sends
+
+    def _stand_in(self, g: int, moving: Moving, now: float) -> list[Send]:
+        """``StandIn`` to each end of move ``moving`` that has not reported it done
+        (``redrive``); sent again each ``waited`` seconds until both have."""
+        assert moving.source is not None
+        message = StandIn(
+            key_group=g,
+            epoch=moving.epoch,
+            protocol=moving.protocol,
+            source=moving.source,
+            target=moving.target,
+        )
+        moving.ordered = now
+        self.stats["stood_in"] += 1
+        ends = {Role.SOURCE: moving.source, Role.TARGET: moving.target}
+        return [Send(to_task=ends[r], message=message) for r in sorted(moving.waiting, key=str)]
 
     def _order_restore(
         self, g: int, target: int, protocol: Protocol, *, since: float, now: float

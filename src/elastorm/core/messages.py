@@ -447,6 +447,31 @@ class UpstreamRestarted(Message):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StandIn(Message):
+    """Controller -> the ends of a move (CPA, CPAL, direct) of ``epoch`` that have not
+    reported it done, once every emitter has restarted knowing that epoch: no emitter
+    will send the toCheckpoint or the toState that starts them, so the controller sends
+    what they would have (``MigrationController.redrive``). The ``source`` drains as on
+    a toCheckpoint (a direct one once its full checkpoint is acked); the ``target``
+    starts from its held copy as on a toState with no tuples (the emitters' new lives
+    resend what it lacks, by sequence). An end that has started already ignores it.
+    """
+
+    key_group: int
+    epoch: int
+    protocol: Protocol
+    source: int
+    target: int
+
+    def __post_init__(self) -> None:
+        _check_group_and_epoch(self)
+        if self.protocol not in (Protocol.CPA, Protocol.CPAL, Protocol.DIRECT):
+            raise ValueError(f"a stand-in is for a move, not {self.protocol.value}")
+        if self.source == self.target:
+            raise ValueError("source and target must differ")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DurableWritten(Message):
     """The task's durable writer -> its coordinator: checkpoint ``checkpoint`` of
     ``key_group``, reflecting upstream positions ``watermarks``, is in the durable
@@ -512,6 +537,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         UpstreamRecovery,
         PeerDown,
         UpstreamRestarted,
+        StandIn,
         DurableWritten,
         DurableLoaded,
     )

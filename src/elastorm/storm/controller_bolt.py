@@ -398,16 +398,22 @@ class MigrationControllerBolt(_Sending, Bolt):
         """An emitter of ``op`` restarted: order again the restores its earlier life never
         answered (``MigrationController.redrive``; every task of ``op`` reports the same
         restart, and only the first finds any)."""
-        sends = self.controls[op].redrive(time.time(), epoch=report.epoch)
+        sends = self.controls[op].redrive(time.time(), epoch=report.epoch, emitter=report.task)
         why = f"emitter task {report.task} restarted knowing epoch {report.epoch}"
         self.send_redriven(op, sends, why)
 
     def send_redriven(self, op: str, sends: list[Send], why: str) -> None:
-        """Log and send the commands of restores ordered again (``redrive``)."""
+        """Log and send the commands of restores ordered again and the stand-ins for
+        moves no emitter will answer (``redrive``)."""
         if not sends:
             return
-        groups = sorted({s.message.key_group for s in sends})
-        log.warning("controller: %s: restores of %s key groups %s ordered again", why, op, groups)
+        for kind in ("Migrate", "StandIn"):
+            groups = sorted(
+                {s.message.key_group for s in sends if type(s.message).__name__ == kind}
+            )
+            if groups:
+                what = "restores ordered again" if kind == "Migrate" else "moves stood in for"
+                log.warning("controller: %s: %s of %s key groups %s", why, what, op, groups)
         for send in self.runtime.order(sends):
             self.send(send)
 

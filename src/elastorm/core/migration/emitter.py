@@ -90,10 +90,14 @@ class Emitter:
     the group moves). Checkpoints then follow the volume, not only the clock, so
     at a high rate the buffer is trimmed before it reaches its bound.
 
-    ``probe_after``: :meth:`on_tick` re-sends, once, the newest buffered tuple of a
-    lane (key group, source) that has not grown for that long, so a loss at the end
-    of a lane shows downstream as a gap (see ``Resend``).
+    ``probe_after``: :meth:`on_tick` re-sends the newest buffered tuple of a lane (key
+    group, source) that has not grown for that long, so a loss at the end of a lane
+    shows downstream as a gap (see ``Resend``); again after 2, 4, ... up to
+    ``max_probe_rounds`` idle rounds while no trim covers it (the probe itself may be
+    lost, or refused by a target that has not started yet).
     """
+
+    max_probe_rounds: int = 32
 
     to_state_chunk: int = 5_000
     to_state_window: int = 2
@@ -117,7 +121,9 @@ class Emitter:
         self.probe_after = probe_after
         self._probed_at: float | None = None  # the last probe round
         self._lanes: dict[tuple[int, str], int] = {}  # lane -> newest seq at that round
-        self._probed: dict[tuple[int, str], int] = {}  # lane -> the seq probed last
+        # lane -> (the seq probed last, the round to probe it again, rounds to wait then)
+        self._probed: dict[tuple[int, str], tuple[int, int, int]] = {}
+        self._round = 0  # probe rounds so far
         self.routing = routing
         self._initial_epoch = routing.epoch
         self.source = source if source is not None else f"task:{task}"
@@ -389,23 +395,29 @@ class Emitter:
 
     def on_tick(self, now: float) -> list[Action]:
         """Every ``probe_after`` seconds: re-send the newest buffered tuple of each lane
-        that has not grown since the previous round, once per tuple. A keyed task finds
-        a lost tuple by the ones behind it (a sequence gap); the last tuples of a lane
-        have none behind them until the next emit, which may never come (the end of
-        the input). The probe is a duplicate if they arrived (dropped by sequence), and
-        shows the gap otherwise. Lanes a checkpoint trimmed empty are covered, not
-        probed. O(lanes) per round."""
+        that has not grown since the previous round (again after 2, 4, ... rounds). A
+        keyed task finds a lost tuple by the ones behind it (a sequence gap); the last
+        tuples of a lane have none behind them until the next emit, which may never
+        come (the end of the input). The probe is a duplicate if they arrived (dropped
+        by sequence), and shows the gap otherwise. Lanes a checkpoint trimmed empty are
+        covered, not probed. O(lanes) per round."""
         if self._probed_at is not None and now - self._probed_at < self.probe_after:
             return []
         self._probed_at = now
+        self._round += 1
         newest = self.buffer.newest()
         actions: list[Action] = []
         for lane, item in sorted(newest.items()):
-            if self._lanes.get(lane) == item.seq and self._probed.get(lane) != item.seq:
-                self._probed[lane] = item.seq
-                self.stats["probes"] += 1
-                message = _trusted_data(lane[0], item)
-                actions += [_send(t, message) for t in self.targets(lane[0])]
+            if self._lanes.get(lane) != item.seq:
+                continue  # it grew: a gap would show by itself
+            seq, due, wait = self._probed.get(lane, (-1, 0, 1))
+            if seq == item.seq and self._round < due:
+                continue
+            wait = min(2 * wait, self.max_probe_rounds) if seq == item.seq else 2
+            self._probed[lane] = (item.seq, self._round + wait, wait)
+            self.stats["probes"] += 1
+            message = _trusted_data(lane[0], item)
+            actions += [_send(t, message) for t in self.targets(lane[0])]
         self._lanes = {lane: item.seq for lane, item in newest.items()}
         self._probed = {lane: seq for lane, seq in self._probed.items() if lane in newest}
         return actions

@@ -43,6 +43,7 @@ from elastorm.core.messages import (
     PeerDown,
     ProcessedAllReplay,
     Protocol,
+    StandIn,
     SyncGroup,
     ToCheckpoint,
     ToState,
@@ -661,6 +662,34 @@ class KeyGroupMachine:
         self._pending.discard(sender)
         self._synced.add(sender)
         return self._maybe_complete()
+
+    def _on_stand_in(self, sender: int, message: StandIn) -> list[Action]:
+        """The controller stands in for the emitters of a move none will answer: as the
+        source not yet draining, drain as on their toCheckpoint (a direct source only
+        once its full checkpoint is acked: it is ``ACTIVE`` at the move's epoch); as the
+        target not yet started, start from the held copy as on a toState with no
+        tuples. Ignored otherwise (this end is past it, or holds no copy to start from)."""
+        g, e = self.key_group, message.epoch
+        protocol = Protocol.CPA if message.protocol is Protocol.DIRECT else message.protocol
+        if self.phase is Phase.ACTIVE and message.source == self.task:
+            if message.protocol is Protocol.DIRECT:  # its full checkpoint acked
+                waits = self.protocol is Protocol.DIRECT and self.epoch == e
+            else:  # no toCheckpoint of the move reached it
+                waits = self.epoch < e
+            if not waits:
+                return []
+            return self._on_to_checkpoint(
+                sender, ToCheckpoint(key_group=g, epoch=e, protocol=protocol)
+            )
+        if (
+            self.phase is Phase.IDLE
+            and message.target == self.task
+            and self._holder_store.get(g) is not None
+        ):
+            return self._on_to_state_idle(
+                sender, ToState(key_group=g, epoch=e, protocol=protocol, items=())
+            )
+        return []
 
     def _on_nack(self, sender: int, message: CheckpointNack) -> list[Action]:
         if self.state is not None:

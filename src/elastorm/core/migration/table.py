@@ -143,6 +143,26 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
         frozenset({P.SHADOW, P.SYNCING, P.ACTIVE}),
     ),
     (P.SYNCING, UPSTREAM_RESTARTED): ("_on_upstream_restarted", frozenset({P.SYNCING, P.ACTIVE})),
+    # The controller stands in for emitters that will never answer a move (every one
+    # restarted knowing its epoch): its source drains, its target starts from its held
+    # copy. Anywhere else the end has started already (or cannot start): nothing to do.
+    (P.ACTIVE, "StandIn"): ("_on_stand_in", frozenset({P.ACTIVE, P.DRAINING, P.IDLE})),
+    (P.IDLE, "StandIn"): (
+        "_on_stand_in",
+        frozenset({P.IDLE, P.REPLAYING, P.SHADOW, P.SYNCING, P.ACTIVE}),
+    ),
+    **{
+        (p, "StandIn"): ("_ignore", frozenset({p}))
+        for p in (
+            P.DIRECT_SOURCE,
+            P.DRAINING,
+            P.REPLAYING,
+            P.SHADOW,
+            P.SYNCING,
+            P.REPLICA,
+            P.LOADING,
+        )
+    },  # fmt: skip
 }
 """``(phase, event) -> (handler, allowed next phases)`` of one key group on one task;
 events are message type names, ``PEER_DOWN`` and ``UPSTREAM_RESTARTED``."""
@@ -189,7 +209,8 @@ EMITTER_MESSAGES = ("Trim", "ProcessedAllReplay", "ToStateAck", "Resend")
 COORDINATOR_TABLE: dict[str, str] = {
     "Data": "_on_data",  # the per-tuple path: range and key checks, then the machine
     **dict.fromkeys(
-        ("ToState", "ToCheckpoint", "SyncGroup", "Migrate", "DropReplica"), "_on_group_message"
+        ("ToState", "ToCheckpoint", "SyncGroup", "Migrate", "DropReplica", "StandIn"),
+        "_on_group_message",
     ),
     # from the task's own durable tier (its writer, its store reader): the machine
     **dict.fromkeys(("DurableWritten", "DurableLoaded"), "_on_group_message"),
