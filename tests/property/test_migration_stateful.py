@@ -30,7 +30,7 @@ from property_scale import examples
 from sim import Cluster
 
 from elastorm.core.keygroups import key_group
-from elastorm.core.messages import Protocol
+from elastorm.core.messages import Migrate, Protocol
 from elastorm.core.migration.table import LIVE, Phase
 from elastorm.core.state import fold
 
@@ -62,6 +62,7 @@ class MigrationMachine(RuleBasedStateMachine):
         # model: per (group, source) the values of its tuples in sequence order
         self.log: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
         self.read: dict[int, int] = {}  # restarted emitter -> the routing epoch it read
+        self.lost = 0  # commands lost on the way
 
     # -- rules -------------------------------------------------------------------
     @rule(emitter=st.sampled_from(EMITTERS), key=st.sampled_from(KEYS), value=st.integers(-50, 50))
@@ -74,6 +75,28 @@ class MigrationMachine(RuleBasedStateMachine):
     def deliver(self, data: st.DataObject) -> None:
         channel = data.draw(st.sampled_from(self.cluster.pending()), label="channel")
         self.cluster.deliver(channel)
+
+    def losable(self) -> list[tuple[int, int]]:
+        """The controller's channels to an emitter whose next message is a CPA, CPAL or
+        restore command: the ones ``redrive`` sends again (Storm drops messages to a
+        worker until it has reconnected to it)."""
+        return [
+            (sender, u)
+            for (sender, u), queue in sorted(self.cluster.channels.items())
+            if sender == -1
+            and u in EMITTERS
+            and queue
+            and isinstance(queue[0], Migrate)
+            and (queue[0].protocol in (Protocol.CPA, Protocol.CPAL) or queue[0].protocol.restores)
+        ]
+
+    @precondition(lambda self: self.losable())
+    @rule(data=st.data())
+    def lose_command(self, data: st.DataObject) -> None:
+        """A command from the controller to an emitter is lost on the way."""
+        channel = data.draw(st.sampled_from(self.losable()), label="lost")
+        self.lost += 1
+        event(f"lost a {self.cluster.lose(channel).protocol.value} command")
 
     @precondition(lambda self: self.cluster.pending())
     @rule(rounds=st.integers(1, 5))
@@ -197,10 +220,11 @@ class MigrationMachine(RuleBasedStateMachine):
     def settle(self) -> None:
         stood_in = self.cluster.control.stats["stood_in"]
         self.cluster.run_until_quiet()
-        if self.read:
+        if self.read or self.lost:
             # A new life's tuples that reached a target before it started were
             # refused: the emitters' probes and the tasks' resends (ticks) bring them,
-            # after the controller's stand-in (RESTORE_RETRY s) and the probes' backoff.
+            # after the controller's stand-in (RESTORE_RETRY s) and the probes' backoff;
+            # a lost command is sent again (RESTORE_RETRY s).
             self.cluster.heal(rounds=24)
         if self.cluster.control.stats["stood_in"] > stood_in:
             event("the controller stood in for restarted emitters")
@@ -347,6 +371,35 @@ def test_a_move_every_emitter_restarted_during_is_ordered_again(protocol: Protoc
     assert g not in c.moving and c.control.stats["redriven"] >= 1
     assert c.owner(g) == target
     assert dict(c.coordinators[target].state(g).items()) == {KEYS[0]: (3, 2)}
+
+
+@pytest.mark.parametrize("protocol", [Protocol.CPA, Protocol.CPAL])
+def test_a_move_whose_command_was_lost_is_sent_again_after_the_retry_time(
+    protocol: Protocol,
+) -> None:
+    """The move's command to emitter 10 is lost on the way (the other's arrives): the
+    source waits for 10's toCheckpoint for good. The controller's tick sends the same
+    command again ``elastorm.restore_retry_secs`` later; 11 ignores the repeat, 10
+    answers (fails before ``_command_again``: it never completes)."""
+    c = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count))
+    c.emit(10, KEYS[0], 1)
+    c.emit(11, KEYS[0], 2)
+    c.run_until_quiet()
+    g = key_group(KEYS[0], GROUPS)
+    target = next(t for t in TASKS if t != c.owner(g))
+    c.checkpoint(c.owner(g), g)
+    c.run_until_quiet()
+    assert c.migrate(g, target, protocol) is protocol
+    c.lose((-1, 10))
+    c.emit(10, KEYS[0], 4)
+    c.run_until_quiet()
+    c.tick(c.now + 5.0)
+    c.run_until_quiet()
+    assert g in c.moving  # not yet: the retry time has not passed
+    c.heal()
+    assert g not in c.moving and c.control.stats["commands_again"] >= 1
+    assert c.owner(g) == target
+    assert dict(c.coordinators[target].state(g).items()) == {KEYS[0]: (7, 3)}
 
 
 def test_a_restore_whose_command_was_lost_is_ordered_again_after_the_retry_time() -> None:

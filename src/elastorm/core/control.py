@@ -525,6 +525,10 @@ class MigrationController:
           the toCheckpoint or toState that starts an end (a direct source asks them for
           a CPA once its full checkpoint is acked), so the controller stands in for them
           (``StandIn``) at each end that has not reported done; an end past it ignores it.
+          Otherwise a CPA or CPAL move gets its own command again, same epoch, at every
+          emitter: one that lost it on the way (Storm drops messages to a worker until
+          it has reconnected to it) answers, the others ignore the repeat. A direct
+          move's command is not repeated (its source would refuse the repeat).
         """
         if emitter is not None and epoch is not None:
             self.knowing[emitter] = max(epoch, self.knowing.get(emitter, epoch))
@@ -540,13 +544,32 @@ class MigrationController:
                 )
                 self.moving[g].stuck = moving.stuck
             elif moving.protocol in MOVES and lapsed:
-                if not all(self.knowing.get(u, -1) >= moving.epoch for u in self.emitters):
+                if all(self.knowing.get(u, -1) >= moving.epoch for u in self.emitters):
+                    sends += self._stand_in(g, moving, now)
+                elif moving.protocol is not Protocol.DIRECT:
+                    sends += self._command_again(g, moving, now)
+                else:
                     continue
-                sends += self._stand_in(g, moving, now)
             else:
                 continue
             self.stats["redriven"] += 1
         return sends
+
+    def _command_again(self, g: int, moving: Moving, now: float) -> list[Send]:
+        """``moving``'s own command (CPA or CPAL, same epoch) to every emitter again
+        (``redrive``): one that had it ignores the repeat (stale by epoch), one that lost
+        it on the way answers now."""
+        assert moving.source is not None
+        cmd = Migrate(
+            key_group=g,
+            epoch=moving.epoch,
+            protocol=moving.protocol,
+            source=moving.source,
+            target=moving.target,
+        )
+        moving.ordered = now
+        self.stats["commands_again"] += 1
+        return [Send(to_task=u, message=cmd) for u in self.emitters]
 
     def _stand_in(self, g: int, moving: Moving, now: float) -> list[Send]:
         """``StandIn`` to each end of move ``moving`` that has not reported it done
