@@ -48,6 +48,7 @@ def sum_count(current: tuple[int, int] | None, value: int) -> tuple[int, int]:
 
 class MigrationMachine(RuleBasedStateMachine):
     tasks: tuple[int, ...] = TASKS
+    lost = 0  # commands lost on the way (rule lose_command)
 
     @initialize(request_at=st.sampled_from([0, 2, 5]))
     def setup(self, request_at: int) -> None:
@@ -62,7 +63,6 @@ class MigrationMachine(RuleBasedStateMachine):
         # model: per (group, source) the values of its tuples in sequence order
         self.log: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
         self.read: dict[int, int] = {}  # restarted emitter -> the routing epoch it read
-        self.lost = 0  # commands lost on the way
 
     # -- rules -------------------------------------------------------------------
     @rule(emitter=st.sampled_from(EMITTERS), key=st.sampled_from(KEYS), value=st.integers(-50, 50))
