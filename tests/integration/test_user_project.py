@@ -266,32 +266,43 @@ def _migrate_by_every_protocol(venv: Path, project: Path, topology: str) -> list
 
 def _window_model(
     stream: list[str], key_groups: int, quiet: float = 0.3
-) -> list[tuple[str, float, int]]:
-    """The rows the windowed count must commit, each once: a key group's watermark is
-    the latest event time it applied (event time = position / 100; no lateness), and
-    the timers it passes fire, in (time, word, tag) order, inside the tuple that moved
-    it. A word's quiet timer (its last time + ``quiet``, the bolt's
-    ``QUIET``) is deleted when it comes again; its
-    5-second windows fire at their ends. Windows and timers of a group that no later
-    tuple reaches never fire (the stream ends)."""
-    from elastorm import TumblingWindow
+) -> list[tuple[str, float, int, str]]:
+    """The rows the project's ``windowkinds`` topology must commit, each once, as
+    ``(word, start, count, kind)``: a key group's watermark is the latest event time it
+    applied (event time = position / 100; no lateness); the windows whose end it passes
+    and the quiet timers (a word's last time + ``quiet``, the bolt's ``QUIET``, deleted
+    when it comes again; ``(word, time, -1, "quiet")``) fire inside the tuple that moved
+    it. Per word: 5-second tumbling windows, 5-second windows sliding by 2.5 s, sessions
+    of gap 0.25 s (a window ``[t, t + gap]`` per event, joined with every session it
+    touches). Windows and timers of a group no later tuple reaches never fire."""
+    from elastorm import SessionWindow, SlidingWindow, TumblingWindow
     from elastorm.core.keygroups import key_group
+    from elastorm.core.windows import merge_windows
 
-    tumbling = TumblingWindow(5)
-    rows: list[tuple[str, float, int]] = []
+    assigners = {
+        "tumbling": TumblingWindow(5),
+        "sliding": SlidingWindow(5, 2.5),
+        "session": SessionWindow(0.25),
+    }
+    rows: list[tuple[str, float, int, str]] = []
     groups: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for position, word in enumerate(stream):
         groups[key_group(word, key_groups)].append((position, word))
     for tuples in groups.values():
         mark = None
-        windows: dict[tuple[str, float], tuple[float, int]] = {}  # (word, end) -> (start, n)
+        windows: dict[tuple[str, str], dict] = defaultdict(dict)  # (kind, word) -> {window: n}
         timers: set[tuple[float, str]] = set()
         last: dict[str, float] = {}
         for position, word in tuples:
             t = position / 100
-            (window,) = tumbling.assign(t)
-            start, n = windows.get((word, window.end), (window.start, 0))
-            windows[(word, window.end)] = (start, n + 1)
+            for kind, assigner in assigners.items():
+                open_ = windows[(kind, word)]
+                for window in assigner.assign(t):
+                    if assigner.merging:
+                        window, absorbed = merge_windows(list(open_), window)
+                        open_[window] = sum(open_.pop(w) for w in absorbed) + 1
+                    else:
+                        open_[window] = open_.get(window, 0) + 1
             if word in last:
                 timers.discard((last[word] + quiet, word))
             last[word] = t
@@ -299,24 +310,22 @@ def _window_model(
             if mark is not None and t <= mark:
                 continue
             mark = t
-            due = [(at, w, "", None) for at, w in timers if at <= mark]
-            timers -= {(at, w) for at, w, _, _ in due}
-            for (w, end), (s, n) in list(windows.items()):
-                if end <= mark:
-                    due.append((end, w, "w:per_window", (s, n)))
-                    del windows[(w, end)]
-            for at, w, tag, win in sorted(due, key=lambda d: d[:3]):
-                rows.append((w, at, -1) if tag == "" else (w, win[0], win[1]))
+            due = {(at, w) for at, w in timers if at <= mark}
+            timers -= due
+            rows += [(w, at, -1, "quiet") for at, w in due]
+            for (kind, w), open_ in windows.items():
+                for window in [x for x in open_ if x.end <= mark]:
+                    rows.append((w, window.start, open_.pop(window), kind))
     return sorted(rows)
 
 
-def _window_rows(path: Path) -> list[tuple[str, float, int]]:
+def _window_rows(path: Path) -> list[tuple[str, float, int, str]]:
     if not path.exists():
         return []
     with sqlite3.connect(path) as db:
         try:
-            rows = db.execute("SELECT word, start, count FROM windows")
-            return sorted((w, float(s), int(n)) for w, s, n in rows)
+            rows = db.execute("SELECT word, start, count, window FROM windows")
+            return sorted((w, float(s), int(n), k) for w, s, n, k in rows)
         except sqlite3.OperationalError:  # the sink has not created its table yet
             return []
 
@@ -340,11 +349,12 @@ def _router_pid(venv: Path) -> int:
     return pids[0]
 
 
-def test_user_project_windows_and_timers_exact_through_migrations_and_a_restore(
+def test_user_project_every_window_kind_and_timers_exact_through_migrations_and_a_restore(
     installed,
 ) -> None:
-    """The project's windowed count (``topologies/windowcount.py``: tumbling windows,
-    event-time timers, a TTL state) through a migration by each protocol and then a
+    """The project's windowed count with every window kind (``topologies/windowkinds.py``:
+    the tutorial's ``windowcount`` bolt, tumbling windows, event-time timers and a TTL
+    state, plus sliding windows and sessions) through a migration by each protocol and then a
     ``kill -9`` of its only router: Storm halts the router's worker, and with it the
     keyed task beside it. That task's groups are restored from their checkpoints while
     the router restarts and replays from its spout (the restores' commands died with
@@ -354,7 +364,7 @@ def test_user_project_windows_and_timers_exact_through_migrations_and_a_restore(
     same tuple after a restore: the sink drops what it committed)."""
     project, venv = installed
     output = project / "windows.sqlite"
-    topology = "windowcount"
+    topology = "windowkinds"
     jar = _run([str(venv / "bin/elastorm"), "jar"], project).strip().splitlines()[-1]
     submit = [str(venv / "bin/sparse"), "submit", "-e", "cluster", "-n", topology]
     submit += ["-N", topology, "-j", jar, "-f", "-o", f"elastorm.sinks.sqlite_path={output}"]
