@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["flights"],
         help="flights (default) and/or user jobs: "
-        "wordcount, chained, chained-stage2 (bench/chaos_jobs.py)",
+        "wordcount, chained, chained-stage2, windows (bench/chaos_jobs.py)",
     )
     parser.add_argument(
         "--scenarios",

@@ -6,6 +6,8 @@ stream in one process.
 * ``wordcount`` (``topologies/wordcount.py``): the tutorial's keyed word count into
   ``elastorm.sinks.Sink`` (SQLite). Every word's committed counts must be exactly
   ``1..n``, ``n`` its count in the stream.
+* ``windows`` (``topologies/windowkinds.py``): the tutorial's windowed count with
+  sliding windows and sessions added; every row of the model committed exactly once.
 * ``chained`` (``topologies/chained.py``): the word counts feed a second keyed
   operator keyed by the word's first letter, which counts the updates it receives (not
   idempotent: an update applied twice counts twice) and sums their counts. Every
@@ -353,6 +355,29 @@ class ChainedJob(UserJob):
         return super().check(rows) | {"totals_off": off}
 
 
+class WindowsJob(UserJob):
+    """The windowed count with every window kind and event-time timers
+    (``topologies/windowkinds.py``): each ``(word, start, count, window)`` row of the
+    model (``tests/integration/user_models.py``) committed once."""
+
+    name = "windowkinds"
+    label = "windows"
+    sink = SinkRows("windows", ("word", "start", "count", "window", "kind"))
+
+    def want(self) -> Counter:
+        from user_models import window_model
+
+        return Counter(window_model(user_stream(), key_groups=KEY_GROUPS))
+
+    def check(self, rows: list[tuple]) -> dict[str, Any]:
+        """Rows by every value but their kind (a window's start alone is not its
+        identity: tumbling and sliding windows share starts); ``unrectified``: tentative
+        rows (this job has no replicas, so none are expected)."""
+        got = Counter(tuple(r[:-1]) for r in rows)
+        tentative = sorted({r[0] for r in rows if r[-1] == "tentative"})
+        return row_balance(got, self.want()) | {"unrectified": tentative}
+
+
 class ChainedStage2Job(ChainedJob):
     """``chained`` with the fault on the second keyed operator (``letters``)."""
 
@@ -362,7 +387,7 @@ class ChainedStage2Job(ChainedJob):
 
 #: The user jobs by name (the harness's ``--jobs``; ``flights`` is the repository's).
 USER_JOBS: dict[str, type[UserJob]] = {
-    job.label: job for job in (WordCountJob, ChainedJob, ChainedStage2Job)
+    job.label: job for job in (WordCountJob, ChainedJob, ChainedStage2Job, WindowsJob)
 }
 
 

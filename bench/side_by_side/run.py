@@ -14,8 +14,8 @@ every window of the fold. elastorm's windows fire when their key group's waterma
 (the latest event time the group applied) passes their end, so each group's last
 windows stay open at the end of the stream: its complete windows are the fold's
 windows that end at or before their group's last event time, and the model the
-cluster test checks row for row (``_window_model`` of
-``tests/integration/test_user_project.py``) is compared with those here. elastorm's
+cluster test checks row for row (``window_model`` of
+``tests/integration/user_models.py``) is compared with those here. elastorm's
 own run is that integration test on a Storm cluster, not this command. Last, the
 lines of user code of each program (code lines, without blank lines, comments and
 docstrings). Usage, from the project's virtualenv::
@@ -103,13 +103,11 @@ def elastorm_complete(words: list[str], counts: Counts, key_groups: int) -> Coun
 
 
 def elastorm_model(words: list[str]) -> Counts:
-    """The window rows (not the quiet-timer rows, count -1) that the integration test
-    ``test_user_project_windows_and_timers_exact_through_migrations`` requires of the
-    cluster, from its model."""
-    tests = ROOT / "tests" / "integration"
-    sys.path[:0] = [str(tests), str(tests.parent)]  # it imports its neighbours by name
-    test = load("test_user_project", tests / "test_user_project.py")
-    rows = test._window_model(words, key_groups=KEY_GROUPS)
+    """The tumbling-window rows that the integration test
+    ``test_user_project_every_window_kind_and_timers_exact_through_migrations_and_a_restore``
+    requires of the cluster, from its model (``tests/integration/user_models.py``)."""
+    models = load("user_models", ROOT / "tests" / "integration" / "user_models.py")
+    rows = models.window_model(words, key_groups=KEY_GROUPS)
     return {(w, float(start)): n for w, start, n, kind in rows if kind == "tumbling"}
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import pytest
 import tutorial_commands as page
+from user_models import window_model
 from wheel_build import build_wheel
 
 from elastorm.core.keygroups import key_group
@@ -264,61 +265,6 @@ def _migrate_by_every_protocol(venv: Path, project: Path, topology: str) -> list
 # -- the windowed count: event-time windows and timers ------------------------------
 
 
-def _window_model(
-    stream: list[str], key_groups: int, quiet: float = 0.3
-) -> list[tuple[str, float, int, str]]:
-    """The rows the project's ``windowkinds`` topology must commit, each once, as
-    ``(word, start, count, kind)``: a key group's watermark is the latest event time it
-    applied (event time = position / 100; no lateness); the windows whose end it passes
-    and the quiet timers (a word's last time + ``quiet``, the bolt's ``QUIET``, deleted
-    when it comes again; ``(word, time, -1, "quiet")``) fire inside the tuple that moved
-    it. Per word: 5-second tumbling windows, 5-second windows sliding by 2.5 s, sessions
-    of gap 0.25 s (a window ``[t, t + gap]`` per event, joined with every session it
-    touches). Windows and timers of a group no later tuple reaches never fire."""
-    from elastorm import SessionWindow, SlidingWindow, TumblingWindow
-    from elastorm.core.keygroups import key_group
-    from elastorm.core.windows import merge_windows
-
-    assigners = {
-        "tumbling": TumblingWindow(5),
-        "sliding": SlidingWindow(5, 2.5),
-        "session": SessionWindow(0.25),
-    }
-    rows: list[tuple[str, float, int, str]] = []
-    groups: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for position, word in enumerate(stream):
-        groups[key_group(word, key_groups)].append((position, word))
-    for tuples in groups.values():
-        mark = None
-        windows: dict[tuple[str, str], dict] = defaultdict(dict)  # (kind, word) -> {window: n}
-        timers: set[tuple[float, str]] = set()
-        last: dict[str, float] = {}
-        for position, word in tuples:
-            t = position / 100
-            for kind, assigner in assigners.items():
-                open_ = windows[(kind, word)]
-                for window in assigner.assign(t):
-                    if assigner.merging:
-                        window, absorbed = merge_windows(list(open_), window)
-                        open_[window] = sum(open_.pop(w) for w in absorbed) + 1
-                    else:
-                        open_[window] = open_.get(window, 0) + 1
-            if word in last:
-                timers.discard((last[word] + quiet, word))
-            last[word] = t
-            timers.add((t + quiet, word))
-            if mark is not None and t <= mark:
-                continue
-            mark = t
-            due = {(at, w) for at, w in timers if at <= mark}
-            timers -= due
-            rows += [(w, at, -1, "quiet") for at, w in due]
-            for (kind, w), open_ in windows.items():
-                for window in [x for x in open_ if x.end <= mark]:
-                    rows.append((w, window.start, open_.pop(window), kind))
-    return sorted(rows)
-
-
 def _window_rows(path: Path) -> list[tuple[str, float, int, str]]:
     if not path.exists():
         return []
@@ -369,7 +315,7 @@ def test_user_project_every_window_kind_and_timers_exact_through_migrations_and_
     submit = [str(venv / "bin/sparse"), "submit", "-e", "cluster", "-n", topology]
     submit += ["-N", topology, "-j", jar, "-f", "-o", f"elastorm.sinks.sqlite_path={output}"]
     _run(submit, project)
-    expected = _window_model(_stream(), key_groups=12)
+    expected = window_model(_stream(), key_groups=12)
     try:
         done = _migrate_by_every_protocol(venv, project, topology)
         pid = _router_pid(venv)

@@ -110,3 +110,20 @@ def test_a_rectification_is_not_a_duplicate_and_an_open_tentative_is_reported() 
     assert unrectified == ["b"]
     twice, _ = settled_rows([("a", 1, "tentative"), ("a", 1, "tentative")])
     assert row_balance(twice, word_rows(["a"]))["twice"] == 1
+
+
+def test_the_windows_job_counts_a_window_twice_and_tells_sliding_from_tumbling() -> None:
+    """A window row committed twice counts twice; a sliding window sharing a tumbling
+    window's word and start is a row of its own, not a duplicate."""
+    job = USER_JOBS["windows"]()
+    want = job.want()
+    rows = [(*r, "final") for r in sorted(want.elements())]
+    assert job.check(rows) == {
+        "checked": len(rows), "lost": 0, "twice": 0, "unrectified": []
+    }  # fmt: skip
+    tumbling = next(r for r in rows if r[3] == "tumbling")
+    assert any(r[:2] == tumbling[:2] and r[3] == "sliding" for r in rows)
+    again = job.check([*rows, tumbling])
+    assert (again["lost"], again["twice"]) == (0, 1)
+    missing = job.check(rows[1:])
+    assert (missing["lost"], missing["twice"]) == (1, 0)

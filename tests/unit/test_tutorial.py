@@ -37,7 +37,9 @@ def test_the_second_page_lists_its_files() -> None:
     assert set(PART_2) <= set(LISTED)
 
 
-@pytest.mark.parametrize("name", ["wordcount", "wordfiles", "windowcount", "shop", "chained"])
+@pytest.mark.parametrize(
+    "name", ["wordcount", "wordfiles", "windowcount", "windowkinds", "shop", "chained"]
+)
 def test_the_user_topologies_fit_the_cluster_the_tutorial_starts(name: str, monkeypatch) -> None:
     """Each builds (``sparse submit`` loads it so) with every keyed bolt at one task per
     supervisor of the default ``elastorm cluster up``: none waits on an unbound node."""
