@@ -350,7 +350,7 @@ def test_a_move_every_emitter_restarted_during_is_ordered_again(protocol: Protoc
     new lives ignore its commands (their tables already route to the target), so nobody
     starts the source or the target and the group's tuples are refused there. Once every
     emitter has restarted knowing its epoch, the controller's tick orders it again
-    ``elastorm.restore_retry_secs`` after its commands (failed before ``_order_move_again``:
+    ``elastorm.restore_retry_secs`` after its commands (failed before ``StandIn``:
     the move never completed)."""
     c = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count))
     c.emit(10, KEYS[0], 1)
@@ -380,7 +380,7 @@ def test_a_move_whose_command_was_lost_is_sent_again_after_the_retry_time(
     """The move's command to emitter 10 is lost on the way (the other's arrives): the
     source waits for 10's toCheckpoint for good. The controller's tick sends the same
     command again ``elastorm.restore_retry_secs`` later; 11 ignores the repeat, 10
-    answers (fails before ``_command_again``: it never completes)."""
+    answers (fails before ``redrive`` repeated a move's command: it never completes)."""
     c = Cluster(num_key_groups=GROUPS, tasks=TASKS, emitters=EMITTERS, step=fold(sum_count))
     c.emit(10, KEYS[0], 1)
     c.emit(11, KEYS[0], 2)

@@ -545,9 +545,9 @@ class MigrationController:
                 self.moving[g].stuck = moving.stuck
             elif moving.protocol in MOVES and lapsed:
                 if all(self.knowing.get(u, -1) >= moving.epoch for u in self.emitters):
-                    sends += self._stand_in(g, moving, now)
+                    sends += self._again(g, moving, now, StandIn)
                 elif moving.protocol is not Protocol.DIRECT:
-                    sends += self._command_again(g, moving, now)
+                    sends += self._again(g, moving, now, Migrate)
                 else:
                     continue
             else:
@@ -555,12 +555,15 @@ class MigrationController:
             self.stats["redriven"] += 1
         return sends
 
-    def _command_again(self, g: int, moving: Moving, now: float) -> list[Send]:
-        """``moving``'s own command (CPA or CPAL, same epoch) to every emitter again
-        (``redrive``): one that had it ignores the repeat (stale by epoch), one that lost
-        it on the way answers now."""
+    def _again(
+        self, g: int, moving: Moving, now: float, kind: type[Migrate | StandIn]
+    ) -> list[Send]:
+        """For move ``moving`` (``redrive``), sent again each ``waited`` seconds until it is
+        done: its own command (``Migrate``: CPA or CPAL, same epoch) to every emitter, one
+        that had it ignoring the repeat (stale by epoch), one that lost it on the way
+        answering now; or a ``StandIn`` to each end that has not reported it done."""
         assert moving.source is not None
-        cmd = Migrate(
+        message = kind(
             key_group=g,
             epoch=moving.epoch,
             protocol=moving.protocol,
@@ -568,21 +571,9 @@ class MigrationController:
             target=moving.target,
         )
         moving.ordered = now
-        self.stats["commands_again"] += 1
-        return [Send(to_task=u, message=cmd) for u in self.emitters]
-
-    def _stand_in(self, g: int, moving: Moving, now: float) -> list[Send]:
-        """``StandIn`` to each end of move ``moving`` that has not reported it done
-        (``redrive``); sent again each ``waited`` seconds until both have."""
-        assert moving.source is not None
-        message = StandIn(
-            key_group=g,
-            epoch=moving.epoch,
-            protocol=moving.protocol,
-            source=moving.source,
-            target=moving.target,
-        )
-        moving.ordered = now
+        if kind is Migrate:
+            self.stats["commands_again"] += 1
+            return [Send(to_task=u, message=message) for u in self.emitters]
         self.stats["stood_in"] += 1
         ends = {Role.SOURCE: moving.source, Role.TARGET: moving.target}
         return [Send(to_task=ends[r], message=message) for r in sorted(moving.waiting, key=str)]
