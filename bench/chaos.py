@@ -209,18 +209,18 @@ SUPERVISORS = 4
 FAULT_FACTS = ("kills", "losses", "outages", "frozen", "cuts", "from_store", "restores", "outage")
 
 
-def _restart(supervisors, killed: list[str]) -> None:
-    """Start the supervisors a run killed again, and any other that is no longer
-    running (e.g. one that exited on its own after a network cut), so the next run has
-    all of them."""
-    from elastorm.runtime.cluster import node_name
+def _restart(supervisors, killed: list[str], shape: dict[str, Any]) -> None:
+    """Start the supervisors a run killed again, and any other daemon that is no longer
+    running (a supervisor that exited on its own after a network cut; Nimbus, which halts
+    itself when ZooKeeper is gone a while: "Halting process: Error while processing
+    event", seen after ``chained/zk-stop`` in session 20), so the next run has all of
+    them: the cluster brought up again in its ``shape`` (idempotent)."""
+    from elastorm.runtime.cluster import node_name, up
 
     gone = [node_name(i) for i in range(SUPERVISORS) if node_name(i) not in supervisors.live()]
-    names = list(dict.fromkeys([*killed, *gone]))
-    for name in names:
+    for name in dict.fromkeys([*killed, *gone]):
         supervisors.stop(name)  # its pid file
-    if names:
-        supervisors.start(names, timeout=120)
+    up(**shape)
 
 
 def _workers_of(topology: str) -> list[int]:
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                 ok, output_dir, error = False, None, f"{type(exc).__name__}: {exc}"
             finally:
                 sampler.stop()
-                _restart(supervisors, getattr(driver, "killed", []))
+                _restart(supervisors, getattr(driver, "killed", []), chosen_up)
                 gone = _wait_gone(driver.topology) if driver.topology else None
             record: dict[str, Any] = {
                 "commit": measured, "job": job, "scenario": name, "run": i, "ok": ok,
