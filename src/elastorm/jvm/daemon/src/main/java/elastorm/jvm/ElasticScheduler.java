@@ -132,6 +132,11 @@ public final class ElasticScheduler implements IScheduler {
                 cluster.setStatus(td.getId(), REFUSED + " (" + e.getMessage() + "); Storm's default"
                         + " scheduling instead");
                 others.add(td);
+            } catch (RuntimeException e) {
+                // An exception out of schedule() halts Nimbus ("Error while processing
+                // event"): leave this topology as it is until the next round instead.
+                LOG.error("elastorm scheduler: scheduling {} failed; it keeps its assignment until"
+                        + " the next round", td.getName(), e);
             }
         }
         if (others.isEmpty()) {
@@ -147,11 +152,32 @@ public final class ElasticScheduler implements IScheduler {
             if (after == null || after.equals(before)) {
                 continue;
             }
+            if (!slotsFree(cluster, after, td.getId())) {
+                // The copy does not see every slot the real cluster holds (a killed
+                // topology's, say): Cluster.assign would throw and halt Nimbus.
+                LOG.warn("elastorm scheduler: {}'s default placement takes a slot in use; next"
+                        + " round", td.getName());
+                continue;
+            }
             if (before != null) {
                 cluster.unassign(td.getId());
             }
             cluster.assign(after, false);
         }
+    }
+
+    /** Whether every slot of {@code assignment} is free in {@code cluster}, or held by
+     * {@code topologyId} itself. */
+    static boolean slotsFree(Cluster cluster, SchedulerAssignment assignment, String topologyId) {
+        for (WorkerSlot slot : assignment.getSlots()) {
+            if (cluster.isSlotOccupied(slot)) {
+                SchedulerAssignment own = cluster.getAssignmentById(topologyId);
+                if (own == null || !own.getSlots().contains(slot)) {
+                    return false;
+                }
+            }
+        }
+        return true;
     }
 
     private void scheduleElastic(TopologyDetails td, Cluster cluster) {
