@@ -61,3 +61,18 @@ def test_missing_garbled_or_dead_pid_file_is_none(cfg):
     dead.wait()
     (cfg.run / "nimbus.pid").write_text(f"{dead.pid}\n")
     assert running_pid(cfg, "nimbus") is None
+
+
+def test_a_daemon_that_exited_and_waits_to_be_reaped_is_not_running(cfg):
+    """A zombie still answers ``kill(pid, 0)`` and shows an empty command line, which
+    passed for a daemon between fork and exec: a halted Nimbus under the process that
+    started it counted as running, and bringing the cluster up started none."""
+    halted = subprocess.Popen([sys.executable, "-c", "pass", "-Ddaemon.name=nimbus"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{halted.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)  # exited, not reaped: a zombie
+    (cfg.run / "nimbus.pid").write_text(f"{halted.pid}\n")
+    try:
+        assert running_pid(cfg, "nimbus") is None
+    finally:
+        halted.wait()

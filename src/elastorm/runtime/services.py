@@ -92,7 +92,21 @@ def running_pid(cfg: ElastormConfig, name: str) -> int | None:
         os.kill(pid, 0)
     except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
+    if _zombie(pid):  # exited, not yet reaped by the process that started it
+        return None
     return pid if _is_daemon(pid, name) else None
+
+
+def _zombie(pid: int) -> bool:
+    """True if ``pid`` has exited and waits to be reaped (``Z`` in ``/proc/<pid>/stat``):
+    its pid still answers ``kill(pid, 0)``, and its command line is empty. Seen: a
+    Nimbus that halted under a chaos harness that had started it counted as running,
+    so bringing the cluster up again started no new one."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def _is_daemon(pid: int, name: str) -> bool:
