@@ -20,9 +20,6 @@ repeat so machine noise hits them alike):
   the controller beside it;
 * ``elastic_unbatched``: the same with ``elastorm.multilang.batch_size`` = 1 (no
   batches either way; acks still off);
-* ``elastic_objects``: the elastic job with ``elastorm.multilang.compact`` = false:
-  inside a batch, every emit and every input tuple an object with its field names
-  (as before issue 34), where the default sends arrays of the fields;
 * ``elastic_json``: ``topologies/throughput_elastic_json.py``, the elastic job
   with ``elastorm.multilang.encoding`` = json (msgpack by default) on both ends of
   every pipe. (In the raw files of 2026-11-24 before the default changed,
@@ -119,9 +116,6 @@ VARIANTS = {
     "elastic": ("throughput_elastic", {}),
     # the elastic job with batches of one (acks still off): what batching does
     "elastic_unbatched": ("throughput_elastic", TopologyConfig.overrides(multilang_batch_size=1)),
-    # the elastic job with every batched emit and input tuple an object with its field
-    # names, as before elastorm.multilang.compact (issue 34)
-    "elastic_objects": ("throughput_elastic", TopologyConfig.overrides(multilang_compact=False)),
     # the elastic job with JSON on the wire instead of msgpack (the default)
     "elastic_json": ("throughput_elastic_json", {}),
     # the elastic job with Python's own GC schedule (full collections every few

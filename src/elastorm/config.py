@@ -961,11 +961,6 @@ class TopologyConfig(Section):
         "milliseconds an emit may wait for its batch to fill",
         check=at_least(0),
     )  # fmt: skip
-    multilang_compact: bool = option(
-        "elastorm.multilang.compact", BOOL, True,
-        "inside a batch, each emit and each input tuple is an array of its fields, not an "
-        "object with their names (fewer bytes to write and parse on both ends of the pipe)",
-    )  # fmt: skip
     multilang_encoding: str = option(
         "elastorm.multilang.encoding", STR, "msgpack",
         "encoding of the multilang pipe of an ElasticTopology's Python components "

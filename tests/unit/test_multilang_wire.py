@@ -140,41 +140,7 @@ def test_the_jvm_is_told_once_that_this_side_unpacks_batches() -> None:
     conf = {SERIALIZER_KEY: ELASTORM_SERIALIZER}
     use_elastorm_wire(component, conf)
     use_elastorm_wire(component, conf)
-    assert pipe.sent == [{"command": "elastorm_wire", "compact": True}]
-    plain = Component()
-    use_elastorm_wire(plain, conf | TopologyConfig.overrides(multilang_compact=False))
-    assert plain.serializer.inner.sent == [{"command": "elastorm_wire"}]
-    assert not plain.serializer.compact
-
-
-def test_compact_emits_are_arrays_of_their_fields_and_the_rest_stay_objects() -> None:
-    """``elastorm.multilang.compact``: a batched emit is ``[stream, task, values]``; one
-    with anchors or an id keeps its object (the JVM reads both in one batch)."""
-    pipe = Pipe()
-    wire = BatchingSerializer(pipe, max_batch=3, linger_secs=1.0, clock=Clock(), compact=True)
-    wire.send_message({"command": "emit", "tuple": [1], "need_task_ids": False})
-    direct = {"command": "emit", "tuple": [2], "stream": "s", "task": 7, "need_task_ids": False}
-    wire.send_message(direct)
-    anchored = {"command": "emit", "tuple": [3], "anchors": ["a"], "need_task_ids": False}
-    wire.send_message(anchored)
-    assert pipe.sent == [
-        {"command": "batch", "batch": [[None, None, [1]], ["s", 7, [2]], anchored]}
-    ]
-
-
-def test_a_compact_input_tuple_is_read_as_the_object_pystorm_expects() -> None:
-    pipe = Pipe()
-    incoming = [{"command": "batch", "batch": [["9", "c", "default", 1, [5]]]}, [7]]
-    pipe.read_message = lambda: incoming.pop(0)
-    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=1.0, clock=Clock(), compact=True)
-    assert wire.read_message() == {
-        "id": "9",
-        "comp": "c",
-        "stream": "default",
-        "task": 1,
-        "tuple": [5],
-    }
-    assert wire.read_message() == [7]  # task ids stay a list
+    assert pipe.sent == [{"command": "elastorm_wire"}]
 
 
 def test_an_elastic_topology_starts_every_python_component_with_its_encoding():

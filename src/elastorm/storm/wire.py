@@ -16,11 +16,7 @@ and releases on the Java side:
   emit per tuple (groupings, direct streams and FIFO per task pair unchanged).
   It also tells the JVM side (``{"command": "elastorm_wire"}``) that it unpacks
   batches: a bolt then gets its input tuples the same way, up to ``batch_size``
-  per message, held at most ``linger_ms`` in the JVM. With
-  ``elastorm.multilang.compact`` (the default; ``"compact": true`` in that message),
-  inside a batch an emit is the array ``[stream, task, values]`` and an input tuple
-  ``[id, component, stream, task, values]``: no field names to write, pack and parse
-  per tuple on either side (issue 34's profile: the pipe was half of a router's time).
+  per message, held at most ``linger_ms`` in the JVM.
 * With ``topology.acker.executors`` = 0, Storm acks every spout tuple at emit; a
   bolt's ack only frees the ShellBolt's copy of the input, which the JVM
   serializer then does itself on delivery. The component sends no acks and no
@@ -64,11 +60,8 @@ class BatchingSerializer:
         max_batch: int,
         linger_secs: float,
         clock: Callable[[], float] = time.monotonic,
-        *,
-        compact: bool = False,
     ) -> None:
         self.inner = inner
-        self.compact = compact
         self.max_batch = max_batch
         self.linger = linger_secs
         self.clock = clock
@@ -84,10 +77,7 @@ class BatchingSerializer:
             pending = self.pending
             if not pending:
                 self.first_at = self.clock()
-            if self.compact and "anchors" not in msg and "id" not in msg:
-                pending.append([msg.get("stream"), msg.get("task"), msg["tuple"]])
-            else:
-                pending.append(msg)
+            pending.append(msg)
             if len(pending) >= self.max_batch or self.clock() - self.first_at >= self.linger:
                 self.flush()
             return
@@ -105,22 +95,17 @@ class BatchingSerializer:
             or (not self.inbox and not select.select([self._fd], [], [], 0)[0])
         ):
             self.flush()  # never block on input with emits held back
-        if not self.inbox:
-            msg = self.inner.read_message()
-            if type(msg) is not dict or msg.get("command") != "batch":
-                return msg  # a list here is task ids (never inside a batch)
+        if self.inbox:
+            return self.inbox.popleft()
+        msg = self.inner.read_message()
+        if type(msg) is dict and msg.get("command") == "batch":
             self.inbox.extend(msg["batch"])
-        msg = self.inbox.popleft()
-        if type(msg) is list:  # compact: [id, comp, stream, task, values]
-            return dict(zip(TUPLE_FIELDS, msg, strict=True))
+            return self.inbox.popleft()
         return msg
 
     def serialize_dict(self, msg: dict) -> Any:
         return self.inner.serialize_dict(msg)
 
-
-#: The fields of a compact input tuple, in order (pystorm reads them by these names).
-TUPLE_FIELDS = ("id", "comp", "stream", "task", "tuple")
 
 ENCODING_PACKAGES = {"msgpack": "msgpack"}  # pystorm serializer -> the package it needs
 
@@ -182,13 +167,7 @@ def use_elastorm_wire(component: Any, conf: Mapping[str, Any]) -> None:
         component.auto_anchor = False
     config = TopologyConfig.from_conf(conf)
     if config.multilang_batch_size > 1 and not isinstance(component.serializer, BatchingSerializer):
-        hello = {"command": "elastorm_wire"}  # we unpack batches (of arrays, if compact)
-        if config.multilang_compact:
-            hello["compact"] = True
-        component.serializer.send_message(hello)
+        component.serializer.send_message({"command": "elastorm_wire"})  # we unpack batches
         component.serializer = BatchingSerializer(
-            component.serializer,
-            config.multilang_batch_size,
-            config.multilang_linger_ms / 1000,
-            compact=config.multilang_compact,
+            component.serializer, config.multilang_batch_size, config.multilang_linger_ms / 1000
         )

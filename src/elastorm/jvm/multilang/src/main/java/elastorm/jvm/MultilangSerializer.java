@@ -7,7 +7,6 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -104,10 +103,6 @@ public class MultilangSerializer extends JsonSerializer {
     private boolean releaseOnDelivery;
     /** Set once the Python side said it unpacks batches; read by the writer thread. */
     private volatile boolean peerUnpacks;
-    /** Set once the Python side said it reads and writes compact batch items: an input
-     * tuple as {@code [id, comp, stream, task, values]}, an emit as {@code [stream, task,
-     * values]} (no field names per tuple). */
-    private volatile boolean peerCompact;
     private int maxBatch = 100;
     private long lingerMicros = 1000;
     /** Tuples for the subprocess not written yet (guarded by {@code this}). */
@@ -179,15 +174,18 @@ public class MultilangSerializer extends JsonSerializer {
     @Override
     public void writeBoltMsg(BoltMsg msg) throws IOException {
         boolean heartbeat = "__heartbeat".equals(msg.getStream());
+        Map<String, Object> tuple = new HashMap<>(8);
+        tuple.put("id", msg.getId());
+        tuple.put("comp", msg.getComp());
+        tuple.put("stream", msg.getStream());
+        tuple.put("task", msg.getTask());
+        tuple.put("tuple", msg.getTuple());
         if (!peerUnpacks || maxBatch <= 1 || heartbeat) {
             synchronized (this) {
                 flushOutbox();
-                writeMessage(tupleMap(msg));
+                writeMessage(tuple);
             }
         } else {
-            Object tuple = peerCompact
-                ? Arrays.asList(msg.getId(), msg.getComp(), msg.getStream(), msg.getTask(), msg.getTuple())
-                : tupleMap(msg);
             synchronized (this) {
                 outbox.add(tuple);
                 if (outbox.size() >= maxBatch) {
@@ -205,17 +203,6 @@ public class MultilangSerializer extends JsonSerializer {
             ack.setId(msg.getId());
             released.add(ack);
         }
-    }
-
-    /** An input tuple as the multilang object Storm's own serializer writes. */
-    private static Map<String, Object> tupleMap(BoltMsg msg) {
-        Map<String, Object> tuple = new HashMap<>(8);
-        tuple.put("id", msg.getId());
-        tuple.put("comp", msg.getComp());
-        tuple.put("stream", msg.getStream());
-        tuple.put("task", msg.getTask());
-        tuple.put("tuple", msg.getTuple());
-        return tuple;
     }
 
     @Override
@@ -267,42 +254,22 @@ public class MultilangSerializer extends JsonSerializer {
                 Map<?, ?> msg = readMessage();
                 if ("batch".equals(msg.get("command"))) {
                     for (Object item : (List<?>) msg.get("batch")) {
-                        unpacked.add(item instanceof List ? compactEmit((List<?>) item) : toShellMsg((Map<?, ?>) item));
+                        unpacked.add(toShellMsg((Map<?, ?>) item));
                     }
-                    continue;
-                }
-                if ("elastorm_wire".equals(msg.get("command"))) {
-                    peerCompact = Boolean.TRUE.equals(msg.get("compact"));
-                    peerUnpacks = true;
                     continue;
                 }
                 next = toShellMsg(msg);
             }
             String command = next.getCommand();
+            if ("elastorm_wire".equals(command)) {
+                peerUnpacks = true;
+                continue;
+            }
             if (releaseOnDelivery && ("ack".equals(command) || "fail".equals(command))) {
                 continue; // released when written
             }
             return next;
         }
-    }
-
-    /** A compact emit {@code [stream, task, values]} (from a batch: no task ids wanted,
-     * no anchors, no id) as Storm's {@link ShellMsg}. */
-    private static ShellMsg compactEmit(List<?> item) {
-        ShellMsg shellMsg = new ShellMsg();
-        shellMsg.setCommand("emit");
-        Object stream = item.get(0);
-        shellMsg.setStream(stream == null ? "default" : (String) stream);
-        Object task = item.get(1);
-        shellMsg.setTask(task instanceof Number ? ((Number) task).longValue() : 0L);
-        shellMsg.setNeedTaskIds(false);
-        List<?> tuple = (List<?>) item.get(2);
-        List<Object> values = new ArrayList<>(tuple.size());
-        for (Object value : tuple) {
-            values.add(plain(value));
-        }
-        shellMsg.setTuple(values);
-        return shellMsg;
     }
 
     /** One multilang message as Storm's {@link ShellMsg}. */
