@@ -510,12 +510,14 @@ class MigrationController:
         emitter: int | None = None,
         waited: float | None = None,
     ) -> list[Send]:
-        """Order again, each at a new epoch, migrations nobody will answer. Same source,
-        target and protocol; every emitter answers the new epoch. O(moving groups).
+        """Send again what nobody will answer, for each migration in flight; its sends.
+        O(moving groups).
 
-        * Restores ordered at or before routing ``epoch`` (``emitter`` restarted knowing
-          it, ``EmitterRestarted``: their commands died with its earlier life and its new
-          one ignores them; when it was the only emitter, nobody started their targets),
+        * Restores, ordered again at a new epoch to the same target (every emitter
+          answers the new epoch), when ordered at or before routing ``epoch``
+          (``emitter`` restarted knowing it, ``EmitterRestarted``: their commands died
+          with its earlier life and its new one ignores them; when it was the only
+          emitter, nobody started their targets),
           or whose latest commands went out ``waited`` seconds or more before ``now`` (a
           command lost on the way: Storm drops messages to a worker until it has
           reconnected to it). The target keeps what it replayed: a newer RESTORE toState
