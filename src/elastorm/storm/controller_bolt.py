@@ -52,7 +52,7 @@ from elastorm.core.actions import (
     decode_report,
 )
 from elastorm.core.control import MigrationController
-from elastorm.core.messages import CheckpointId, PeerDown, UpstreamRecovery
+from elastorm.core.messages import CheckpointId, Migrate, PeerDown, UpstreamRecovery
 from elastorm.durable.store import StoreError
 from elastorm.storm.controller_runtime import (
     ControllerRuntime,
@@ -396,24 +396,32 @@ class MigrationControllerBolt(_Sending, Bolt):
 
     def redrive(self, op: str, report: EmitterRestarted) -> None:
         """An emitter of ``op`` restarted: order again the restores its earlier life never
-        answered (``MigrationController.redrive``; every task of ``op`` reports the same
-        restart, and only the first finds any)."""
+        answered, and note the epoch it read (a move every emitter restarted during is
+        stood in for at the next tick past the retry time; ``MigrationController.redrive``;
+        every task of ``op`` reports the same restart, and only the first finds any)."""
         sends = self.controls[op].redrive(time.time(), epoch=report.epoch, emitter=report.task)
         why = f"emitter task {report.task} restarted knowing epoch {report.epoch}"
         self.send_redriven(op, sends, why)
 
     def send_redriven(self, op: str, sends: list[Send], why: str) -> None:
-        """Log and send the commands of restores ordered again and the stand-ins for
-        moves no emitter will answer (``redrive``)."""
+        """Log and send what ``redrive`` sends again: restores ordered again, moves'
+        commands repeated, stand-ins for moves no emitter will answer."""
         if not sends:
             return
-        for kind in ("Migrate", "StandIn"):
-            groups = sorted(
-                {s.message.key_group for s in sends if type(s.message).__name__ == kind}
-            )
-            if groups:
-                what = "restores ordered again" if kind == "Migrate" else "moves stood in for"
-                log.warning("controller: %s: %s of %s key groups %s", why, what, op, groups)
+        groups: dict[str, set[int]] = {}
+        for send in sends:
+            message = send.message
+            if isinstance(message, Migrate):
+                what = (
+                    "restores ordered again"
+                    if message.protocol.restores
+                    else "move commands sent again"
+                )
+            else:
+                what = "moves stood in for"
+            groups.setdefault(what, set()).add(message.key_group)
+        for what, gs in sorted(groups.items()):
+            log.warning("controller: %s: %s of %s key groups %s", why, what, op, sorted(gs))
         for send in self.runtime.order(sends):
             self.send(send)
 
