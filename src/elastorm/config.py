@@ -787,8 +787,10 @@ class TopologyConfig(Section):
     restore_retry_secs: float = option(
         "elastorm.restore_retry_secs", FLOAT, 10.0,
         "a restore not complete this long after its commands went out is ordered again "
-        "at a new epoch (a command can be lost: Storm drops messages to a worker until "
-        "it has reconnected to it, and a restarted emitter ignores what it missed)",
+        "at a new epoch, a CPA or CPAL move gets its command again, and a move every "
+        "emitter restarted during is stood in for (a command can be lost: Storm drops "
+        "messages to a worker until it has reconnected to it, and a restarted emitter "
+        "ignores what it missed)",
         check=above(0),
     )  # fmt: skip
     max_buffered: int = option(
