@@ -345,7 +345,7 @@ def test_every_emitter_restarted_mid_restore_has_it_ordered_again() -> None:
 
 
 @pytest.mark.parametrize("protocol", [Protocol.CPA, Protocol.CPAL])
-def test_a_move_every_emitter_restarted_during_is_ordered_again(protocol: Protocol) -> None:
+def test_a_move_every_emitter_restarted_during_is_stood_in_for(protocol: Protocol) -> None:
     """Both emitters restart after a move was ordered and before they answered it: their
     new lives ignore its commands (their tables already route to the target), so nobody
     starts the source or the target and the group's tuples are refused there. Once every
