@@ -1,5 +1,5 @@
-"""A controller that cannot run its topology (keyed operators with unequal task counts,
-from a jar older than the check at submit) says why once and stops there: one ERROR
+"""A controller that cannot run its topology (a keyed operator with one task, from a
+jar older than the raise to two at submit) says why once and stops there: one ERROR
 line, the reason in ZooKeeper for ``elastorm migrate``, no exception for Storm to
 restart its worker into, over and over."""
 
@@ -29,7 +29,7 @@ CONTEXT = {
         "1": "router",
         "2": "controller",
         **{str(t): "counts" for t in (10, 11, 12)},
-        **{str(t): "letters" for t in (20, 21)},
+        **{str(t): "letters" for t in (20,)},
     },
 }
 CONF = {
@@ -39,20 +39,20 @@ CONF = {
     "elastorm.operators": {"counts": ["router"], "letters": ["counts"]},
 }
 REASON = (
-    "every keyed operator needs one task on every node (the same number of tasks each), "
-    "got nodes: counts on 3, letters on 2"
+    "every keyed operator needs tasks on two nodes at least (a key group's owner and its "
+    "checkpoint holder), got: counts on 3, letters on 1"
 )
 
 
 def test_placement_names_each_operators_nodes() -> None:
     with pytest.raises(ControllerModelError) as refused:
-        Placement.by_index({"letters": [20, 21], "counts": [10, 11, 12]})
+        Placement.by_index({"letters": [20], "counts": [10, 11, 12]})
     assert str(refused.value) == REASON
 
 
 @pytest.fixture
 def refused(monkeypatch, caplog):
-    """The controller bolt of a topology whose keyed operators have 3 and 2 tasks, on a
+    """The controller bolt of a topology whose keyed operators have 3 and 1 tasks, on a
     ZooKeeper that is not connected yet: (bolt, its ZooKeeper)."""
     zk = MemoryZk()
     zk.connected = False
@@ -98,5 +98,5 @@ def test_migrate_prints_the_reason_instead_of_waiting(refused) -> None:
     expected = f"the controller of t cannot run it: {REASON}"
     with pytest.raises(UserError, match="^" + expected.replace("(", r"\(").replace(")", r"\)")):
         keyed_operator(zk, "t", timeout=60)
-    with pytest.raises(UserError, match="cannot run it: every keyed operator"):
+    with pytest.raises(UserError, match="cannot run it: every keyed operator needs tasks on two"):
         wait_for_status(zk, "t", "counts", timeout=60)

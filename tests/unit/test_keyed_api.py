@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 
 import pytest
 from streamparse import Bolt, Grouping, Spout, Stream
@@ -238,49 +239,42 @@ def test_wiring_errors_name_the_component(inputs, message) -> None:
             counts = CountWords.spec(inputs=inputs(words), par=2)
 
 
-def test_a_keyed_bolt_needs_an_owner_and_a_holder() -> None:
-    with pytest.raises(WiringError, match="counts: par must be >= 2"):
+def test_a_keyed_bolt_at_par_1_runs_two_tasks_and_says_so(caplog) -> None:
+    """Its key groups' checkpoints are held by another of its tasks, on another node."""
+    with caplog.at_level(logging.WARNING, logger="elastorm.storm.topology"):
 
-        class Bad(ElasticTopology):
+        class One(ElasticTopology):
             words = Words.spec()
             counts = CountWords.spec(inputs={words: keyed("word")}, par=1)
 
+    assert One.thrift_bolts["counts"].common.parallelism_hint == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "counts: par=1 runs 2 tasks: a keyed bolt's key groups are checkpointed on "
+        "another task of it, on another node"
+    ]
 
-def test_keyed_bolts_with_different_task_counts_are_refused_in_one_line() -> None:
-    message = (
-        "WordCount: keyed bolts counts (par=3) and again (par=2) must have the same "
-        "number of tasks: one per node the topology may use; give every keyed bolt par=3"
-    )
-    with pytest.raises(WiringError) as refused:
+
+def test_keyed_bolts_keep_their_own_task_counts(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="elastorm.storm.topology"):
 
         class WordCount(ElasticTopology):
             words = Words.spec()
             counts = CountWords.spec(inputs={words: keyed("word")}, par=3)
             again = CountWords.spec(inputs={counts: keyed("word")}, par=2)
 
-    assert str(refused.value) == message
+    assert WordCount.thrift_bolts["counts"].common.parallelism_hint == 3
+    assert WordCount.thrift_bolts["again"].common.parallelism_hint == 2
+    assert caplog.records == []
 
 
-def test_task_counts_are_compared_per_streamparse_environment() -> None:
-    class Same(ElasticTopology):
+def test_task_counts_are_raised_per_streamparse_environment() -> None:
+    class Small(ElasticTopology):
         words = Words.spec()
-        counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 2})
-        again = CountWords.spec(inputs={counts: keyed("word")}, par={"prod": 4, "dev": 2})
+        counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 1})
+        again = CountWords.spec(inputs={counts: keyed("word")}, par={"prod": 1, "dev": 3})
 
-    assert Same.thrift_bolts["again"].common.parallelism_hint == {"prod": 4, "dev": 2}
-    env = r"counts \(par=2\) and again \(par=4\) must have the same number of tasks in "
-    with pytest.raises(WiringError, match=env + "environment 'dev'"):
-
-        class Differ(ElasticTopology):
-            words = Words.spec()
-            counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 2})
-            again = CountWords.spec(inputs={counts: keyed("word")}, par=4)
-
-    with pytest.raises(WiringError, match="counts: par must be >= 2 in environment 'dev'"):
-
-        class Small(ElasticTopology):
-            words = Words.spec()
-            counts = CountWords.spec(inputs={words: keyed("word")}, par={"prod": 4, "dev": 1})
+    assert Small.thrift_bolts["counts"].common.parallelism_hint == {"prod": 4, "dev": 2}
+    assert Small.thrift_bolts["again"].common.parallelism_hint == {"prod": 2, "dev": 3}
 
 
 def test_a_bad_elastorm_option_fails_when_the_topology_is_declared() -> None:

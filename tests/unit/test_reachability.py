@@ -43,6 +43,7 @@ CALLBACKS = [
     "auto_fail",
     "outputs",
     "config",
+    "parallelism_hint",  # a Thrift ComponentCommon field, sent to Nimbus by streamparse
     "process_element",  # PyFlink's KeyedProcessFunction (bench/pyflink/keyed_sum.py)
     "extract_timestamp",  # PyFlink's TimestampAssigner (bench/side_by_side/), and its
     "record_timestamp",  # second argument, which PyFlink passes

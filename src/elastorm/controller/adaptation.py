@@ -216,8 +216,13 @@ class _Round:
 def _pick_target(
     rnd: _Round, kg: KeyGroupInfo, candidates: Iterable[NodeId], ceiling: float
 ) -> NodeId | None:
-    """Best target among ``candidates``: a checkpoint holder first, then least CPU."""
-    fitting = [n for n in candidates if rnd.fits(kg, n, ceiling)]
+    """Best target among ``candidates`` that run a task of ``kg``'s operator: a
+    checkpoint holder first, then least CPU."""
+    fitting = [
+        n
+        for n in candidates
+        if rnd.view.runs(kg.key_group.operator, n) and rnd.fits(kg, n, ceiling)
+    ]
     if not fitting:
         return None
     holders = rnd.view.checkpoints.holders(kg.key_group)

@@ -105,19 +105,30 @@ class _Problem:
         zone_names = sorted({n.fault_zone for n in view.nodes})
         zpos = {z: i for i, z in enumerate(zone_names)}
         self.zone = np.array([zpos[n.fault_zone] for n in view.nodes], dtype=np.int64)
-        # Nodes that may hold checkpoints (ClusterView.targets): never a down node.
+        # Nodes that may hold checkpoints (ClusterView.targets): never a down node, and
+        # for each key group only one that runs a task of its operator (ClusterView.hosts).
         self.target = np.array([not n.down for n in view.nodes], dtype=bool)
+        operators = sorted({kg.operator for kg in self.kgs})
+        self.op = np.array([operators.index(kg.operator) for kg in self.kgs], dtype=np.int64)
+        self.hosts = np.array(
+            [[view.runs(op, n) for n in self.node_ids] for op in operators],
+            dtype=bool,
+        ).reshape(len(operators), len(self.node_ids))
         self.n_nodes = len(self.node_ids)
         self.values = self._values() if with_values else None
 
-    def view_down(self, i: int) -> bool:
-        """Whether node ``i`` is down (takes no checkpoints)."""
-        return not bool(self.target[i])
+    def why_not(self, k: int, i: int) -> str:
+        """Why node ``i`` may not hold key group ``k``'s checkpoint."""
+        if not self.target[i]:
+            return "a down node"
+        if not self.hosts[self.op[k], i]:
+            return "a node with no task of its operator"
+        return "in its owner's zone (constraint 1)"
 
     def eligible_row(self, k: int) -> np.ndarray:
         """Static constraint 1 + zone rule for key group ``k``, on the nodes that take
         work: a bool mask over nodes."""
-        return (self.zone != self.zone[self.owner[k]]) & self.target
+        return (self.zone != self.zone[self.owner[k]]) & self.target & self.hosts[self.op[k]]
 
     def _values(self, chunk: int = 4096) -> np.ndarray:
         """``value(cp, n)`` for every key group and node; ineligible cells are +inf.
@@ -143,6 +154,7 @@ class _Problem:
             block *= self.load[start:stop, None]
             block[self.zone[None, :] == self.zone[self.owner[start:stop]][:, None]] = np.inf
             block[:, ~self.target] = np.inf
+            block[~self.hosts[self.op[start:stop]]] = np.inf
             out[start:stop] = block
             lv0 = block.min(axis=1)
             tol = rel * (1.0 + np.abs(np.where(np.isfinite(lv0), lv0, 0.0)))
@@ -488,8 +500,7 @@ def constraint_violations(spec: AllocationSpec, allocation: Allocation) -> tuple
                 out.append(f"{kg}: holder {n} is not a node")
                 continue
             if not elig[i]:
-                why = "a down node" if prob.view_down(i) else "in its owner's zone (constraint 1)"
-                out.append(f"{kg}: checkpoint on {n}, {why}")
+                out.append(f"{kg}: checkpoint on {n}, {prob.why_not(k, i)}")
             cp_load[i] += prob.load[k]
     cap = _cap(prob)
     for i in np.flatnonzero(cp_load > cap * (1 + 1e-9)):

@@ -102,19 +102,19 @@ from elastorm.replication.model import TaskGraph
 class Placement:
     """Which task of each keyed operator runs on which node.
 
-    ``tasks[operator][node]`` is the operator's task on ``node``; every operator
-    has one task on each node, so any key group can move to any node.
+    ``tasks[operator][node]`` is the operator's task on ``node``; an operator has at
+    most one task on each node, and one with fewer tasks than there are nodes has
+    none on some: its key groups move only among the nodes it runs on (``hosts``).
     """
 
     tasks: Mapping[str, Mapping[NodeId, int]]
 
     def __post_init__(self) -> None:
-        nodes = {frozenset(by_node) for by_node in self.tasks.values()}
-        if len(nodes) > 1:
+        if any(len(by_node) < 2 for by_node in self.tasks.values()):
             on = ", ".join(f"{op} on {len(by_node)}" for op, by_node in sorted(self.tasks.items()))
             raise ControllerModelError(
-                f"every keyed operator needs one task on every node (the same number of "
-                f"tasks each), got nodes: {on}"
+                "every keyed operator needs tasks on two nodes at least (a key group's "
+                f"owner and its checkpoint holder), got: {on}"
             )
         seen = [t for by_node in self.tasks.values() for t in by_node.values()]
         if len(seen) != len(set(seen)):
@@ -122,7 +122,7 @@ class Placement:
 
     @classmethod
     def by_index(cls, operator_tasks: Mapping[str, Sequence[int]]) -> Placement:
-        """Node ``i`` hosts the ``i``-th task (by id) of every operator.
+        """Node ``i`` hosts the ``i``-th task (by id) of every operator with more than ``i``.
 
         >>> Placement.by_index({"a": [4, 3], "b": [7, 8]}).task_on("b", "node0")
         7
@@ -136,8 +136,13 @@ class Placement:
 
     @property
     def nodes(self) -> tuple[NodeId, ...]:
-        first = next(iter(self.tasks.values()), {})
-        return tuple(sorted(first))
+        """Every node some operator runs a task on, sorted."""
+        return tuple(sorted({n for by_node in self.tasks.values() for n in by_node}))
+
+    @property
+    def hosts(self) -> dict[str, frozenset[NodeId]]:
+        """Each operator's nodes (``ClusterView.hosts``)."""
+        return {op: frozenset(by_node) for op, by_node in self.tasks.items()}
 
     def task_on(self, operator: str, node: NodeId) -> int:
         return self.tasks[operator][node]
@@ -247,7 +252,9 @@ def build_view(
                 )
             )
             holders[kg] = (placement.node_of(control.holders[g]),)
-    return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
+    return ClusterView(
+        nodes=nodes, key_groups=kgs, checkpoints=holders, now=now, hosts=placement.hosts
+    )
 
 
 def bound_view(view: ClusterView, nodes: NodeState | None) -> ClusterView:
@@ -427,7 +434,9 @@ def recovery_view(
                 replay_size=seen.replay_size if seen else 0.0,
             )
         )
-    return ClusterView(nodes=nodes, key_groups=kgs, checkpoints=holders, now=now)
+    return ClusterView(
+        nodes=nodes, key_groups=kgs, checkpoints=holders, now=now, hosts=placement.hosts
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -156,14 +156,18 @@ class ClusterView:
     """What the controller knows: nodes, key groups, where checkpoints live.
 
     Raises ``ControllerModelError`` on duplicate ids, an owner or holder that is
-    not a node, or a checkpoint for an unknown key group. ``now`` is the time (s)
-    the statistics were taken; algorithms use it instead of reading a clock.
+    not a node (or runs no task of its operator), or a checkpoint for an unknown key
+    group. ``now`` is the time (s) the statistics were taken; algorithms use it
+    instead of reading a clock. ``hosts`` names, for an operator with fewer tasks
+    than there are nodes, the nodes that run one (an operator not named runs a task
+    on every node): its key groups, checkpoints and replicas live only there.
     """
 
     nodes: tuple[NodeInfo, ...]
     key_groups: tuple[KeyGroupInfo, ...]
     checkpoints: Allocation
     now: float
+    hosts: Mapping[str, frozenset[NodeId]]
     _nodes: Mapping[NodeId, NodeInfo] = field(init=False, repr=False, compare=False, hash=False)
     _kgs: Mapping[KeyGroupId, KeyGroupInfo] = field(
         init=False, repr=False, compare=False, hash=False
@@ -179,6 +183,7 @@ class ClusterView:
         key_groups: Iterable[KeyGroupInfo],
         checkpoints: Allocation | Mapping[KeyGroupId, Iterable[NodeId]] = (),
         now: float = 0.0,
+        hosts: Mapping[str, Iterable[NodeId]] | None = None,
     ) -> None:
         node_t = tuple(sorted(nodes, key=lambda n: n.node_id))
         kg_t = tuple(sorted(key_groups, key=lambda k: k.key_group))
@@ -189,10 +194,16 @@ class ClusterView:
         by_kg = {k.key_group: k for k in kg_t}
         if len(by_kg) != len(kg_t):
             raise ControllerModelError("duplicate key group ids")
+        # a view over fewer nodes (bound_view, recovery) keeps each operator's among them
+        on = {op: frozenset(nodes) & by_node.keys() for op, nodes in (hosts or {}).items()}
         owned: dict[NodeId, list[KeyGroupId]] = {n: [] for n in by_node}
         for k in kg_t:
             if k.owner not in by_node:
                 raise ControllerModelError(f"{k.key_group}: owner {k.owner!r} is not a node")
+            if k.key_group.operator in on and k.owner not in on[k.key_group.operator]:
+                raise ControllerModelError(
+                    f"{k.key_group}: owner {k.owner!r} runs no task of its operator"
+                )
             owned[k.owner].append(k.key_group)
         for kg, holders in alloc.entries:
             if kg not in by_kg:
@@ -200,10 +211,13 @@ class ClusterView:
             for h in holders:
                 if h not in by_node:
                     raise ControllerModelError(f"{kg}: holder {h!r} is not a node")
+                if kg.operator in on and h not in on[kg.operator]:
+                    raise ControllerModelError(f"{kg}: holder {h!r} runs no task of its operator")
         object.__setattr__(self, "nodes", node_t)
         object.__setattr__(self, "key_groups", kg_t)
         object.__setattr__(self, "checkpoints", alloc)
         object.__setattr__(self, "now", float(now))
+        object.__setattr__(self, "hosts", MappingProxyType(on))
         object.__setattr__(self, "_nodes", MappingProxyType(by_node))
         object.__setattr__(self, "_kgs", MappingProxyType(by_kg))
         object.__setattr__(
@@ -222,12 +236,23 @@ class ClusterView:
         """Node ids, sorted."""
         return tuple(n.node_id for n in self.nodes)
 
-    def targets(self) -> tuple[NodeId, ...]:
+    def targets(self, operator: str | None = None) -> tuple[NodeId, ...]:
         """The nodes a planner may give work (a key group, a checkpoint, a replica) or
-        take it from, sorted: every node not ``down``. The one rule every planner reads,
-        so a node whose task is lost or not yet recovered from a restart, which looks
-        idle, is never filled (chaos scenario freeze-10)."""
-        return tuple(n.node_id for n in self.nodes if not n.down)
+        take it from, sorted: every node not ``down`` (and, given an ``operator``, that
+        :meth:`runs` it). The one rule every planner reads, so a node whose task is lost
+        or not yet recovered from a restart, which looks idle, is never filled (chaos
+        scenario freeze-10)."""
+        return tuple(
+            n.node_id
+            for n in self.nodes
+            if not n.down and (operator is None or self.runs(operator, n.node_id))
+        )
+
+    def runs(self, operator: str, node_id: NodeId) -> bool:
+        """Whether ``node_id`` runs a task of ``operator``, so that its key groups, their
+        checkpoints and replicas can live there (``hosts``; down or not)."""
+        on = self.hosts.get(operator)
+        return on is None or node_id in on
 
     def owned_by(self, node_id: NodeId) -> tuple[KeyGroupId, ...]:
         """Key groups owned by ``node_id`` (``Gamma_n``), sorted."""
@@ -253,12 +278,13 @@ class ClusterView:
         checkpoints: Allocation | Mapping[KeyGroupId, Iterable[NodeId]] | None = None,
         now: float | None = None,
     ) -> ClusterView:
-        """A copy with some fields replaced."""
+        """A copy with some fields replaced (``hosts`` kept)."""
         return ClusterView(
             nodes=self.nodes if nodes is None else nodes,
             key_groups=self.key_groups if key_groups is None else key_groups,
             checkpoints=self.checkpoints if checkpoints is None else checkpoints,
             now=self.now if now is None else now,
+            hosts=self.hosts,
         )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from elastorm.controller.adaptation import Move, MoveReason
 from elastorm.controller.allocation import (
@@ -151,13 +151,20 @@ def plan_recovery(
     durable_restores: list[Move] = []
     lost_groups: list[KeyGroupId] = []
     new_owner: dict[KeyGroupId, NodeId] = {}
+    stranded: set[NodeId] = set()  # failed nodes that keep a group (``down`` in ``view``)
     for kg in lost_kgs:
         cands = holders.get(kg.key_group, [])
         if not cands:
-            # Outside the lost owner's zone first (a zone may be failing as a whole),
-            # then the least load (then id); the same node if the group is lost.
+            # A live node that runs the group's operator: outside the lost owner's zone
+            # first (a zone may be failing as a whole), then the least load (then id);
+            # the same node if the group is lost.
             owner_zone = zone[kg.owner]
-            target = min(live_ids, key=lambda n: (zone[n] == owner_zone, base_load[n], n))
+            runs = [n for n in live_ids if view.runs(kg.key_group.operator, n)]
+            if not runs:  # every task of its operator failed: nowhere to restore it now
+                lost_groups.append(kg.key_group)
+                stranded.add(kg.owner)
+                continue
+            target = min(runs, key=lambda n: (zone[n] == owner_zone, base_load[n], n))
             if kg.key_group in durable:
                 durable_restores.append(_restore(kg, target, Protocol.DURABLE))
             else:
@@ -182,10 +189,15 @@ def plan_recovery(
     ]
     survived = Allocation(holders)
     after_restore = ClusterView(
-        nodes=[n for n in view.nodes if n.node_id in live_ids or n.node_id in back or n.down],
+        nodes=[
+            n if n.node_id not in stranded or n.node_id in back else replace(n, down=True)
+            for n in view.nodes
+            if n.node_id in live_ids or n.node_id in back or n.down or n.node_id in stranded
+        ],
         key_groups=key_groups,
         checkpoints=survived,
         now=view.now,
+        hosts=view.hosts,
     )
     spec = AllocationSpec(
         view=after_restore, correlation=correlation, replicas=replicas, epsilon=epsilon

@@ -234,7 +234,9 @@ def place_replicas(
         if (k.key_group.operator, k.owner) not in chosen:
             continue
         owner_zone = view.node(k.owner).fault_zone
-        outside = sorted(n for n in zone if zone[n] != owner_zone)
+        outside = sorted(
+            n for n in zone if zone[n] != owner_zone and view.runs(k.key_group.operator, n)
+        )
         if not outside:
             continue
         kept = current.get(k.key_group)

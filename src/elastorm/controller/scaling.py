@@ -385,6 +385,10 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
         found = view.checkpoints.holders(kg)
         return found[0] if found else None
 
+    def runs(kg: KeyGroupId) -> list[NodeId]:
+        """The active nodes ``kg`` may move to: those running a task of its operator."""
+        return [n for n in active if view.runs(kg.operator, n)]
+
     def plan(kg: KeyGroupId, source: NodeId, target: NodeId, reason: MoveReason) -> None:
         nonlocal pending
         pending += 1
@@ -404,8 +408,8 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
                 pending += 1
                 continue
             h = holder(kg)
-            target = h if h in active else loads.least(active)
-            if target is None:  # every active node is down: wait
+            target = h if h in active else loads.least(runs(kg))
+            if target is None:  # every active node of its operator is down: wait
                 pending += 1
                 continue
             plan(kg, node, target, MoveReason.SCALE_IN)
@@ -413,7 +417,7 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
         k = view.key_group(kg)
         parked = holder(kg) is not None and holder(kg) not in active
         if parked and k.owner not in state.draining and kg not in state.moving:
-            target = loads.least(active, exclude=[k.owner])
+            target = loads.least(runs(kg), exclude=[k.owner])
             if target is not None:
                 holders.append((kg, target))
                 pending += 1
@@ -436,7 +440,7 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
                 kg
                 for donor in donors
                 for kg in view.owned_by(donor)
-                if kg not in state.moving and kg not in planned
+                if kg not in state.moving and kg not in planned and view.runs(kg.operator, node)
             ]
             room = share - loads.load[node]
             if not candidates:

@@ -31,7 +31,7 @@ from streamparse import Bolt
 
 from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.failures import FailureDetector
-from elastorm.controller.loop import ControllerLoop
+from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import ControllerModelError
 from elastorm.controller.requests import RequestEvent, after_leader_lost
 from elastorm.controller.standby import (
@@ -121,6 +121,7 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.operator_tasks = {op: tasks_of(context, op) for op in self.operators}
         self.refusal: Refusal | None = None
         try:
+            Placement.by_index(self.operator_tasks)  # its rules first: controls need them
             epoch = first_epoch(durable_savepoint(conf, config))
             self.controls = {
                 op: MigrationController(

@@ -156,7 +156,7 @@ def log_changed(changed) -> None:
 
 class Refusal:
     """A controller that cannot run its topology (a ``ControllerModelError`` at start, e.g.
-    keyed operators with unequal task counts from a jar older than the check at submit).
+    a keyed operator with one task, from a jar older than the raise to two at submit).
 
     It says why once, as one ERROR line, and in ZooKeeper (``controller/refused``, which
     ``elastorm migrate`` prints), then decides nothing: raising would fail the worker,

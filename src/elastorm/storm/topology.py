@@ -32,6 +32,7 @@ before streamparse builds the Thrift topology:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,7 @@ from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter, resolve_key_functi
 from elastorm.storm.replay import LINK_FIELDS, REWIND_STREAM, ReplayableSpout
 from elastorm.storm.wire import ACKERS_KEY, EncodingUnavailable, require_encoding, with_encoding
 
+log = logging.getLogger(__name__)
 TICK_KEY = "topology.tick.tuple.freq.secs"
 DEFAULT_TICK_SECS = 1  # checkpoints, heartbeats and the controller's rounds run on ticks
 RESERVED = frozenset({RELAY_COMPONENT, CONTROLLER_COMPONENT})
@@ -303,36 +305,28 @@ def _tasks(spec: ComponentSpec) -> dict[str | None, int]:
     return dict(spec.par) if isinstance(spec.par, dict) else {None: spec.par}
 
 
-def _refuse_task_counts(classname: str, keyed_specs: list[ComponentSpec]) -> None:
-    """Refuse keyed bolts whose task counts break the rule placement rests on, in one line.
+def _at_least_two_tasks(keyed_specs: list[ComponentSpec]) -> None:
+    """Run every keyed bolt on two tasks at least, saying so when ``par`` asks for one.
 
-    Madsen & Zhou 2015 deploy every keyed operator with one task per node it may ever
-    run on, so a key group moves between nodes by moving between its operator's tasks;
-    the elastic scheduler binds task ``i`` of every keyed bolt to node ``i`` and the
-    controller's ``Placement`` needs each keyed bolt on every node. Hence: ``par >= 2``
-    (a group's owner and its checkpoint holder are different tasks) and the same
-    ``par`` for every keyed bolt, in each environment a ``par`` dict names. Refused at
-    class creation (``sparse submit``), not by a controller that cannot start.
+    A key group's checkpoint is held by another task of its operator on another node
+    (Madsen & Zhou 2015), so a keyed operator with one task would have nowhere to keep
+    its checkpoints and nowhere to recover to. Each keyed bolt otherwise keeps its own
+    ``par`` (per streamparse environment when ``par`` is a dict): the elastic
+    scheduler gives logical node ``i`` the ``i``-th task of every keyed bolt that has
+    one, and the controller moves a bolt's key groups only among its own nodes.
     """
-    environments = sorted({env for s in keyed_specs for env in _tasks(s) if env is not None})
-    for env in environments or [None]:
-        where = f" in environment {env!r}" if env is not None else ""
-        # streamparse leaves an environment a par dict does not name unset: Storm runs 1.
-        counts = {s.name: _tasks(s).get(env, _tasks(s).get(None, 1)) for s in keyed_specs}
-        for name, count in counts.items():
-            if count < 2:
-                raise WiringError(
-                    f"{name}: par must be >= 2{where} (a key group's owner and its "
-                    f"checkpoint holder are different tasks), got {count}"
-                )
-        if len(set(counts.values())) > 1:
-            listed = [f"{name} (par={count})" for name, count in counts.items()]
-            both = ", ".join(listed[:-1]) + " and " + listed[-1]
-            raise WiringError(
-                f"{classname}: keyed bolts {both} must have the same number of tasks"
-                f"{where}: one per node the topology may use; give every keyed bolt "
-                f"par={max(counts.values())}"
-            )
+    for spec in keyed_specs:
+        counts = _tasks(spec)
+        if all(count >= 2 for count in counts.values()):
+            continue
+        raised = {env: max(count, 2) for env, count in counts.items()}
+        spec.par = spec.common.parallelism_hint = raised[None] if None in raised else raised
+        log.warning(
+            "%s: par=%s runs 2 tasks: a keyed bolt's key groups are checkpointed on "
+            "another task of it, on another node",
+            spec.name,
+            counts[None] if None in counts else counts,
+        )
 
 
 def _confirms(spec: ComponentSpec, stream: str) -> bool:
@@ -383,7 +377,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     added: dict[str, ComponentSpec] = {}
     routed_from: dict[str, list[str]] = {}  # keyed bolt -> components feeding its router
     confirming: list[tuple[str, str, str]] = []  # (router, keyed bolt, stream) to confirm
-    _refuse_task_counts(classname, keyed_specs)
+    _at_least_two_tasks(keyed_specs)
     for spec in keyed_specs:
         emitters = operators.setdefault(spec.name, [])
         routed: dict[GlobalStreamId, Grouping] = {}

@@ -18,8 +18,9 @@ import java.util.TreeSet;
  *
  * <p>Madsen &amp; Zhou (2015) deploy every operator with one task per node it may ever
  * run on. Here a <em>logical node</em> {@code i} is the {@code i}-th task (by id) of
- * every elastic operator, as in the controller's {@code Placement.by_index}; there are
- * {@code M} of them (the task count fixed at submit). The placement
+ * every elastic operator that has more than {@code i} tasks, as in the controller's
+ * {@code Placement.by_index}; there are {@code M} of them (the largest task count, fixed
+ * at submit: an operator with fewer tasks has none on the last nodes). The placement
  *
  * <ol>
  *   <li>binds logical nodes to live supervisors one to one (the <em>binding</em>):
@@ -119,7 +120,7 @@ public final class ElasticPlacement {
     public record Plan(Map<String, Slot> assignment, List<String> binding, List<String> decisions) {
     }
 
-    /** The topology cannot be placed elastically (e.g. operators with unequal task counts). */
+    /** The topology cannot be placed elastically (e.g. an operator with no task). */
     public static final class PlacementException extends IllegalArgumentException {
         public PlacementException(String message) {
             super(message);
@@ -131,16 +132,37 @@ public final class ElasticPlacement {
         return start + "-" + end;
     }
 
-    /** The number of logical nodes: the common task count of the elastic operators. */
+    /**
+     * The number of logical nodes: the largest task count of the elastic operators. Logical
+     * node {@code i} hosts task {@code i} (by id) of every operator with more than {@code i}
+     * tasks, so an operator with fewer tasks simply has none on the last nodes.
+     */
     public static int logicalNodes(Map<String, List<Integer>> elasticTasks) {
-        Set<Integer> counts = new TreeSet<>();
+        int m = 0;
         for (List<Integer> tasks : elasticTasks.values()) {
-            counts.add(tasks.size());
+            m = Math.max(m, tasks.size());
         }
-        if (counts.size() != 1) {
-            throw new PlacementException("elastic operators need equal task counts, got " + elasticTasks);
+        if (m == 0) {
+            throw new PlacementException("no elastic operator has a task: " + elasticTasks);
         }
-        return counts.iterator().next();
+        return m;
+    }
+
+    /** The executors of each logical node, in logical-node order (see {@link #logicalNodes}). */
+    public static List<List<String>> nodeExecutors(Map<String, List<Integer>> elasticTasks) {
+        int m = logicalNodes(elasticTasks);
+        List<List<String>> byNode = new ArrayList<>();
+        for (int i = 0; i < m; i++) {
+            byNode.add(new ArrayList<>());
+        }
+        for (String op : new TreeSet<>(elasticTasks.keySet())) {
+            List<Integer> tasks = new ArrayList<>(elasticTasks.get(op));
+            Collections.sort(tasks);
+            for (int i = 0; i < tasks.size(); i++) {
+                byNode.get(i).add(key(tasks.get(i), tasks.get(i)));
+            }
+        }
+        return byNode;
     }
 
     /** Compute the placement (see the class comment). */
@@ -153,18 +175,7 @@ public final class ElasticPlacement {
         }
         List<String> binding = bind(m, in, live, decisions);
 
-        // Executors of each logical node, in logical-node order.
-        List<List<String>> nodeExecutors = new ArrayList<>();
-        for (int i = 0; i < m; i++) {
-            nodeExecutors.add(new ArrayList<>());
-        }
-        for (String op : new TreeSet<>(in.elasticTasks().keySet())) {
-            List<Integer> tasks = new ArrayList<>(in.elasticTasks().get(op));
-            Collections.sort(tasks);
-            for (int i = 0; i < m; i++) {
-                nodeExecutors.get(i).add(key(tasks.get(i), tasks.get(i)));
-            }
-        }
+        List<List<String>> nodeExecutors = nodeExecutors(in.elasticTasks());
 
         Map<String, Slot> assignment = new LinkedHashMap<>();
         Map<String, Set<Integer>> taken = new TreeMap<>();
@@ -244,7 +255,7 @@ public final class ElasticPlacement {
             }
             int free = binding.indexOf(null);
             if (free < 0) {
-                decisions.add(n.name() + ": every logical node is bound (" + m + " tasks per operator);"
+                decisions.add(n.name() + ": every logical node is bound (" + m + " at most, one per task of an operator);"
                         + " it gets nothing");
                 continue;
             }

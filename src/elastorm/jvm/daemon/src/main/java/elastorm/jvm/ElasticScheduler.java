@@ -270,18 +270,7 @@ public final class ElasticScheduler implements IScheduler {
     /** The binding implied by an assignment: a logical node alone in its worker is bound there. */
     static List<String> bindingFromAssignment(Map<String, List<Integer>> elastic,
             Map<String, ElasticPlacement.Slot> current) {
-        int m = ElasticPlacement.logicalNodes(elastic);
-        List<List<String>> byNode = new ArrayList<>();
-        for (int i = 0; i < m; i++) {
-            byNode.add(new ArrayList<>());
-        }
-        for (String op : new TreeSet<>(elastic.keySet())) {
-            List<Integer> tasks = new ArrayList<>(elastic.get(op));
-            tasks.sort(null);
-            for (int i = 0; i < m; i++) {
-                byNode.get(i).add(ElasticPlacement.key(tasks.get(i), tasks.get(i)));
-            }
-        }
+        List<List<String>> byNode = ElasticPlacement.nodeExecutors(elastic);
         Map<ElasticPlacement.Slot, Integer> nodesInSlot = new HashMap<>();
         List<ElasticPlacement.Slot> slotOf = new ArrayList<>();
         for (List<String> executors : byNode) {

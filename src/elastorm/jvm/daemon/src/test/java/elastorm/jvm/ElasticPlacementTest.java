@@ -3,6 +3,7 @@ package elastorm.jvm;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -293,10 +294,23 @@ class ElasticPlacementTest {
     }
 
     @Test
-    void unequalTaskCountsAreRefused() {
+    void anOperatorWithFewerTasksHasNoneOnTheLastNodes() {
         Map<String, List<Integer>> ops = Map.of("a", List.of(1, 2), "b", List.of(3, 4, 5));
+        assertEquals(List.of(List.of("1-1", "3-3"), List.of("2-2", "4-4"), List.of("5-5")),
+                ElasticPlacement.nodeExecutors(ops));
+        Plan plan = ElasticPlacement.place(new Input(ops, List.of(),
+                List.of(node("s0", false), node("s1", false), node("s2", false)), null, null, Map.of()));
+        assertEquals(List.of("s0", "s1", "s2"), plan.binding());
+        assertNotNull(plan.assignment().get("5-5"));
+        assertNotEquals(plan.assignment().get("5-5"), plan.assignment().get("2-2"));
+        assertEquals(plan.binding(), ElasticScheduler.bindingFromAssignment(ops, plan.assignment()));
+    }
+
+    @Test
+    void noOperatorTaskIsRefused() {
         assertThrows(ElasticPlacement.PlacementException.class, () -> ElasticPlacement.place(
-                new Input(ops, List.of(), List.of(node("s0", false)), null, null, Map.of())));
+                new Input(Map.of("a", List.of()), List.of(), List.of(node("s0", false)), null, null,
+                        Map.of())));
     }
 
     @Test
