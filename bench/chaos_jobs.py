@@ -46,6 +46,7 @@ from typing import Any
 
 from bench_common import ROOT
 from crash_driver import FlightsJob
+from user_models import letter_rows, word_rows
 
 from elastorm.config import TopologyConfig
 from elastorm.errors import UserError
@@ -67,40 +68,6 @@ def user_stream() -> list[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.words()
-
-
-def word_rows(stream: Iterable[str]) -> Counter:
-    """The word count's committed rows in one process: ``(word, i)`` for its ``i``-th
-    occurrence.
-
-    >>> sorted(word_rows(["a", "b", "a"]))
-    [('a', 1), ('a', 2), ('b', 1)]
-    """
-    seen: Counter = Counter()
-    rows: Counter = Counter()
-    for word in stream:
-        seen[word] += 1
-        rows[(word, seen[word])] += 1
-    return rows
-
-
-def letter_rows(stream: Iterable[str]) -> tuple[Counter, dict[str, int]]:
-    """The chained job in one process: its ``(letter, updates)`` rows (one per word of
-    the stream) and each letter's final total (the sum of every word count update).
-
-    >>> rows, totals = letter_rows(["ab", "ac", "ab"])
-    >>> sorted(rows), totals
-    ([('a', 1), ('a', 2), ('a', 3)], {'a': 4})
-    """
-    rows: Counter = Counter()
-    totals: dict[str, int] = {}
-    for (word, count), n in word_rows(stream).items():
-        letter = word[0]
-        totals[letter] = totals.get(letter, 0) + count * n
-    updates: Counter = Counter(word[0] for word in stream)
-    for letter, n in updates.items():
-        rows.update((letter, i) for i in range(1, n + 1))
-    return rows, totals
 
 
 def row_balance(got: Counter, want: Counter) -> dict[str, int]:

@@ -5,7 +5,8 @@ side-by-side check (``bench/side_by_side/run.py``)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 
 
 def window_model(
@@ -61,3 +62,37 @@ def window_model(
                 for window in [x for x in open_ if x.end <= mark]:
                     rows.append((w, window.start, open_.pop(window), kind))
     return sorted(rows)
+
+
+def word_rows(stream: Iterable[str]) -> Counter:
+    """The word count's committed rows in one process: ``(word, i)`` for its ``i``-th
+    occurrence.
+
+    >>> sorted(word_rows(["a", "b", "a"]))
+    [('a', 1), ('a', 2), ('b', 1)]
+    """
+    seen: Counter = Counter()
+    rows: Counter = Counter()
+    for word in stream:
+        seen[word] += 1
+        rows[(word, seen[word])] += 1
+    return rows
+
+
+def letter_rows(stream: Iterable[str]) -> tuple[Counter, dict[str, int]]:
+    """The chained job in one process: its ``(letter, updates)`` rows (one per word of
+    the stream) and each letter's final total (the sum of every word count update).
+
+    >>> rows, totals = letter_rows(["ab", "ac", "ab"])
+    >>> sorted(rows), totals
+    ([('a', 1), ('a', 2), ('a', 3)], {'a': 4})
+    """
+    rows: Counter = Counter()
+    totals: dict[str, int] = {}
+    for (word, count), n in word_rows(stream).items():
+        letter = word[0]
+        totals[letter] = totals.get(letter, 0) + count * n
+    updates: Counter = Counter(word[0] for word in stream)
+    for letter, n in updates.items():
+        rows.update((letter, i) for i in range(1, n + 1))
+    return rows, totals

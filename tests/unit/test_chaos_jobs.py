@@ -18,13 +18,12 @@ for path in (ROOT / "bench", ROOT / "tests" / "integration", ROOT):
 from chaos import USER_FAULTS, _chosen, _scenarios  # noqa: E402
 from chaos_jobs import (  # noqa: E402
     USER_JOBS,
-    letter_rows,
     row_balance,
     settled_rows,
     totals_off,
     user_stream,
-    word_rows,
 )
+from user_models import letter_rows, word_rows  # noqa: E402
 
 WORDS = st.lists(st.sampled_from(["ab", "ac", "b", "bb", "c"]), max_size=40)
 
@@ -93,14 +92,17 @@ def test_a_fault_on_a_user_job_reads_the_jobs_hooks() -> None:
     assert _chosen(["lose-1"], flights | scenarios) == ["lose-1", "chained-stage2/lose-1"]
 
 
-def test_the_doctests_of_the_jobs_and_the_harness() -> None:
+def test_the_doctests_of_the_jobs_the_models_and_the_harness() -> None:
     import doctest
 
     import chaos
     import chaos_jobs
+    import user_models
 
-    assert doctest.testmod(chaos_jobs).attempted >= 6
+    assert doctest.testmod(chaos_jobs).attempted >= 4
+    assert doctest.testmod(user_models).attempted >= 2
     assert doctest.testmod(chaos_jobs).failed == doctest.testmod(chaos).failed == 0
+    assert doctest.testmod(user_models).failed == 0
 
 
 def test_a_rectification_is_not_a_duplicate_and_an_open_tentative_is_reported() -> None:
