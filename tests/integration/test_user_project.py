@@ -364,10 +364,9 @@ def _submit_own(project: Path, venv: Path, jar: str, counts_par: int, letters_pa
     name = f"own{counts_par}{letters_par}"
     chained = (project / "topologies/chained.py").read_text()
     own = chained.replace("class Chained", f"class Own{counts_par}{letters_par}")
-    own = own.replace("import Words", "import SlowWords").replace("= Words.spec", "= SlowWords.spec")
     own = own.replace('keyed("word")}, par=2)', f'keyed("word")}}, par={counts_par})')
     own = own.replace("keyed(first_letter)}, par=2)", f"keyed(first_letter)}}, par={letters_par})")
-    assert f"par={counts_par})" in own and f"par={letters_par})" in own and "SlowWords" in own
+    assert f"par={counts_par})" in own and f"par={letters_par})" in own
     (project / f"topologies/{name}.py").write_text(own)
     submit = [str(venv / "bin/sparse"), "submit", "-e", "cluster", "-n", name, "-N", name]
     submit += ["-j", jar, "-f", "-o", f"elastorm.sinks.sqlite_path={project / name}.sqlite"]

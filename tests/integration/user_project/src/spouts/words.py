@@ -24,10 +24,3 @@ class Words(GeneratedSpout):
 
     def generate(self, position):
         return [WORDS[position]] if position < len(WORDS) else None
-
-
-class SlowWords(Words):
-    """words() at about 40 a second (some 100 s): time for the controller's first moves,
-    a migration by each protocol and a kill while the stream still runs."""
-
-    rate = 40
