@@ -110,8 +110,15 @@ def test_recovery_restores_a_group_only_where_its_operator_runs() -> None:
     for kg, holders in plan.view.checkpoints.entries:
         assert all(plan.view.runs(kg.operator, h) for h in holders)
     # both letters tasks lost: nowhere to restore it now (reported, not placed on node2)
-    lost = plan_recovery(_view(owners), ["node0", "node1"])
+    lost = plan_recovery(_view(owners), ["node0", "node1"], durable={letters(0)})
     assert letters(0) in lost.lost
+    assert letters(0) not in {m.key_group for m in lost.durable_restores}
+    # ... unless the other one is back (restarted, empty): the durable copy goes there
+    back = plan_recovery(
+        _view(owners), ["node0", "node1"], rejoined=["node0"], durable={letters(0)}
+    )
+    assert [(m.key_group, m.target) for m in back.durable_restores] == [(letters(0), "node0")]
+    assert letters(0) not in back.lost
 
 
 def test_a_drain_and_a_join_move_a_group_only_among_its_operators_nodes() -> None:

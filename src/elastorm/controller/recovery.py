@@ -144,8 +144,8 @@ def plan_recovery(
     lost_kgs = [view.key_group(kg) for n in down for kg in view.owned_by(n) if kg not in kept]
     # LPT: longest restore first, onto the least-busy live holder (then id).
     lost_kgs.sort(key=lambda k: (-(k.checkpoint_size + k.replay_size), k.key_group))
-    work = {n: 0.0 for n in live_ids}
-    base_load = {n: view.node_load(n) for n in live_ids}
+    work = {n: 0.0 for n in live_ids | back}
+    base_load = {n: view.node_load(n) for n in live_ids | back}
     zone = {n.node_id: n.fault_zone for n in view.nodes}
     restores: list[Move] = []
     durable_restores: list[Move] = []
@@ -157,9 +157,13 @@ def plan_recovery(
         if not cands:
             # A live node that runs the group's operator: outside the lost owner's zone
             # first (a zone may be failing as a whole), then the least load (then id);
-            # the same node if the group is lost.
+            # the same node if the group is lost. When every task of the operator failed
+            # (it has fewer tasks than there are nodes), another one that rejoined, empty.
             owner_zone = zone[kg.owner]
-            runs = [n for n in live_ids if view.runs(kg.key_group.operator, n)]
+            op = kg.key_group.operator
+            runs = [n for n in live_ids if view.runs(op, n)] or [
+                n for n in back if view.runs(op, n) and n != kg.owner
+            ]
             if not runs:  # every task of its operator failed: nowhere to restore it now
                 lost_groups.append(kg.key_group)
                 stranded.add(kg.owner)
