@@ -109,7 +109,8 @@ class _Problem:
         # for each key group only one that runs a task of its operator (ClusterView.hosts).
         self.target = np.array([not n.down for n in view.nodes], dtype=bool)
         operators = sorted({kg.operator for kg in self.kgs})
-        self.op = np.array([operators.index(kg.operator) for kg in self.kgs], dtype=np.int64)
+        op_pos = {op: i for i, op in enumerate(operators)}
+        self.op = np.array([op_pos[kg.operator] for kg in self.kgs], dtype=np.int64)
         self.hosts = np.array(
             [[view.runs(op, n) for n in self.node_ids] for op in operators],
             dtype=bool,

@@ -387,7 +387,7 @@ def plan_rescale(state: RescaleView) -> RescaleStep:
 
     def runs(kg: KeyGroupId) -> list[NodeId]:
         """The active nodes ``kg`` may move to: those running a task of its operator."""
-        return [n for n in active if view.runs(kg.operator, n)]
+        return sorted(active & set(view.targets(kg.operator)))
 
     def plan(kg: KeyGroupId, source: NodeId, target: NodeId, reason: MoveReason) -> None:
         nonlocal pending

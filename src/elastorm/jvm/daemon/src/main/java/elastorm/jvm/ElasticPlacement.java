@@ -255,7 +255,7 @@ public final class ElasticPlacement {
             }
             int free = binding.indexOf(null);
             if (free < 0) {
-                decisions.add(n.name() + ": every logical node is bound (" + m + " at most, one per task of an operator);"
+                decisions.add(n.name() + ": every logical node is bound (" + m + ", the largest task count of an operator);"
                         + " it gets nothing");
                 continue;
             }
