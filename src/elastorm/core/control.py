@@ -316,8 +316,7 @@ class MigrationController:
         cmd = Migrate(
             key_group=g, epoch=self.epoch, protocol=protocol, source=source, target=target
         )
-        recipients = [source] if protocol is Protocol.DIRECT else self.emitters
-        sends = [Send(to_task=r, message=cmd) for r in recipients]
+        sends = [Send(to_task=r, message=cmd) for r in self._commanded(protocol, source)]
         self._change_owner(g, target)
         self.holders[g] = source
         sends.append(Send(to_task=target, message=SetHolder(key_group=g, holder=source)))
@@ -527,10 +526,12 @@ class MigrationController:
           the toCheckpoint or toState that starts an end (a direct source asks them for
           a CPA once its full checkpoint is acked), so the controller stands in for them
           (``StandIn``) at each end that has not reported done; an end past it ignores it.
-          Otherwise a CPA or CPAL move gets its own command again, same epoch, at every
-          emitter: one that lost it on the way (Storm drops messages to a worker until
-          it has reconnected to it) answers, the others ignore the repeat. A direct
-          move's command is not repeated (its source would refuse the repeat).
+          Otherwise a move gets its own command again, same epoch: a CPA or CPAL at every
+          emitter, one that lost it on the way (Storm drops messages to a worker until
+          it has reconnected to it) answering, the others ignoring the repeat; a direct
+          one at its source, which starts if it lost it, asks its upstreams for the CPA
+          again if its full checkpoint is acked (that request may be what was lost),
+          and ignores it otherwise.
         """
         if emitter is not None and epoch is not None:
             self.knowing[emitter] = max(epoch, self.knowing.get(emitter, epoch))
@@ -548,10 +549,8 @@ class MigrationController:
             elif moving.protocol in MOVES and lapsed:
                 if all(self.knowing.get(u, -1) >= moving.epoch for u in self.emitters):
                     sends += self._again(g, moving, now, StandIn)
-                elif moving.protocol is not Protocol.DIRECT:
-                    sends += self._again(g, moving, now, Migrate)
                 else:
-                    continue
+                    sends += self._again(g, moving, now, Migrate)
             else:
                 continue
             self.stats["redriven"] += 1
@@ -561,9 +560,10 @@ class MigrationController:
         self, g: int, moving: Moving, now: float, kind: type[Migrate | StandIn]
     ) -> list[Send]:
         """For move ``moving`` (``redrive``), sent again each ``waited`` seconds until it is
-        done: its own command (``Migrate``: CPA or CPAL, same epoch) to every emitter, one
-        that had it ignoring the repeat (stale by epoch), one that lost it on the way
-        answering now; or a ``StandIn`` to each end that has not reported it done."""
+        done: its own command (``Migrate``, same epoch) to those it went to (every emitter,
+        or a direct move's source), one that had it ignoring the repeat, one that lost it
+        on the way answering now; or a ``StandIn`` to each end that has not reported it
+        done."""
         assert moving.source is not None
         message = kind(
             key_group=g,
@@ -575,10 +575,17 @@ class MigrationController:
         moving.ordered = now
         if kind is Migrate:
             self.stats["commands_again"] += 1
-            return [Send(to_task=u, message=message) for u in self.emitters]
+            return [
+                Send(to_task=r, message=message)
+                for r in self._commanded(moving.protocol, moving.source)
+            ]
         self.stats["stood_in"] += 1
         ends = {Role.SOURCE: moving.source, Role.TARGET: moving.target}
         return [Send(to_task=ends[r], message=message) for r in sorted(moving.waiting, key=str)]
+
+    def _commanded(self, protocol: Protocol, source: int) -> list[int]:
+        """Who gets a move's ``Migrate``: a direct move's source, else every emitter."""
+        return [source] if protocol is Protocol.DIRECT else self.emitters
 
     def _order_restore(
         self, g: int, target: int, protocol: Protocol, *, since: float, now: float

@@ -515,6 +515,8 @@ class KeyGroupMachine:
     def _on_direct(self, sender: int, message: Migrate) -> list[Action]:
         if message.protocol is not Protocol.DIRECT or message.source != self.task:
             return self._fail(f"{message.protocol.value} command for source {message.source}")
+        if message.epoch == self.epoch and self.protocol is Protocol.DIRECT:
+            return self._on_direct_again(sender, message)
         if message.epoch <= self.epoch:
             return self._fail(f"direct migration epoch {message.epoch} <= {self.epoch}")
         assert self.state is not None
@@ -527,6 +529,29 @@ class KeyGroupMachine:
         self._direct_target = message.target
         self.phase = Phase.DIRECT_SOURCE
         return [Send(to_task=message.target, message=delta)]
+
+    def _on_direct_again(self, sender: int, message: Migrate) -> list[Action]:
+        """The controller's repeat of this direct move's command (``redrive``: it heard
+        nothing of the move for the retry time). Past the full checkpoint's ack (active
+        or draining), ask the upstreams for the CPA again (that request may be what was
+        lost; an upstream that had it ignores the repeat); before it, nothing to do."""
+        if (
+            message.protocol is not Protocol.DIRECT
+            or message.source != self.task
+            or message.epoch != self.epoch
+        ):
+            return self._fail(f"{message.protocol.value} command in phase {self.phase.value}")
+        if (
+            self.phase not in (Phase.ACTIVE, Phase.DRAINING)
+            or self._direct_target != message.target
+        ):
+            return []  # not acked yet, done, or aborted (its target died)
+        g, target, epoch = self.key_group, message.target, self.epoch
+        return self._to_all_upstreams(
+            lambda: Migrate(
+                key_group=g, epoch=epoch, protocol=Protocol.CPA, source=self.task, target=target
+            )
+        )
 
     def _on_while_loading(self, sender: int, message: Message) -> list[Action]:
         """LOADING: keep ``message`` to handle, in arrival order, once the copy is in."""
@@ -637,7 +662,7 @@ class KeyGroupMachine:
         actions: list[Action] = []
         if self.phase is Phase.DIRECT_SOURCE and self._direct_target == task:
             self.phase = Phase.ACTIVE
-            self._direct = None
+            self._direct = self._direct_target = None
             actions.append(
                 MigrationAborted(
                     key_group=self.key_group,

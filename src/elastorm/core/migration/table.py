@@ -99,7 +99,12 @@ TRANSITIONS: dict[tuple[Phase, str], tuple[str, frozenset[Phase]]] = {
     # CPAL sync
     (P.SYNCING, "SyncGroup"): ("_on_sync_group", frozenset({P.SYNCING, P.ACTIVE})),
     # direct
-    (P.ACTIVE, "Migrate"): ("_on_direct", frozenset({P.DIRECT_SOURCE})),
+    (P.ACTIVE, "Migrate"): ("_on_direct", frozenset({P.DIRECT_SOURCE, P.ACTIVE})),
+    # the controller's repeat of a direct command this source already had (redrive)
+    **{
+        (p, "Migrate"): ("_on_direct_again", frozenset({p}))
+        for p in (P.DIRECT_SOURCE, P.DRAINING, P.IDLE)
+    },
     # A task with live state forwards the trim (its state covers its own
     # checkpoints); without it the ack is moot (e.g. a restarted task getting
     # the ack of a checkpoint its previous life sent): forwarding could trim
