@@ -546,7 +546,12 @@ class KeyGroupMachine:
             or self._direct_target != message.target
         ):
             return []  # not acked yet, done, or aborted (its target died)
-        g, target, epoch = self.key_group, message.target, self.epoch
+        return self._ask_for_cpa(message.target)
+
+    def _ask_for_cpa(self, target: int) -> list[Action]:
+        """A direct source's request to every upstream: move the group on by CPA to
+        ``target`` (Alg. 1), at this move's epoch."""
+        g, epoch = self.key_group, self.epoch
         return self._to_all_upstreams(
             lambda: Migrate(
                 key_group=g, epoch=epoch, protocol=Protocol.CPA, source=self.task, target=target
@@ -604,18 +609,12 @@ class KeyGroupMachine:
         return self._to_all_upstreams(lambda: Trim(key_group=g, watermarks=marks))
 
     def _on_ack(self, sender: int, message: CheckpointAck) -> list[Action]:
-        g = self.key_group
         self._acked = dict(message.watermarks)
         actions = self._trim()
         if self.phase is Phase.DIRECT_SOURCE and message.checkpoint == self._direct:
             # Alg. 1 follows once the target holds the newest checkpoint.
-            target, epoch = self._direct_target, self.epoch
-            assert target is not None
-            actions += self._to_all_upstreams(
-                lambda: Migrate(
-                    key_group=g, epoch=epoch, protocol=Protocol.CPA, source=self.task, target=target
-                )
-            )
+            assert self._direct_target is not None
+            actions += self._ask_for_cpa(self._direct_target)
             self._direct = None
             self.phase = Phase.ACTIVE
         return actions
