@@ -904,10 +904,12 @@ class TopologyConfig(Section):
         "(`elastorm.core.outbox`); set by ElasticTopology",
     )  # fmt: skip
     unconfirmed_resend_secs: float = option(
-        "elastorm.unconfirmed_resend_secs", FLOAT, 30.0,
+        "elastorm.unconfirmed_resend_secs", FLOAT, 10.0,
         "a keyed task sends an output again when a consumer (`elastorm.confirmed_outputs`) "
         "has not confirmed it for this long (the consumer's worker died with it in "
-        "flight); consumers drop repeats by output id",
+        "flight, or Storm dropped it); consumers drop repeats by output id. An output "
+        "whose producer dies before it is confirmed is lost unless a replay makes it "
+        "again: keep this short",
         check=at_least(1),
     )  # fmt: skip
     routed_from: Mapping[str, tuple[str, ...]] = option(

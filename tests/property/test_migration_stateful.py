@@ -218,14 +218,13 @@ class MigrationMachine(RuleBasedStateMachine):
             event("some lost groups promoted, others restored from checkpoints")
 
     def restartable(self) -> list[int]:
-        """Every emitter, when no group has an active replica: a restart at any time,
-        mid-migration or mid-restore, is ordered again or stood in for
-        (``MigrationController.redrive``). With a replica, none: a new life does not
-        feed an active replica until its promotion (a known hole, ``docs/failures.md``).
-        Nor while a direct move whose command was lost is in flight: once every emitter
-        has restarted, nothing makes its source ship its state (a known hole,
+        """Every emitter: a restart at any time, mid-migration, mid-restore or with an
+        active replica (starting or fed), is ordered again or stood in for
+        (``MigrationController.redrive``). Not while a direct move whose command was
+        lost is in flight: once every emitter has restarted, nothing makes its source
+        ship its state (a known hole,
         ``test_a_direct_move_whose_command_was_lost_and_every_emitter_restarted_completes``)."""
-        if self.cluster.control.replicas or self.lost_direct & set(self.cluster.moving):
+        if self.lost_direct & set(self.cluster.moving):
             return []
         return list(EMITTERS)
 

@@ -95,6 +95,26 @@ def test_owner_loss_promotes_the_replica_which_replays_nothing_twice() -> None:
     assert c.outputs[-1] == (1, KEY0, 19)
 
 
+def test_a_restarted_emitter_feeds_the_replica_again() -> None:
+    """An emitter's new life knows the routing table, which names no replica: the
+    controller orders the replica again (``redrive``) and the new life sends it its
+    buffer and every later tuple, so a promotion after that finds nothing missing.
+    Before: the new life fed the owner only and the replica lagged until promoted."""
+    c = replicated()
+    c.restart_emitter(10)
+    c.run_until_quiet()
+    assert c.emitters[10].route(0) is Route.REPLICATED
+    assert not c.moving and c.control.replicas == {0: 1}
+    c.emit(10, KEY0, 5)  # after the restart: to the owner and the replica
+    c.run_until_quiet()
+    owner, replica = c.coordinators[0].state(0), c.coordinators[1].state(0)
+    assert replica.items() == owner.items() == {KEY0: 12}
+    assert replica.applied == owner.applied
+    assert c.crash(0) == [0] and c.stats["promoted"] == 1
+    c.run_until_quiet()
+    assert c.coordinators[1].state(0).items() == {KEY0: 12}
+
+
 def test_replica_loss_stops_the_feed_and_replaces_the_holder() -> None:
     c = replicated()
     c.checkpoint(1, 1)  # task 1's own group, held on 2

@@ -138,7 +138,7 @@ def test_outputs_a_dead_sink_task_lost_are_sent_again_and_committed_once(
     bolt.process(SimpleNamespace(stream=COMMITTED, component="sink", values=confirms[0][1], task=7))
     assert len(bolt._outbox) == 3  # the dead task's three, unconfirmed
     sent = len(wire)
-    for t in (10.0, 29.0, 31.0, 40.0):  # ticks: past unconfirmed_resend_secs (30) once
+    for t in (4.0, 9.0, 11.0, 14.0):  # ticks: past unconfirmed_resend_secs (10) once
         now[0] = t
         bolt.process_tick(None)
     assert [v[:2] for v in wire[sent:]] == [["c", 1], ["a", 3], ["b", 2]]

@@ -352,6 +352,14 @@ class MigrationController:
                 f"cannot replicate key group {g} on task {replica}: it must be the group's "
                 "holder with the newest checkpoint, and the group neither moving nor replicated"
             )
+        self.stats["replicate"] += 1
+        return self._order_replicate(g, replica, now=now)
+
+    def _order_replicate(self, g: int, replica: int, *, now: float) -> list[Send]:
+        """Tell every emitter, at a new epoch, to send ``replica`` its buffer of ``g``
+        and then every tuple of it (as the owner's); in flight until the replica reports
+        done. Ordered again for a replica already fed, it brings the buffer of an emitter
+        whose new life did not feed it (``redrive``): the replica drops what it has."""
         self.epoch += 1
         owner = self.owner(g)
         cmd = Migrate(
@@ -359,7 +367,6 @@ class MigrationController:
         )
         self.replicas[g] = replica
         self.moving[g] = Moving(Protocol.REPLICATE, owner, replica, self.epoch, {Role.TARGET}, now)
-        self.stats["replicate"] += 1
         return [Send(to_task=u, message=cmd) for u in self.emitters]
 
     def drop_replica(self, key_group: int, *, alive: bool = True) -> list[Send]:
@@ -521,6 +528,13 @@ class MigrationController:
           command lost on the way: Storm drops messages to a worker until it has
           reconnected to it). The target keeps what it replayed: a newer RESTORE toState
           replays on top. A restore has no live source, so this never makes a second owner.
+        * Every active replica (started or starting), ordered again at a new epoch, when
+          an ``emitter`` restarted: its new life knows only the routing table (which
+          names no replica), sends the group's tuples to the owner alone and lost any
+          replicate command in flight, so the replica would miss them until its
+          promotion. The new order brings every emitter's buffer to it again (it drops
+          what it has) and feeds it from then on. Each task of the operator reports
+          the same restart: every report orders again (a repeat costs a buffer's replay).
         * Moves (CPA, CPAL, direct) not done ``waited`` seconds after their commands,
           once *every* emitter has restarted knowing their epoch: no emitter will send
           the toCheckpoint or toState that starts an end (a direct source asks them for
@@ -539,6 +553,8 @@ class MigrationController:
         for g, moving in sorted(self.moving.items()):
             ordered = moving.ordered
             lapsed = waited is not None and ordered is not None and now - ordered >= waited
+            if moving.protocol is Protocol.REPLICATE:
+                continue  # below, with the replicas already fed
             if moving.protocol.restores:
                 if not lapsed and (epoch is None or moving.epoch > epoch):
                     continue
@@ -554,6 +570,10 @@ class MigrationController:
             else:
                 continue
             self.stats["redriven"] += 1
+        if epoch is not None:  # an emitter restarted: no active replica knows of it
+            for g, replica in sorted(self.replicas.items()):
+                sends += self._order_replicate(g, replica, now=now)
+                self.stats["redriven"] += 1
         return sends
 
     def _again(

@@ -200,6 +200,8 @@ EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
     (R.DUPLICATE, "ToStateAck"): ("_on_to_state_ack", frozenset({R.DUPLICATE})),
     (R.OWNER, "ToStateAck"): ("_ignore_ack", frozenset({R.OWNER})),  # stale
     (R.OWNER, "replicate"): ("_on_replicate", frozenset({R.REPLICATED})),
+    # ordered again (an emitter restarted: MigrationController.redrive): the buffer again
+    (R.REPLICATED, "replicate"): ("_on_replicate", frozenset({R.REPLICATED})),
     (R.REPLICATED, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),
     (R.OWNER, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),  # moot
     (R.REPLICATED, "ProcessedAllReplay"): ("_ignore", frozenset({R.REPLICATED})),
