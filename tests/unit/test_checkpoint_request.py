@@ -104,3 +104,19 @@ def test_a_requested_checkpoint_restarts_the_groups_clock() -> None:
     coord.receive(1, CheckpointAck(key_group=0, checkpoint=(0, 2), watermarks={}))
     assert coord.on_tick(5.0) == []  # not due again until 8
     assert coord.on_tick(8.0)
+
+
+def test_every_copy_carries_the_groups_unconfirmed_outputs_when_they_changed() -> None:
+    """The adapter's unconfirmed outputs of a group (``pending_outputs``) go into its
+    reserved ``PENDING`` entry before a copy is taken; none recorded without an
+    adapter's."""
+    from elastorm.core.outbox import PENDING
+
+    coord = TaskCoordinator(task=0, num_key_groups=G, upstreams=[10], owned=[0], holders={0: 1})
+    [plain] = coord.checkpoint(0, full=True)
+    assert PENDING not in plain.message.entries
+    pending = {"default\x1fr:1\x1f1": ["default", ["a", 1, 0, "r:1", 1, "final"]]}
+    coord.pending_outputs = lambda g: dict(pending) if g == 0 else {}
+    first = coord.checkpoint(0)
+    assert first and first[0].message.entries[PENDING] == pending
+    assert coord.state(0).get(PENDING) == pending

@@ -232,3 +232,59 @@ def test_chained_keyed_bolts_confirm_through_the_router() -> None:
     assert Chained.config[TopologyConfig.key("confirmed_outputs")] == {
         "counts": ["letters_router:default", "sink:default"]
     }
+
+
+def test_a_groups_unconfirmed_outputs_go_with_its_copy_to_the_next_owner() -> None:
+    """``pending`` names a group's kept outputs once each; a new owner that ``adopt``s
+    them (its copy's ``PENDING`` entry) sends them at its next ``due``, for every
+    consumer that confirms their stream, and keeps them until those confirm."""
+    box = Outbox(resend_after=10.0)
+    a = ["a", 1, 5, "r:1", 1, "final"]
+    box.sent("default", a, now=0.0, consumers=["sink", "r"])
+    box.sent("default", ["z", 1, 6, "r:1", 1, "final"], now=0.0, consumers=["sink"])
+    entry = box.pending(5)
+    assert entry == {"default\x1fr:1\x1f1": ["default", a]}
+    heir = Outbox(resend_after=10.0)
+    assert heir.adopt(entry, lambda stream: ("sink",), now=100.0) == 1
+    assert heir.due(100.0) == [("default", a)]  # at once, not resend_after later
+    assert heir.adopt(entry, lambda stream: ("sink",), now=101.0) == 0  # kept already
+    assert heir.confirmed("sink", [("default", 5, "r:1", 1)]) == 1 and len(heir) == 0
+
+
+def test_a_copy_taken_over_sends_the_outputs_its_producer_never_had_confirmed(
+    monkeypatch, tmp_path
+) -> None:
+    """Before: an output lost on the way had its only copy in its producer's outbox; the
+    producer killed before its resend (its group moved away, or restored from a copy
+    that covered the output's tuple) lost it for good (the windowed user-project test,
+    sink hole 2-2). Now the group's copy carries it (``PENDING``) and the task that
+    starts from the copy sends it again."""
+    wire: list = []
+    confirms: list = []
+
+    def emit(self, values, stream=None, direct_task=None, **kw):
+        if isinstance(self, Sink):
+            confirms.append((stream, values, direct_task))
+        elif stream in (None, "default"):
+            wire.append(values)
+
+    monkeypatch.setattr(Bolt, "emit", emit)
+    options = {"elastorm__confirmed_outputs": {"counts": ["sink:default"]}}
+    producer = _bolt(monkeypatch, Counts, **options)
+    for seq, word in enumerate(["a", "b", "a"], start=1):
+        producer.process(_Tup(_data(word, "t", seq)))
+    assert len(wire) == 3  # all three lost on the way: the sink never gets them
+    [send] = producer.coordinator.checkpoint(0, full=True)
+    copy = producer.coordinator.held.__class__().apply(send.message)
+    wire.clear()
+    heir = _bolt(monkeypatch, Counts, **options)  # the producer is gone; this one restores
+    assert heir.coordinator.start_from({0: copy}, epoch=5) == [0]
+    heir.on_taken_over(0)
+    heir.process_tick(None)
+    assert sorted(v[:2] for v in wire) == [["a", 1], ["a", 2], ["b", 1]]
+    sink = _sink(tmp_path / "sink.sqlite")
+    _deliver(sink, wire)
+    sink.process_tick(None)
+    with sqlite3.connect(tmp_path / "sink.sqlite") as conn:
+        rows = sorted(conn.execute("SELECT word, n FROM counts"))
+    assert rows == [("a", 1), ("a", 2), ("b", 1)]

@@ -24,12 +24,21 @@ crash, as documented in ``docs/sinks.md``).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from elastorm.core.state import RESERVED
+
 OutputKey = tuple[str, int, str, int]
 """An output's id as a consumer confirms it: ``(stream, key group, source, seq)``."""
+
+PENDING = RESERVED + "unconfirmed"
+"""The reserved state entry of a key group's outputs not yet confirmed, as of its last
+copy: ``{id: [stream, values]}``. Written before every copy is taken (``pending``), so
+it travels with the group (held copy, durable set, savepoint); whoever takes the group
+over sends them again (``adopt``): an output's producer may die before it resends
+it, and a restore replays only the tuples after its copy."""
 
 
 @dataclass
@@ -80,6 +89,33 @@ class Outbox:
             out.setdefault(key[1], (key[1][0], values))
         self.resent += len(out)
         return list(out.values())
+
+    def pending(self, key_group: int) -> dict[str, list]:
+        """``key_group``'s kept outputs as :data:`PENDING` holds them (once each,
+        whichever consumers wait). O(kept outputs)."""
+        out: dict[str, list] = {}
+        for (_, (stream, group, source, seq)), (values, _) in self._kept.items():
+            if group == key_group:
+                out.setdefault(f"{stream}\x1f{source}\x1f{seq}", [stream, values])
+        return out
+
+    def adopt(
+        self, entry: Mapping[str, Any], consumers: Callable[[str], Iterable[str]], now: float
+    ) -> int:
+        """Keep the outputs of a group taken over at ``now`` (its :data:`PENDING` entry)
+        as sent ``resend_after`` ago, so the next :meth:`due` sends them;
+        ``consumers(stream)`` says who must confirm each. Those kept already stay as
+        they are. Returns how many."""
+        taken = 0
+        for stream, values in entry.values():
+            group, source, seq = values[-4], values[-3], values[-2]
+            for consumer in consumers(stream):
+                key = (consumer, (stream, group, source, seq))
+                if key not in self._kept:
+                    self._kept[key] = (list(values), now - self.resend_after)
+                    self._kept.move_to_end(key, last=False)  # due first
+                    taken += 1
+        return taken
 
     def oldest_age(self, now: float) -> float:
         """Seconds the oldest kept output has waited since it was last sent (0 if none)."""

@@ -713,7 +713,10 @@ class KeyedOperator(_Sending):
             except OSError as exc:  # StoreError included
                 log.error("submission of %s not recorded in the store: %s", component, exc)
         if saved is not None and view is not None and not restarted:
-            restore_keyed(view.root, saved, component, self.coordinator, epoch=routing.epoch)
+            for g in restore_keyed(
+                view.root, saved, component, self.coordinator, epoch=routing.epoch
+            ):
+                self.on_taken_over(g)
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
@@ -988,6 +991,7 @@ class KeyedOperator(_Sending):
                     and action.protocol is not Protocol.REPLICATE  # shadowing, not owning
                 ):
                     self._taking[action.key_group] = time.time()
+                    self.on_taken_over(action.key_group)
                 self.on_report(action)
                 self.emit([json.dumps(encode_report(action))], stream=REPORTS)
 
@@ -999,6 +1003,10 @@ class KeyedOperator(_Sending):
 
     def on_report(self, report) -> None:
         """Called with each report before it goes to the controller."""
+
+    def on_taken_over(self, key_group: int) -> None:
+        """Called when this task starts owning ``key_group`` from a copy or a move (a
+        restore, a promotion, a move's target, a savepoint at start)."""
 
     def on_protocol_error(self, message: Message, exc: MigrationProtocolError) -> None:
         """Called when a message broke its key group's protocol."""

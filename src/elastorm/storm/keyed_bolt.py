@@ -98,6 +98,7 @@ from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
 from elastorm.core.once import first_application, output_id
 from elastorm.core.outbox import (
+    PENDING,
     Outbox,
     Receipts,
     confirmation,
@@ -220,6 +221,8 @@ class KeyedBolt(KeyedOperator, Bolt):
         self._outbox = Outbox(config.unconfirmed_resend_secs) if self._consumers else None
         self._resend_logged = -math.inf  # when resends were last logged
         self.setup_keyed(conf, context, self._step)
+        if self._outbox is not None:  # each copy of a group carries its unconfirmed ones
+            self.coordinator.pending_outputs = self._outbox.pending
 
     def process_keyed(self, key: str, values: list) -> None:
         """One input tuple of ``key``; ``values`` are the tuple's values as sent."""
@@ -448,6 +451,17 @@ class KeyedBolt(KeyedOperator, Bolt):
         if self.processing_timers or (self.timed and self.idle_timeout > 0):
             self.fire_on_tick(self.wall_clock())
         self.rectify()
+
+    def on_taken_over(self, key_group: int) -> None:
+        """Send again, at the next tick, the outputs the group's copy says no consumer
+        had confirmed (``core.outbox.PENDING``): their producer may be dead, and a
+        restore replays only the tuples after its copy. Consumers drop what they have."""
+        state = self.coordinator.state(key_group)
+        entry = None if state is None else state.get(PENDING)
+        if self._outbox is None or not entry:
+            return
+        taken = self._outbox.adopt(entry, lambda s: self._consumers.get(s, ()), time.monotonic())
+        log.info("key group %s: %d unconfirmed outputs of its copy to send again", key_group, taken)
 
     def resend_unconfirmed(self, now: float) -> None:
         """Send again the outputs a consumer did not confirm within

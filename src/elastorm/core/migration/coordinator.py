@@ -97,6 +97,9 @@ class TaskCoordinator:
             raise ValueError(f"resend_after must be > 0, got {resend_after}")
         self.task = task
         self.num_key_groups = num_key_groups
+        # the adapter's unconfirmed outputs of a group (``core.outbox.Outbox.pending``),
+        # written into the group's copies (``PENDING``); None: outputs not kept
+        self.pending_outputs: Callable[[int], dict] | None = None
         self.upstreams: set[int] = set(upstreams)
         # upstream -> the routing epoch its newest life read at its start (it ignores
         # the commands of migrations at or before it: UpstreamRestarted)
@@ -146,9 +149,15 @@ class TaskCoordinator:
             epoch=self.stale_through + 1,
             owned=owned,
             durable_trim=self.durable_trim,
+            pending=self._pending_of,
         )
         machine.upstream_recovering = self.upstream_recovering
         return machine
+
+    def _pending_of(self, g: int) -> dict | None:
+        """Group ``g``'s unconfirmed outputs from the adapter's ``pending_outputs``
+        (None without one: nothing is recorded)."""
+        return None if self.pending_outputs is None else self.pending_outputs(g)
 
     def _check_group(self, g: int) -> None:
         if not 0 <= g < self.num_key_groups:

@@ -61,6 +61,7 @@ from elastorm.core.migration.table import (
     UPSTREAM_RESTARTED,
     Phase,
 )
+from elastorm.core.outbox import PENDING
 from elastorm.core.state import KeyGroupState, Step
 
 
@@ -128,8 +129,10 @@ class KeyGroupMachine:
         epoch: int = 0,
         owned: bool = False,
         durable_trim: bool = False,
+        pending: Callable[[int], dict | None] | None = None,
     ) -> None:
         self.key_group = key_group
+        self._unconfirmed = pending  # the adapter's unconfirmed outputs of a group (PENDING)
         self._durable_trim = durable_trim
         self._acked: dict[str, int] | None = None  # the held copy's positions
         self._durable: dict[str, int] | None = None  # the durable copy's positions
@@ -202,9 +205,20 @@ class KeyGroupMachine:
         if self.phase is not Phase.ACTIVE or self.holder in (None, self.task):
             return []
         assert self.state is not None
+        self._record_pending()
         delta = self.state.begin_checkpoint(full=full)
         self.state.finish_checkpoint()
         return [Send(to_task=self.holder, message=delta)]
+
+    def _record_pending(self) -> None:
+        """Before any copy of the group is taken: its outputs no consumer confirmed yet
+        (the adapter's, ``core.outbox.PENDING``) into its reserved entry, so the copy
+        carries them to whoever takes the group over. Written only when changed."""
+        if self._unconfirmed is None or self.state is None:
+            return
+        pending = self._unconfirmed(self.key_group)
+        if pending is not None and self.state.get(PENDING, {}) != pending:
+            self.state.put(PENDING, pending)
 
     def set_holder(self, holder: int | None) -> None:
         """Checkpoints go to ``holder`` from now on; the next one is full."""
@@ -377,6 +391,7 @@ class KeyGroupMachine:
             return actions + self._done(Role.TARGET)
         if self.phase is Phase.DRAINING:
             assert self.state is not None
+            self._record_pending()
             copy = state_to_checkpoint(self.state, epoch=self.epoch)
             self._holder_store.put(copy)
             self.state = None
@@ -523,6 +538,7 @@ class KeyGroupMachine:
         self.epoch = message.epoch
         self.protocol = Protocol.DIRECT
         self.set_holder(message.target)
+        self._record_pending()
         delta = self.state.begin_checkpoint(full=True)
         self.state.finish_checkpoint()
         self._direct = delta.checkpoint
@@ -626,8 +642,11 @@ class KeyGroupMachine:
         """The owner checkpointed to its active replica: nothing to store (the replica's
         live shadow is the copy), but ack what the shadow already covers, so the
         upstream buffers are trimmed by the primary's progress as far as the replica
-        has kept up (the elementwise minimum of both)."""
+        has kept up (the elementwise minimum of both). The owner's unconfirmed outputs
+        in it (``PENDING``) are taken: a promotion sends them again."""
         assert self.state is not None
+        if PENDING in delta.entries:
+            self.state.put(PENDING, delta.entries[PENDING])
         applied = self.state.applied
         marks = {s: min(seq, applied.get(s, 0)) for s, seq in delta.watermarks.items()}
         self._primary_checkpoint = delta.checkpoint[0]
