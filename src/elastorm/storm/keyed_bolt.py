@@ -461,7 +461,11 @@ class KeyedBolt(KeyedOperator, Bolt):
         if self._outbox is None or not entry:
             return
         taken = self._outbox.adopt(entry, lambda s: self._consumers.get(s, ()), time.monotonic())
-        log.info("key group %s: %d unconfirmed outputs of its copy to send again", key_group, taken)
+        if taken:  # a recovery: said where the operator looks, as the resends are
+            log.warning(
+                "key group %s: %d outputs its copy says were never confirmed: sending them "
+                "again", key_group, taken,
+            )  # fmt: skip
 
     def resend_unconfirmed(self, now: float) -> None:
         """Send again the outputs a consumer did not confirm within
