@@ -88,13 +88,14 @@ def test_state_outside_a_keyed_tuple_is_a_clear_error() -> None:
 # -- KeyedBolt ----------------------------------------------------------------
 
 
-def _bolt(monkeypatch, cls=CountWords, **options):
-    """A started ``cls`` as task 3 of "counts" (one key group, owned by 3, held on 4);
-    ``options``: more of its conf (elastorm's dotted keys, ``.`` written ``__``)."""
+def _bolt(monkeypatch, cls=CountWords, task=3, **options):
+    """A started ``cls`` as task ``task`` (3 or 4) of "counts" (one key group, owned by 3,
+    held on 4); ``options``: more of its conf (elastorm's dotted keys, ``.`` written
+    ``__``)."""
     monkeypatch.setattr(elastorm.zk.requests, "task_start", lambda *a: (1, -1))
     bolt = cls(input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None)
     context = {
-        "taskid": 3,
+        "taskid": task,
         "componentid": "counts",
         "task->component": {"1": "counts_router", "2": "controller", "3": "counts", "4": "counts"},
     }

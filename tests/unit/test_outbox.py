@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +17,8 @@ from test_keyed_api import Words, _bolt, _data, _Tup
 
 from elastorm import ElasticTopology, KeyedBolt, Sink, ValueState, keyed, output_id_fields
 from elastorm.config import TopologyConfig
-from elastorm.core.messages import Trim
+from elastorm.core.messages import Protocol, ToState, Trim
+from elastorm.core.migration.table import Phase
 from elastorm.core.outbox import Outbox, confirmation, confirmed_keys
 from elastorm.storm.elastic import COMMITTED, STREAM, to_wire
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter
@@ -284,6 +286,48 @@ def test_a_copy_taken_over_sends_the_outputs_its_producer_never_had_confirmed(
     assert sorted(v[:2] for v in wire) == [["a", 1], ["a", 2], ["b", 1]]
     sink = _sink(tmp_path / "sink.sqlite")
     _deliver(sink, wire)
+    sink.process_tick(None)
+    with sqlite3.connect(tmp_path / "sink.sqlite") as conn:
+        rows = sorted(conn.execute("SELECT word, n FROM counts"))
+    assert rows == [("a", 1), ("a", 2), ("b", 1)]
+
+
+def test_a_moves_target_sends_what_its_dead_source_made_after_the_copy(
+    monkeypatch, tmp_path
+) -> None:
+    """Before: a CPA or CPAL target starts from the held copy and replays the tuples
+    after it quietly (its source sent their outputs); an output the source made after
+    the copy, lost on the way, was lost for good if the source died before resending
+    it. Now the target keeps the outputs of its quiet replay as if it had sent them,
+    and sends again those no consumer confirmed to it; the sink drops what it has."""
+    wire: list = []
+
+    def emit(self, values, stream=None, direct_task=None, **kw):
+        if not isinstance(self, Sink) and stream in (None, "default"):
+            wire.append((self._task, values))
+
+    monkeypatch.setattr(Bolt, "emit", emit)
+    options = {
+        "elastorm__confirmed_outputs": {"counts": ["sink:default"]},
+        "elastorm__unconfirmed_resend_secs": 1,
+    }
+    source = _bolt(monkeypatch, Counts, task=3, **options)
+    target = _bolt(monkeypatch, Counts, task=4, **options)  # holds group 0's checkpoints
+    source.process(_Tup(_data("a", "t", 1)))
+    [send] = source.coordinator.checkpoint(0, full=True)
+    target._receive(3, send.message, time.monotonic())
+    for seq, word in enumerate(["b", "a"], start=2):  # after the copy
+        source.process(_Tup(_data(word, "t", seq)))
+    assert [v[:2] for _, v in wire] == [["a", 1], ["b", 1], ["a", 2]]  # all lost on the way
+    wire.clear()
+    items = tuple(_data(w, "t", seq).item for seq, w in enumerate(["b", "a"], start=2))
+    move = ToState(key_group=0, epoch=1, protocol=Protocol.CPA, items=items)
+    target._receive(1, move, time.monotonic())  # the router's toState: the replay
+    assert target.coordinator.phase(0) is Phase.ACTIVE and wire == []  # quiet
+    target.resend_unconfirmed(time.monotonic() + 1.5)  # the source died: nothing confirmed
+    assert sorted(v[:2] for _, v in wire) == [["a", 1], ["a", 2], ["b", 1]]
+    sink = _sink(tmp_path / "sink.sqlite")
+    _deliver(sink, [v for _, v in wire] * 2)  # and the source's, had they arrived
     sink.process_tick(None)
     with sqlite3.connect(tmp_path / "sink.sqlite") as conn:
         rows = sorted(conn.execute("SELECT word, n FROM counts"))

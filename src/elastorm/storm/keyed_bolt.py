@@ -8,8 +8,10 @@ and migrates it; the bolt never sees any of that.
 Output Fidelity (Madsen & Zhou 2015, section 5): what ``process_keyed`` emits is
 held until the core says the tuple's outputs are this task's to send
 (``Applied.emit_output``); a tuple replayed by a migration target, whose outputs
-the source already sent, emits nothing. Outputs that depend on the key's whole
-state are consistent when the key has one upstream router task (the default);
+the source already sent, emits nothing, but its outputs on streams whose consumers
+confirm are kept as if sent (the source may die before they are confirmed).
+Outputs that depend on the key's whole state are consistent when the key has one
+upstream router task (the default);
 with several, a CPA target may apply two routers' tuples in another order than
 the source did (see ``elastorm.core.outputs``).
 
@@ -481,14 +483,19 @@ class KeyedBolt(KeyedOperator, Bolt):
         if due and now - self._resend_logged >= outbox.resend_after:
             self._resend_logged = now
             log.warning(
-                "outputs not confirmed by a consumer (the oldest for %.0f s): sending "
-                "them again (%d now, %d kept, %d sent again in all)",
+                "outputs no consumer confirmed to this task (the oldest for %.0f s: lost "
+                "with a consumer, or a move's source sent them): sending them again (%d "
+                "now, %d kept, %d sent again in all)",
                 waited, len(due), len(outbox), outbox.resent,
             )  # fmt: skip
 
     def _send(self, values: list, stream: str | None) -> None:
         """Emit an output; one on a stream whose consumers confirm is kept until they do."""
         super().emit(values, stream=stream)
+        self._keep(values, stream)
+
+    def _keep(self, values: list, stream: str | None) -> None:
+        """Keep an output sent now until the consumers of its stream confirm it."""
         if self._outbox is not None:
             consumers = self._consumers.get(stream or "default")
             if consumers:
@@ -506,6 +513,12 @@ class KeyedBolt(KeyedOperator, Bolt):
         elif outputs and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
             item = applied.item
             self._shadow.setdefault(applied.key_group, []).append((item.source, item.seq, outputs))
+        elif outputs:
+            # A CPA or CPAL target's quiet replay: the move's source sent these, but it
+            # may die before a consumer confirms them (to it): kept here as if sent, so
+            # what stays unconfirmed is sent again; consumers drop what they have.
+            for values, stream in outputs:
+                self._keep(values, stream)
 
     def perform(self, actions: list) -> None:
         # A replica's phase changes only on control messages, whose actions are none,
