@@ -43,8 +43,11 @@ a worker of its own:
 With ``--jobs``, the same faults run on the user project's topologies too
 (``bench/chaos_jobs.py``): ``wordcount`` (the tutorial's), ``chained`` (the word
 counts into a second keyed operator keyed by first letter, with a non-idempotent count)
-and ``chained-stage2`` (the same, the fault on the second operator). Their scenarios
-are named ``<job>/<fault>`` (``wordcount/lose-1``; the faults are ``USER_FAULTS``,
+``chained-stage2`` (the same, the fault on the second operator), ``windows`` (the
+windowed count with every window kind) and ``join`` (this repository's join-and-window
+job, the faults of keyed state only, checked per plane-day window against pandas: a
+flight missing counts lost, one over counts twice). Their scenarios
+are named ``<job>/<fault>`` (``wordcount/lose-1``; the faults are the job's ``faults``,
 ``sink`` a kill -9 of the sink's worker, ``router`` of the router elastorm puts before
 the last keyed operator: fed by the first keyed operator in ``chained``); each is
 checked at its sink's committed rows against a fold of the stream in one process
@@ -160,17 +163,7 @@ def _scenarios(
     }
     if job is None:
         return {name: make for name, make in every.items() if name not in ("sink", "router")}
-    return {f"{job.label}/{name}": every[name] for name in USER_FAULTS}
-
-
-#: The faults a user job runs: those whose drivers read the job only through its hooks
-#: (``crash_driver.FlightsJob``), on a topology with two tasks per keyed operator (so no
-#: two-task losses); the network cut reads the flights sink's senders, the HDFS ones
-#: and ``all-sup`` the flights job's own results.
-USER_FAULTS = (
-    "lose-1", "spout", "sink", "router", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10",
-    "cpal-source", "cpal-target",
-)  # fmt: skip
+    return {f"{job.label}/{name}": every[name] for name in job.faults}
 
 
 def _chosen(asked: list[str] | None, scenarios: Mapping[str, Any]) -> list[str]:
@@ -299,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["flights"],
         help="flights (default) and/or user jobs: "
-        "wordcount, chained, chained-stage2, windows (bench/chaos_jobs.py)",
+        "wordcount, chained, chained-stage2, windows, join (bench/chaos_jobs.py)",
     )
     parser.add_argument(
         "--scenarios",
@@ -380,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             sampler = OwnerSampler(cfg.zookeeper, driver)
             sampler.start()
             try:
-                if job == "flights":
+                if job == "flights" or not USER_JOBS[job].in_user_project:
                     outcome = run_topology(cfg, "cluster", driver, timeout=args.timeout)
                 else:  # the same path, from the user project's copy
                     with user_imports(project):

@@ -161,6 +161,15 @@ class UserJob(FlightsJob):
 
     name = ""  # the topology file of the user project
     label = ""  # the job's name in the harness (``--jobs``, scenario names)
+    in_user_project = True  # submitted from the user project's copy (``user_project``)
+    #: The faults it runs: those whose drivers read the job only through its hooks
+    #: (``crash_driver.FlightsJob``), on a topology with two tasks per keyed operator
+    #: (so no two-task losses); the network cut reads the flights sink's senders, the
+    #: HDFS ones and ``all-sup`` the flights job's own results.
+    faults = (
+        "lose-1", "spout", "sink", "router", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10",
+        "cpal-source", "cpal-target",
+    )  # fmt: skip
     topology = ""
     operator = "counts"
     sink: SinkRows
@@ -352,9 +361,112 @@ class ChainedStage2Job(ChainedJob):
     operator = "letters"
 
 
+class JoinJob(FlightsJob):
+    """The repository's join-and-window job (``topologies/flights_join.py``): flights
+    split into arrivals and air times, joined per plane (``join_flights``, where the
+    faults hit), then counted per plane and UTC day (``daily_windows``) into a plain
+    sink that keeps each window's latest totals. Checked per window against pandas
+    (``drivers.flights_join``): ``lost`` sums the flights a window is short of,
+    ``twice`` those it has too many (a keyed output applied twice by the window);
+    ``totals_off`` the windows whose delay or air time differ.
+
+    Only the faults of keyed state run on it: its spout's rows reach the routers
+    through a plain bolt, which no replay passes (``elastorm.sources.at_most_once``,
+    at most once, stated), and its sink is a plain bolt (its own state: none)."""
+
+    name = "flights_join"
+    label = "join"
+    operator = "join_flights"
+    in_user_project = False
+    faults = ("lose-1", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10", "cpal-source", "cpal-target")
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        self.output_dir = output_dir
+        return self._join().options(output_dir)
+
+    def _join(self):
+        """The job's own driver: its options, its wait and its reference."""
+        from drivers.flights_join import JoinWindowDriver
+
+        if getattr(self, "_driver", None) is None:
+            self._driver = JoinWindowDriver(
+                self.limit,
+                max_rate=self.max_rate,
+                key_groups=self.key_groups,
+                checkpoint_interval=self.checkpoint_interval,
+            )
+            self._driver.on_poll = lambda spout, sink: self.on_poll(
+                _Polled(spout.get("rows_read", 0), bool(spout.get("exhausted")))
+            )
+        return self._driver
+
+    def _total_rows(self) -> int:
+        return self.limit or 336_776
+
+    def wait(self, output_dir: str, timeout: float, progress: Progress) -> None:
+        try:
+            self._join().wait(output_dir, timeout, progress)
+        finally:
+            self._close_client()
+
+    def _flights(self) -> int:
+        from drivers.flights_join import read_join_sink
+
+        return sum(v[0] for v in read_join_sink(self.output_dir)["windows"].values())
+
+    def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
+        """Seconds from ``since`` until the sink held more flights than when first asked
+        after the restore."""
+        at = getattr(self, "_restored_flights", {})
+        self._restored_flights = at
+        n = self._flights()
+        if since not in at:
+            at[since] = n
+            return None
+        return time.time() - since if n > at[since] else None
+
+    def _tentative_updates(self, output_dir: str) -> Any:
+        from drivers.flights_join import read_join_sink
+
+        return read_join_sink(output_dir)["tentative_updates"]
+
+    def committed_check(self) -> dict[str, Any]:
+        """The sink's windows against pandas' (module doc of the class)."""
+        from drivers.flights_join import read_join_sink
+
+        got = {k: v for k, v in read_join_sink(self.output_dir)["windows"].items()}
+        want = {f"{t}|{d}": v for (t, d), v in self._join().reference().windows.items()}
+        lost = twice = 0
+        off = []
+        for key in want.keys() | got.keys():
+            n, m = want.get(key, (0, 0, 0))[0], got.get(key, (0, 0, 0, False))[0]
+            lost, twice = lost + max(0, n - m), twice + max(0, m - n)
+            if n == m and tuple(got[key][:3]) != tuple(want[key]):
+                off.append(key)
+        tentative = sorted(k for k, v in got.items() if v[3])
+        return {
+            "checked": sum(v[0] for v in want.values()),
+            "lost": lost,
+            "twice": twice,
+            "unrectified": tentative,
+            "totals_off": sorted(off),
+        }
+
+    def outcome(self, output_dir: str) -> Outcome:
+        self._close_client()
+        sink = self.committed_check()
+        faults_ok = self._migrations_ok() and not self.script
+        ok = faults_ok and not (sink["lost"] or sink["twice"] or sink["totals_off"])
+        ok = ok and not sink["unrectified"]
+        summary = f"{self.name}: {sink}; faults " + (
+            "done as scripted" if faults_ok else f"NOT done as scripted: {self.migrations}"
+        )
+        return Outcome(summary=summary, ok=ok, facts={"migrations": self.migrations, "sink": sink})
+
+
 #: The user jobs by name (the harness's ``--jobs``; ``flights`` is the repository's).
-USER_JOBS: dict[str, type[UserJob]] = {
-    job.label: job for job in (WordCountJob, ChainedJob, ChainedStage2Job, WindowsJob)
+USER_JOBS: dict[str, type[FlightsJob]] = {
+    job.label: job for job in (WordCountJob, ChainedJob, ChainedStage2Job, WindowsJob, JoinJob)
 }
 
 

@@ -33,16 +33,14 @@ class FlightsJob(ElasticFlightsDriver):
     components = {"spout": "flights_spout", "op1": "extract_delays"}
 
     def executors(self) -> int:
-        """Executors of the elastic flights topology (one task each)."""
+        """Executors of the job's topology (one task each)."""
         import importlib.util
 
-        path = os.path.join(
-            os.path.dirname(__file__), "..", "..", "topologies", "flights_elastic.py"
-        )
-        spec = importlib.util.spec_from_file_location("flights_elastic_topology", path)
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "topologies", f"{self.name}.py")
+        spec = importlib.util.spec_from_file_location(f"{self.name}_topology", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        topology = module.FlightsElasticTopology
+        topology = next(v for v in vars(module).values() if getattr(v, "thrift_bolts", None))
         return sum(c.common.parallelism_hint for c in topology.specs)
 
     def _pid_of(self, component: str, task: int) -> int:

@@ -4,9 +4,11 @@ put on a user job."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 for path in (ROOT / "bench", ROOT / "tests" / "integration", ROOT):
     sys.path.insert(0, str(path))
 
-from chaos import USER_FAULTS, _chosen, _scenarios  # noqa: E402
+from chaos import _chosen, _scenarios  # noqa: E402
 from chaos_jobs import (  # noqa: E402
     USER_JOBS,
     row_balance,
@@ -78,7 +80,7 @@ def test_the_user_stream_is_the_spouts() -> None:
 
 def test_a_fault_on_a_user_job_reads_the_jobs_hooks() -> None:
     scenarios = _scenarios(100, 10.0, lambda: None, USER_JOBS["chained-stage2"])
-    assert list(scenarios) == [f"chained-stage2/{f}" for f in USER_FAULTS]
+    assert list(scenarios) == [f"chained-stage2/{f}" for f in USER_JOBS["chained"].faults]
     driver = scenarios["chained-stage2/lose-1"]()
     assert (driver.name, driver.operator, driver.lose) == ("chained", "letters", 1)
     assert driver.components["router"] == "letters_router"
@@ -129,3 +131,29 @@ def test_the_windows_job_counts_a_window_twice_and_tells_sliding_from_tumbling()
     assert (again["lost"], again["twice"]) == (0, 1)
     missing = job.check(rows[1:])
     assert (missing["lost"], missing["twice"]) == (1, 0)
+
+
+def test_the_join_job_runs_the_keyed_faults_and_counts_flights_per_window(tmp_path) -> None:
+    """The repository's join-and-window job: only the faults of keyed state (its spout's
+    rows pass a plain bolt, its sink is one), the fault on ``join_flights``, submitted
+    from this checkout; a window short of flights counts them lost, one over counts
+    them twice, equal flights with another delay is ``totals_off``."""
+    scenarios = _scenarios(1000, 10.0, lambda: None, USER_JOBS["join"])
+    assert "join/spout" not in scenarios and "join/sink" not in scenarios
+    assert "join/cpal-target" in scenarios and "join/lose-1" in scenarios
+    driver = scenarios["join/lose-1"]()
+    assert (driver.name, driver.operator, driver.limit) == ("flights_join", "join_flights", 1000)
+    assert not USER_JOBS["join"].in_user_project and USER_JOBS["wordcount"].in_user_project
+    driver.options(str(tmp_path))
+    reference = SimpleNamespace(windows={("N1", 1): (3, 10, 50), ("N2", 1): (2, 5, 9)})
+    reference.windows[("N3", 2)] = (1, 0, 1)
+    driver._join().expected = reference
+    windows = {"N1|1": [4, 12, 60, False], "N2|1": [2, 6, 9, False], "N3|2": [1, 0, 1, True]}
+    (tmp_path / "join-sink-1.json").write_text(json.dumps({"windows": windows}))
+    got = driver.committed_check()
+    assert got == {
+        "checked": 6, "lost": 0, "twice": 1, "unrectified": ["N3|2"], "totals_off": ["N2|1"]
+    }  # fmt: skip
+    del windows["N1|1"]
+    (tmp_path / "join-sink-1.json").write_text(json.dumps({"windows": windows}))
+    assert driver.committed_check()["lost"] == 3
