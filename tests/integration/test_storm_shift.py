@@ -105,7 +105,7 @@ def test_zookeeper_stopped_20s_while_the_job_runs(tmp_path) -> None:
     out = tmp_path / "run"
     out.mkdir()
     outage = Outage(cfg, zk, str(out))
-    driver = ShiftDriver("correlated", duration=95, extra={"elastorm.zookeeper.hosts": hosts})
+    driver = ShiftDriver("correlated", duration=60, extra={"elastorm.zookeeper.hosts": hosts})
     outage.start()
     try:
         outcome = run_topology(cfg, "local", driver, timeout=500, output_dir=out)

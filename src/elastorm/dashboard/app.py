@@ -171,6 +171,7 @@ def create_app(
             return JSONResponse({"error": str(exc)}, 409)
         except ZK_ERRORS as exc:
             return JSONResponse({"error": f"ZooKeeper: {exc!r}"}, 503)
+        source.refresh_now()  # the page shows the node draining (or starting) at once
         return JSONResponse(body, 202)
 
     def start_drain(layout: ZnodeLayout, value: tuple[str, bool]) -> dict:

@@ -83,6 +83,7 @@ class DashboardSource:
         )
         self._cond = threading.Condition()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # an action changed ZooKeeper: read it now
         self._threads: list[threading.Thread] = []
         self.refresh_seconds = 0.0
         self._storm_facts: TopologyFacts | None = None  # Nimbus's part, from its thread
@@ -104,6 +105,7 @@ class DashboardSource:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         with self._cond:
             self._cond.notify_all()
         for t in self._threads:
@@ -112,6 +114,11 @@ class DashboardSource:
             self._watcher.stop()
         self.client.stop()
         self.client.close()
+
+    def refresh_now(self) -> None:
+        """Read again at once, not at the next interval: an action the page asked for
+        (a drain, a scale) has just changed what the page shows."""
+        self._wake.set()
 
     # -- what the server reads
 
@@ -140,7 +147,8 @@ class DashboardSource:
             except Exception:
                 log.exception("dashboard: refresh failed")
             self.refresh_seconds = time.monotonic() - began
-            self._stop.wait(max(0.0, self.interval - self.refresh_seconds))
+            self._wake.wait(max(0.0, self.interval - self.refresh_seconds))
+            self._wake.clear()
 
     def _pick_topology(self) -> str | None:
         if self.topology is None and self.client.connected:
