@@ -16,7 +16,7 @@ from elastorm.runtime.run import run_topology
 
 pytestmark = pytest.mark.integration
 
-ALL_ROWS = 336_776
+QUICKSTART_ROWS = 150_000
 
 
 def test_direct_emits_reach_the_chosen_task_on_local_cluster() -> None:
@@ -28,10 +28,13 @@ def test_direct_emits_reach_the_chosen_task_on_local_cluster() -> None:
 def test_quickstart_migrates_by_cpal_kills_a_keyed_task_and_matches_pandas() -> None:
     """``bin/quickstart``'s run: a live CPAL migration, then kill -9 of an op2 task's
     Python process, which the LocalCluster leaves dead; its key groups are restored on
-    their checkpoint holders, and every plane's totals still equal pandas'."""
-    outcome = run_topology(load_config(), "local", QuickstartDriver(limit=None), timeout=600)
+    their checkpoint holders, and every plane's totals still equal pandas'. On the first
+    QUICKSTART_ROWS rows (the command reads them all; its faults come at shares of
+    the input, so the same happens, in half the time)."""
+    driver = QuickstartDriver(limit=QUICKSTART_ROWS)
+    outcome = run_topology(load_config(), "local", driver, timeout=600)
     assert outcome.ok, outcome.summary
-    assert outcome.facts["rows"] == ALL_ROWS
+    assert outcome.facts["rows"] == QUICKSTART_ROWS
     cpal, kill = outcome.facts["migrations"]
     assert (cpal["used"], cpal["state"]) == ("cpal", "done")
     assert (kill["used"], kill["state"]) == ("kill", "restored")
