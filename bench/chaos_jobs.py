@@ -144,6 +144,16 @@ class SinkRows:
                 return []
 
 
+def grown_since(job: Any, since: float, n: int) -> float | None:
+    """Seconds from ``since`` (wall clock) until a job's count ``n`` (its sink's rows)
+    exceeds what it was when first asked about ``since``; None until then."""
+    at = job.__dict__.setdefault("_counted_at", {})
+    if since not in at:
+        at[since] = n
+        return None
+    return time.time() - since if n > at[since] else None
+
+
 class _Polled:
     """What ``ElasticFlightsDriver.on_poll`` reads of a run: rows so far, and whether
     the input is over (here: the sink committed every row the fold wants)."""
@@ -263,13 +273,7 @@ class UserJob(FlightsJob):
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
         """Seconds from ``since`` until the sink committed a row more than it had when
         first asked after the restore (the job made progress again)."""
-        at = getattr(self, "_restored_rows", {})
-        self._restored_rows = at
-        n = self._committed()
-        if since not in at:
-            at[since] = n
-            return None
-        return time.time() - since if n > at[since] else None
+        return grown_since(self, since, self._committed())
 
     def _tentative_updates(self, output_dir: str) -> Any:
         rows = self.sink.read(self._sink_path())
@@ -417,13 +421,7 @@ class JoinJob(FlightsJob):
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
         """Seconds from ``since`` until the sink held more flights than when first asked
         after the restore."""
-        at = getattr(self, "_restored_flights", {})
-        self._restored_flights = at
-        n = self._flights()
-        if since not in at:
-            at[since] = n
-            return None
-        return time.time() - since if n > at[since] else None
+        return grown_since(self, since, self._flights())
 
     def _tentative_updates(self, output_dir: str) -> Any:
         from drivers.flights_join import read_join_sink
