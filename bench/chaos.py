@@ -230,6 +230,32 @@ def _workers_of(topology: str) -> list[int]:
     return pids
 
 
+def _kill_again(cfg: Any, topology: str, timeout: float = 180.0) -> None:
+    """Kill ``topology`` until Nimbus no longer lists it: the run's own kill can fail
+    (Nimbus unreachable just after a ZooKeeper stop, at load 60: session 23's
+    ``join/zk-stop``), and a topology left running halves the next run's machine."""
+    from elastorm.runtime import nimbus
+    from elastorm.runtime.cluster import CLUSTER_ENV
+    from elastorm.runtime.config import env_nimbus
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            host, port = env_nimbus(cfg.project, CLUSTER_ENV)
+            listed = nimbus.nimbus_client(host, port).getClusterInfo().topologies
+            if all(t.name != topology for t in listed):
+                return
+            print(f"{topology} still runs: killing it again", flush=True)
+            nimbus.kill(cfg.project, CLUSTER_ENV, topology)
+            why = "still listed"
+        except Exception as exc:  # Nimbus away: try again until the deadline
+            why = repr(exc)
+        if time.monotonic() > deadline:
+            print(f"{topology}: not killed in {timeout:.0f} s ({why})", flush=True)
+            return
+        time.sleep(5.0)
+
+
 def _wait_gone(topology: str, timeout: float = 240.0) -> float | None:
     """Seconds until the killed ``topology``'s workers exited (None: some still run
     after ``timeout``). The next run's workers take the same slot ports: started
@@ -386,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 sampler.stop()
                 _restart(supervisors, getattr(driver, "killed", []), chosen_up)
+                if driver.topology:
+                    _kill_again(cfg, driver.topology)
                 gone = _wait_gone(driver.topology) if driver.topology else None
             record: dict[str, Any] = {
                 "commit": measured, "job": job, "scenario": name, "run": i, "ok": ok,
