@@ -28,7 +28,7 @@ from demos.flights_join import (
     split_flight,
     window_of,
 )
-from elastorm import KeyedBolt, MapState, ValueState
+from elastorm import KeyedBolt, MapState, ValueState, output_id_fields
 
 ARRIVALS, AIRTIMES = "arrivals", "airtimes"
 JOINED_FIELDS = ["tailnum", "row", "arr_delay", "air_time", "ts"]
@@ -79,7 +79,9 @@ class JoinFlights(CountedKeyedBolt):
     """Joins a plane's arrivals and air times on the row id."""
 
     role = "join"
-    outputs = [Stream(fields=JOINED_FIELDS)]
+    # With output ids: a joined row lost on the way (its task killed, also as a move's
+    # source) is sent again, and the window applies each once (docs/failures.md).
+    outputs = [Stream(fields=output_id_fields(JOINED_FIELDS))]
     pending = ValueState(default=None)  # row id -> [side, values...] not joined yet
 
     def process_keyed(self, key, values):
@@ -102,7 +104,7 @@ class DailyWindows(CountedKeyedBolt):
     days = MapState()  # day start (str) -> [flights, delay, air]
 
     def process_keyed(self, key, values):
-        _, row, arr_delay, air_time, ts = values
+        _, row, arr_delay, air_time, ts = values[: len(JOINED_FIELDS)]
         if row <= self.last_row.value():
             return  # a joined row a restored join sent again
         self.last_row.update(row)

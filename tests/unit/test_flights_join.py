@@ -6,10 +6,10 @@ from __future__ import annotations
 import io
 
 import pytest
-from streamparse import Bolt
+from streamparse import Bolt, Stream
 
 import elastorm.zk.requests
-from bolts.flights_join import DailyWindows, JoinFlights, JoinWindowSink
+from bolts.flights_join import JOINED_FIELDS, DailyWindows, JoinFlights, JoinWindowSink
 from demos.flights_join import (
     add_to_window,
     compute_join_reference,
@@ -159,7 +159,9 @@ def test_the_join_emits_a_flight_once_both_sides_came(monkeypatch, tmp_path, emi
     air = ["N1", 7, 95, 3600]
     for seq, values in enumerate([arrival, air], start=1):
         bolt.process(_Tup(Data(key_group=0, item=DataTuple("r:1", seq, "N1", values, 0.0))))
-    assert [v for s, v in emitted if s is None] == [["N1", 7, 12, 95, 3600]]
+    [joined] = [v for s, v in emitted if s is None]
+    assert joined[:5] == ["N1", 7, 12, 95, 3600]
+    assert joined[5:] == [0, "r:1", 1, "final"]  # its output id: the window applies it once
     assert bolt.coordinator.state(0).get("N1") is None  # nothing left pending
 
 
@@ -207,6 +209,13 @@ class _Coordinator:
         return self.m.phase
 
 
+class _Unidentified(JoinFlights):
+    """The join with a stream without output ids: the replica's shadowed outputs below
+    are plain values, numbered by nobody."""
+
+    outputs = [Stream(fields=JOINED_FIELDS)]
+
+
 def _applied(seq: int, row: int, emit: bool) -> Applied:
     item = DataTuple("r:1", seq, "N1", ["N1", row], 0.0)
     return Applied(key_group=0, item=item, result=[(["N1", row], None)], emit_output=emit)
@@ -215,7 +224,7 @@ def _applied(seq: int, row: int, emit: bool) -> Applied:
 def test_a_promoted_replica_first_sends_the_outputs_its_owner_had_not_covered(
     monkeypatch, tmp_path, emitted
 ) -> None:
-    bolt = _bolt(monkeypatch, tmp_path, JoinFlights)
+    bolt = _bolt(monkeypatch, tmp_path, _Unidentified)
     bolt.coordinator = _Coordinator()
     bolt.perform([_applied(1, 10, False), _applied(2, 11, False), _applied(3, 12, False)])
     assert not emitted  # a replica sends nothing
@@ -227,7 +236,7 @@ def test_a_promoted_replica_first_sends_the_outputs_its_owner_had_not_covered(
 
 
 def test_a_dropped_replica_forgets_its_outputs(monkeypatch, tmp_path, emitted) -> None:
-    bolt = _bolt(monkeypatch, tmp_path, JoinFlights)
+    bolt = _bolt(monkeypatch, tmp_path, _Unidentified)
     bolt.coordinator = _Coordinator()
     bolt.perform([_applied(1, 10, False)])
     bolt.coordinator.m = _Machine(Phase.IDLE, Protocol.REPLICATE)
