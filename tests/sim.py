@@ -349,14 +349,15 @@ class Cluster:
         instead; the simulator stays inside the sans-IO core, so it keeps this
         fixed rule, enough to check the protocols survive any choice of copy.
         With the durable tier, a group no copy in memory survived goes to the first
-        live task, restored from the store. Raises ``RuntimeError`` when no copy
-        survives anywhere.
+        live task, restored from the store (when every task died, to its own owner's
+        new incarnation). Raises ``RuntimeError`` when no copy survives anywhere.
         """
         copies = self.control.surviving_copies(key_group, dead)
         if copies:
             return copies[0]
         if self.from_store(key_group, dead):
-            return min(t for t in self.tasks if t not in dead)
+            live = [t for t in self.tasks if t not in dead]
+            return min(live) if live else self.control.owner(key_group)
         raise RuntimeError(f"group {key_group}: no checkpoint survives tasks {sorted(dead)}")
 
     def from_store(self, key_group: int, dead: Collection[int]) -> bool:
@@ -397,12 +398,18 @@ class Cluster:
         restores = {g: self.restore_target(g, dead) for g in lost}
         from_store = {g for g in lost if self.from_store(g, dead)}
         holders = {}
+        skip = dead if len(dead) < len(control.tasks) else ()  # else all restart empty
         for g in range(control.num_key_groups):
             owner = restores.get(g, control.owner(g))
             if control.holders[g] in (*dead, owner):
-                holders[g] = next_task(control.tasks, owner, skip=dead)
+                holders[g] = next_task(control.tasks, owner, skip=skip)
         plan = control.recover(
-            dead, restores=restores, holders=holders, now=self.now, from_store=from_store
+            dead,
+            restores=restores,
+            holders=holders,
+            now=self.now,
+            from_store=from_store,
+            restarted=True,  # the simulator restarts them at once, below
         )
         self._send_all(plan.sends)
         self.stats["durable_restores"] += len(from_store)

@@ -656,12 +656,15 @@ class DurableLossDriver(SupervisorLossDriver):
         return killed
 
     def _watch_durable(self) -> None:
+        from kazoo.exceptions import KazooException
+
         from elastorm.runtime.migrate import wait_for_status
 
         while self._watching.is_set():
             try:
                 status = wait_for_status(self._client, self.topology, self.operator, 10)
-            except UserError:
+            except (UserError, KazooException):  # a loaded ZooKeeper drops the connection
+                time.sleep(0.5)
                 continue
             for m in (*status.get("migrations", ()), *status.get("ended", ())):
                 if m.get("protocol") == "durable":

@@ -43,9 +43,10 @@ def cluster_with_room(storm_cluster):
     return storm_cluster[0]
 
 
-# CI kills the target; the source's kill runs with --slow and, three times per chaos
-# table, as bench/chaos.py's cpal-source (docs/benchmarks.md, "Chaos"): CI's 40 minutes.
-@pytest.mark.parametrize("victim", [pytest.param("source", marks=pytest.mark.slow), "target"])
+# Both kills run with --slow (docs/benchmarks.md, "Slow tests") and, three times per
+# chaos table, as bench/chaos.py's cpal-source and cpal-target: CI's 40 minutes.
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["source", "target"])
 def test_task_killed_mid_migration_comes_back_from_its_checkpoint(
     cluster_with_room, victim, monkeypatch
 ):
@@ -158,6 +159,7 @@ class KillController(threading.Thread):
             self.error = exc
 
 
+@pytest.mark.slow  # 150-175 s; chaos lose-1-ctl kills the controller on every job
 def test_a_killed_controller_resumes_from_its_persisted_decisions(cluster_with_room, tmp_path):
     """The shift job (Madsen & Zhou 2015, section 7.2), one worker per executor; kill -9 of
     the controller bolt's process once it has allocated checkpoints: Storm restarts its
@@ -287,6 +289,7 @@ def test_an_owner_and_its_holder_killed_together_are_restored_from_hdfs(
     assert "no total left tentative at the sink: got {}" in outcome.summary
 
 
+@pytest.mark.slow  # 100 s; test_hdfs_store's stopped NameNode runs in CI
 def test_a_namenode_stopped_20_s_mid_run_stalls_nothing_and_loses_nothing(
     cluster_with_room, hdfs_cluster, monkeypatch
 ):

@@ -1,4 +1,5 @@
-"""Scale a keyed job live on the single-machine cluster: 2 -> 3 -> 4 -> 3 -> 2 nodes.
+"""Scale a keyed job live on the single-machine cluster: 2 -> 3 -> 2 nodes in CI, and
+2 -> 3 -> 4 -> 3 -> 2 under ``--slow`` (up to four nodes; minutes longer).
 
 Talks to: the real ZooKeeper server, Nimbus (running elastorm's ElasticScheduler) and
 supervisor daemons that ``elastorm cluster up`` starts; ``elastorm.runtime.scale``
@@ -23,17 +24,20 @@ from elastorm.runtime.run import run_topology
 
 pytestmark = pytest.mark.integration
 
-NODES = (3, 4, 3, 2)
 
-
-def test_keyed_job_scales_2_3_4_3_2_with_exact_totals_and_one_task_per_node(
-    storm_cluster, monkeypatch, tmp_path
+@pytest.mark.parametrize(
+    "steps",
+    [(3, 2), pytest.param((3, 4, 3, 2), marks=pytest.mark.slow)],
+    ids=("2-3-2", "2-3-4-3-2"),
+)
+def test_keyed_job_scales_with_exact_totals_and_one_task_per_node(
+    storm_cluster, monkeypatch, tmp_path, steps
 ) -> None:
     cfg, _ = storm_cluster
     monkeypatch.setenv("ELASTORM_KEYED_TASKS", "4")
     host, port = env_nimbus(cfg.project, CLUSTER_ENV)
     driver = SyntheticDriver(
-        [Step(kind="scale", nodes=n, tag=f"to {n}") for n in NODES],
+        [Step(kind="scale", nodes=n, tag=f"to {n}") for n in steps],
         Settings(
             rate=800.0,
             keys=100_000,
@@ -57,7 +61,7 @@ def test_keyed_job_scales_2_3_4_3_2_with_exact_totals_and_one_task_per_node(
     print(outcome.summary)
     assert outcome.ok, outcome.summary
     scales = [r for r in outcome.facts["records"] if r["kind"] == "scale"]
-    assert [r["nodes"] for r in scales] == list(NODES)
+    assert [r["nodes"] for r in scales] == list(steps)
     placed = set()
     for r in scales:
         # Nimbus's assignment: every node that owns key groups runs exactly one counter task

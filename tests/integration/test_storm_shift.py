@@ -95,6 +95,7 @@ class Outage(threading.Thread):
             self.error = exc
 
 
+@pytest.mark.slow  # 85-115 s; test_zk_outage's 20 s stop and chaos zk-stop run in CI/chaos
 def test_zookeeper_stopped_20s_while_the_job_runs(tmp_path) -> None:
     from test_zk_outage import private_zookeeper, start_zookeeper
 

@@ -60,8 +60,9 @@ def test_key_group_without_live_checkpoint_or_durable_copy_is_lost():
     assert plan.lost == (kg,) and plan.restores == () and plan.durable_restores == ()
     assert plan.unprotected == (kg,)  # one node left: nowhere to put a checkpoint
     assert plan.view.key_group(kg).owner == "c"
-    with pytest.raises(ControllerModelError):
-        plan_recovery(view, ["a", "b", "c"])
+    # Every node failed: nothing to restore onto, the group (no durable copy) is lost.
+    every = plan_recovery(view, ["a", "b", "c"])
+    assert every.lost == (kg,) and not every.restores and not every.waiting
     with pytest.raises(ControllerModelError):
         plan_recovery(view, ["zz"])
 

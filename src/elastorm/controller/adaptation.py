@@ -57,7 +57,9 @@ class MoveReason(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Move:
-    """Move ``key_group`` from ``source`` to ``target`` using ``protocol``."""
+    """Move ``key_group`` from ``source`` to ``target`` using ``protocol``. Only a durable
+    recovery may have ``source == target``: the node restarted empty and reads its own
+    group back from the store (nothing else runs the group's operator)."""
 
     key_group: KeyGroupId
     source: NodeId
@@ -66,7 +68,8 @@ class Move:
     reason: MoveReason
 
     def __post_init__(self) -> None:
-        if self.source == self.target:
+        own_restart = self.protocol is Protocol.DURABLE and self.reason is MoveReason.RECOVERY
+        if self.source == self.target and not own_restart:
             raise ControllerModelError(f"{self.key_group}: move from {self.source} to itself")
 
 

@@ -923,6 +923,7 @@ class ControllerLoop:
             holders=holders,
             now=now,
             from_store={m.key_group.index for m in plan.durable_restores},
+            restarted=rejoined,
         )
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
@@ -939,6 +940,7 @@ class ControllerLoop:
                 "restored": list(crash.restored),
                 "from_store": sorted(m.key_group.index for m in plan.durable_restores),
                 "lost": [kg.index for kg in plan.lost],
+                "waiting": [kg.index for kg in plan.waiting],
                 "promoted": list(crash.promoted),
                 "replicas_lost": list(crash.replicas_lost),
             }

@@ -54,8 +54,11 @@ class RecoveryPlan:
 
     ``restores`` (phase 1, ``Protocol.RESTORE``, source = the lost owner) can run
     in parallel; ``durable_restores`` (``Protocol.DURABLE``, source = the lost
-    owner) rebuild groups with no live holder from the durable store; ``lost``
-    groups had no copy anywhere; ``unprotected`` key groups have fewer checkpoints than asked
+    owner, or the owner itself once it restarted) rebuild groups with no live holder
+    from the durable store; ``lost`` groups had no copy anywhere; ``waiting`` groups
+    have a durable copy but no live task of their operator to take it (every one
+    failed): they keep their dead owner and are restored from the store when a task of
+    their operator restarts; ``unprotected`` key groups have fewer checkpoints than asked
     because the survivors cannot satisfy constraint 1 / the zone rule;
     ``checkpoint_moves`` (phase 2, ``source=None``: a fresh
     checkpoint) follow. ``view`` is the cluster once both phases are done.
@@ -65,6 +68,7 @@ class RecoveryPlan:
     restores: tuple[Move, ...]
     durable_restores: tuple[Move, ...]
     lost: tuple[KeyGroupId, ...]
+    waiting: tuple[KeyGroupId, ...]
     unprotected: tuple[KeyGroupId, ...]
     checkpoint_moves: tuple[CheckpointMove, ...]
     view: ClusterView
@@ -98,20 +102,22 @@ def plan_recovery(
 
     ``rejoined`` names failed nodes that are back, empty (a Storm worker that
     restarted): nothing is restored from them, but phase 2 may place checkpoints
-    on them again; ``kept`` names key groups a rejoined node's new incarnation was given
-    after its restart (it has them: they are not restored). Nodes that are ``down``
-    (:meth:`ClusterView.targets`: lost earlier, or restarted and not yet recovered)
-    neither take restores nor hold checkpoints. ``durable`` names the key groups the
-    durable store has a copy of: those with no live holder get a durable restore, the
-    others are lost.
+    on them again, and a durable restore may go to one (to the owner itself when no
+    other task of the operator is left); ``kept`` names key groups a rejoined node's
+    new incarnation was given after its restart (it has them: they are not restored).
+    Nodes that are ``down`` (:meth:`ClusterView.targets`: lost earlier, or restarted
+    and not yet recovered) neither take restores nor hold checkpoints. ``durable`` names
+    the key groups the durable store has a copy of: those with no live holder get a
+    durable restore, the others are lost.
     ``allocate`` is any policy of :mod:`elastorm.controller.allocation` taking
     ``(spec, keep=...)``. Complexity: ``O(K log K + |lost| * replicas)`` for
     phase 1 plus one run of the policy.
 
-    Raises ``ControllerModelError`` if a failed node is unknown or no node
-    survives. If the survivors cannot hold every checkpoint under constraint 1
-    and the zone rule, surviving checkpoints stay and the bare key groups are
-    listed in ``unprotected``.
+    Raises ``ControllerModelError`` if a failed node is unknown. When no node survives
+    (every keyed task declared lost at once), nothing is restored now: groups with a
+    durable copy wait for a restart, the others are lost. If the survivors cannot hold
+    every checkpoint under constraint 1 and the zone rule, surviving checkpoints stay
+    and the bare key groups are listed in ``unprotected``.
 
     >>> from elastorm.controller.model import NodeInfo
     >>> kg = KeyGroupId("op", 0)
@@ -133,8 +139,6 @@ def plan_recovery(
         if n not in known:
             raise ControllerModelError(f"failed node {n!r} is not in the view")
     live = [n for n in view.nodes if n.node_id not in down and not n.down]
-    if not live:
-        raise ControllerModelError("every node failed; nothing to recover onto")
     live_ids = {n.node_id for n in live}
     back = set(rejoined)
     if not back <= set(down):
@@ -150,6 +154,7 @@ def plan_recovery(
     restores: list[Move] = []
     durable_restores: list[Move] = []
     lost_groups: list[KeyGroupId] = []
+    waiting: list[KeyGroupId] = []
     new_owner: dict[KeyGroupId, NodeId] = {}
     stranded: set[NodeId] = set()  # failed nodes that keep a group (``down`` in ``view``)
     for kg in lost_kgs:
@@ -158,14 +163,18 @@ def plan_recovery(
             # A live node that runs the group's operator: outside the lost owner's zone
             # first (a zone may be failing as a whole), then the least load (then id);
             # the same node if the group is lost. When every task of the operator failed
-            # (it has fewer tasks than there are nodes), another one that rejoined, empty.
+            # (it has fewer tasks than there are nodes), another one that rejoined, empty,
+            # else the owner itself once it rejoined (its own copy, from the store).
             owner_zone = zone[kg.owner]
             op = kg.key_group.operator
-            runs = [n for n in live_ids if view.runs(op, n)] or [
-                n for n in back if view.runs(op, n) and n != kg.owner
-            ]
+            rejoined_op = sorted(n for n in back if view.runs(op, n))
+            runs = (
+                [n for n in live_ids if view.runs(op, n)]
+                or [n for n in rejoined_op if n != kg.owner]
+                or [n for n in rejoined_op if kg.key_group in durable]
+            )
             if not runs:  # every task of its operator failed: nowhere to restore it now
-                lost_groups.append(kg.key_group)
+                (waiting if kg.key_group in durable else lost_groups).append(kg.key_group)
                 stranded.add(kg.owner)
                 continue
             target = min(runs, key=lambda n: (zone[n] == owner_zone, base_load[n], n))
@@ -216,6 +225,7 @@ def plan_recovery(
         restores=tuple(restores),
         durable_restores=tuple(sorted(durable_restores, key=lambda m: m.key_group)),
         lost=tuple(sorted(lost_groups)),
+        waiting=tuple(sorted(waiting)),
         unprotected=tuple(
             k.key_group
             for k in after_restore.key_groups

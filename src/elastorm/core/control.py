@@ -458,9 +458,12 @@ class MigrationController:
         holders: Mapping[int, int],
         now: float,
         from_store: Collection[int] = (),
+        restarted: bool = False,
     ) -> CrashPlan:
         """Carry out a recovery decided elsewhere (the controller's recovery planner):
         the ``dead`` tasks lost everything and were noticed at time ``now``.
+        ``restarted``: they are back, empty (new incarnations), so a ``from_store``
+        restore may go to one of them (every task of the operator had failed).
 
         ``restores`` maps each key group to restore to the task that takes it over
         (one of :meth:`surviving_copies`); ``from_store`` names those of them that no
@@ -482,9 +485,10 @@ class MigrationController:
             sends += self.drop_replica(g, alive=False)
         promoted = tuple(g for g, t in sorted(restores.items()) if self.replicas.get(g) == t)
         for g, target in sorted(restores.items()):
-            if target not in self.tasks or target in dead:
-                raise MigrationRefused(f"cannot restore key group {g} on task {target}")
             protocol = Protocol.DURABLE if g in from_store else Protocol.RESTORE
+            back = restarted and protocol is Protocol.DURABLE
+            if target not in self.tasks or (target in dead and not back):
+                raise MigrationRefused(f"cannot restore key group {g} on task {target}")
             sends += self._order_restore(g, target, protocol, since=now, now=now)
             self.replicas.pop(g, None)
         for g, holder in sorted(holders.items()):

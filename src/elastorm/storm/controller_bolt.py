@@ -474,6 +474,14 @@ class MigrationControllerBolt(_Sending, Bolt):
                 durable.get(m.key_group.index) or "(the newest the store has)",
                 m.target,
             )
+        if plan.waiting:
+            log.warning(
+                "controller: every task of %s is down: key groups %s wait for one to "
+                "restart, then come back from their durable copies (%s)",
+                op,
+                [str(kg) for kg in plan.waiting],
+                uri,
+            )
         if plan.lost:
             log.error(
                 "controller: no copy of %s survived tasks %s, in memory or in the durable "
