@@ -101,6 +101,7 @@ def _scenarios(
     from crash_driver import (
         DurableLossDriver,
         ElasticCrashDriver,
+        EveryTaskLossDriver,
         NameNodeOutageDriver,
         NodeLossDriver,
         ReplicaLossDriver,
@@ -131,6 +132,8 @@ def _scenarios(
         "lose-1": lambda: lose(lose=1),
         "lose-2": lambda: lose(lose=2),
         "lose-1-ctl": lambda: lose(lose=1, with_controller=True),
+        # Every task of the keyed operator at once, the controller alive: from the store.
+        "all-keyed": lambda: lose(EveryTaskLossDriver, uri="file://", home=str(_hdfs_cfg().home)),
         "replica-2": lambda: lose(ReplicaLossDriver, lose=2),
         "replica-2-ctl": lambda: lose(ReplicaLossDriver, lose=2, with_controller=True),
         "spout": lambda: kill("spout"),

@@ -174,11 +174,12 @@ class UserJob(FlightsJob):
     in_user_project = True  # submitted from the user project's copy (``user_project``)
     #: The faults it runs: those whose drivers read the job only through its hooks
     #: (``crash_driver.FlightsJob``), on a topology with two tasks per keyed operator
-    #: (so no two-task losses); the network cut reads the flights sink's senders, the
-    #: HDFS ones and ``all-sup`` the flights job's own results.
+    #: (so no two-task losses but ``all-keyed``, which kills both); the network cut
+    #: reads the flights sink's senders, the HDFS ones and ``all-sup`` the flights
+    #: job's own results.
     faults = (
         "lose-1", "spout", "sink", "router", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10",
-        "cpal-source", "cpal-target",
+        "cpal-source", "cpal-target", "all-keyed",
     )  # fmt: skip
     topology = ""
     operator = "counts"

@@ -285,7 +285,7 @@ class NodeLossDriver(ElasticCrashDriver):
             if "detected" not in seen and set(victims) <= set(status.get("lost", ())):
                 seen["detected"] = now
             moving = set(status["moving"]) & set(owned)
-            if "restored" not in seen and not set(status["owners"]) & set(victims) and not moving:
+            if "restored" not in seen and self._restored(status, victims, moving, seen):
                 seen["restored"] = now
                 seen.setdefault("detected", now)  # restored implies declared lost
             if "restored" in seen:
@@ -391,6 +391,13 @@ class NodeLossDriver(ElasticCrashDriver):
         """The tasks that may be killed: any owner."""
         return sorted(set(owners))
 
+    def _restored(
+        self, status: dict[str, Any], victims: list[int], moving: set[int], seen: dict
+    ) -> bool:
+        """Whether the victims' groups are restored: none owned by a victim, none moving
+        (``seen``: the times reached so far)."""
+        return not set(status["owners"]) & set(victims) and not moving
+
     def outcome(self, output_dir: str) -> Outcome:
         """Adds ``losses`` and the sink's ``tentative_updates`` of op2 (updates made while
         state was recovering, Su & Zhou 2016; the run passes only if none is left)."""
@@ -403,6 +410,93 @@ class NodeLossDriver(ElasticCrashDriver):
         return len(self.migrations) == self.scripted and all(
             m["state"] == "restored" for m in self.migrations
         )
+
+
+class WatchesDurableRestores:
+    """A loss driver's mixin: after its kill, a watcher of the controller's status
+    records every key group it shows restored by a ``durable`` migration (in flight or
+    ended): ``facts["from_store"]``, and every ended restore: ``facts["restores"]``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.from_store: set[int] = set()  # key groups seen restored by a DURABLE move
+        self.restores: dict[tuple[int, int], dict] = {}  # ended restores, by (group, epoch)
+        self._watching = threading.Event()
+
+    def _kill(self, victims: list[int]) -> list[int]:
+        """The kill, then the watcher."""
+        killed = super()._kill(victims)
+        self._watching.set()
+        threading.Thread(target=self._watch_durable, daemon=True).start()
+        return killed
+
+    def _watch_durable(self) -> None:
+        from kazoo.exceptions import KazooException
+
+        from elastorm.runtime.migrate import wait_for_status
+
+        while self._watching.is_set():
+            try:
+                status = wait_for_status(self._client, self.topology, self.operator, 10)
+            except (UserError, KazooException):  # a loaded ZooKeeper drops the connection
+                time.sleep(0.5)
+                continue
+            for m in (*status.get("migrations", ()), *status.get("ended", ())):
+                if m.get("protocol") == "durable":
+                    self.from_store.add(int(m["key_group"]))
+            for e in status.get("ended", ()):
+                if e["protocol"] in ("durable", "restore"):
+                    self.restores[(e["key_group"], e["epoch"])] = e
+            time.sleep(0.1)
+
+    def outcome(self, output_dir: str) -> Outcome:
+        """Adds ``from_store``: the key groups the controller restored from the store."""
+        self._watching.clear()
+        out = super().outcome(output_dir)
+        facts = {"from_store": sorted(self.from_store), "restores": list(self.restores.values())}
+        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
+
+
+class EveryTaskLossDriver(WatchesDurableRestores, NodeLossDriver):
+    """Every op2 task killed at once (kill -9 of its Python process and worker JVM) while
+    the controller lives, once the durable store (``uri``, opened under ``home``) has a
+    set of every group: no copy in memory survives.
+
+    The controller must declare them lost without dying (in session 23 its planner
+    raised "every node failed") and keep their groups waiting; as Storm restarts the
+    workers, each restarted task gets groups back from the store (onto itself, or
+    another restarted task) and the emitters replay from the copies' positions.
+    ``restored``: every victim recovered (none listed lost) and nothing moving. Passes
+    if every plane's totals equal pandas'."""
+
+    def __init__(self, limit: int | None = None, *, uri: str, home: str, **kwargs: Any) -> None:
+        tasks = int(os.environ.get("ELASTORM_KEYED_TASKS", "3"))
+        super().__init__(limit, lose=tasks, **kwargs)
+        self.uri, self.home = uri, home
+        self._store = None
+
+    def options(self, output_dir: str) -> dict[str, object]:
+        from elastorm.config import DurableConfig
+
+        return super().options(output_dir) | DurableConfig.overrides(uri=self.uri)
+
+    def _victims(self, status: dict[str, Any]) -> list[int]:
+        """Every owner, once the store has a set of every group (empty until then)."""
+        from elastorm.durable.store import topology_store
+        from elastorm.durable.submissions import latest_view
+
+        owners = status["owners"]
+        if self._store is None:
+            self._store = topology_store(self.uri, home=self.home, topology=self.topology)
+        view = latest_view(self._store)
+        stored = {} if view is None else view.newest_sets(self.operator, range(len(owners)))
+        return sorted(set(owners)) if len(stored) == len(owners) else []
+
+    def _restored(
+        self, status: dict[str, Any], victims: list[int], moving: set[int], seen: dict
+    ) -> bool:
+        lost = set(status.get("lost", ()))
+        return "detected" in seen and not moving and not set(victims) & lost
 
 
 class ReplicaLossDriver(NodeLossDriver):
@@ -593,7 +687,7 @@ class SupervisorLossDriver(NodeLossDriver):
         return groups
 
 
-class DurableLossDriver(SupervisorLossDriver):
+class DurableLossDriver(WatchesDurableRestores, SupervisorLossDriver):
     """Two whole nodes lost at once, the owner *and* the checkpoint holder of the same
     key groups among them, so those groups survive only in the durable store
     (Kwon et al. 2008: checkpoints in a replicated DFS): ``uri`` is its
@@ -609,9 +703,6 @@ class DurableLossDriver(SupervisorLossDriver):
     def __init__(self, limit: int | None = None, *, uri: str, **kwargs: Any) -> None:
         super().__init__(limit, lose=2, **kwargs)
         self.uri = uri
-        self.from_store: set[int] = set()  # key groups seen restored by a DURABLE move
-        self.restores: dict[tuple[int, int], dict] = {}  # ended restores, by (group, epoch)
-        self._watching = threading.Event()
         self._store = None
 
     def options(self, output_dir: str) -> dict[str, object]:
@@ -646,40 +737,6 @@ class DurableLossDriver(SupervisorLossDriver):
         stored = {} if view is None else view.newest_sets(self.operator, doubly)
         ready = all(g in stored for g in doubly) and all(newest[g] for g in mine if g not in doubly)
         return combo if doubly and ready else []
-
-    def _kill(self, victims: list[int]) -> list[int]:
-        """The kill, then a watcher of the controller's status that records every key
-        group it shows restored by a ``durable`` migration (in flight or ended)."""
-        killed = super()._kill(victims)
-        self._watching.set()
-        threading.Thread(target=self._watch_durable, daemon=True).start()
-        return killed
-
-    def _watch_durable(self) -> None:
-        from kazoo.exceptions import KazooException
-
-        from elastorm.runtime.migrate import wait_for_status
-
-        while self._watching.is_set():
-            try:
-                status = wait_for_status(self._client, self.topology, self.operator, 10)
-            except (UserError, KazooException):  # a loaded ZooKeeper drops the connection
-                time.sleep(0.5)
-                continue
-            for m in (*status.get("migrations", ()), *status.get("ended", ())):
-                if m.get("protocol") == "durable":
-                    self.from_store.add(int(m["key_group"]))
-            for e in status.get("ended", ()):
-                if e["protocol"] in ("durable", "restore"):
-                    self.restores[(e["key_group"], e["epoch"])] = e
-            time.sleep(0.1)
-
-    def outcome(self, output_dir: str) -> Outcome:
-        """Adds ``from_store``: the key groups the controller restored from the store."""
-        self._watching.clear()
-        out = super().outcome(output_dir)
-        facts = {"from_store": sorted(self.from_store), "restores": list(self.restores.values())}
-        return Outcome(summary=out.summary, ok=out.ok, facts=out.facts | facts)
 
 
 class NameNodeOutageDriver(ElasticFlightsDriver):

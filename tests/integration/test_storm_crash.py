@@ -22,6 +22,7 @@ import pytest
 from crash_driver import (
     DurableLossDriver,
     ElasticCrashDriver,
+    EveryTaskLossDriver,
     JoinSupervisorLossDriver,
     NameNodeOutageDriver,
     ReplicaLossDriver,
@@ -259,6 +260,31 @@ def test_killed_supervisors_are_restored_from_checkpoints_before_storm_restarts_
     # replay, so its final values replace the tentative ones before any flush: the sink
     # may see none (0 in the 20:08 run). None may be left tentative, whatever happened.
     print("tentative op2 updates at the sink:", outcome.facts["tentative_updates"])
+    assert "no total left tentative at the sink: got {}" in outcome.summary
+
+
+def test_every_keyed_task_killed_at_once_comes_back_from_the_durable_store(
+    cluster_with_room, monkeypatch
+):
+    """kill -9 of both op2 tasks (and their workers) while the controller lives: no copy
+    in memory survives. The controller declares them lost and lives on (session 23: its
+    planner raised "every node failed" and the controller died); as Storm restarts the
+    workers, the restarted tasks read every group back from the durable store (the
+    default ``file://`` one) and the emitters replay the rest: every plane exact."""
+    cfg = cluster_with_room
+    monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
+    monkeypatch.setenv("ELASTORM_KEYED_TASKS", "2")
+    driver = EveryTaskLossDriver(40_000, uri="file://", home=str(cfg.home), max_rate=1500.0)
+    driver.migration_timeout = 180.0
+    outcome = run_topology(cfg, "cluster", driver, timeout=600)
+    [loss] = outcome.facts["losses"]
+    print(f"every op2 task lost: {loss}; from the store: {outcome.facts['from_store']}")
+    print(outcome.summary)
+    assert outcome.ok, outcome.summary
+    assert len(loss["tasks"]) == 2, loss
+    assert loss["detected"] <= loss["restored"]
+    assert outcome.facts["from_store"], "no key group was restored from the durable store"
+    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
     assert "no total left tentative at the sink: got {}" in outcome.summary
 
 
