@@ -110,6 +110,8 @@ def _scenarios(
     )
     from restart_driver import RestartDriver, whole_cluster_lost
 
+    from elastorm.runtime.run import default_store_uri
+
     def crash(victim: str):
         driver = on_job(ElasticCrashDriver, job)(limit=limit, victim=victim, max_rate=rate)
         driver.migration_timeout = 180.0
@@ -133,7 +135,7 @@ def _scenarios(
         "lose-2": lambda: lose(lose=2),
         "lose-1-ctl": lambda: lose(lose=1, with_controller=True),
         # Every task of the keyed operator at once, the controller alive: from the store.
-        "all-keyed": lambda: lose(EveryTaskLossDriver, uri="file://", home=str(_hdfs_cfg().home)),
+        "all-keyed": lambda: lose(EveryTaskLossDriver, uri=default_store_uri(_hdfs_cfg())),
         "replica-2": lambda: lose(ReplicaLossDriver, lose=2),
         "replica-2-ctl": lambda: lose(ReplicaLossDriver, lose=2, with_controller=True),
         "spout": lambda: kill("spout"),

@@ -435,9 +435,10 @@ class WatchesDurableRestores:
 
         from elastorm.runtime.migrate import wait_for_status
 
-        while self._watching.is_set():
+        client = self._client  # the driver's, set to None once the run is waited for
+        while self._watching.is_set() and self._client is client:
             try:
-                status = wait_for_status(self._client, self.topology, self.operator, 10)
+                status = wait_for_status(client, self.topology, self.operator, 10)
             except (UserError, KazooException):  # a loaded ZooKeeper drops the connection
                 time.sleep(0.5)
                 continue
@@ -459,8 +460,8 @@ class WatchesDurableRestores:
 
 class EveryTaskLossDriver(WatchesDurableRestores, NodeLossDriver):
     """Every op2 task killed at once (kill -9 of its Python process and worker JVM) while
-    the controller lives, once the durable store (``uri``, opened under ``home``) has a
-    set of every group: no copy in memory survives.
+    the controller lives, once the durable store (``uri``, absolute) has a set of every
+    group: no copy in memory survives.
 
     The controller must declare them lost without dying (in session 23 its planner
     raised "every node failed") and keep their groups waiting; as Storm restarts the
@@ -469,10 +470,10 @@ class EveryTaskLossDriver(WatchesDurableRestores, NodeLossDriver):
     ``restored``: every victim recovered (none listed lost) and nothing moving. Passes
     if every plane's totals equal pandas'."""
 
-    def __init__(self, limit: int | None = None, *, uri: str, home: str, **kwargs: Any) -> None:
+    def __init__(self, limit: int | None = None, *, uri: str, **kwargs: Any) -> None:
         tasks = int(os.environ.get("ELASTORM_KEYED_TASKS", "3"))
         super().__init__(limit, lose=tasks, **kwargs)
-        self.uri, self.home = uri, home
+        self.uri = uri
         self._store = None
 
     def options(self, output_dir: str) -> dict[str, object]:
@@ -487,7 +488,7 @@ class EveryTaskLossDriver(WatchesDurableRestores, NodeLossDriver):
 
         owners = status["owners"]
         if self._store is None:
-            self._store = topology_store(self.uri, home=self.home, topology=self.topology)
+            self._store = topology_store(self.uri, home="/", topology=self.topology)
         view = latest_view(self._store)
         stored = {} if view is None else view.newest_sets(self.operator, range(len(owners)))
         return sorted(set(owners)) if len(stored) == len(owners) else []

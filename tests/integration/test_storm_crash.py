@@ -33,7 +33,7 @@ from crash_driver import (
 
 from drivers.shift import ShiftDriver
 from elastorm.runtime.provision import LocalSupervisors
-from elastorm.runtime.run import run_topology
+from elastorm.runtime.run import default_store_uri, run_topology
 
 pytestmark = pytest.mark.integration
 
@@ -274,7 +274,7 @@ def test_every_keyed_task_killed_at_once_comes_back_from_the_durable_store(
     cfg = cluster_with_room
     monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
     monkeypatch.setenv("ELASTORM_KEYED_TASKS", "2")
-    driver = EveryTaskLossDriver(40_000, uri="file://", home=str(cfg.home), max_rate=1500.0)
+    driver = EveryTaskLossDriver(40_000, uri=default_store_uri(cfg), max_rate=1500.0)
     driver.migration_timeout = 180.0
     outcome = run_topology(cfg, "cluster", driver, timeout=600)
     [loss] = outcome.facts["losses"]

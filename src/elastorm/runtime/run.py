@@ -34,10 +34,15 @@ def checked_options(
         return check_conf(options, *sections)
 
 
-def durable_home(cfg: ElastormConfig) -> dict[str, object]:
+def default_store_uri(cfg: ElastormConfig) -> str:
     """The default durable store, ``<elastorm.home>/durable`` made absolute on this machine
     (a worker's working directory is Storm's, not the project's)."""
-    return {DurableConfig.key("uri"): f"file://{cfg.home.resolve()}/durable"}
+    return f"file://{cfg.home.resolve()}/durable"
+
+
+def durable_home(cfg: ElastormConfig) -> dict[str, object]:
+    """The option that points every run at :func:`default_store_uri`."""
+    return {DurableConfig.key("uri"): default_store_uri(cfg)}
 
 
 def run_topology(
