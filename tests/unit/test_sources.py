@@ -77,6 +77,28 @@ def test_a_replayable_spout_behind_keyed_gets_its_routers_replay_wiring() -> Non
     assert WordCount.config["elastorm.replay_sources"] == {"counts_router": ["words"]}
 
 
+def test_the_default_durable_store_is_made_absolute_at_submit(tmp_path, monkeypatch) -> None:
+    """A bare ``file://`` resolved in each worker's directory, Storm's copy of the
+    topology: one store per supervisor, deleted with the topology (a user's
+    ``sparse submit`` found it there, session 24). Wiring makes it the submitting
+    project's ``.elastorm/durable``; a store the user names is left as it is."""
+    monkeypatch.chdir(tmp_path)
+
+    class WordCount(ElasticTopology):
+        words = Words.spec()
+        counts = Count.spec(inputs={words: keyed("word")}, par=2)
+
+    assert WordCount.config["elastorm.durable.uri"] == f"file://{tmp_path}/.elastorm/durable"
+    for uri in ("hdfs://nn:9870/elastorm", "none", "file:///mnt/shared"):
+
+        class Named(ElasticTopology):
+            config = {"elastorm.durable.uri": uri}
+            words = Words.spec()
+            counts = Count.spec(inputs={words: keyed("word")}, par=2)
+
+        assert Named.config["elastorm.durable.uri"] == uri
+
+
 def test_a_spout_that_cannot_replay_is_refused_in_one_line_naming_it_and_the_fixes() -> None:
     with pytest.raises(WiringError) as refused:
 

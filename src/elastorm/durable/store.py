@@ -98,6 +98,22 @@ class Within:
         self.store.delete(f"{self.prefix}/{check_path(path)}")
 
 
+HOME_DIR = ".elastorm"
+"""The elastorm home a process resolves a bare ``file://`` in, relative to its directory."""
+
+DEFAULT_URI = "file://"
+"""``elastorm.durable.uri``'s default: :func:`file_root` of the elastorm home."""
+
+
+def file_root(home: str) -> str:
+    """The store a bare ``file://`` means: ``<home>/durable`` (``home`` absolute).
+
+    >>> file_root("/p/.elastorm/")
+    'file:///p/.elastorm/durable'
+    """
+    return f"file://{home.rstrip('/')}/durable"
+
+
 def resolve_uri(uri: str, *, home: str, topology: str) -> str | None:
     """The root of a topology's store (its own directory under ``uri``; each submission
     writes below it, in ``<storm id>/``: ``elastorm.durable.submissions``): ``None`` for
@@ -106,8 +122,8 @@ def resolve_uri(uri: str, *, home: str, topology: str) -> str | None:
     is ``hdfs://nn:9870/elastorm/t``."""
     if uri == "none":
         return None
-    if uri == "file://":
-        uri = f"file://{home.rstrip('/')}/durable"
+    if uri == DEFAULT_URI:
+        uri = file_root(home)
     return f"{uri.rstrip('/')}/{check_path(topology)}"
 
 

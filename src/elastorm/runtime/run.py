@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from elastorm.config import ConfigError, DurableConfig, Section, check_conf
+from elastorm.durable.store import file_root
 from elastorm.errors import as_user_error
 from elastorm.runtime import nimbus
 from elastorm.runtime.config import ElastormConfig, env_nimbus
@@ -37,7 +38,7 @@ def checked_options(
 def default_store_uri(cfg: ElastormConfig) -> str:
     """The default durable store, ``<elastorm.home>/durable`` made absolute on this machine
     (a worker's working directory is Storm's, not the project's)."""
-    return f"file://{cfg.home.resolve()}/durable"
+    return file_root(str(cfg.home.resolve()))
 
 
 def durable_home(cfg: ElastormConfig) -> dict[str, object]:

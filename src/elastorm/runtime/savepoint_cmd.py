@@ -9,6 +9,7 @@ import time
 
 from elastorm.config import DurableConfig
 from elastorm.durable.savepoint import SavepointError, check_name
+from elastorm.durable.store import file_root
 from elastorm.errors import UserError
 from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import add_zookeeper_option
@@ -47,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
         check_name(name)
     except SavepointError as exc:
         raise UserError(str(exc)) from None
-    uri = args.uri or f"file://{cfg.home.resolve()}/durable"
+    uri = args.uri or file_root(str(cfg.home.resolve()))
     store = store_of(uri, home=str(cfg.home.resolve()), topology=args.topology)
     sp, dropped = take_savepoint(
         store, args.zookeeper or cfg.zookeeper, args.topology, name, progress=print

@@ -35,7 +35,7 @@ from elastorm.durable.savepoint import (
     record_operator,
     refusal,
 )
-from elastorm.durable.store import DurableStore, topology_store
+from elastorm.durable.store import HOME_DIR, DurableStore, topology_store
 from elastorm.durable.submissions import SubmissionRecord, SubmissionView, record_submission
 from elastorm.zk.layout import submission_id
 
@@ -105,7 +105,7 @@ def durable_root(conf: Mapping[str, Any]) -> dict[str, str]:
     """Where the topology's store is: its name, and the home a bare ``file://`` means."""
     return {
         "topology": str(conf.get("topology.name", "topology")),
-        "home": os.path.abspath(".elastorm"),
+        "home": os.path.abspath(HOME_DIR),
     }
 
 

@@ -33,6 +33,7 @@ before streamparse builds the Thrift topology:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +43,9 @@ from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
 from streamparse.dsl.topology import TopologyType
 from streamparse.thrift import GlobalStreamId, storm_thrift
 
-from elastorm.config import ConfigError, TopologyConfig
+from elastorm.config import ConfigError, DurableConfig, TopologyConfig
 from elastorm.core.keys import KeySelectorError, function_path
+from elastorm.durable.store import DEFAULT_URI, HOME_DIR, file_root
 from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
@@ -489,6 +491,12 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         config[TopologyConfig.key("routed_from")] = {
             op: sorted(set(ups)) for op, ups in routed_from.items()
         }
+    # A bare file:// store would resolve in each worker's own directory (Storm's copy of
+    # the topology, one per supervisor, deleted with it): made absolute here, at submit,
+    # where the project's .elastorm is (the default of elastorm.run and savepoint).
+    uri_key = DurableConfig.key("uri")
+    if config.get(uri_key, DEFAULT_URI) == DEFAULT_URI:
+        config[uri_key] = file_root(os.path.abspath(HOME_DIR))
     config.setdefault(TICK_KEY, DEFAULT_TICK_SECS)
     # elastorm's own sequence numbers, buffers and checkpoints give exactly-once;
     # Storm's acking would track nothing (spouts emit without ids) at a message per
