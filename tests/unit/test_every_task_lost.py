@@ -12,7 +12,7 @@ comes back exact.
 from __future__ import annotations
 
 from sim import Cluster
-from test_restart_targets import TASKS, _loop
+from test_restart_targets import TASKS, _loop, _report_newest
 
 from elastorm.controller.model import ClusterView, KeyGroupId, KeyGroupInfo, NodeInfo
 from elastorm.controller.recovery import plan_recovery
@@ -68,6 +68,29 @@ def test_the_loop_survives_every_task_declared_lost_then_restores_each_on_its_re
     assert not control.moving or all(
         m.protocol is Protocol.DURABLE for m in control.moving.values()
     )
+
+
+def test_a_restore_in_flight_to_a_task_that_dies_too_is_not_ordered_again() -> None:
+    """CI, session 24 (the every-task-loss test): task 9 was declared lost and its groups
+    restored onto task 10, which died 0.1 s later. Nothing could take them, yet the
+    controller kept ordering those restores to dead task 10 every 10 s, one reached its
+    restarted incarnation, and the job stalled. A restore whose target died is over; the
+    group waits for a restart like the dead task's own."""
+    loop = _loop()
+    control = loop.controls["op"]
+    _report_newest(loop)
+    everything = list(range(control.num_key_groups))
+    first = loop.recover("op", [12], 1.0, rejoined=False, durable=everything)
+    assert first.crash.restored and control.moving  # onto tasks 10 and 11, in flight
+    loop.recover("op", [10, 11], 1.1, rejoined=False, durable=everything)
+    assert not control.moving
+    assert not control.redrive(60.0, waited=10.0)
+    assert sorted(loop.recoveries[-1]["waiting"]) == everything
+    back = loop.recover(
+        "op", [10], 70.0, rejoined=True, durable=everything, stale_through=control.epoch
+    )
+    orders = [s.message for s in back.crash.sends if isinstance(s.message, Migrate)]
+    assert orders and all(m.target == 10 and m.protocol is Protocol.DURABLE for m in orders)
 
 
 def test_every_task_killed_at_once_comes_back_exact_from_the_store() -> None:

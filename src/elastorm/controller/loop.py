@@ -927,6 +927,11 @@ class ControllerLoop:
         )
         for g in restores:
             self._running.pop(KeyGroupId(operator, g), None)
+        # Groups no live task could take (they wait, or are lost): a restore in flight to
+        # a dead task is over (MigrationController.recover), so nothing restores them now.
+        idle = {kg for kg in gone if kg.index not in restores}
+        for groups in self._restoring.values():
+            groups -= idle
         refused = tuple(
             (name, f"tasks {sorted(dead)} died; key group {g} restored instead")
             for g in crash.restored
