@@ -100,3 +100,28 @@ def test_migrate_prints_the_reason_instead_of_waiting(refused) -> None:
         keyed_operator(zk, "t", timeout=60)
     with pytest.raises(UserError, match="cannot run it: every keyed operator needs tasks on two"):
         wait_for_status(zk, "t", "counts", timeout=60)
+
+
+def test_a_status_read_that_zookeeper_drops_is_read_again(monkeypatch) -> None:
+    """CI, session 24: under load the join test's own ZooKeeper session expired and
+    ``wait_for_status`` raised ``SessionExpiredError`` out of the run; kazoo reconnects by
+    itself, so the read is tried again until the timeout."""
+    from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+    import elastorm.runtime.migrate as migrate_module
+
+    answers = [SessionExpiredError(), ConnectionLoss(), {"owners": [1]}]
+
+    def read(client, layout, operator):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(migrate_module, "read_status", read)
+    monkeypatch.setattr(migrate_module.time, "sleep", lambda s: None)
+    assert wait_for_status(object(), "t", "counts", timeout=60) == {"owners": [1]}
+    assert not answers
+    answers[:] = [ConnectionLoss()] * 3
+    with pytest.raises(UserError, match="dropped the connection"):
+        wait_for_status(object(), "t", "counts", timeout=-1)

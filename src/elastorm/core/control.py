@@ -492,13 +492,13 @@ class MigrationController:
             sends += self._order_restore(g, target, protocol, since=now, now=now)
             self.replicas.pop(g, None)
         if not restarted:
-            # A migration in flight to or from a dead task that is not restored now (no
-            # live task can take it: it waits for a restart, or is lost) is over: ordered
-            # again it would send the group's tuples to the dead task, and its command
-            # could reach that task's restarted incarnation as a restore of its own.
-            for g in [g for g, m in self.moving.items() if {m.source, m.target} & set(dead)]:
-                if g not in restores:
-                    del self.moving[g]
+            # A group the dead tasks owned or were moving that is not restored now (no
+            # live task can take it: it waits for a restart, or is lost): its migration
+            # in flight is over. Ordered again it would send the group's tuples to a dead
+            # task, and its command could reach that task's restarted incarnation as a
+            # restore of its own.
+            for g in {g for d in dead for g in self.lost_key_groups(d)} - set(restores):
+                self.moving.pop(g, None)
         for g, holder in sorted(holders.items()):
             if holder not in self.tasks:
                 raise MigrationRefused(f"task {holder} is not a task of this operator")

@@ -8,11 +8,13 @@ exercises exactly what adaptation will use.
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.problems import TopologyFacts, why_no_status
@@ -31,6 +33,8 @@ from elastorm.zk.requests import (
     submit_request,
     withdraw_request,
 )
+
+log = logging.getLogger(__name__)
 
 
 def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
@@ -101,9 +105,11 @@ def keyed_operator(client: KazooClient, topology: str, timeout: float) -> str:
 
 
 def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: float) -> dict:
-    """The controller's published routing status (it appears on its first tick)."""
+    """The controller's published routing status (it appears on its first tick). A read
+    that a loaded ZooKeeper drops (connection lost, session expired: the client
+    reconnects by itself) is tried again until ``timeout``."""
     deadline = time.monotonic() + timeout
-    while (status := read_status(client, ZnodeLayout(topology), operator)) is None:
+    while (status := _read_status_retrying(client, topology, operator, deadline)) is None:
         refuse_if_refused(client, topology)
         if time.monotonic() > deadline:
             why = why_no_status(zk_facts(client, TopologyFacts(topology=topology, now=time.time())))
@@ -113,6 +119,23 @@ def wait_for_status(client: KazooClient, topology: str, operator: str, timeout: 
             )
         time.sleep(0.2)
     return status
+
+
+def _read_status_retrying(
+    client: KazooClient, topology: str, operator: str, deadline: float
+) -> dict | None:
+    """``read_status``, tried again after a dropped connection until ``deadline``."""
+    while True:
+        try:
+            return read_status(client, ZnodeLayout(topology), operator)
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            if time.monotonic() > deadline:
+                raise UserError(
+                    f"ZooKeeper dropped the connection reading {topology}/{operator}'s "
+                    f"status ({type(exc).__name__}) and did not come back in time"
+                ) from None
+            log.warning("ZooKeeper dropped the connection (%s): reading again", type(exc).__name__)
+            time.sleep(0.5)
 
 
 def wait_until_movable(
