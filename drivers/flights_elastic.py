@@ -98,35 +98,44 @@ class ElasticFlightsDriver(FlightsDriver):
                 return
 
     def _migrate(self, index: int, protocol: str) -> dict[str, Any]:
+        from elastorm.controller.requests import RequestState
         from elastorm.core.messages import Protocol
         from elastorm.runtime.migrate import connect, request_migration, wait_until_movable
 
         if self._client is None:
             self._client = connect(self.zk_hosts)
         group = (index * 7 + 3) % self.key_groups
-        # Like a controller would: move a group once its last move is over, and by
-        # CPA/CPAL once its holder has reported the newest checkpoint.
-        status = wait_until_movable(
-            self._client,
-            self.topology,
-            self.operator,
-            group,
-            assisted=protocol != "direct",
-            timeout=self.migration_timeout,
-        )
-        if protocol == "direct":
-            target: int | str = self._direct_target(group, status)
-        else:
-            target = "holder"
-        done = request_migration(
-            self._client,
-            self.topology,
-            self.operator,
-            group,
-            target,
-            Protocol(protocol),
-            timeout=self.migration_timeout,
-        )
+        deadline = time.monotonic() + self.migration_timeout
+        while True:
+            # Like a controller would: move a group once its last move is over, and by
+            # CPA/CPAL once its holder has reported the newest checkpoint.
+            status = wait_until_movable(
+                self._client,
+                self.topology,
+                self.operator,
+                group,
+                assisted=protocol != "direct",
+                timeout=self.migration_timeout,
+            )
+            if protocol == "direct":
+                target: int | str = self._direct_target(group, status)
+            else:
+                target = "holder"
+            done = request_migration(
+                self._client,
+                self.topology,
+                self.operator,
+                group,
+                target,
+                Protocol(protocol),
+                timeout=self.migration_timeout,
+            )
+            # The controller may start a move of the group itself (rebalancing) between
+            # the look and the request, which it then refuses (CI, session 24): as an
+            # operator would, ask again once that move is over.
+            moving = done.state is RequestState.REFUSED and "already moving" in (done.detail or "")
+            if not moving or time.monotonic() > deadline:
+                break
         times = done.times
         return {
             "group": group,

@@ -26,6 +26,24 @@ from elastorm.runtime.run import checked_options
 AT = 0.4  # share of the rows read when the job is stopped
 
 
+def op2_outcome(limit: int | None, got: dict, left, what: str) -> Outcome:
+    """op2's totals ``got`` against pandas' (``limit`` rows) and the keys ``left``
+    tentative at the sink: exact only if every plane-year is, none is extra and none is
+    left. Where the plain bolts (op3, op4) restart empty, this is the whole check."""
+    from demos.flights_reference import compute_reference
+
+    want = compute_reference(limit=limit).delay
+    wrong = sorted(k for k in want if tuple(got.get(k, ()))[:2] != tuple(want[k]))
+    extra = sorted(set(got) - set(want))
+    ok = not wrong and not extra and not left
+    summary = (
+        f"{what}: {len(want) - len(wrong)} of {len(want)} plane-years exact, "
+        f"{len(extra)} unexpected, {len(left)} left tentative"
+        + (f"; wrong: {wrong[:5]}" if wrong else "")
+    )
+    return Outcome(summary=summary, ok=ok, facts={"wrong": len(wrong), "tentative": left})
+
+
 class RestartDriver(ElasticFlightsDriver):
     """The elastic flights job with no migrations; at ``AT`` of its rows read, ``stop``
     runs once (it stops the job, and resubmits it under the same name, its output in
@@ -96,21 +114,10 @@ class RestartDriver(ElasticFlightsDriver):
             self.stopped = True
 
     def outcome(self, output_dir: str) -> Outcome:
-        from demos.flights_reference import compute_reference
         from demos.flights_results import read_results
 
-        want = compute_reference(limit=self.limit).delay
-        got = self.totals()
-        wrong = sorted(k for k in want if tuple(got.get(k, ()))[:2] != tuple(want[k]))
-        extra = sorted(set(got) - set(want))
         left = read_results(os.path.join(output_dir, "second")).still_tentative("op2")
-        ok = not wrong and not extra and not left
-        summary = (
-            f"op2 after the restart: {len(want) - len(wrong)} of {len(want)} plane-years "
-            f"exact, {len(extra)} unexpected, {len(left)} left tentative"
-            + (f"; wrong: {wrong[:5]}" if wrong else "")
-        )
-        return Outcome(summary=summary, ok=ok, facts={"wrong": len(wrong), "tentative": left})
+        return op2_outcome(self.limit, self.totals(), left, "op2 after the restart")
 
     def resubmit(self, restore_from: str, jar: Path | None = None, **changes: object) -> None:
         """Submit the same topology name again from ``restore_from`` (with ``jar``: that

@@ -270,7 +270,8 @@ def test_every_keyed_task_killed_at_once_comes_back_from_the_durable_store(
     in memory survives. The controller declares them lost and lives on (session 23: its
     planner raised "every node failed" and the controller died); as Storm restarts the
     workers, the restarted tasks read every group back from the durable store (the
-    default ``file://`` one) and the emitters replay the rest: every plane exact."""
+    default ``file://`` one) and the emitters replay the rest: op2 exact for every plane
+    (the plain op3 and op4 in the killed workers restart empty: not checked)."""
     cfg = cluster_with_room
     monkeypatch.setenv("ELASTORM_PARALLELISM", "1")
     monkeypatch.setenv("ELASTORM_KEYED_TASKS", "2")
@@ -284,8 +285,7 @@ def test_every_keyed_task_killed_at_once_comes_back_from_the_durable_store(
     assert len(loss["tasks"]) == 2, loss
     assert loss["detected"] <= loss["restored"]
     assert outcome.facts["from_store"], "no key group was restored from the durable store"
-    assert "op2 delay sum and flights per plane-year: all" in outcome.summary
-    assert "no total left tentative at the sink: got {}" in outcome.summary
+    assert outcome.facts["wrong"] == 0 and not outcome.facts["tentative"], outcome.summary
 
 
 def test_an_owner_and_its_holder_killed_together_are_restored_from_hdfs(

@@ -85,3 +85,31 @@ def test_plain_driver_progress_is_counts(tmp_path) -> None:
     lines: list[str] = []
     FlightsDriver().wait(str(tmp_path), timeout=5, progress=lines.append)
     assert lines == [EXPECTED]
+
+
+def test_a_scripted_migration_refused_as_already_moving_is_asked_again(monkeypatch) -> None:
+    """CI, session 24: the controller began a move of the scripted group itself between
+    the driver's look and its request, and refused the request ("already moving"); the
+    run failed as not done as asked. The driver asks again once that move is over."""
+    import elastorm.runtime.migrate as migrate_module
+    from elastorm.controller.requests import MigrationRequest, RequestState
+    from elastorm.core.messages import Protocol
+
+    def answer(state: RequestState, detail: str = "") -> MigrationRequest:
+        return MigrationRequest(
+            operator="sum_delays", key_group=3, target="holder", protocol=Protocol.CPAL,
+            state=state, protocol_used=Protocol.CPAL if state is RequestState.DONE else None,
+            detail=detail, times={"started": 1.0, "done": 1.5},
+        )  # fmt: skip
+
+    answers = [
+        answer(RequestState.REFUSED, "key group 3 is already moving"),
+        answer(RequestState.DONE),
+    ]
+    looks = []
+    monkeypatch.setattr(migrate_module, "wait_until_movable", lambda *a, **k: looks.append(1))
+    monkeypatch.setattr(migrate_module, "request_migration", lambda *a, **k: answers.pop(0))
+    driver = ElasticFlightsDriver(script=())
+    driver._client = object()
+    done = driver._migrate(0, "cpal")
+    assert done["state"] == "done" and done["used"] == "cpal" and len(looks) == 2
