@@ -362,12 +362,10 @@ class Cluster:
 
     def from_store(self, key_group: int, dead: Collection[int]) -> bool:
         """Whether ``key_group`` would be restored from the durable store if ``dead``
-        died: no copy in memory survives, the store has one."""
-        return (
-            self.durable
-            and key_group in self.store
-            and not self.control.surviving_copies(key_group, dead)
-        )
+        died: the tier is on and no copy in memory survives. The store need not have a
+        copy (the controller's rule, ``MigrationControllerBolt.durable_copies``): with none,
+        nothing was trimmed, and the group comes back empty plus the whole replay."""
+        return self.durable and not self.control.surviving_copies(key_group, dead)
 
     def involved(self, key_group: int, task: int) -> bool:
         return self.control.involved(key_group, task)
@@ -460,8 +458,9 @@ class Cluster:
                 target = self.restore_target(g, dead)
             except RuntimeError:
                 return False
+            stored = self.store.get(g)
             have = (
-                dict(self.store[g].watermarks)
+                (dict(stored.watermarks) if stored is not None else {})
                 if self.from_store(g, dead)
                 else self.coverage(target, g) or {}
             )

@@ -63,10 +63,17 @@ class DurableRestoreMachine(MigrationMachine):
         c = self.cluster
         dead = data.draw(st.sampled_from(self.owner_and_holder()), label="dead")
         before = c.stats["durable_restores"]
+        unwritten = [
+            g
+            for g in range(GROUPS)
+            if any(c.involved(g, d) for d in dead) and c.from_store(g, dead) and g not in c.store
+        ]
         c.crash(*dead)
         restored = c.stats["durable_restores"] - before
         assert restored >= 1
         event(f"owner and holder lost together: {restored} durable restore(s)")
+        if unwritten:  # no set yet: empty, plus the whole replay (nothing was trimmed)
+            event("a durable restore of a group the store has no set of")
 
     @invariant()
     def every_copy_is_a_fold_of_per_source_prefixes(self) -> None:

@@ -69,9 +69,12 @@ def test_load_for_restore_reads_the_newest_copy_and_waits_for_a_store_that_is_do
     assert (loaded.epoch, loaded.checkpoint) == (7, deltas[1].checkpoint)
     assert dict(loaded.entries) == {"a": 3} and dict(loaded.watermarks) == {"up-1": 2}
     assert f"durable restore of {OP}/3 from {store.uri} at checkpoint" in caplog.text
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.WARNING):
         none = load_for_restore(view, OP, 4, 7)
-    assert none.checkpoint is None and "its state is lost" in caplog.text
+    assert none.checkpoint is None and not none.watermarks  # empty: upstream replays all
+    assert f"durable restore of {OP}/4: {store.uri} has no intact copy of it: it starts empty" in (
+        caplog.text
+    )
 
 
 def test_the_writer_reports_each_groups_newest_durable_checkpoint_once(tmp_path) -> None:
@@ -155,22 +158,27 @@ def test_the_controller_orders_a_durable_restore_when_owner_and_holder_die(
         control.on_checkpoint_stored(
             control.holders[g], CheckpointStored(key_group=g, checkpoint=(0, 1))
         )
-    stored, lost = orphans[0], orphans[1:]
+    stored, unwritten = orphans[0], orphans[1:]
     delta = checkpoints([{"a": 1}], group=stored)[0]
     write_checkpoint(store, Policy(), "op", None, delta)
     with caplog.at_level(logging.WARNING):
         bolt.recover("op", [11, 12], rejoined=False)
     restores = {s.message.key_group: s.message for s in sent if isinstance(s.message, Migrate)}
     assert restores[stored].protocol is Protocol.DURABLE and restores[stored].target == 10
-    assert not set(lost) & set(restores)  # no copy anywhere: lost, by name
-    assert all(m.protocol is Protocol.RESTORE for g, m in restores.items() if g != stored)
+    # No set written yet: nothing upstream was trimmed past one, so the group comes back
+    # empty plus the whole replay (before: declared lost, seen in CI at c6bbe01).
+    assert all(restores[g].protocol is Protocol.DURABLE for g in unwritten)
+    assert all(m.protocol is Protocol.RESTORE for g, m in restores.items() if g not in orphans)
     assert (
         f"durable restore of op/{stored} from {store.uri} at checkpoint {delta.checkpoint}"
         in caplog.text
     )
-    assert "their state is lost" in caplog.text and f"op/{lost[0]}" in caplog.text
+    assert f"durable restore of op/{unwritten[0]} from {store.uri} at checkpoint (none" in (
+        caplog.text
+    )
+    assert "their state is lost" not in caplog.text
     record = bolt.loop.recoveries[-1]
-    assert record["from_store"] == [stored] and record["lost"] == lost
+    assert record["from_store"] == sorted(orphans) and record["lost"] == []
     # The target reports it done like any restore: the group is running again.
     done = MigrationDone(
         key_group=stored, epoch=restores[stored].epoch, protocol=Protocol.DURABLE, role=Role.TARGET
@@ -180,12 +188,15 @@ def test_the_controller_orders_a_durable_restore_when_owner_and_holder_die(
 
 
 @pytest.mark.parametrize("down", [True, False])
-def test_the_controller_assumes_a_silent_store_has_every_orphan(
+def test_the_controller_restores_every_orphan_from_the_store_silent_or_empty(
     monkeypatch, tmp_path, down
 ) -> None:
+    """A store that does not answer may have them; one that lists no set of a group has
+    lost it no tuple (nothing is trimmed past a durable copy): either way each orphan
+    comes back from the store, none is declared lost."""
     bolt, *_ = make_controller(monkeypatch)
     bolt.durable_view = SubmissionView(FlakyStore(tmp_path, down=10**6 if down else 0), "t-1-100")
     control = bolt.controls["op"]
     orphans = {g for g in range(6) if control.owner(g) == 11}
     copies = bolt.durable_copies("op", [11])
-    assert copies == (dict.fromkeys(orphans) if down else {})
+    assert copies == dict.fromkeys(sorted(orphans))

@@ -493,7 +493,8 @@ class DurableLoaded(Message):
     ``key_group`` for the DURABLE restore of routing epoch ``epoch`` (the fields of a
     held copy: ``entries``, the upstream positions ``watermarks``, the output
     counters ``out_seq``); ``checkpoint is None`` when the store has no intact set
-    (the group starts empty: its state is lost)."""
+    (the group starts empty; upstream replays all it buffers of it, which no trim
+    passed without a durable copy)."""
 
     key_group: int
     epoch: int

@@ -190,8 +190,8 @@ def load_for_restore(
 ) -> DurableLoaded:
     """The DURABLE restore target's read, on a thread of its own (the task must not
     block): the group's newest intact copy (:meth:`SubmissionView.load`) as the
-    ``DurableLoaded`` of routing epoch ``epoch``, or one with no copy (logged at ERROR:
-    the group's state is lost). A store that does not answer is asked again, after
+    ``DurableLoaded`` of routing epoch ``epoch``, or one with no copy (the group starts
+    empty; upstream replays all of it). A store that does not answer is asked again, after
     0.5 s doubling up to ``retry_max_secs``: nothing else has the group."""
     backoff = min(0.5, retry_max_secs)
     where = view.store.uri
@@ -211,8 +211,10 @@ def load_for_restore(
             copy = None
             break
     if copy is None:
-        log.error(
-            "durable restore of %s/%d: %s has no intact copy of it: its state is lost",
+        log.warning(
+            "durable restore of %s/%d: %s has no intact copy of it: it starts empty and "
+            "upstream replays all it buffers of the group (none is trimmed past a durable "
+            "copy; a gap left by a damaged copy stalls and is reported)",
             operator, key_group, where,
         )  # fmt: skip
         return DurableLoaded(

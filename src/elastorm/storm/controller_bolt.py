@@ -471,7 +471,7 @@ class MigrationControllerBolt(_Sending, Bolt):
                 "and every holder are gone; upstream replays from the copy's positions)",
                 m.key_group,
                 uri,
-                durable.get(m.key_group.index) or "(the newest the store has)",
+                durable.get(m.key_group.index) or "(none listed: the newest it has, else empty)",
                 m.target,
             )
         if plan.waiting:
@@ -504,16 +504,19 @@ class MigrationControllerBolt(_Sending, Bolt):
     def durable_copies(
         self, op: str, dead: list[int], stale_through: int | None = None
     ) -> dict[int, CheckpointId | None]:
-        """The key groups the ``dead`` tasks owned or were moving that the durable store
-        has a set of: the newest set's checkpoint (one ``list`` per group). A store that
-        does not answer is assumed to have them all (``None``): their targets read it
-        once it answers, as nothing else has them."""
+        """With the durable tier on, every key group the ``dead`` tasks owned or were
+        moving, each with its newest set's checkpoint in the store (one ``list`` per
+        group), or ``None``: no set listed (none written yet, or the store does not
+        answer). Each can come back from the store: upstream buffers are trimmed no
+        further than a group's durable copy (``KeyGroupMachine._trim``), so a group
+        with no set has lost no tuple; its target starts empty and upstream replays
+        all of it. Empty with the tier off."""
         if self.durable_view is None:
             return {}
         control = self.controls[op]
         groups = {g for d in dead for g in control.lost_key_groups(d, stale_through)}
         try:
-            return self.durable_view.newest_sets(op, groups)
+            sets = self.durable_view.newest_sets(op, groups)
         except StoreError as exc:
             log.error(
                 "controller: the durable store %s does not answer (%s): key groups %s of %s "
@@ -523,7 +526,8 @@ class MigrationControllerBolt(_Sending, Bolt):
                 sorted(groups),
                 op,
             )
-            return dict.fromkeys(groups)
+            sets = {}
+        return {g: sets.get(g) for g in sorted(groups)}
 
     def process_tick(self, tup):
         if self.refusal is not None:  # a controller that cannot run only says why
