@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
-from property_scale import examples, scale
+from property_scale import examples
 from test_migration_stateful import EMITTERS, GROUPS, KEYS, MigrationMachine
 
 from elastorm.core.keygroups import key_group
@@ -60,9 +60,6 @@ ChunkedMigrationMachine.TestCase.settings = settings(
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-    # The same examples in CI (scale 1), as TestMigration's (the open replica hole CI
-    # found at random in session 24, docs/failures.md).
-    derandomize=scale() == 1,
 )
 TestChunkedMigration = ChunkedMigrationMachine.TestCase
 

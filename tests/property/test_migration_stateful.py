@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from property_scale import examples, scale
+from property_scale import examples
 from sim import Cluster
 
 from elastorm.core.keygroups import key_group
@@ -334,11 +334,6 @@ MigrationMachine.TestCase.settings = settings(
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-    # The same examples in CI (scale 1): CI found an open hole at random in session 24
-    # (a crashed owner's replica, an emitter restarted, then a CPA: "cpa for group 1 not
-    # allowed while replicated", docs/failures.md); bench/property_long.py keeps
-    # searching at random.
-    derandomize=scale() == 1,
 )
 TestMigration = MigrationMachine.TestCase
 

@@ -301,3 +301,29 @@ def test_a_replica_dropped_and_started_again_before_the_drop_arrives_keeps_shado
     c.emit(10, KEY0, 3)
     c.run_until_quiet()
     assert c.coordinators[1].state(0).items() == {KEY0: 10}
+
+
+def test_a_direct_moves_cpa_that_overtakes_the_replicas_drop_at_the_emitters_completes() -> None:
+    """The replica dies, the controller drops it (on its channel to the emitters) and
+    then moves the group directly; the direct source's request for a CPA (on its own
+    channels to the emitters) arrives first. Before: "cpa for group 0 not allowed while
+    replicated" and the group failed at every emitter (found by the stateful property
+    test in session 24). Now the newer move stands for the drop; the late drop is
+    stale."""
+    c = replicated()
+    c.checkpoint(1, 1)  # task 1's own group, held on 2
+    c.run_until_quiet()
+    c.crash(1)  # the replica: dropped (DropReplica to the emitters), holder now task 2
+    assert not c.control.replicas
+    assert c.migrate(0, 2, Protocol.CPA) is Protocol.DIRECT  # task 2 holds no copy yet
+    held_back = [(-1, 10), (-1, 11)]  # the drop waits on the controller's channels
+    while not all(c.channels.get((0, e)) for e in (10, 11)):  # the source's CPA asks
+        c.deliver(next(ch for ch in c.pending() if ch not in held_back))
+    for e in (10, 11):
+        assert c.emitters[e].route(0) is Route.REPLICATED  # the drop has not arrived
+        while c.channels.get((0, e)):
+            c.deliver((0, e))
+        assert c.emitters[e].route(0) is Route.OWNER
+    c.run_until_quiet()  # the late drop: stale
+    assert not c.moving and c.owner(0) == 2
+    assert c.coordinators[2].state(0).items() == {KEY0: 7}

@@ -350,9 +350,27 @@ class Emitter:
 
     def _on_drop_replica(self, m: DropReplica) -> list[Action]:
         self._epoch[m.key_group] = m.epoch
-        self._dup.pop(m.key_group, None)
-        self._route[m.key_group] = Route.OWNER
+        self._stop_feeding_replica(m.key_group)
         return []
+
+    def _on_cpa_past_drop(self, m: Migrate) -> list[Action]:
+        """A CPA newer than the replica this emitter feeds: the controller never moves a
+        replicated group, so it dropped the replica at an earlier epoch and the drop is
+        still on its way (the move's command came from its direct source, on another
+        channel). Drop it now (the late drop is then stale), then start the CPA."""
+        self._stop_feeding_replica(m.key_group, by_a_move=True)
+        return self._on_cpa(m)
+
+    def _on_cpal_past_drop(self, m: Migrate) -> list[Action]:
+        """A CPAL newer than the replica: as :meth:`_on_cpa_past_drop`."""
+        self._stop_feeding_replica(m.key_group, by_a_move=True)
+        return self._on_cpal(m)
+
+    def _stop_feeding_replica(self, g: int, *, by_a_move: bool = False) -> None:
+        self._dup.pop(g, None)
+        self._route[g] = Route.OWNER
+        if by_a_move:
+            self.stats["replicas_dropped_by_a_move"] += 1
 
     def _on_restore(self, m: Migrate) -> list[Action]:
         self._dup.pop(m.key_group, None)

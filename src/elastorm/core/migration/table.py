@@ -203,6 +203,10 @@ EMITTER_TRANSITIONS: dict[tuple[Route, str], tuple[str, frozenset[Route]]] = {
     # ordered again (an emitter restarted: MigrationController.redrive): the buffer again
     (R.REPLICATED, "replicate"): ("_on_replicate", frozenset({R.REPLICATED})),
     (R.REPLICATED, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),
+    # a move of a newer epoch: the controller dropped the replica first, and the move's
+    # command (from a direct source) overtook the drop (from the controller)
+    (R.REPLICATED, "cpa"): ("_on_cpa_past_drop", frozenset({R.OWNER})),
+    (R.REPLICATED, "cpal"): ("_on_cpal_past_drop", frozenset({R.DUPLICATE})),
     (R.OWNER, "DropReplica"): ("_on_drop_replica", frozenset({R.OWNER})),  # moot
     (R.REPLICATED, "ProcessedAllReplay"): ("_ignore", frozenset({R.REPLICATED})),
     (R.REPLICATED, "ToStateAck"): ("_ignore_ack", frozenset({R.REPLICATED})),
