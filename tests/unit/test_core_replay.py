@@ -154,6 +154,27 @@ def test_a_wait_without_its_marker_asks_again_with_a_fresh_token() -> None:
     assert tracker.admit(SPOUT, 2, link=4) and tracker.rewind_asks(now=100.0) == []
 
 
+def test_a_restart_whose_marker_never_comes_asks_every_source_again() -> None:
+    """Before: a restarted emitter whose rewind request or marker was lost admitted
+    nothing, for good (only lossy links were asked again; issue 32's open hole)."""
+    start = RestartPoint(positions={SPOUT: 9})
+    tracker = ReplayTracker(
+        start=start, awaiting="5#2", token="5#2", retry_after=30.0, sources=["lines", "more"]
+    )
+    assert tracker.rewind_asks(now=10.0) == []  # its start wrote the first request
+    assert tracker.rewind_asks(now=39.0) == []
+    asks = tracker.rewind_asks(now=40.0)
+    assert [(a.upstream, a.token, dict(a.positions)) for a in asks] == [
+        ("lines", "5#2.r1", {SPOUT: 9}),
+        ("more", "5#2.r1", {SPOUT: 9}),
+    ]
+    assert tracker.rewind_asks(now=41.0) == [] and not tracker.admit(SPOUT, 10)
+    (again, _) = tracker.rewind_asks(now=70.0)
+    assert again.token == "5#2.r2" and tracker.restart_asks == 2
+    assert tracker.rewound(["5#2.r1"])  # any token asked serves: the same start
+    assert tracker.admit(SPOUT, 10) and tracker.rewind_asks(now=200.0) == []
+
+
 def test_a_restarted_spout_numbers_its_links_from_one_again() -> None:
     tracker = ReplayTracker(token="5#1")
     assert tracker.admit(SPOUT, 0, link=1) and tracker.admit(SPOUT, 2, link=2)

@@ -228,7 +228,11 @@ def test_a_restarted_router_behind_a_replayable_spout_resumes_by_replay(monkeypa
         def start(self):
             pass
 
+        def ask(self, ask):  # a restart's rewind asked again (none within the test)
+            pass
+
     monkeypatch.setattr(elastorm.zk.replay, "RestartPointWriter", Writer)
+    monkeypatch.setattr(elastorm.zk.replay, "RewindAsker", Writer)
     conf = {**ROUTER_CONF, "elastorm.replay_sources": {"counts_router": ["words"]}}
     r, sent = router(monkeypatch, conf)
     sent.clear()  # the restart's notices (UpstreamRestarted)

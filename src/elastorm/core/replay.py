@@ -215,7 +215,11 @@ class ReplayTracker:
     spout's markers: each carries the last number it sent on the link
     (``rewound(..., sent=n)``), and the spout sends one every so often.
     A restarted emitter (``awaiting``) cannot know the number to expect and takes
-    the first one it gets; a first start expects 1.
+    the first one it gets; a first start expects 1. Its own wait is asked again the
+    same way: if no marker naming its token comes within ``retry_after`` seconds of its
+    first :meth:`rewind_asks` (the restart's request was written at its start), each
+    spout in ``sources`` is asked again to rewind to its restart point, with a fresh
+    token (``<token>.r<n>``); a marker of any of them ends the wait.
 
     ``processed`` records a candidate restart point every ``every`` inputs;
     ``trimmed`` feeds the downstream trims; ``durable()`` is the newest candidate all
@@ -230,6 +234,7 @@ class ReplayTracker:
         every: int = 1_000,
         token: str = "emitter",
         retry_after: float = 30.0,
+        sources: Iterable[str] = (),
     ) -> None:
         start = start or RestartPoint()
         self._positions = Positions(start.positions)
@@ -241,6 +246,9 @@ class ReplayTracker:
         self._every = max(1, every)
         self._since = 0
         self.awaiting = awaiting
+        self._awaiting_tokens = {awaiting} if awaiting is not None else set()
+        self._awaiting_asked_at: float | None = None  # set at the first rewind_asks
+        self._sources = tuple(sources)
         self._waited = 0
         self._token = token
         self._retry_after = retry_after
@@ -250,6 +258,7 @@ class ReplayTracker:
         self._asks: list[RewindAsk] = []  # not yet taken by the adapter
         self.link_lost = 0  # link numbers found missing
         self.link_asks = 0  # rewinds asked for lossy links (retries included)
+        self.restart_asks = 0  # a restart's rewind asked again (no marker came)
 
     @property
     def dropped(self) -> int:
@@ -301,10 +310,27 @@ class ReplayTracker:
         for upstream, wait in self._waits.items():
             if wait.asked_at is not None and now - wait.asked_at >= self._retry_after:
                 self._ask(upstream, 0)
+        if self.awaiting is not None:
+            if self._awaiting_asked_at is None:
+                self._awaiting_asked_at = now
+            elif now - self._awaiting_asked_at >= self._retry_after:
+                self._ask_restart_again(now)
         asks, self._asks = self._asks, []
         for ask in asks:
-            self._waits[ask.upstream].asked_at = now
+            if ask.upstream in self._waits:
+                self._waits[ask.upstream].asked_at = now
         return asks
+
+    def _ask_restart_again(self, now: float) -> None:
+        """No marker for this restart yet (its request or its marker was lost): ask
+        every source again, from the same restart point, with a fresh token."""
+        self.restart_asks += 1
+        token = f"{self._token}.r{self.restart_asks}"
+        self._awaiting_tokens.add(token)
+        self._awaiting_asked_at = now
+        positions = MappingProxyType(self._positions.snapshot())
+        for source in self._sources:
+            self._asks.append(RewindAsk(token=token, upstream=source, positions=positions))
 
     def rewound(
         self, tokens: Iterable[str], upstream: str | None = None, sent: int | None = None
@@ -326,7 +352,7 @@ class ReplayTracker:
             if wait is not None and (ALL in tokens or not wait.tokens.isdisjoint(tokens)):
                 del self._waits[upstream]
                 ended = True
-        if self.awaiting is not None and (self.awaiting in tokens or ALL in tokens):
+        if self.awaiting is not None and (tokens & self._awaiting_tokens or ALL in tokens):
             self.awaiting = None
             ended = True
         return ended

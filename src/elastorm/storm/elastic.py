@@ -354,6 +354,7 @@ class KeyedEmitting(_Sending):
                 awaiting=token if restarted else None,
                 token=token,
                 retry_after=config.stall_secs,
+                sources=sorted(sources),
             )
             self._replay_sources = frozenset(sources)
             from elastorm.zk.replay import RestartPointWriter, RewindAsker
@@ -363,7 +364,7 @@ class KeyedEmitting(_Sending):
             self._linked_sources = frozenset(
                 s for s, e in config.replay_links.items() if e == component and s in sources
             )
-            if self._linked_sources:
+            if self._linked_sources or restarted:  # lossy links; a restart's marker lost
                 self._rewind_asker = RewindAsker(conf, component, task)
                 self._rewind_asker.start()
             if restarted:
@@ -453,7 +454,7 @@ class KeyedEmitting(_Sending):
                 self.send(action)
         if self.replay is not None:
             self._restart_points.offer(self.replay.durable())
-            if self._linked_sources:
+            if self._linked_sources or self.replay.awaiting is not None:
                 self._ask_rewinds(now)
         self._full_gc.tick(time.monotonic())
 
