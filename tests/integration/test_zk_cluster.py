@@ -451,3 +451,60 @@ def test_malformed_task_znode_is_reported_not_fatal(settings, layout, admin) -> 
     assert sorted(e.name for e in events) == ["8", "stray"]
     assert watcher.malformed == 2 and watcher.live() == {}
     watcher.stop()
+
+
+def _taken(inbox, count: int, timeout: float = 15.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += inbox.take()
+        time.sleep(0.02)
+    return got
+
+
+def test_commands_reach_each_task_in_order_once_and_a_restart_drops_the_old_ones(
+    settings, layout, admin
+) -> None:
+    """The controller's channel (``elastorm.zk.commands``): per task, the order sent;
+    a command written twice (a create retried after a lost answer) taken once; a
+    malformed one dropped; what waits for a task's earlier life cleared at its start."""
+    from elastorm.core.messages import PeerDown
+    from elastorm.zk.commands import CommandInbox, CommandOutbox, clear_mailbox, encode_command
+
+    outbox = CommandOutbox(admin, layout, 2)
+    outbox.start()
+    inboxes = {t: CommandInbox(layout=layout, task=t, settings=settings) for t in (5, 6)}
+    for inbox in inboxes.values():
+        inbox.start()
+    sent: dict[int, list] = {5: [], 6: []}
+    for n in range(60):
+        task = 5 if n % 3 else 6
+        sent[task].append(PeerDown(key_group=n % 4, task=n))
+        outbox.post(task, sent[task][-1])
+    for task, inbox in inboxes.items():
+        assert _taken(inbox, len(sent[task])) == sent[task]
+    assert outbox.written == 60 and outbox.waiting == 0
+    deadline = time.monotonic() + 10
+    while admin.get_children(layout.command_dir(5)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert admin.get_children(layout.command_dir(5)) == []  # read ones are deleted
+
+    box = f"{layout.command_dir(5)}/c-"
+    first, second = PeerDown(key_group=0, task=100), PeerDown(key_group=0, task=101)
+    admin.create(box, encode_command("other", 1, first), sequence=True)
+    admin.create(box, encode_command("other", 1, first), sequence=True)  # the retry
+    admin.create(box, b"not a command", sequence=True)
+    admin.create(box, encode_command("other", 2, second), sequence=True)
+    assert _taken(inboxes[5], 2) == [first, second]
+    time.sleep(0.5)
+    assert inboxes[5].take() == [] and inboxes[5].malformed == 1
+
+    inboxes[6].stop()  # task 6 dies; a command to it waits
+    outbox.post(6, PeerDown(key_group=0, task=7))
+    deadline = time.monotonic() + 10
+    while outbox.written < 61 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert clear_mailbox(admin, layout, 6) == 1  # its restart drops it
+    assert admin.get_children(layout.command_dir(6)) == []
+    outbox.stop()
+    inboxes[5].stop()

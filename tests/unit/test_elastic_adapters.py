@@ -8,7 +8,6 @@ from elastorm.config import ConfigError, TopologyConfig
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import CheckpointRequest, Data, Migrate, Protocol, Trim
 from elastorm.storm.elastic import (
-    CONTROLLER_SENDER,
     STREAM,
     KeyedEmitting,
     carrier_fields,
@@ -66,8 +65,7 @@ def test_an_emitter_per_keyed_operator_and_commands_reach_the_right_one() -> Non
     # A CPA command of op2 from the controller names op2's tasks: op2's emitter takes it.
     g = 1
     cmd = Migrate(key_group=g, epoch=1, protocol=Protocol.CPA, source=21, target=20)
-    e.receive_elastorm(Tup(cmd, 2))
-    assert e.sender_of(Tup(cmd, 2)) == CONTROLLER_SENDER
+    e.receive_command(cmd)  # read from its mailbox (elastorm.zk.commands)
     assert e.emitters["op2"].routing.owner(g) == 20
     assert e.emitters["op1"].routing.owner(g) == 11
 
@@ -103,7 +101,7 @@ def test_a_carried_row_holds_its_data_message_and_a_cpal_copy_goes_direct() -> N
     source = e.emitters["op2"].routing.owner(g)
     target = 20 if source == 21 else 21
     cmd = Migrate(key_group=g, epoch=1, protocol=Protocol.CPAL, source=source, target=target)
-    e.receive_elastorm(Tup(cmd, 2))
+    e.receive_command(cmd)
     e.emitted.clear()
     e.sent.clear()
     e.emit_keyed("k", 6, 0.0, operator="op2", carry=row)

@@ -272,6 +272,7 @@ def make_controller(monkeypatch):
         bolt_module, "write_fence", lambda client, layout, op, t, inc: fenced.append((t, inc))
     )
     monkeypatch.setattr(bolt_module.threading, "Thread", lambda **kw: SimpleNamespace(start=dict))
+    monkeypatch.setattr(bolt_module, "CommandOutbox", lambda *a: SimpleNamespace(start=dict))
     bolt = MigrationControllerBolt(
         input_stream=io.BytesIO(), output_stream=io.BytesIO(), rdb_signal=None
     )
@@ -279,6 +280,29 @@ def make_controller(monkeypatch):
     monkeypatch.setattr(bolt, "send", sent.append, raising=False)
     bolt.initialize(CONF, CONTEXT)
     return bolt, runtime, sent, fenced
+
+
+def test_the_controller_commands_through_the_tasks_mailboxes_never_on_a_storm_stream(
+    monkeypatch,
+) -> None:
+    """A Storm 2 bolt reads no input while one of its emits waits on a task in
+    backpressure: a controller that emitted its commands starved behind a router
+    (docs/failures.md). Its commands go to ZooKeeper mailboxes instead."""
+    posted = []
+    outbox = SimpleNamespace(start=dict, post=lambda task, message: posted.append((task, message)))
+    bolt, runtime, _, fenced = make_controller(monkeypatch)
+    bolt.commands = outbox
+    monkeypatch.setattr(bolt, "send", type(bolt).send.__get__(bolt))  # its own, not a recorder
+    emitted = []
+    monkeypatch.setattr(bolt, "emit", lambda *a, **kw: emitted.append((a, kw)))
+    runtime.watcher.events = [TaskLeft(task_id=11, operator="op", node_id="node1", incarnation=5)]
+    bolt.detect_failures(100.0)
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert fenced == [(11, 5)]
+    restores = [(t, m) for t, m in posted if isinstance(m, Migrate)]
+    assert restores and {t for t, _ in restores} == {1}  # to the emitter, by its mailbox
+    assert any(isinstance(m, PeerDown) for _, m in posted)
+    assert emitted == []  # nothing on a Storm stream
 
 
 def test_a_lost_task_is_fenced_and_its_groups_restored_on_their_holders(controller) -> None:

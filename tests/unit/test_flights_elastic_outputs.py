@@ -105,9 +105,10 @@ class Wiring:
             if self.carried and sender in self.op1 and isinstance(message, Data):
                 row = [message.item.seq, PLANE, [2013, 0, None], 0.0]
                 bolt.process(tup([*row, to_wire(message), to], task=sender))
+            elif sender == CONTROLLER_SENDER:  # from its mailbox (elastorm.zk.commands)
+                bolt.receive_command(message)
             else:
-                wire_sender = CONTROLLER_TASK if sender == CONTROLLER_SENDER else sender
-                bolt.process(tup([to_wire(message), wire_sender], stream=STREAM, task=sender))
+                bolt.process(tup([to_wire(message), sender], stream=STREAM, task=sender))
             self.collect(to)
 
     def collect(self, task: int) -> None:

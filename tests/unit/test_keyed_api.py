@@ -178,14 +178,12 @@ def test_wiring_adds_router_relay_controller_and_direct_streams() -> None:
     def inputs(name):
         return {(k.componentId, k.streamId): g for k, g in bolts[name].common.inputs.items()}
 
-    assert set(inputs("counts")) == {
-        ("counts_router", STREAM),
-        ("relay", STREAM),
-        ("controller", STREAM),
-    }
+    # The controller commands through ZooKeeper (elastorm.zk.commands), not on a stream.
+    assert set(inputs("counts")) == {("counts_router", STREAM), ("relay", STREAM)}
     router = inputs("counts_router")
     assert router[("words", "default")].fields == ["word"]
-    assert {("relay", STREAM), ("controller", STREAM)} <= set(router)
+    assert ("relay", STREAM) in set(router) and ("controller", STREAM) not in set(router)
+    assert not bolts["controller"].common.streams
     assert set(inputs("relay")) == {("counts", "elastorm_relay")}
     # The JVM relay: one lane per sender (its FIFO kept), one task unless configured.
     assert inputs("relay")[("counts", "elastorm_relay")].fields == ["sender"]

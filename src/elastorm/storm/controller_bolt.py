@@ -62,9 +62,7 @@ from elastorm.storm.controller_runtime import (
     make_loop,
 )
 from elastorm.storm.elastic import (
-    MESSAGE_STREAM,
     REPORTS,
-    _Sending,
     initial_routing,
     operators_of,
     recording_start,
@@ -74,6 +72,8 @@ from elastorm.storm.elastic import (
 from elastorm.storm.liveness import LivenessServer
 from elastorm.storm.savepoint import durable_savepoint, durable_view, first_epoch
 from elastorm.storm.watchdog import Watchdog, exit_hung
+from elastorm.storm.wire import CheckedEncoding
+from elastorm.zk.commands import CommandOutbox
 from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence, write_liveness
 from elastorm.zk.scaling import NodeWatch
 from elastorm.zk.view import TaskJoined, TaskLeft
@@ -84,7 +84,7 @@ DETECT_EVERY = 0.1  # s between looks at the watcher's events
 GRACE_MARGIN = 1.0  # s beyond a session timeout before leaves count, after (re)connecting
 
 
-class MigrationControllerBolt(_Sending, Bolt):
+class MigrationControllerBolt(CheckedEncoding, Bolt):
     """The controller of the keyed operators: one leading task (and its standbys), all
     grouping on reports.
 
@@ -107,14 +107,14 @@ class MigrationControllerBolt(_Sending, Bolt):
     the reason in ZooKeeper), where raising would only crash-loop its worker.
     """
 
-    outputs = [MESSAGE_STREAM]
+    outputs: list = []  # commands go through ZooKeeper (send), reports come in
 
     def initialize(self, conf, context):
         with recording_start(conf, context):
             self._initialize(conf, context)
 
     def _initialize(self, conf, context):
-        self._senders(context)
+        self._task = int(context["taskid"])
         self.config = config = TopologyConfig.from_conf(conf)
         operators = operators_of(config)
         self.operators = tuple(operators)
@@ -140,6 +140,8 @@ class MigrationControllerBolt(_Sending, Bolt):
         self.operator_of = {t: op for op, ts in self.operator_tasks.items() for t in ts}
         self.migration_timeout = config.migration_timeout_secs
         self.runtime = ControllerRuntime.start(conf, self.loop, context["componentid"], self._task)
+        self.commands = CommandOutbox(self.runtime.client, self.runtime.layout, self._task)
+        self.commands.start()
         self.boards = {
             op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
         }
@@ -180,6 +182,12 @@ class MigrationControllerBolt(_Sending, Bolt):
             limit = config.controller.watchdog_secs
             self.watchdog = Watchdog(limit, exit_hung("controller", Path.cwd(), limit))
             self.watchdog.start()
+
+    def send(self, action: Send) -> None:
+        """Post a command to its task's mailbox (``elastorm.zk.commands``): never on a
+        Storm stream, where an emit to a task in backpressure would stop this bolt's
+        input until that task drained."""
+        self.commands.post(action.to_task, action.message)
 
     @property
     def control(self) -> MigrationController:

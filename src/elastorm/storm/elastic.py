@@ -204,20 +204,47 @@ def operators_of(config: TopologyConfig) -> dict[str, tuple[str, ...]]:
 
 
 class _Sending(CheckedEncoding):
-    """Mixin: perform ``Send`` actions as direct emits on the ``elastorm`` stream."""
+    """Mixin: perform ``Send`` actions as direct emits on the ``elastorm`` stream, and
+    take the controller's commands from this task's ZooKeeper mailbox
+    (``elastorm.zk.commands``) after each tuple: commands never queue behind data."""
 
-    def _senders(self, context: Mapping[str, Any]) -> None:
-        self._controller_tasks = set(tasks_of(context, CONTROLLER_COMPONENT))
+    _commands: Any = None  # this task's CommandInbox (topologies with a controller)
+
+    def _senders(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         self._task = int(context["taskid"])
+        if self._commands is None and tasks_of(context, CONTROLLER_COMPONENT):
+            from elastorm.zk.commands import CommandInbox
+
+            self._commands = CommandInbox.of(conf, self._task)
 
     def sender_of(self, tup) -> int:
         if tup.stream != STREAM:  # carried: the emitting task itself
             return int(tup.task)
-        sender = int(tup.values[1])
-        return CONTROLLER_SENDER if sender in self._controller_tasks else sender
+        return int(tup.values[1])
 
     def send(self, action: Send) -> None:
         self.emit([to_wire(action.message), self._task], stream=STREAM, direct_task=action.to_task)
+
+    def _run(self) -> None:
+        """pystorm's step (one input), then the commands read meanwhile."""
+        super()._run()
+        if self._commands:
+            self.take_commands()
+
+    def take_commands(self) -> None:
+        """Handle the controller's commands read since the last call, in order."""
+        for message in self._commands.take():
+            try:
+                self.receive_command(message)
+            except (ValueError, MigrationProtocolError) as exc:
+                log.error(
+                    "task %s: command %s from the controller not handled: %s",
+                    self._task, type(message).__name__, exc,
+                )  # fmt: skip
+
+    def receive_command(self, message: Message) -> None:
+        """One command of the controller (sender ``CONTROLLER_SENDER``)."""
+        raise NotImplementedError
 
 
 def start_durable(
@@ -281,7 +308,7 @@ class KeyedEmitting(_Sending):
 
     def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         use_elastorm_wire(self, conf)
-        self._senders(context)
+        self._senders(conf, context)
         task = int(context["taskid"])
         component = context["componentid"]
         config = TopologyConfig.from_conf(conf)
@@ -602,7 +629,13 @@ class KeyedEmitting(_Sending):
 
     def receive_elastorm(self, tup) -> list[Action]:
         """Handle one ``elastorm`` tuple; returns the non-``Send`` actions (rejections)."""
-        sender, message = self.sender_of(tup), from_wire(tup.values[0])
+        return self._receive_from(self.sender_of(tup), from_wire(tup.values[0]))
+
+    def receive_command(self, message: Message) -> None:
+        for action in self._receive_from(CONTROLLER_SENDER, message):
+            log.warning("emitter task %s: %s", self._task, action)
+
+    def _receive_from(self, sender: int, message: Message) -> list[Action]:
         emitter = self._emitter_for(sender, message)
         actions = emitter.receive(sender, message)
         op = next(op for op, e in self.emitters.items() if e is emitter)
@@ -670,7 +703,7 @@ class KeyedOperator(_Sending):
         from elastorm.zk.requests import task_start
 
         use_elastorm_wire(self, conf)
-        self._senders(context)
+        self._senders(conf, context)
         task = int(context["taskid"])
         component = context["componentid"]
         tasks = tasks_of(context, component)
@@ -739,7 +772,13 @@ class KeyedOperator(_Sending):
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
         message = from_wire(tup.values[0] if tup.stream == STREAM else tup.values[-2])
-        self._receive(self.sender_of(tup), message, began)
+        self._receive_then_durable(self.sender_of(tup), message, began)
+
+    def receive_command(self, message: Message) -> None:
+        self._receive_then_durable(CONTROLLER_SENDER, message, time.monotonic())
+
+    def _receive_then_durable(self, sender: int, message: Message, began: float) -> None:
+        self._receive(sender, message, began)
         # What the durable tier did goes in at once, not at the next tick: the owners'
         # trims wait for it (two attribute reads per tuple otherwise).
         if self._loads_waiting or (self.durable is not None and self.durable.news):

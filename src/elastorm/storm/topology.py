@@ -16,9 +16,10 @@ before streamparse builds the Thrift topology:
   fields grouping on the key (one router task per key keeps the key's order); an
   upstream that is itself an emitter (``KeyedEmitting``) feeds the keyed bolt
   directly: on ``elastorm`` (direct) and, for a carrier stream, by ``by_task()``;
-* the relay (``relay``) and the controller (``controller``), and every direct
-  ``elastorm`` stream between them, the emitters and the keyed bolts (these close
-  cycles, so they are named by component id);
+* the relay (``relay``) and every direct ``elastorm`` stream between it, the
+  emitters and the keyed bolts (these close cycles, so they are named by component
+  id); the controller (``controller``), which hears the keyed bolts' reports and
+  commands through ZooKeeper (``elastorm.zk.commands``), never on a Storm stream;
 * the conf ``elastorm.operators``: ``{keyed bolt: [its emitters]}``, from which
   every component learns its peers at run time, and a tick frequency;
 * the conf ``elastorm.routed_from``: ``{keyed bolt: [components feeding its
@@ -429,7 +430,6 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
             if name in specs:
                 raise WiringError(f"{classname}: component name {name!r} is elastorm's")
             routed[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
-            routed[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
             added[name] = KeyRouter.spec(
                 name=name,
                 inputs=routed,
@@ -441,7 +441,6 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         if not emitters:
             raise WiringError(f"{classname}: keyed bolt {spec.name!r} has no keyed() input")
         spec.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
-        spec.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
     confirmed = _wire_confirmations(specs, confirming)
     replay_sources: dict[str, list[str]] = {}
     replay_links: dict[str, str] = {}
@@ -450,7 +449,6 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
         if emitter is None:  # a hand-written emitter (a router has these streams already)
             emitter = specs[name]
             emitter.inputs[_direct(RELAY_COMPONENT)] = Grouping.DIRECT
-            emitter.inputs[_direct(CONTROLLER_COMPONENT)] = Grouping.DIRECT
         sources = _replayable_inputs(specs, emitter, replay_links)
         if sources:
             replay_sources[name] = sources

@@ -17,6 +17,8 @@ One root per topology, ``/elastorm/<topology>``::
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
     queries/<task-id>/q-<seq>    ephemeral, a state query to a keyed task, answered in
                                  place (``elastorm state``, ``elastorm.zk.queries``)
+    commands/<task-id>/c-<seq>   ephemeral, a command of the controller to a task, read
+                                 and deleted by it (``elastorm.zk.commands``)
     scheduler/nodes              durable node set: wanted and draining nodes (``elastorm
                                  scale`` / ``drain``, the controller's releases)
     scheduler/placement          the elastic scheduler's binding of logical nodes to nodes
@@ -138,6 +140,14 @@ class ZnodeLayout:
     def query_dir(self, task_id: int) -> str:
         """Where state queries to keyed task ``task_id`` wait for its answer."""
         return f"{self.queries}/{task_name(task_id)}"
+
+    @property
+    def commands(self) -> str:
+        return f"{self.base}/commands"
+
+    def command_dir(self, task_id: int) -> str:
+        """The mailbox of task ``task_id``: the controller's commands to it, in order."""
+        return f"{self.commands}/{task_name(task_id)}"
 
     @property
     def rescale(self) -> str:

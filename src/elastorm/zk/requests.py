@@ -34,6 +34,7 @@ from elastorm.controller.requests import (
 from elastorm.core.routing import RoutingTable
 from elastorm.zk.client import KAZOO_ERRORS, make_client, write_znode
 from elastorm.zk.codec import Submission, ZnodeSchemaError, decode_routing
+from elastorm.zk.commands import clear_mailbox
 from elastorm.zk.layout import ZnodeLayout, submission_id, zk_settings
 from elastorm.zk.submission import claim_submission, read_submission
 
@@ -356,7 +357,8 @@ def at_start(
 ) -> tuple[int, _T]:
     """Claim the topology's znodes for this submission (``claim_submission``: a new
     submission under an old name sets the old state aside), count one more start of
-    ``component``'s ``task`` and ``read`` what it needs (given the incarnation) from
+    ``component``'s ``task``, clear its command mailbox (``zk.commands``: what waits
+    there was for its earlier life) and ``read`` what it needs (given the incarnation) from
     the topology's ZooKeeper.
 
     Retries until ZooKeeper answers, for at most ``START_DEADLINE`` s, then raises
@@ -375,6 +377,9 @@ def at_start(
             client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
             claim_submission(client, layout, storm_id)
             incarnation = register_incarnation(client, layout, component, task)
+            stale = clear_mailbox(client, layout, task)
+            if stale:
+                log.warning("task %s: %d commands to its earlier life dropped", task, stale)
             return incarnation, read(client, layout, incarnation)
         except ZK_ERRORS as exc:
             if time.monotonic() >= give_up:

@@ -1,0 +1,234 @@
+"""The controller's commands through ZooKeeper, not through Storm.
+
+Why: a Storm 2 bolt consumes no input while one of its emits waits on a target in
+backpressure (``BoltExecutor`` flushes its pending emits before it reads its queue),
+so a controller that commanded a router behind on data heard nothing, its ticks
+included, for as long as the router stayed behind: 124 s in the join job under
+overload (``docs/failures.md``). Commands are not data: here the controller writes
+each one to the target task's mailbox, ``commands/<task>/c-<seq>`` (ephemeral, gone
+with the controller's session as its in-flight tuples would be with its worker), and
+the task reads and deletes them in sequence order. One writer thread keeps the
+controller's order, so each task sees the commands to it in the order they were
+sent (the FIFO channel the protocols assume); a data line ``<sender> <n>`` lets the
+task drop a command written twice (a create retried after a lost answer).
+
+A task clears its mailbox when it starts (:func:`clear_mailbox`, from
+``zk.requests.at_start``): commands to its earlier life are lost with it, as a
+crashed worker's input tuples are, and the controller sends again what the restart
+calls for once the task reports. Both loops run off the processing thread
+(``BackgroundLoop``); the task takes what was read between two of its tuples.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from elastorm.core.messages import Message, from_json, to_json
+from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop
+from elastorm.zk.layout import ZkSettings, ZnodeLayout, zk_settings
+
+log = logging.getLogger(__name__)
+
+RESYNC_SECS = 2.0
+"""How often a mailbox is listed without a watch firing (kazoo drops watches when
+its connection does)."""
+
+
+def encode_command(sender: str, number: int, message: Message) -> bytes:
+    """A command's znode data: ``<sender> <number>`` then the message's JSON.
+
+    >>> from elastorm.core.messages import PeerDown
+    >>> encode_command("c7-1", 3, PeerDown(key_group=0, task=4))[:5]
+    b'c7-1 '
+    """
+    return f"{sender} {number}\n{to_json(message)}".encode()
+
+
+def decode_command(data: bytes) -> tuple[str, int, Message]:
+    """Inverse of :func:`encode_command`; ``ValueError`` on anything malformed."""
+    head, sep, body = data.decode().partition("\n")
+    sender, number = head.split(" ")
+    if not sep:
+        raise ValueError("no message after the command's header")
+    return sender, int(number), from_json(body)
+
+
+def clear_mailbox(client: KazooClient, layout: ZnodeLayout, task: int) -> int:
+    """Delete every command waiting for ``task`` (called as it starts: they were for
+    its earlier life); returns how many."""
+    path = layout.command_dir(task)
+    try:
+        names = client.get_children(path)
+    except NoNodeError:
+        return 0
+    for name in names:
+        try:
+            client.delete(f"{path}/{name}")
+        except NoNodeError:
+            pass
+    return len(names)
+
+
+class CommandOutbox(BackgroundLoop):
+    """The controller's end: :meth:`post` queues a command (never blocks); this
+    thread creates the znodes in the order posted, retrying one ZooKeeper refused
+    before any later one."""
+
+    def __init__(self, client: KazooClient, layout: ZnodeLayout, task: int) -> None:
+        super().__init__(
+            client, layout=layout, settings=None, name="elastorm-commands-out", interval=1.0
+        )
+        # Unique to this process: a restarted controller numbers from 1 again.
+        self._sender = f"{task}.{os.getpid()}.{secrets.token_hex(4)}"
+        self._numbered = 0
+        self._queue: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.written = 0
+
+    def post(self, task: int, message: Message) -> None:
+        """Queue ``message`` for ``task``'s mailbox (thread-safe)."""
+        with self._lock:
+            self._numbered += 1
+            self._queue.append((task, encode_command(self._sender, self._numbered, message)))
+        self.wake()
+
+    @property
+    def waiting(self) -> int:
+        """Commands posted but not in ZooKeeper yet."""
+        return len(self._queue)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._halt(timeout)
+
+    def _step(self) -> None:
+        while self._queue and self._client.connected:
+            task, data = self._queue[0]
+            try:
+                self._client.create(
+                    f"{self._layout.command_dir(task)}/c-",
+                    data,
+                    ephemeral=True,
+                    sequence=True,
+                    makepath=True,
+                )
+            except KAZOO_ERRORS as exc:
+                log.warning("controller: command to task %s not written yet (%r)", task, exc)
+                return
+            self._queue.popleft()
+            self.written += 1
+
+
+class CommandInbox(BackgroundLoop):
+    """A task's end: this thread reads its mailbox in sequence order, deletes what it
+    read and queues the messages; the task's thread :meth:`take`s them (never
+    blocks). A malformed command is logged, counted and deleted."""
+
+    def __init__(
+        self,
+        *,
+        layout: ZnodeLayout,
+        task: int,
+        settings: ZkSettings | None = None,
+        client: KazooClient | None = None,
+    ) -> None:
+        super().__init__(
+            client,
+            layout=layout,
+            settings=settings,
+            name=f"elastorm-commands-{task}",
+            interval=RESYNC_SECS,
+        )
+        self._dir = layout.command_dir(task)
+        self._read: set[str] = set()  # names read, until ZooKeeper lists them no more
+        self._last: dict[str, int] = {}  # sender -> number of its newest command read
+        self._inbox: collections.deque[Message] = collections.deque()
+        self.malformed = 0
+
+    @classmethod
+    def of(cls, conf: Mapping[str, Any], task: int) -> CommandInbox | None:
+        """The inbox of ``task`` of the topology whose Storm conf is ``conf``, on a
+        ZooKeeper client of its own, started; ``None`` (logged) if the conf names no
+        ZooKeeper or topology (never under Storm)."""
+        try:
+            settings = zk_settings(conf)
+            layout = ZnodeLayout(str(conf["topology.name"]))
+        except (KeyError, ValueError) as exc:
+            log.error("task %s: no commands from the controller (%s)", task, exc)
+            return None
+        inbox = cls(layout=layout, task=task, settings=settings)
+        inbox.start()
+        return inbox
+
+    def __bool__(self) -> bool:
+        """Whether a command waits to be taken (one attribute read: per tuple)."""
+        return bool(self._inbox)
+
+    def take(self) -> list[Message]:
+        """The commands read since the last call, in the order sent (thread-safe)."""
+        out = []
+        inbox = self._inbox
+        while inbox:
+            out.append(inbox.popleft())
+        return out
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._halt(timeout)
+        self._close_client()
+
+    def _watch(self, _event) -> None:
+        self.wake()  # kazoo's thread: only wake the loop
+
+    def _step(self) -> None:
+        if not self._client.connected:
+            return
+        try:
+            names = self._client.get_children(self._dir, watch=self._watch)
+        except NoNodeError:
+            self._client.ensure_path(self._dir)
+            names = self._client.get_children(self._dir, watch=self._watch)
+        except KAZOO_ERRORS as exc:
+            log.debug("commands: %s unreadable now (%r)", self._dir, exc)
+            return
+        self._read &= set(names)
+        for name in sorted(names):
+            if name not in self._read and not self._take_one(name):
+                return  # keep the order: read the rest after this one
+            self._delete(name)
+
+    def _take_one(self, name: str) -> bool:
+        """Read command ``name`` into the inbox; False if ZooKeeper did not answer."""
+        path = f"{self._dir}/{name}"
+        try:
+            data = self._client.get(path)[0]
+        except NoNodeError:
+            return True
+        except KAZOO_ERRORS as exc:
+            log.debug("commands: %s unreadable now (%r)", path, exc)
+            return False
+        self._read.add(name)
+        try:
+            sender, number, message = decode_command(data)
+        except ValueError as exc:
+            self.malformed += 1
+            log.error("commands: %s is malformed, dropped: %s", path, exc)
+            return True
+        if number <= self._last.get(sender, 0):
+            return True  # written twice (a retried create)
+        self._last[sender] = number
+        self._inbox.append(message)
+        return True
+
+    def _delete(self, name: str) -> None:
+        try:
+            self._client.delete(f"{self._dir}/{name}")
+        except NoNodeError:
+            pass
+        except KAZOO_ERRORS as exc:  # listed again next step, deleted then
+            log.debug("commands: %s/%s not deleted yet (%r)", self._dir, name, exc)
