@@ -907,7 +907,8 @@ class TopologyConfig(Section):
         "elastorm.unconfirmed_resend_secs", FLOAT, 10.0,
         "a keyed task sends an output again when a consumer (`elastorm.confirmed_outputs`) "
         "has not confirmed it for this long (the consumer's worker died with it in "
-        "flight, or Storm dropped it); consumers drop repeats by output id. An output "
+        "flight, or Storm dropped it), then after 2, 4 and at most 8 times this while "
+        "it stays unconfirmed; consumers drop repeats by output id. An output "
         "whose producer dies before it is confirmed is lost unless a replay makes it "
         "again: keep this short",
         check=at_least(1),

@@ -50,9 +50,25 @@ def test_kept_until_confirmed_and_resent_when_overdue() -> None:
     assert box.due(45.0) == [b]  # once, though two consumers wait for it
     ids = [("default", 5, "r:1", 1), ("default", 5, "r:1", 2), ("default", 5, "r:1", 9)]
     assert box.confirmed("sink", ids) == 2
-    assert box.due(100.0) == [b]  # the router "r" has not confirmed it
+    assert box.due(100.0) == []  # sent again at 45: next after two periods
+    assert box.due(105.0) == [b]  # the router "r" has not confirmed it
     assert box.confirmed("r", ids) == 1 and len(box) == 0
-    assert box.resent == 3 and box.oldest_age(101.0) == 0.0
+    assert box.resent == 3 and box.oldest_age(106.0) == 0.0
+
+
+def test_an_output_sent_again_backs_off_to_eight_periods_and_a_fresh_send_resets_it() -> None:
+    """A consumer behind on its input (not dead) is not sent it again every period:
+    the join's windows got 58,452 resends from one task in two minutes (session 25)."""
+    box = Outbox(resend_after=10.0)
+    out = ["a", 1, 5, "r:1", 1, "final"]
+    box.sent("default", out, now=0.0, consumers=["sink"])
+    resent_at = [t for t in range(0, 400) if box.due(float(t))]
+    assert resent_at == [10, 30, 70, 150, 230, 310, 390]  # 1, 2, 4, then 8 periods
+    assert box.oldest_age(395.0) == 5.0
+    box.sent("default", out, now=395.0, consumers=["sink"])  # made again by a replay
+    assert [t for t in range(395, 430) if box.due(float(t))] == [405, 425]
+    assert box.confirmed("sink", [("default", 5, "r:1", 1)]) == 1
+    assert len(box) == 0 and box.due(1000.0) == []
 
 
 @given(

@@ -10,7 +10,9 @@ once per consumer that confirms: an ``elastorm.sinks.Sink`` once the transaction
 commits it is done, the router before another keyed bolt once that bolt's checkpoint
 covers it (the router's trim). Each tells the sending task on its
 ``storm.elastic.COMMITTED_STREAM``; the task forgets what every consumer confirmed, and
-sends again what waited longer than ``elastorm.unconfirmed_resend_secs``. Consumers
+sends again what waited longer than ``elastorm.unconfirmed_resend_secs``, then
+after twice, four times, at most eight times as long while it stays unconfirmed (a
+consumer behind on its input is not sent its input twice; :data:`MAX_BACKOFF`). Consumers
 drop repeats by id (the sink's marks; the keyed bolt's ``core.once``): at least once
 on the wire, exactly once in effect, as a Kafka producer keeps a record until the
 broker acks it.
@@ -23,6 +25,7 @@ crash, as documented in ``docs/sinks.md``).
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,60 +44,95 @@ over sends them again (``adopt``): an output's producer may die before it resend
 it, and a restore replays only the tuples after its copy."""
 
 
+MAX_BACKOFF = 8
+"""An output sent again waits twice as long before each next resend, at most this
+many times ``resend_after``: a consumer behind on its input (the join's windows
+under overload, session 25: 58,452 resends on one task in two minutes) is not sent
+that input again every period, and a dead one still gets it within ``MAX_BACKOFF``
+periods of coming back."""
+
+
 @dataclass
 class Outbox:
-    """Outputs sent and not yet confirmed, per consumer, oldest send first."""
+    """Outputs sent and not yet confirmed, per consumer: those never sent again in
+    send order (``_fresh``), those sent again by when each is due next (``_retry``,
+    a heap over it; exponential backoff, :data:`MAX_BACKOFF`)."""
 
     resend_after: float
-    _kept: OrderedDict[tuple[str, OutputKey], tuple[list, float]] = field(
+    _fresh: OrderedDict[tuple[str, OutputKey], tuple[list, float]] = field(
         default_factory=OrderedDict
     )
+    # (consumer, id) -> (values, due next, tries, last sent); the heap holds (due, key)
+    _retry: dict[tuple[str, OutputKey], tuple[list, float, int, float]] = field(
+        default_factory=dict
+    )
+    _due_heap: list[tuple[float, tuple[str, OutputKey]]] = field(default_factory=list)
     resent: int = 0  # outputs sent again (a consumer lost or had not confirmed them)
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return len(self._fresh) + len(self._retry)
 
     def sent(self, stream: str, values: list, now: float, consumers: Iterable[str]) -> None:
         """Keep ``values`` (an output on ``stream``, its id at its end) until each of
         ``consumers`` confirms it. O(consumers)."""
         group, source, seq = values[-4], values[-3], values[-2]
         if seq:
-            kept = self._kept
+            fresh, retry = self._fresh, self._retry
             for consumer in consumers:
                 key = (consumer, (stream, group, source, seq))
-                kept[key] = (values, now)
-                kept.move_to_end(key)  # sent again (a replay): newest now
+                if retry:
+                    retry.pop(key, None)  # made again (a replay): a fresh send
+                fresh[key] = (values, now)
+                fresh.move_to_end(key)  # sent again (a replay): newest now
 
     def confirmed(self, consumer: str, keys: Iterable[OutputKey]) -> int:
         """Forget the outputs ``consumer`` confirmed; returns how many were kept.
         O(keys)."""
-        pop = self._kept.pop
-        return sum(pop((consumer, key), None) is not None for key in keys)
+        fresh, retry = self._fresh.pop, self._retry.pop
+        return sum(
+            fresh((consumer, key), None) is not None or retry((consumer, key), None) is not None
+            for key in keys
+        )
 
     def due(self, now: float) -> list[tuple[str, list]]:
-        """The outputs kept longer than ``resend_after`` since they were last sent, as
-        ``(stream, values)`` to send again (once, whichever consumers wait for it),
-        oldest first; each counts as sent ``now``. O(1) when none is due, else O(due
-        outputs)."""
-        kept, limit = self._kept, now - self.resend_after
+        """The outputs due again, as ``(stream, values)`` to send (once, whichever
+        consumers wait for it): those kept ``resend_after`` since their send, oldest
+        first, then those sent again whose backoff ran out. O(1) when none is due,
+        else O(due outputs * log kept)."""
+        fresh, limit = self._fresh, now - self.resend_after
         out: dict[OutputKey, tuple[str, list]] = {}
-        moved = 0
-        while kept and moved < len(kept):  # each entry moves once at most
-            key, (values, at) = next(iter(kept.items()))
+        while fresh:
+            key, (values, at) = next(iter(fresh.items()))
             if at > limit:
                 break
-            kept.move_to_end(key)
-            kept[key] = (values, now)
-            moved += 1
+            del fresh[key]
+            self._again(key, values, now, 1)
             out.setdefault(key[1], (key[1][0], values))
+        heap, retry = self._due_heap, self._retry
+        while heap and heap[0][0] <= now:
+            due, key = heapq.heappop(heap)
+            entry = retry.get(key)
+            if entry is None or entry[1] != due:
+                continue  # confirmed, or sent afresh, since
+            self._again(key, entry[0], now, entry[2] + 1)
+            out.setdefault(key[1], (key[1][0], entry[0]))
         self.resent += len(out)
         return list(out.values())
+
+    def _again(self, key: tuple[str, OutputKey], values: list, now: float, tries: int) -> None:
+        """Note ``key`` sent again at ``now`` for the ``tries``-th time: due next after
+        ``2**tries`` periods, at most :data:`MAX_BACKOFF`."""
+        due = now + self.resend_after * min(2**tries, MAX_BACKOFF)
+        self._retry[key] = (values, due, tries, now)
+        heapq.heappush(self._due_heap, (due, key))
 
     def pending(self, key_group: int) -> dict[str, list]:
         """``key_group``'s kept outputs as :data:`PENDING` holds them (once each,
         whichever consumers wait). O(kept outputs)."""
         out: dict[str, list] = {}
-        for (_, (stream, group, source, seq)), (values, _) in self._kept.items():
+        kept = [(k, e[0]) for k, e in self._fresh.items()]
+        kept += [(k, e[0]) for k, e in self._retry.items()]
+        for (_, (stream, group, source, seq)), values in kept:
             if group == key_group:
                 out.setdefault(f"{stream}\x1f{source}\x1f{seq}", [stream, values])
         return out
@@ -111,17 +149,19 @@ class Outbox:
             group, source, seq = values[-4], values[-3], values[-2]
             for consumer in consumers(stream):
                 key = (consumer, (stream, group, source, seq))
-                if key not in self._kept:
-                    self._kept[key] = (list(values), now - self.resend_after)
-                    self._kept.move_to_end(key, last=False)  # due first
+                if key not in self._fresh and key not in self._retry:
+                    self._fresh[key] = (list(values), now - self.resend_after)
+                    self._fresh.move_to_end(key, last=False)  # due first
                     taken += 1
         return taken
 
     def oldest_age(self, now: float) -> float:
-        """Seconds the oldest kept output has waited since it was last sent (0 if none)."""
-        if not self._kept:
-            return 0.0
-        return now - next(iter(self._kept.values()))[1]
+        """Seconds the output kept longest has waited since it was last sent (0 if
+        none). O(1) unless some were sent again, then O(those)."""
+        last = [e[3] for e in self._retry.values()]
+        if self._fresh:
+            last.append(next(iter(self._fresh.values()))[1])
+        return now - min(last) if last else 0.0
 
 
 @dataclass
