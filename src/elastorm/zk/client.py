@@ -169,3 +169,36 @@ class BackgroundLoop:
     def _take_session_lost(self) -> bool:
         lost, self._session_lost = self._session_lost, False
         return lost
+
+
+class DirectoryLoop(BackgroundLoop):
+    """A background loop over one directory of znodes a task reads (its state
+    queries, its commands): woken by a children watch, and every ``interval`` s
+    anyway (kazoo drops watches when its connection does); stop closes its client
+    if it owns one."""
+
+    def __init__(self, client: KazooClient | None, *, directory: str, **loop: Any) -> None:
+        super().__init__(client, **loop)  # BackgroundLoop's keywords
+        self._dir = directory
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._halt(timeout)
+        self._close_client()
+
+    def _watch(self, _event) -> None:
+        self.wake()  # kazoo's thread: only wake the loop
+
+    def _children(self) -> list[str] | None:
+        """The directory's children, watched (created if absent); ``None`` if
+        ZooKeeper does not answer now."""
+        if not self._client.connected:
+            return None
+        try:
+            try:
+                return self._client.get_children(self._dir, watch=self._watch)
+            except NoNodeError:
+                self._client.ensure_path(self._dir)
+                return self._client.get_children(self._dir, watch=self._watch)
+        except KAZOO_ERRORS as exc:
+            log.debug("%s unreadable now (%r)", self._dir, exc)
+            return None

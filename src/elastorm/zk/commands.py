@@ -32,7 +32,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from elastorm.core.messages import Message, from_json, to_json
-from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop
+from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop, DirectoryLoop
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, zk_settings
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class CommandOutbox(BackgroundLoop):
             self.written += 1
 
 
-class CommandInbox(BackgroundLoop):
+class CommandInbox(DirectoryLoop):
     """A task's end: this thread reads its mailbox in sequence order, deletes what it
     read and queues the messages; the task's thread :meth:`take`s them (never
     blocks). A malformed command is logged, counted and deleted."""
@@ -144,8 +144,8 @@ class CommandInbox(BackgroundLoop):
             settings=settings,
             name=f"elastorm-commands-{task}",
             interval=RESYNC_SECS,
+            directory=layout.command_dir(task),
         )
-        self._dir = layout.command_dir(task)
         self._read: set[str] = set()  # names read, until ZooKeeper lists them no more
         self._last: dict[str, int] = {}  # sender -> number of its newest command read
         self._inbox: collections.deque[Message] = collections.deque()
@@ -178,23 +178,9 @@ class CommandInbox(BackgroundLoop):
             out.append(inbox.popleft())
         return out
 
-    def stop(self, timeout: float = 2.0) -> None:
-        self._halt(timeout)
-        self._close_client()
-
-    def _watch(self, _event) -> None:
-        self.wake()  # kazoo's thread: only wake the loop
-
     def _step(self) -> None:
-        if not self._client.connected:
-            return
-        try:
-            names = self._client.get_children(self._dir, watch=self._watch)
-        except NoNodeError:
-            self._client.ensure_path(self._dir)
-            names = self._client.get_children(self._dir, watch=self._watch)
-        except KAZOO_ERRORS as exc:
-            log.debug("commands: %s unreadable now (%r)", self._dir, exc)
+        names = self._children()
+        if names is None:
             return
         self._read &= set(names)
         for name in sorted(names):

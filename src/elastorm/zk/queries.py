@@ -26,7 +26,7 @@ from elastorm.core.queries import (
     encode_answer,
     encode_query,
 )
-from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop
+from elastorm.zk.client import KAZOO_ERRORS, DirectoryLoop
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def withdraw_query(client: KazooClient, path: str) -> None:
         pass
 
 
-class QueryInbox(BackgroundLoop):
+class QueryInbox(DirectoryLoop):
     """A keyed task's state queries: read on this thread, answered on the task's.
 
     :meth:`take` (the task's thread, never blocks) returns the new queries with their
@@ -87,8 +87,8 @@ class QueryInbox(BackgroundLoop):
             settings=settings,
             name=f"elastorm-queries-{task}",
             interval=RESYNC_SECS,
+            directory=layout.query_dir(task),
         )
-        self._dir = layout.query_dir(task)
         self._seen: dict[str, int] = {}  # name -> version read (until it is gone)
         self._inbox: list[tuple[str, StateQuery]] = []
         self._outbox: list[tuple[str, StateQuery, StateAnswer]] = []
@@ -108,13 +108,6 @@ class QueryInbox(BackgroundLoop):
             self._outbox.append((path, query, answer))
         self.wake()
 
-    def stop(self, timeout: float = 2.0) -> None:
-        self._halt(timeout)
-        self._close_client()
-
-    def _watch(self, _event) -> None:
-        self.wake()  # kazoo's thread: only wake the loop
-
     def _step(self) -> None:
         if not self._client.connected:
             return
@@ -122,13 +115,8 @@ class QueryInbox(BackgroundLoop):
             outbox, self._outbox = self._outbox, []
         for path, query, answer in outbox:
             self._write(path, query, answer)
-        try:
-            names = self._client.get_children(self._dir, watch=self._watch)
-        except NoNodeError:
-            self._client.ensure_path(self._dir)
-            names = self._client.get_children(self._dir, watch=self._watch)
-        except KAZOO_ERRORS as exc:
-            log.debug("queries: %s unreadable now (%r)", self._dir, exc)
+        names = self._children()
+        if names is None:
             return
         current = set(names)
         for name in [n for n in self._seen if n not in current]:
