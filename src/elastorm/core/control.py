@@ -552,6 +552,9 @@ class MigrationController:
           the toCheckpoint or toState that starts an end (a direct source asks them for
           a CPA once its full checkpoint is acked), so the controller stands in for them
           (``StandIn``) at each end that has not reported done; an end past it ignores it.
+          A direct move also gets its command again at its source first: a source that
+          never had it starts (ships its full checkpoint), and a later stand-in drains it
+          once the checkpoint is acked.
           Otherwise a move gets its own command again, same epoch: a CPA or CPAL at every
           emitter, one that lost it on the way (Storm drops messages to a worker until
           it has reconnected to it) answering, the others ignoring the repeat; a direct
@@ -576,6 +579,8 @@ class MigrationController:
                 self.moving[g].stuck = moving.stuck
             elif moving.protocol in MOVES and lapsed:
                 if all(self.knowing.get(u, -1) >= moving.epoch for u in self.emitters):
+                    if moving.protocol is Protocol.DIRECT:  # a source that lost it starts
+                        sends += self._again(g, moving, now, Migrate)
                     sends += self._again(g, moving, now, StandIn)
                 else:
                     sends += self._again(g, moving, now, Migrate)
