@@ -106,6 +106,10 @@ class ElasticExtractDelays(KeyedEmitting, ExtractDelays):
         super().process(tup)
         self.replay_done()
 
+    def command_failed(self, message, reason: str) -> None:
+        """Counted like a refused or malformed protocol tuple."""
+        self.emit_error(None, "rejected_control", f"{type(message).__name__}: {reason}")
+
     def on_tick(self) -> None:
         super().on_tick()
         self.tick_emitting()

@@ -66,6 +66,10 @@ class ShiftEmitter(KeyedEmitting, CountingBolt):
         except (ValueError, MigrationProtocolError):
             self.counters.error("bad_control")
 
+    def command_failed(self, message, reason: str) -> None:
+        """Counted like a refused or malformed protocol tuple."""
+        self.counters.error("rejected_control")
+
     def on_tick(self) -> None:
         self.tick_emitting()
 

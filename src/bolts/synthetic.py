@@ -261,11 +261,25 @@ class SyntheticEmitter(KeyedEmitting, CountingBolt):
         kind = message_type(text)
         # ToStateAck: the next chunk of a toState
         timed = from_wire(text) if kind in ("Migrate", "ProcessedAllReplay", "ToStateAck") else None
+        self._timed(kind, timed, lambda: self.receive_elastorm(tup))
+
+    def receive_command(self, message) -> None:
+        """The controller's commands (from this task's mailbox), timed like the rest."""
+        kind = type(message).__name__
+        timed = message if isinstance(message, Migrate) else None
+        self._timed(kind, timed, lambda: super(SyntheticEmitter, self).receive_command(message))
+
+    def command_failed(self, message, reason: str) -> None:
+        self.counters.error("rejected")
+
+    def _timed(self, kind: str, timed, receive) -> None:
+        """Handle a protocol message with ``receive``; a move's messages are logged
+        with the time taken, the group's buffer and how many tuples it replayed."""
         replayed = self.emitter.stats["replayed"]
         buffered = self.emitter.buffer.size(timed.key_group) if timed else 0
         started = time.perf_counter()
         try:
-            rest = self.receive_elastorm(tup)
+            rest = receive()
         except (ValueError, MigrationProtocolError) as exc:
             log.error("emitter: %s: %s", type(exc).__name__, exc)
             self.counters.error("bad_control")

@@ -237,14 +237,18 @@ class _Sending(CheckedEncoding):
             try:
                 self.receive_command(message)
             except (ValueError, MigrationProtocolError) as exc:
-                log.error(
-                    "task %s: command %s from the controller not handled: %s",
-                    self._task, type(message).__name__, exc,
-                )  # fmt: skip
+                self.command_failed(message, f"{type(exc).__name__}: {exc}")
 
     def receive_command(self, message: Message) -> None:
         """One command of the controller (sender ``CONTROLLER_SENDER``)."""
         raise NotImplementedError
+
+    def command_failed(self, message: Message, reason: str) -> None:
+        """A command of the controller was refused or malformed; override to count it."""
+        log.error(
+            "task %s: command %s from the controller not carried out: %s",
+            self._task, type(message).__name__, reason,
+        )  # fmt: skip
 
 
 def start_durable(
@@ -633,7 +637,7 @@ class KeyedEmitting(_Sending):
 
     def receive_command(self, message: Message) -> None:
         for action in self._receive_from(CONTROLLER_SENDER, message):
-            log.warning("emitter task %s: %s", self._task, action)
+            self.command_failed(message, str(action))
 
     def _receive_from(self, sender: int, message: Message) -> list[Action]:
         emitter = self._emitter_for(sender, message)
