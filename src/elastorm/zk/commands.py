@@ -99,11 +99,6 @@ class CommandOutbox(BackgroundLoop):
             self._queue.append((task, encode_command(self._sender, self._numbered, message)))
         self.wake()
 
-    @property
-    def waiting(self) -> int:
-        """Commands posted but not in ZooKeeper yet."""
-        return len(self._queue)
-
     def stop(self, timeout: float = 2.0) -> None:
         self._halt(timeout)
 
