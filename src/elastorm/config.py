@@ -1034,6 +1034,12 @@ class ProjectConfig(Section, topology=False):
         "elastorm.worker_heap_mb", JSON_INT, 512, "heap of each worker JVM",
         check=at_least(128),
     )  # fmt: skip
+    worker_jvm_opts: str = option(
+        "elastorm.worker_jvm_opts", STR, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "JVM options of each worker, after its heap: the default compiles with C1 only and "
+        "collects on one thread, so tens of workers starting on a few cores do not spend "
+        "minutes in C2 and parallel GC (docs/benchmarks.md, \"Worker JVM options\")",
+    )  # fmt: skip
     postgres_port: int = option(
         "elastorm.postgres_port", JSON_INT, 15432,
         "the loopback port of the private PostgreSQL server of `elastorm postgres up` "

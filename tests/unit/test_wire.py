@@ -156,7 +156,9 @@ def test_the_dict_codec_still_round_trips_a_to_state() -> None:
         ToState(key_group=1, epoch=2, protocol=Protocol.CPAL, items=items),
         Migrate(key_group=1, epoch=2, protocol=Protocol.CPA, source=3, target=4),
         ToCheckpoint(key_group=1, epoch=2),
+        ToCheckpoint(key_group=1, epoch=2, protocol=Protocol.CPAL, items=items),
         SyncGroup(key_group=1, epoch=2),
+        SyncGroup(key_group=1, epoch=2, items=items),
         CheckpointAck(key_group=1, checkpoint=(2, 3), watermarks={"u": 3}),
     ):
         assert decode(json.loads(json.dumps(encode(message)))) == message

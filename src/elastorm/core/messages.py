@@ -205,14 +205,21 @@ class ToStateAck(Message):
 class ToCheckpoint(Message):
     """Upstream -> source: no more data for the group from me (normal).
 
-    ``protocol`` is the migration's (CPA or CPAL) for the source's report."""
+    ``protocol`` is the migration's (CPA or CPAL) for the source's report. ``items``:
+    the upstream's output buffer for the group, as in the target's toState: whatever of
+    it the source never got (lost on the wire, or parked behind such a loss) it applies
+    now, with its outputs, before it drains; what it had it drops by sequence. The
+    target replays the same tuples without outputs, so each tuple's outputs leave once."""
 
     key_group: int
     epoch: int
     protocol: Protocol = Protocol.CPA
+    items: tuple[DataTuple, ...] = ()
 
     def __post_init__(self) -> None:
         _check_group_and_epoch(self)
+        if not isinstance(self.items, tuple):
+            raise TypeError("items must be a tuple")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -228,13 +235,21 @@ class ProcessedAllReplay(Message):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SyncGroup(Message):
-    """CPAL upstream -> target: I stopped duplicating to the source (normal)."""
+    """CPAL upstream -> target: I stopped duplicating to the source (normal).
+
+    ``items``: the upstream's output buffer for the group, the same the source's
+    toCheckpoint carries: the target applies, without outputs, any of them a loss on
+    the wire kept from it, so every tuple numbered before the switch is the source's
+    to send outputs for, and every later one the target's."""
 
     key_group: int
     epoch: int
+    items: tuple[DataTuple, ...] = ()
 
     def __post_init__(self) -> None:
         _check_group_and_epoch(self)
+        if not isinstance(self.items, tuple):
+            raise TypeError("items must be a tuple")
 
 
 CheckpointId = tuple[int, int]

@@ -79,7 +79,9 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int, host: str = LOOPBACK) -> di
         "storm.log.dir": str(cfg.logs),
         "worker.heap.memory.mb": cfg.worker_heap_mb,
         "topology.worker.max.heap.size.mb": float(cfg.worker_heap_mb),
-        "worker.childopts": f"-Xmx{cfg.worker_heap_mb}m -Djava.net.preferIPv4Stack=true",
+        "worker.childopts": (
+            f"-Xmx{cfg.worker_heap_mb}m -Djava.net.preferIPv4Stack=true {cfg.worker_jvm_opts}"
+        ).strip(),
         "supervisor.worker.start.timeout.secs": 120,
         # Storm's own liveness timeouts, raised from 30/120/30 s: on this 2-core machine
         # under load a starting worker took over 120 s and a busy one's heartbeat lagged

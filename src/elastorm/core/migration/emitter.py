@@ -266,15 +266,14 @@ class Emitter:
 
     def _on_cpa(self, m: Migrate) -> list[Action]:
         assert m.source is not None
-        actions: list[Action] = [self._to_state(m)]
+        to_state = self._to_state(m)
         self._redirect(m.key_group, m.target, m.epoch)
-        actions.append(
-            Send(
-                to_task=m.source,
-                message=ToCheckpoint(key_group=m.key_group, epoch=m.epoch, protocol=Protocol.CPA),
-            )
+        assert isinstance(to_state.message, ToState)
+        items = to_state.message.items  # the source fills any gap from them (ToCheckpoint)
+        to_checkpoint = ToCheckpoint(
+            key_group=m.key_group, epoch=m.epoch, protocol=Protocol.CPA, items=items
         )
-        return actions
+        return [to_state, Send(to_task=m.source, message=to_checkpoint)]
 
     def _on_cpal(self, m: Migrate) -> list[Action]:
         assert m.source is not None
@@ -329,12 +328,13 @@ class Emitter:
         del self._dup[g]
         self._route[g] = Route.OWNER
         self._redirect(g, dup.target, dup.epoch)
+        items = self.buffer.replay(g)  # each end fills its gaps from it (messages' docs)
+        to_checkpoint = ToCheckpoint(
+            key_group=g, epoch=dup.epoch, protocol=Protocol.CPAL, items=items
+        )
         return [
-            Send(to_task=dup.target, message=SyncGroup(key_group=g, epoch=dup.epoch)),
-            Send(
-                to_task=dup.source,
-                message=ToCheckpoint(key_group=g, epoch=dup.epoch, protocol=Protocol.CPAL),
-            ),
+            Send(to_task=dup.target, message=SyncGroup(key_group=g, epoch=dup.epoch, items=items)),
+            Send(to_task=dup.source, message=to_checkpoint),
         ]
 
     def _on_replicate(self, m: Migrate) -> list[Action]:

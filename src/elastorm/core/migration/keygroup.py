@@ -517,15 +517,23 @@ class KeyGroupMachine:
             self.phase = Phase.DRAINING
         elif message.epoch != self.epoch:
             return self._fail(f"toCheckpoint of epoch {message.epoch} during {self.epoch}")
+        # What ``sender`` sent here before it turned to the target but never arrived,
+        # and what is parked behind it: applied now with its outputs (the target
+        # replays these tuples without), so no tuple's outputs are skipped.
+        actions = self._replay(message.items, emit=True, sender=sender)
         self._pending.discard(sender)
-        return self._maybe_complete()
+        return actions + self._maybe_complete()
 
     def _on_sync_group(self, sender: int, message: SyncGroup) -> list[Action]:
         if message.epoch != self.epoch:
             return self._fail(f"syncGroup of epoch {message.epoch} during {self.epoch}")
+        # Before ``sender`` counts as synced (its later tuples wait for the end and are
+        # sent outputs for): what it sent before the switch and a loss kept from here,
+        # applied quietly, as the source sends those tuples' outputs.
+        actions = self._replay(message.items, emit=False, sender=sender)
         self._synced.add(sender)
         self._pending.discard(sender)
-        return self._maybe_complete()
+        return actions + self._maybe_complete()
 
     def _on_direct(self, sender: int, message: Migrate) -> list[Action]:
         if message.protocol is not Protocol.DIRECT or message.source != self.task:
