@@ -217,10 +217,18 @@ class FakeRuntime:
 
     def __init__(self) -> None:
         self.znodes: dict[str, bytes] = {}
-        self.client = SimpleNamespace(
-            connected=True, DataWatch=lambda path, func: None, set=self.znodes.__setitem__
-        )
+        self.never_started: set[int] = set()  # keyed tasks that counted no start yet
         self.layout = ZnodeLayout("t")
+        self.client = SimpleNamespace(
+            connected=True,
+            DataWatch=lambda path, func: None,
+            set=self.znodes.__setitem__,
+            exists=lambda path: (
+                None
+                if any(path == self.layout.incarnation("op", t) for t in self.never_started)
+                else object()
+            ),
+        )
         self.incarnations: dict[int, int] = {10: 1, 11: 1, 12: 1}  # every keyed task's znode
         self.watcher = SimpleNamespace(
             events=[],
@@ -487,6 +495,22 @@ def test_an_absent_task_whose_znode_appears_within_the_grace_is_not_declared(
     bolt.detect_failures(100.0 + bolt.detector.grace)
     assert fenced == [] and not [s for s in sent if isinstance(s.message, Migrate)]
     assert bolt.detector.declared == frozenset()
+
+
+def test_after_a_take_over_a_task_that_never_started_is_not_suspected(controller) -> None:
+    """join lose-1-ctl at 58535de (docs/benchmarks.md, "Session 27"): the leader was
+    killed while two tasks' workers were still starting (57 s after the submission, 2
+    cores); the new leader found no znode of them and declared them lost 5 s later, as
+    they came up. A task that never counted a start is being launched, not lost; one
+    that did and has no znode is suspected as before."""
+    bolt, runtime, sent, fenced = controller
+    del runtime.incarnations[11]
+    del runtime.incarnations[12]
+    runtime.never_started = {11}
+    bolt.detect_failures(100.0)
+    bolt.detect_failures(100.0 + bolt.detector.grace)
+    assert fenced == [(12, UNSEEN)]
+    assert bolt.detector.declared == frozenset({12})
 
 
 def test_absent_tasks_are_not_suspected_before_the_task_znodes_were_read(controller) -> None:

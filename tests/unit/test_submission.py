@@ -20,7 +20,7 @@ from elastorm.zk.codec import (
     encode_routing,
 )
 from elastorm.zk.layout import ZnodeLayout, ZnodeLayoutError, submission_id
-from elastorm.zk.requests import read_routing, register_incarnation
+from elastorm.zk.requests import ever_started, read_routing, register_incarnation
 from elastorm.zk.submission import (
     Verdict,
     Znode,
@@ -83,7 +83,9 @@ def test_a_new_submission_under_an_old_name_starts_clean_and_archives_the_old(
     assert decode_submission(zk.get(LAYOUT.submission)[0]) == record == read_submission(zk, LAYOUT)
     # Starts clean: no routing table to resume, a first start of every task.
     assert read_routing(zk, LAYOUT, "count") is None
+    assert not ever_started(zk, LAYOUT, "count", 5)  # a take-over does not suspect it
     assert register_incarnation(zk, LAYOUT, "count", 5) == 1
+    assert ever_started(zk, LAYOUT, "count", 5) and not ever_started(zk, LAYOUT, "count", 6)
     assert not zk.exists(LAYOUT.restart_point("router", 3))
     assert not zk.exists(LAYOUT.scheduler_nodes) and not zk.exists(LAYOUT.controller)
     # Kept in place: the scheduler's placement (Nimbus placed the new submission) and

@@ -74,7 +74,13 @@ from elastorm.storm.savepoint import durable_savepoint, durable_view, first_epoc
 from elastorm.storm.watchdog import Watchdog, exit_hung
 from elastorm.storm.wire import CheckedEncoding
 from elastorm.zk.commands import CommandOutbox
-from elastorm.zk.requests import ZK_ERRORS, RequestBoard, write_fence, write_liveness
+from elastorm.zk.requests import (
+    ZK_ERRORS,
+    RequestBoard,
+    ever_started,
+    write_fence,
+    write_liveness,
+)
 from elastorm.zk.scaling import NodeWatch
 from elastorm.zk.view import TaskJoined, TaskLeft
 
@@ -335,9 +341,24 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
         this controller watched (a standby that started late never saw it leave), so it
         is suspected (``FailureDetector.absent``) and declared after the grace unless a
         znode of it appears. Not on a topology's first start, where a slow task simply
-        has not registered yet (a chaos run declared one so at cc09e88)."""
+        has not registered yet (a chaos run declared one so at cc09e88), nor, after a
+        take-over, a task that never counted a start: its worker is still being
+        launched (join lose-1-ctl at 58535de: two tasks were still starting 57 s after
+        the submission, on 2 cores, when the leader was killed, and were declared lost
+        5 s later as they came up)."""
         for task, op in sorted(self.operator_of.items()):
             if task not in live:
+                try:
+                    if not ever_started(self.runtime.client, self.runtime.layout, op, task):
+                        log.info(
+                            "controller: task %s of %s has not started yet (no znode, no "
+                            "start counted): not suspected",
+                            task,
+                            op,
+                        )
+                        continue
+                except ZK_ERRORS as exc:  # cannot tell: suspect it, as before
+                    log.warning("controller: task %s's starts unreadable (%r)", task, exc)
                 log.warning(
                     "controller: task %s of %s has no znode as this controller takes over",
                     task,

@@ -294,6 +294,12 @@ def register_incarnation(
         return count
 
 
+def ever_started(client: KazooClient, layout: ZnodeLayout, component: str, task: int) -> bool:
+    """Whether ``component``'s task ``task`` has counted a start in this submission
+    (:func:`register_incarnation`): one that never did is still being launched, not lost."""
+    return client.exists(layout.incarnation(component, task)) is not None
+
+
 def write_fence(
     client: KazooClient, layout: ZnodeLayout, component: str, task: int, incarnation: int
 ) -> None:
