@@ -504,7 +504,9 @@ def test_commands_reach_each_task_in_order_once_and_a_restart_drops_the_old_ones
     deadline = time.monotonic() + 10
     while outbox.written < 61 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert clear_mailbox(admin, layout, 6) == 1  # its restart drops it
+    assert clear_mailbox(admin, layout, 6, 1) == 0  # a first start keeps it: for it
+    assert len(admin.get_children(layout.command_dir(6))) == 1
+    assert clear_mailbox(admin, layout, 6, 2) == 1  # a restart drops it
     assert admin.get_children(layout.command_dir(6)) == []
     outbox.stop()
     inboxes[5].stop()

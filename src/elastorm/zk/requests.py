@@ -383,7 +383,7 @@ def at_start(
             client.start(timeout=max(1.0, min(5.0, give_up - time.monotonic())))
             claim_submission(client, layout, storm_id)
             incarnation = register_incarnation(client, layout, component, task)
-            stale = clear_mailbox(client, layout, task)
+            stale = clear_mailbox(client, layout, task, incarnation)
             if stale:
                 log.warning("task %s: %d commands to its earlier life dropped", task, stale)
             return incarnation, read(client, layout, incarnation)
