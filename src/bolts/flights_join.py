@@ -100,14 +100,12 @@ class DailyWindows(CountedKeyedBolt):
 
     role = "window"
     outputs = [Stream(fields=WINDOW_FIELDS)]
-    last_row = ValueState(default=-1)  # the highest joined row applied for the plane
     days = MapState()  # day start (str) -> [flights, delay, air]
 
     def process_keyed(self, key, values):
-        _, row, arr_delay, air_time, ts = values[: len(JOINED_FIELDS)]
-        if row <= self.last_row.value():
-            return  # a joined row a restored join sent again
-        self.last_row.update(row)
+        # A joined row sent again (a restored join's replay, a resend) never gets here:
+        # elastorm skips a repeat by its output id. Rows come in any order.
+        _, _, arr_delay, air_time, ts = values[: len(JOINED_FIELDS)]
         day = str(window_of(ts))
         totals = add_to_window(self.days.get(day), arr_delay, air_time)
         self.days.put(day, totals)
