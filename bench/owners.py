@@ -4,8 +4,11 @@ routing epoch?
 While a run goes on, ``OwnerSampler`` reads every live keyed task's heartbeat
 (``tasks/<task-id>`` in ZooKeeper) several times a second. A heartbeat says which key
 groups the task owns outright (its coordinator's ``ACTIVE`` groups, i.e. the groups it
-is applying tuples of) and the newest routing epoch the task has seen, both taken at
-the same moment (``ElasticBolt.measure``). Each (task, operator, group, epoch) seen is
+is applying tuples of) and the newest routing epoch under which it came to own one of
+them, both taken at the same moment (``ElasticBolt.measure``; until session 27 the
+newest epoch the task had seen on any message, so a direct move's source, numbering
+its last checkpoints in the move's epoch, claimed the group at the epoch its target
+then claimed it at: two owners reported for a handover). Each (task, operator, group, epoch) seen is
 a ``Claim``. ``two_owners`` then finds every (operator, group, epoch) claimed by more
 than one task: the design promises one owner per key group per routing epoch
 (docs/failures.md, "Fencing"), so the harness's target is none, ever.

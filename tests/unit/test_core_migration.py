@@ -104,6 +104,29 @@ def test_direct_ships_a_full_checkpoint_then_runs_cpa() -> None:
     assert c.emitters[10].buffer.size(0) == 0  # trimmed by the direct checkpoint
 
 
+def test_a_direct_source_claims_its_group_at_its_own_epoch_not_the_moves() -> None:
+    """join cpal-target at 58535de: the harness saw group 17 claimed by its direct
+    move's source and target at one epoch. The source numbers its last checkpoints in
+    the move's epoch, but owns the group under the routing it came to own it by; its
+    heartbeat's epoch (``owned_epoch``) says so, and the target's is the move's."""
+    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10])
+    c.emit(10, KEY0, 3)
+    c.run_until_quiet()
+    assert c.migrate(0, 2, Protocol.CPA) is Protocol.DIRECT
+    claims: dict[int, set[int]] = {0: set(), 2: set()}
+    borrowed = set()  # the source's group epoch while it still owns the group
+    while c.pending():
+        c.deliver(c.pending()[0])
+        for t in claims:
+            if c.coordinators[t].phase(0) is Phase.ACTIVE:
+                claims[t].add(c.coordinators[t].owned_epoch())
+                if t == 0:
+                    borrowed.add(c.coordinators[0].machine(0).epoch)
+    assert claims[0] == {0} and claims[2] and not claims[0] & claims[2]
+    assert borrowed & claims[2]  # what the heartbeat claimed before: the target's epoch
+    assert c.coordinators[2].machine(0).owned_epoch == c.coordinators[2].machine(0).epoch > 0
+
+
 def test_illegal_message_raises_and_the_machine_stays_failed() -> None:
     coord = TaskCoordinator(task=5, num_key_groups=G, upstreams=[10])
     with pytest.raises(MigrationProtocolError):

@@ -101,7 +101,6 @@ def keyed_task(root, *, owned=(), holders=None) -> tuple[KeyedOperator, list, li
     bolt.durable = DurableWriter(bolt.view.store)
     bolt._retry_max_secs = 1.0
     bolt._loads = queue.SimpleQueue()
-    bolt._epoch = 0
     bolt.pauses = PauseMeter()
     bolt.load_meter = LoadMeter()
     bolt._taking, bolt.takeovers = {}, {}

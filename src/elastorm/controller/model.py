@@ -433,7 +433,8 @@ class Heartbeat:
     * ``state_sizes``: bytes of state per owned key group (becomes checkpoint size);
     * ``buffered``: tuples in this task's output buffers per *downstream* key group
       (what a restore or CPA would replay);
-    * ``epoch``: the routing epoch the task last applied;
+    * ``epoch``: the newest routing epoch under which the task came to own one of
+      ``key_groups`` (a move's target, a restore; never a direct source's borrowed one);
     * ``durable``: its durable writer's numbers (:class:`DurableHealth`); None with the
       durable tier off (and in heartbeats of tasks from before the field).
 

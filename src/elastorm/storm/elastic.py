@@ -758,7 +758,6 @@ class KeyedOperator(_Sending):
         self.node = node_name(tasks.index(task))
         self.load_meter = LoadMeter(external=config.external_load.get(self.node, 0.0))
         self._full_gc = full_collections(config.gc_full_every_secs, time.monotonic())
-        self._epoch = routing.epoch
         self.heartbeats = None
         self._last_heartbeat = None  # before the publisher's thread can ask for it
         if config.heartbeats:
@@ -791,9 +790,6 @@ class KeyedOperator(_Sending):
     def _receive(self, sender: int, message: Message, began: float) -> None:
         """``message`` from task ``sender`` (this task itself for its durable tier's) to
         the coordinator; the actions performed, the pause timed."""
-        epoch = getattr(message, "epoch", None)
-        if isinstance(epoch, int) and epoch > self._epoch:
-            self._epoch = epoch
         before = self._phase_of(message)
         try:
             actions = self.coordinator.receive(sender, message)
@@ -971,7 +967,7 @@ class KeyedOperator(_Sending):
             latency=sample.latency,
             service_time=sample.service,
             state_sizes=tuple(sizes),
-            epoch=max(self._epoch, 0),
+            epoch=max(self.coordinator.owned_epoch(), 0),
             durable=self.durable_beat(owned),
         )
 

@@ -206,6 +206,14 @@ class TaskCoordinator:
         """Groups this task owns outright (``ACTIVE``)."""
         return tuple(g for g, m in sorted(self._machines.items()) if m.phase is Phase.ACTIVE)
 
+    def owned_epoch(self) -> int:
+        """The newest routing epoch under which this task came to own one of its groups
+        (-1: it owns none): what its heartbeat claims them at. O(machines)."""
+        return max(
+            (m.owned_epoch for m in self._machines.values() if m.phase is Phase.ACTIVE),
+            default=-1,
+        )
+
     def replicas(self) -> tuple[int, ...]:
         """Groups this task shadows as their active replica."""
         return tuple(g for g, m in sorted(self._machines.items()) if m.phase is Phase.REPLICA)

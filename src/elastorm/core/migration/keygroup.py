@@ -64,6 +64,10 @@ from elastorm.core.migration.table import (
 from elastorm.core.outbox import PENDING
 from elastorm.core.state import KeyGroupState, Step
 
+_OWNING = frozenset({Phase.ACTIVE, Phase.DIRECT_SOURCE, Phase.DRAINING})
+"""Phases of a task that owns the group and keeps owning it when it turns ``ACTIVE``
+(a direct source back from shipping its full checkpoint)."""
+
 
 def _applied(
     key_group: int, item: DataTuple, result: object, emit: bool, tentative: bool
@@ -145,6 +149,10 @@ class KeyGroupMachine:
         self._step = step
         self.epoch = epoch
         self.phase = Phase.ACTIVE if owned else Phase.IDLE
+        #: The routing epoch under which this task came to own the group: a direct
+        #: move's source keeps it while it numbers its last checkpoints in the move's
+        #: epoch, so an owner's claim never shares an epoch with the next owner's.
+        self.owned_epoch = epoch
         self.state: KeyGroupState | None = (
             KeyGroupState(key_group, step=step, epoch=epoch) if owned else None
         )
@@ -187,6 +195,7 @@ class KeyGroupMachine:
                 self._hint_for(message),
             )
         handler, allowed = entry
+        before = self.phase
         try:
             actions = getattr(self, handler)(sender, message)
         except MigrationProtocolError:
@@ -194,6 +203,8 @@ class KeyGroupMachine:
             raise
         if self.phase not in allowed:  # the table is the spec: keep code and table in step
             return self._fail(f"{handler} moved to {self.phase.value}, not in {allowed}")
+        if self.phase is Phase.ACTIVE and before not in _OWNING:
+            self.owned_epoch = self.epoch  # taken over (a move's target, a restore)
         return actions
 
     def checkpoint(self, *, full: bool = False) -> list[Action]:
