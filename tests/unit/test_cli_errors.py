@@ -119,3 +119,37 @@ def test_cluster_up_with_zero_supervisors_is_refused_too(project: Path, capsys) 
     line = _one_error_line(capsys.readouterr().err, "cluster")
     assert line.endswith("--supervisors must be at least 1, got 0")
     assert not (project / ".elastorm").exists()
+
+
+def test_a_kill_whose_client_failed_is_tried_again_while_nimbus_lists_the_topology(
+    monkeypatch, tmp_path
+) -> None:
+    """chaos join/zk-stop at 613145f: Nimbus took the kill, then refused one of the
+    client's polls on a loaded machine, and the run failed on ``sparse kill failed``."""
+    from elastorm.errors import UserError
+    from elastorm.runtime import config as runtime_config
+    from elastorm.runtime import nimbus
+
+    calls, listings = [], iter([True, False])
+    monkeypatch.setattr(runtime_config, "env_nimbus", lambda project, env: ("127.0.0.1", 1))
+    monkeypatch.setattr(nimbus, "KILL_RETRY_SECS", 0.0)
+
+    def sparse(project, *args, **kw):
+        calls.append(args[0])
+        raise UserError("sparse kill failed: TTransportException(Could not connect)")
+
+    monkeypatch.setattr(nimbus, "sparse", sparse)
+    monkeypatch.setattr(
+        nimbus,
+        "cluster_summary",
+        lambda host, port: {"topologies": [{"name": "t"}] if next(listings) else []},
+    )
+    nimbus.kill(tmp_path, "cluster", "t")  # failed twice; gone after the second
+    assert calls == ["kill", "kill"]
+    listings = iter([True, True, True])
+    monkeypatch.setattr(
+        nimbus, "cluster_summary", lambda host, port: {"topologies": [{"name": "t"}]}
+    )
+    with pytest.raises(UserError, match="sparse kill failed"):
+        nimbus.kill(tmp_path, "cluster", "t")  # still listed after every attempt
+    assert calls.count("kill") == 2 + nimbus.KILL_ATTEMPTS

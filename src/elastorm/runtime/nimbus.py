@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -108,9 +109,42 @@ def submit(
     sparse(project, *args)
 
 
+KILL_ATTEMPTS = 3
+KILL_RETRY_SECS = 2.0
+
+
 def kill(project: Path, env: str, name: str, wait: int = 1) -> None:
-    """``sparse kill``; waits until Nimbus no longer lists the topology."""
-    sparse(project, "kill", "-e", env, "-n", name, "--wait", str(wait))
+    """``sparse kill``; waits until Nimbus no longer lists the topology.
+
+    A failed attempt is tried again, ``KILL_RETRY_SECS`` later, while Nimbus still lists
+    the topology (or cannot say): on a loaded machine one of the client's polls found
+    Nimbus's Thrift port closed after the kill had been taken (chaos ``join/zk-stop``
+    at 613145f). ``UserError`` once ``KILL_ATTEMPTS`` have failed."""
+    from elastorm.runtime.config import env_nimbus
+
+    for attempt in range(1, KILL_ATTEMPTS + 1):
+        try:
+            sparse(project, "kill", "-e", env, "-n", name, "--wait", str(wait))
+            return
+        except UserError as exc:
+            try:
+                listed = any(
+                    t["name"] == name
+                    for t in cluster_summary(*env_nimbus(project, env))["topologies"]
+                )
+            except UserError:
+                listed = True  # cannot tell: try again
+            if not listed:
+                log.warning(
+                    "sparse kill of %s failed (%s), but Nimbus no longer lists it", name, exc
+                )
+                return
+            if attempt == KILL_ATTEMPTS:
+                raise
+            log.warning(
+                "sparse kill of %s failed (%s); again in %.0f s", name, exc, KILL_RETRY_SECS
+            )
+            time.sleep(KILL_RETRY_SECS)
 
 
 def executor_nodes(
