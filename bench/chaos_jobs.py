@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -268,8 +269,9 @@ class UserJob(FlightsJob):
         got = gather(self.topology, self.zk_hosts, None)
         return sorted(t for t, r in got.tasks.items() if r.identity.operator == component)
 
-    def _input_ended_by(self, wall: float) -> bool:
-        return self._committed() >= self._total_rows()
+    def _input_ended_at(self) -> float | None:
+        """The sink committed every row: ended (when is not known; the restore decides)."""
+        return -math.inf if self._committed() >= self._total_rows() else None
 
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
         """Seconds from ``since`` until the sink committed a row more than it had when

@@ -56,12 +56,12 @@ class FlightsJob(ElasticFlightsDriver):
         ours = (n for n in counts if n.startswith(prefix) and n.endswith(".json"))
         return [int(n[len(prefix) : -len(".json")]) for n in ours]
 
-    def _input_ended_by(self, wall: float) -> bool:
-        """Whether every spout task had read its last row by ``wall`` (wall clock)."""
+    def _input_ended_at(self) -> float | None:
+        """When the last spout task read its last row (wall clock); None before."""
         spouts = read_results(self.output_dir).spouts
-        return bool(spouts) and all(
-            s.get("exhausted") and s.get("exhausted_at", wall + 1) <= wall for s in spouts
-        )
+        if not spouts or not all(s.get("exhausted") for s in spouts):
+            return None
+        return max(float(s.get("exhausted_at", time.time())) for s in spouts)
 
     def _progress(self, status: dict[str, Any], groups: list[int], since: float) -> float | None:
         """Seconds from ``since`` (wall clock) until every group in ``groups`` had applied
@@ -330,10 +330,13 @@ class NodeLossDriver(ElasticCrashDriver):
                 seen.setdefault("detected", now)  # restored implies declared lost
             if "restored" in seen:
                 progress = self._progress(status, owned, killed_wall)
-                if progress is None and self._input_ended_by(killed_wall + seen["restored"]):
-                    # restored after the spout's last row: what the groups missed was
-                    # replayed during the restore, and no new tuple will come
-                    progress = seen["after_input"] = seen["restored"]
+                ended = None if progress is not None else self._input_ended_at()
+                if ended is not None:
+                    # The input ended: what the groups missed was replayed during the
+                    # restore, and no new tuple will come to show them applying. Also
+                    # when the restore ended just before the last row (CI at a6f5076:
+                    # 50 ms before it, and the run waited for a tuple for 180 s).
+                    progress = seen["after_input"] = max(seen["restored"], ended - killed_wall)
                 if progress is not None:
                     seen["progress"] = progress
             if now > self.migration_timeout:

@@ -65,7 +65,7 @@ STATE_API += ["keys", "values", "items", "is_empty"]
 STATE_API += ["on_window"]
 #: A chaos job's hooks (``bench/chaos_jobs.py``) that only the fault drivers call: they
 #: live in ``tests/integration/crash_driver.py`` (run by ``bench/chaos.py``), not scanned.
-JOB_HOOKS = ["_input_ended_by", "_progress", "_tentative_updates"]
+JOB_HOOKS = ["_input_ended_at", "_progress", "_tentative_updates"]
 #: The migration machines dispatch messages to handlers by name (``getattr``).
 DISPATCHED = ["_on_*", "_ignore*", "_reject_*"]
 
