@@ -61,7 +61,8 @@ totals against pandas: ``lost`` sums what is missing, ``twice`` what is extra. D
 every run ``OwnerSampler`` (``bench/owners.py``) reads the keyed tasks' heartbeats 5
 times a second and records any key group claimed by two tasks at one routing epoch
 (``two_owners``), and any old owner still claiming a group 5 s after another task took
-it at a newer epoch (``stale_owners``). A network cut also counts what the sink received
+it at a newer epoch, or, for a CPA/CPAL source, after the controller last waited for it
+to finish (``stale_owners``). A network cut also counts what the sink received
 from the cut-off node's tasks after their groups were restored elsewhere
 (``faults.cuts[].stale_outputs``). Each record keeps the 1-minute load average at the
 run's start and end (``loadavg_1m``: the machine is shared) and the seconds until the

@@ -21,11 +21,21 @@ claimed the same group at a newer epoch. Times are the heartbeats' own publish t
 so a dead task's last znode (kept until its session ends) does not count as claiming
 on. A task cut off from ZooKeeper cannot publish, so what it applies meanwhile is not
 seen here (the totals check covers it).
+
+A CPA or CPAL source is not stale while it works through its queue: it keeps applying
+(and sending the outputs of) the tuples sent to it before the switch until its last
+toCheckpoint arrives (docs/protocols.md, "CPA"), so on a loaded machine it claims the
+group at its old epoch for as long as it lags (12-15 s in ``join/cpal-source``,
+sessions 26-27). The sampler also reads the controller's status, which names each
+migration's ends still to report done; ``grace`` then counts from the last time the
+controller still waited for that source (a source that never finishes stays flagged:
+the controller reports its move stuck).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +60,19 @@ class Claim:
 GRACE = 5.0
 
 
-def stale_owners(seen: Mapping[Claim, tuple[float, float]], grace: float = GRACE) -> list[dict]:
+#: ``(task, operator, group)`` of a move's source -> first and last wall-clock time the
+#: controller's status still waited for that source to finish handing the group over.
+Handing = Mapping[tuple[int, str, int], tuple[float, float]]
+
+
+def stale_owners(
+    seen: Mapping[Claim, tuple[float, float]],
+    grace: float = GRACE,
+    handing: Handing | None = None,
+) -> list[dict]:
     """Every claim of a group published more than ``grace`` s after another task first
-    claimed it at a newer epoch; ``seen`` maps each claim to the first and last publish
+    claimed it at a newer epoch (or, for a move's source, after the controller last
+    waited for it: ``handing``); ``seen`` maps each claim to the first and last publish
     times (wall clock) it was seen with.
 
     >>> old = Claim(task=1, operator="op", group=3, epoch=5)
@@ -61,16 +81,21 @@ def stale_owners(seen: Mapping[Claim, tuple[float, float]], grace: float = GRACE
     []
     >>> stale_owners({old: (0.0, 16.0), new: (10.0, 30.0)})
     [{'operator': 'op', 'group': 3, 'task': 1, 'epoch': 5, 'newer': 2, 'seconds': 6.0}]
+    >>> stale_owners({old: (0.0, 16.0), new: (10.0, 30.0)}, handing={(1, "op", 3): (9.0, 12.0)})
+    []
+    >>> stale_owners({old: (0.0, 18.0), new: (10.0, 30.0)}, handing={(1, "op", 3): (9.0, 12.0)})
+    [{'operator': 'op', 'group': 3, 'task': 1, 'epoch': 5, 'newer': 2, 'seconds': 6.0}]
     """
     out = []
     for old, (_, last) in sorted(seen.items(), key=lambda kv: _order(kv[0])):
         for new, (first, _) in sorted(seen.items(), key=lambda kv: _order(kv[0])):
             if (new.operator, new.group) != (old.operator, old.group) or new.task == old.task:
                 continue
-            if new.epoch > old.epoch and last - first > grace:
+            since = max(first, (handing or {}).get((old.task, old.operator, old.group), (0, 0))[1])
+            if new.epoch > old.epoch and last - since > grace:
                 out.append(
                     {"operator": old.operator, "group": old.group, "task": old.task,
-                     "epoch": old.epoch, "newer": new.task, "seconds": round(last - first, 2)}
+                     "epoch": old.epoch, "newer": new.task, "seconds": round(last - since, 2)}
                 )  # fmt: skip
                 break
     return out
@@ -151,6 +176,7 @@ class OwnerSampler:
     def __init__(self, hosts: str, driver: Any, every: float = 0.2) -> None:
         self.hosts, self.driver, self.every = hosts, driver, every
         self.claims: dict[Claim, tuple[float, float]] = {}
+        self.handing: dict[tuple[int, str, int], tuple[float, float]] = {}
         self.samples = self.failed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="owner-sampler", daemon=True)
@@ -169,7 +195,7 @@ class OwnerSampler:
             "failed_samples": self.failed,
             "claims": len(self.claims),
             "two_owners": two_owners(self.claims),
-            "stale_owners": stale_owners(self.claims),
+            "stale_owners": stale_owners(self.claims, handing=self.handing),
         }
 
     def _run(self) -> None:
@@ -188,6 +214,10 @@ class OwnerSampler:
                     for claim, at in _claims(client, name):
                         first, last = self.claims.get(claim, (at, at))
                         self.claims[claim] = (min(first, at), max(last, at))
+                    now = time.time()
+                    for source in _handing(client, name):
+                        first, _ = self.handing.get(source, (now, now))
+                        self.handing[source] = (first, now)
                     self.samples += 1
                 except Exception:  # ZooKeeper went away mid-sample: a lost sample
                     self.failed += 1
@@ -224,3 +254,16 @@ def _claims(client, topology: str) -> Iterable[tuple[Claim, float]]:
                 epoch=record.heartbeat.epoch,
             )
             yield claim, record.time
+
+
+def _handing(client, topology: str) -> Iterable[tuple[int, str, int]]:
+    """``(source task, operator, group)`` of every move the controller's status shows
+    in flight with its source still to report done."""
+    from elastorm.zk.layout import ZnodeLayout
+    from elastorm.zk.requests import read_operators, read_status
+
+    layout = ZnodeLayout(topology)
+    for operator in read_operators(client, layout):
+        for m in (read_status(client, layout, operator) or {}).get("migrations", []):
+            if "source" in m["waiting_for"]:
+                yield m["waiting_for"]["source"], operator, m["key_group"]

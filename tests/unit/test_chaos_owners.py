@@ -107,6 +107,23 @@ def test_an_old_owner_still_publishing_its_group_long_after_the_handover_is_stal
     assert stale_owners(_times(before, handed, tick)) == []
 
 
+def test_a_cpa_source_working_through_its_queue_is_stale_only_once_the_move_is_done():
+    # join/cpal-source at 20d59b4: the target (task 3) owned group 2 at epoch 5 from
+    # t=100; the source (task 1), 14.7 s behind, claimed it at epoch 4 until t=114.7,
+    # applying what was sent to it before the switch, while the controller still waited
+    # for its MigrationDone (to t=114.5). Not stale; claiming on past that is.
+    handed = FakeZk({1: _record(1, (2,), 4, at=99.0), 3: _record(3, (2,), 5, at=100.0)})
+    lagging = FakeZk({1: _record(1, (2,), 4, at=114.7), 3: _record(3, (2,), 5, at=114.7)})
+    waited = {(1, "sum_delays", 2): (99.5, 114.5)}
+    assert stale_owners(_times(handed, lagging)) != []  # what failed the run
+    assert stale_owners(_times(handed, lagging), handing=waited) == []
+    on = FakeZk({1: _record(1, (2,), 4, at=121.0), 3: _record(3, (2,), 5, at=121.0)})
+    assert stale_owners(_times(handed, lagging, on), handing=waited) == [
+        {"operator": "sum_delays", "group": 2, "task": 1, "epoch": 4, "newer": 3,
+         "seconds": 6.5}
+    ]  # fmt: skip
+
+
 def test_stale_outputs_count_only_the_cut_off_incarnation_after_its_restore() -> None:
     from owners import stale_outputs
 

@@ -130,6 +130,8 @@ def test_a_kill_whose_client_failed_is_tried_again_while_nimbus_lists_the_topolo
     from elastorm.runtime import config as runtime_config
     from elastorm.runtime import nimbus
 
+    # Nimbus refused Thrift for over 6 s after a ZooKeeper restart (join/zk-stop, 20d59b4)
+    assert (nimbus.KILL_ATTEMPTS - 1) * nimbus.KILL_RETRY_SECS >= 30
     calls, listings = [], iter([True, False])
     monkeypatch.setattr(runtime_config, "env_nimbus", lambda project, env: ("127.0.0.1", 1))
     monkeypatch.setattr(nimbus, "KILL_RETRY_SECS", 0.0)
