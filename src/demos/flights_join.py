@@ -16,9 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
-
-from demos.flights_reference import _number, _read
 from demos.flights_schema import NA_TOKENS, default_flights_path, parse_event_time
 
 DAY_SECS = 86_400
@@ -81,7 +78,15 @@ class JoinWindowReference:
 
 
 def compute_join_reference(path: str | None = None, limit: int | None = None):
-    """The expected windows, by pandas over the first ``limit`` rows of ``path``."""
+    """The expected windows, by pandas over the first ``limit`` rows of ``path``.
+
+    pandas is imported here, not with the module: every worker of the join job imports
+    this module for its operator functions, and pandas was half of each one's start
+    (1.6 s CPU of 2.9 s, ``bench/worker_imports.py``)."""
+    import pandas as pd
+
+    from demos.flights_reference import _number, _read
+
     df = _read(path or default_flights_path(), limit)
 
     def known(text: str) -> bool:  # an integer, not NA (a Series of them turns float)

@@ -259,3 +259,45 @@ def test_a_dropped_replica_forgets_its_outputs(monkeypatch, tmp_path, emitted) -
     bolt.coordinator.m = _Machine(Phase.IDLE, Protocol.REPLICATE)
     bolt.perform([])
     assert not emitted and not bolt._shadow
+
+
+def test_the_driver_waits_for_a_sink_that_never_wrote_instead_of_settling(
+    tmp_path, monkeypatch
+) -> None:
+    """chaos join/lose-1, session 28: the sink's Python process had not started 68 s
+    after Storm prepared it (load 127); the wait settled 20 s after the spout ended and
+    the run reported every flight lost. No sink output is a stall, for the timeout."""
+    import json
+
+    import drivers.flights_join as driver_module
+    from drivers.flights_join import JoinWindowDriver
+    from elastorm.errors import UserError
+
+    (tmp_path / "spout-11.json").write_text(json.dumps({"rows_read": 100, "exhausted": True}))
+    monkeypatch.setattr(driver_module, "SETTLE_SECS", 0.5)
+    driver = JoinWindowDriver(100)
+    driver.expected = type("Ref", (), {"joined": 7})()
+    with pytest.raises(UserError, match="not complete"):
+        driver.wait(str(tmp_path), 3.0, lambda line: None)
+
+
+def test_workers_start_without_pandas_or_networkx() -> None:
+    """Every worker of the join job imports ``bolts.flights_join`` and every keyed
+    worker ``elastorm.storm.keyed_bolt``; pandas (for the reference) and networkx (for
+    the Peace schedule, off by default) were most of their start's CPU
+    (``bench/worker_imports.py``). Loaded only where used."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, bolts.flights_join, elastorm.storm.keyed_bolt\n"
+        "print(sorted(m for m in ('pandas', 'networkx') if m in sys.modules))"
+    )
+    src = Path(__file__).resolve().parents[2] / "src"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout

@@ -24,8 +24,6 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
-import networkx as nx
-
 W = TypeVar("W", bound=Hashable)
 """A writer's name (a task id, a string): hashable and sortable, so order is deterministic."""
 
@@ -103,6 +101,8 @@ def peace_schedule(sizes: Mapping[W, int], capacity: int) -> list[tuple[W, int]]
 
 def _route(chunks: int, room: Sequence[int]) -> list[int]:
     """The slots one writer's ``chunks`` take: a min-cost flow through the slots' ``room``."""
+    import networkx as nx  # here, not with the module: every keyed worker imports it
+
     graph = nx.DiGraph()
     graph.add_node("writer", demand=-chunks)
     graph.add_node("sink", demand=chunks)
