@@ -76,7 +76,7 @@ from typing import Any
 from streamparse import Bolt, Stream
 
 from elastorm.config import TopologyConfig
-from elastorm.core.actions import Applied, MigrationDone, Role, Send
+from elastorm.core.actions import Applied, Send
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.keyed_state import (
     TTL_TAG,
@@ -96,14 +96,13 @@ from elastorm.core.keys import (
     select_key,
     split_path,
 )
-from elastorm.core.messages import CheckpointAck, Trim
+from elastorm.core.messages import CheckpointAck
 from elastorm.core.migration.table import Phase
 from elastorm.core.once import first_application, output_id
 from elastorm.core.outbox import (
     PENDING,
     Outbox,
     Receipts,
-    Unreleased,
     confirmation,
     confirmed_inputs,
     confirmed_keys,
@@ -222,14 +221,10 @@ class KeyedBolt(KeyedOperator, Bolt):
         # outputs kept until every consumer that confirms confirmed them (core.outbox)
         self._consumers = consumers_by_stream(config.confirmed_outputs, context["componentid"])
         self._outbox = Outbox(config.unconfirmed_resend_secs) if self._consumers else None
-        # outputs held until a copy any restore starts from covers their inputs
-        self._unreleased = (
-            Unreleased() if self._outbox is not None and config.release_outputs_on_copy else None
-        )
         self._resend_logged = -math.inf  # when resends were last logged
         self.setup_keyed(conf, context, self._step)
         if self._outbox is not None:  # each copy of a group carries its unconfirmed ones
-            self.coordinator.pending_outputs = self._pending
+            self.coordinator.pending_outputs = self._outbox.pending
 
     def process_keyed(self, key: str, values: list) -> None:
         """One input tuple of ``key``; ``values`` are the tuple's values as sent."""
@@ -474,40 +469,6 @@ class KeyedBolt(KeyedOperator, Bolt):
                 "again", key_group, taken,
             )  # fmt: skip
 
-    def _pending(self, key_group: int) -> dict[str, list]:
-        """What a copy of ``key_group`` taken now carries in ``PENDING``: its outputs no
-        consumer confirmed and, when outputs wait for a copy, those held (the copy
-        covers their inputs, so no restore from it makes them again)."""
-        assert self._outbox is not None
-        if self._unreleased is None:
-            return self._outbox.pending(key_group)
-        return {**self._unreleased.pending(key_group), **self._outbox.pending(key_group)}
-
-    def _hold_or_send(self, applied: Applied, values: list, stream: str | None) -> bool:
-        """Hold ``values`` until a copy covers ``applied``'s input, if outputs wait for
-        a copy and its stream's consumers confirm (``elastorm.release_outputs_on_copy``);
-        whether it was held."""
-        name = stream or "default"
-        if self._unreleased is None or name not in self._consumers or applied.tentative:
-            return False
-        item = applied.item
-        self._unreleased.hold(applied.key_group, item.source, item.seq, name, values)
-        return True
-
-    def _release_covered(self, actions: list) -> None:
-        """Send the held outputs a trim of their group covers (a ``Trim`` to upstream
-        is the group's copies' common point); forget those of a group this task handed
-        over (``MigrationDone`` as a move's source: the target has them from the copy or
-        makes them again)."""
-        unreleased = self._unreleased
-        assert unreleased is not None
-        for a in actions:
-            if isinstance(a, Send) and type(a.message) is Trim:
-                for name, values in unreleased.release(a.message.key_group, a.message.watermarks):
-                    self._send(values, None if name == "default" else name)
-            elif isinstance(a, MigrationDone) and a.role is Role.SOURCE:
-                unreleased.drop(a.key_group)
-
     def resend_unconfirmed(self, now: float) -> None:
         """Send again the outputs a consumer did not confirm within
         ``elastorm.unconfirmed_resend_secs`` (its worker died with them in flight;
@@ -546,8 +507,7 @@ class KeyedBolt(KeyedOperator, Bolt):
             outputs = self._numbered(applied)
         if applied.emit_output:
             for values, stream in outputs:
-                if not self._hold_or_send(applied, values, stream):
-                    self._send(values, stream)
+                self._send(values, stream)
             if applied.tentative and outputs:
                 self._owed.setdefault(applied.key_group, set()).add(applied.item.key)
         elif outputs and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
@@ -557,10 +517,8 @@ class KeyedBolt(KeyedOperator, Bolt):
             # A CPA or CPAL target's quiet replay: the move's source sent these, but it
             # may die before a consumer confirms them (to it): kept here as if sent, so
             # what stays unconfirmed is sent again; consumers drop what they have.
-            # Held instead when outputs wait for a copy: the source never sent them.
             for values, stream in outputs:
-                if not self._hold_or_send(applied, values, stream):
-                    self._keep(values, stream)
+                self._keep(values, stream)
 
     def perform(self, actions: list) -> None:
         # A replica's phase changes only on control messages, whose actions are none,
@@ -575,8 +533,6 @@ class KeyedBolt(KeyedOperator, Bolt):
         ):
             self._settle_shadow(actions)
         super().perform(actions)
-        if self._unreleased is not None:
-            self._release_covered(actions)
 
     def _settle_shadow(self, actions: list) -> None:
         """Forget a replica's kept outputs that the owner's checkpoint covers (its ack
