@@ -156,6 +156,11 @@ def installed(storm_cluster, tmp_path_factory) -> tuple[Path, Path]:
     return project, venv
 
 
+# 129 s (and the user project's install) in session 28's CI: with --slow (CI's 40
+# minutes); every protocol runs in CI on the flights job (test_storm_elastic.py) and on
+# this project with its own parallelism (below) and windows (docs/benchmarks.md, "Slow
+# tests").
+@pytest.mark.slow
 def test_user_project_counts_exactly_with_every_protocol(storm_cluster, installed) -> None:
     cfg, _ = storm_cluster
     project, venv = installed
