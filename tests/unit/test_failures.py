@@ -346,6 +346,35 @@ def test_a_lost_task_is_fenced_and_its_groups_restored_on_their_holders(controll
     assert not [s for s in sent if isinstance(s.message, Migrate)]
 
 
+def test_a_restarted_holder_is_named_again_after_the_peer_down_so_its_groups_keep_a_copy(
+    controller,
+) -> None:
+    """Task 11 restarts empty: it held the checkpoints of task 10's groups 0 and 3 and
+    stays their holder. Task 10 must end with 11 as their holder: the ``PeerDown`` that
+    forgets the old copies comes first, then ``SetHolder`` names 11 again. (Sent the
+    other way round, or the unchanged holder not sent at all, the survivor kept no
+    holder: chained lose-1 at session 28, 12 groups with no copy for minutes.)"""
+    from elastorm.core.migration.coordinator import TaskCoordinator
+
+    bolt, _, sent, _ = controller
+    control = bolt.controls["op"]
+    held_at_11 = [g for g in range(6) if control.owner(g) == 10 and control.holders[g] == 11]
+    assert held_at_11  # the fixture's placement: 10 owns 0 and 3, checkpointed on 11
+    survivor = TaskCoordinator(
+        task=10,
+        num_key_groups=6,
+        upstreams=[1],
+        owned=held_at_11,
+        holders={g: 11 for g in held_at_11},
+    )
+    bolt.recover("op", [11], rejoined=True)
+    for s in sent:
+        if s.to_task == 10:
+            survivor.receive(0, s.message)
+    assert {g: survivor.machine(g).holder for g in held_at_11} == {g: 11 for g in held_at_11}
+    assert {g: control.holders[g] for g in held_at_11} == {g: 11 for g in held_at_11}
+
+
 def test_with_recover_lost_off_a_lost_task_waits_for_its_restart(controller) -> None:
     bolt, runtime, sent, fenced = controller
     bolt.recover_lost = False  # elastorm.controller.recover_lost = false

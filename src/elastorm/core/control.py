@@ -470,7 +470,8 @@ class MigrationController:
         copy in memory survived: they are DURABLE restores (the target reads the
         group's copy from the durable store). ``holders`` maps key groups to their new
         checkpoint holder. Each restore bumps the routing epoch and is announced to
-        the emitters; each changed holder is told to the group's owner. Decides
+        the emitters; each changed holder, and each one of the ``dead`` named again, is
+        told to the group's owner (after the ``PeerDown`` the caller sends). Decides
         nothing itself. Raises ``MigrationRefused`` for a target that is no task
         of this operator, or a ``from_store`` group that is not restored.
         """
@@ -502,7 +503,9 @@ class MigrationController:
         for g, holder in sorted(holders.items()):
             if holder not in self.tasks:
                 raise MigrationRefused(f"task {holder} is not a task of this operator")
-            if holder == self.holders[g] or holder == self.owner(g):
+            # A dead (or restarted, empty) holder named again holds nothing: its owner
+            # forgot it at the ``PeerDown`` and must be told again (the next is full).
+            if holder == self.owner(g) or (holder == self.holders[g] and holder not in dead):
                 continue
             self.holders[g] = holder
             sends.append(Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder)))

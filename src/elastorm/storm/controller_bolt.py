@@ -519,13 +519,16 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
                 dead,
                 uri or "off",
             )
+        # The survivors hear of the death first: a restarted task is also a new holder
+        # (``SetHolder`` in ``crash.sends``), and a ``PeerDown`` read after it would clear
+        # that holder again, leaving its groups with no copy (chained lose-1, session 28).
         downs = [
             Send(to_task=task, message=PeerDown(key_group=0, task=d))
             for d in dead
             for task in control.tasks
             if task not in dead
         ]
-        for send in self.runtime.order([*crash.sends, *downs]):
+        for send in self.runtime.order([*downs, *crash.sends]):
             self.send(send)
         for name, why in recovery.refused:
             self.boards[op].apply(name, RequestEvent.REFUSE, detail=why)
