@@ -903,6 +903,19 @@ class TopologyConfig(Section):
         "covers them), as `consumer:stream`; its tasks keep those outputs until confirmed "
         "(`elastorm.core.outbox`); set by ElasticTopology",
     )  # fmt: skip
+    release_outputs_on_copy: bool = option(
+        "elastorm.release_outputs_on_copy", BOOL, False,
+        "a keyed task holds each output on a stream whose consumers confirm (a sink, "
+        "the router before another keyed bolt) until a copy that any restore of its key "
+        "group would start from covers the input that made it (the point upstream is "
+        "trimmed to: the held and, with the durable tier on, the durable copy), as "
+        "Flink's and Kafka Streams' exactly-once sinks commit only on a checkpoint. "
+        "Then nothing a restore computes again was ever seen downstream, so outputs "
+        "that depend on the order of inputs from several sources (a running count in a "
+        "second keyed stage) reach a sink exactly once in content, not only in id; "
+        "costs about one checkpoint interval, plus the durable write, of output "
+        "latency. Tentative outputs go at once, as before",
+    )  # fmt: skip
     unconfirmed_resend_secs: float = option(
         "elastorm.unconfirmed_resend_secs", FLOAT, 10.0,
         "a keyed task sends an output again when a consumer (`elastorm.confirmed_outputs`) "

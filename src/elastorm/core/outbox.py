@@ -132,9 +132,9 @@ class Outbox:
         out: dict[str, list] = {}
         kept = [(k, e[0]) for k, e in self._fresh.items()]
         kept += [(k, e[0]) for k, e in self._retry.items()]
-        for (_, (stream, group, source, seq)), values in kept:
+        for (_, (stream, group, _, _)), values in kept:
             if group == key_group:
-                out.setdefault(f"{stream}\x1f{source}\x1f{seq}", [stream, values])
+                out.setdefault(pending_key(stream, values), [stream, values])
         return out
 
     def adopt(
@@ -162,6 +162,86 @@ class Outbox:
         if self._fresh:
             last.append(next(iter(self._fresh.values()))[1])
         return now - min(last) if last else 0.0
+
+
+def pending_key(stream: str, values: list) -> str:
+    """An output's key in :data:`PENDING` (``stream``, its source and sequence)."""
+    return f"{stream}\x1f{values[-3]}\x1f{values[-2]}"
+
+
+@dataclass
+class Unreleased:
+    """Outputs held back until a copy that any restore of their key group starts from
+    covers the input that made them (``elastorm.release_outputs_on_copy``): the group's
+    trim watermarks, per input source. Until then a restore may compute them again,
+    perhaps with other contents (a running count over inputs from several sources, in
+    another order), so nobody downstream may have seen them. Those a copy covers travel
+    in its :data:`PENDING` entry (:meth:`pending`) and are sent by whoever restores it.
+
+    Sans-IO: the caller holds, releases on the group's trims and sends what is
+    returned. A group's outputs are kept in the order they were made."""
+
+    _held: dict[int, list[tuple[str, int, str, list]]] = field(default_factory=dict)
+    # key group -> when its oldest held output was held (monotonic s)
+    _since: dict[int, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return sum(len(h) for h in self._held.values())
+
+    def hold(
+        self, key_group: int, source: str, seq: int, stream: str, values: list, now: float
+    ) -> None:
+        """Keep ``values`` (an output on ``stream``, made by input ``seq`` of
+        ``source``, at ``now``) until a trim of ``key_group`` covers that input. O(1)."""
+        self._held.setdefault(key_group, []).append((source, seq, stream, values))
+        self._since.setdefault(key_group, now)
+
+    def stalled(self, now: float, after: float) -> dict[int, float]:
+        """The key groups whose outputs have waited longer than ``after`` s for a copy
+        (no trim released any), with how long: a stall to report, never to wait out
+        silently. O(key groups with held outputs)."""
+        return {g: now - t for g, t in sorted(self._since.items()) if now - t > after}
+
+    def release(
+        self, key_group: int, marks: Mapping[str, int], now: float
+    ) -> list[tuple[str, list]]:
+        """The outputs of ``key_group`` whose inputs ``marks`` (trim watermarks per
+        source) cover, in the order they were made, as ``(stream, values)``; the rest
+        stay held (at ``now``). O(held outputs of the group)."""
+        held = self._held.get(key_group)
+        if not held:
+            return []
+        out, kept = [], []
+        for entry in held:
+            if entry[1] <= marks.get(entry[0], 0):
+                out.append((entry[2], entry[3]))
+            else:
+                kept.append(entry)
+        if kept:
+            self._held[key_group] = kept
+            if out:  # progress: the wait is counted from this release
+                self._since[key_group] = now
+        else:
+            del self._held[key_group]
+            self._since.pop(key_group, None)
+        return out
+
+    def pending(self, key_group: int) -> dict[str, list]:
+        """``key_group``'s held outputs as :data:`PENDING` holds them: a copy taken now
+        covers the inputs of every one. O(held outputs of the group)."""
+        return {
+            pending_key(stream, values): [stream, values]
+            for _, _, stream, values in self._held.get(key_group, ())
+        }
+
+    def drop(self, key_group: int) -> int:
+        """Forget ``key_group``'s held outputs (its state went to a move's target, which
+        has them from the copy or makes them again); returns how many."""
+        self._since.pop(key_group, None)
+        return len(self._held.pop(key_group, ()))
+
+    def groups(self) -> list[int]:
+        return sorted(self._held)
 
 
 @dataclass

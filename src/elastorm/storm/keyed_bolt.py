@@ -76,7 +76,7 @@ from typing import Any
 from streamparse import Bolt, Stream
 
 from elastorm.config import TopologyConfig
-from elastorm.core.actions import Applied, Send
+from elastorm.core.actions import Applied, MigrationDone, Role, Send
 from elastorm.core.errors import MigrationProtocolError
 from elastorm.core.keyed_state import (
     TTL_TAG,
@@ -96,13 +96,14 @@ from elastorm.core.keys import (
     select_key,
     split_path,
 )
-from elastorm.core.messages import CheckpointAck
+from elastorm.core.messages import CheckpointAck, Trim
 from elastorm.core.migration.table import Phase
 from elastorm.core.once import first_application, output_id
 from elastorm.core.outbox import (
     PENDING,
     Outbox,
     Receipts,
+    Unreleased,
     confirmation,
     confirmed_inputs,
     confirmed_keys,
@@ -221,10 +222,16 @@ class KeyedBolt(KeyedOperator, Bolt):
         # outputs kept until every consumer that confirms confirmed them (core.outbox)
         self._consumers = consumers_by_stream(config.confirmed_outputs, context["componentid"])
         self._outbox = Outbox(config.unconfirmed_resend_secs) if self._consumers else None
+        # outputs held until a copy any restore starts from covers their inputs
+        self._unreleased = (
+            Unreleased() if self._outbox is not None and config.release_outputs_on_copy else None
+        )
         self._resend_logged = -math.inf  # when resends were last logged
+        self._stall_secs = config.stall_secs  # held outputs waiting longer are reported
+        self._stall_logged = -math.inf
         self.setup_keyed(conf, context, self._step)
         if self._outbox is not None:  # each copy of a group carries its unconfirmed ones
-            self.coordinator.pending_outputs = self._outbox.pending
+            self.coordinator.pending_outputs = self._pending
 
     def process_keyed(self, key: str, values: list) -> None:
         """One input tuple of ``key``; ``values`` are the tuple's values as sent."""
@@ -450,6 +457,8 @@ class KeyedBolt(KeyedOperator, Bolt):
         self.tick_keyed()
         if self._outbox:
             self.resend_unconfirmed(time.monotonic())
+        if self._unreleased:
+            self.report_held(time.monotonic())
         if self.processing_timers or (self.timed and self.idle_timeout > 0):
             self.fire_on_tick(self.wall_clock())
         self.rectify()
@@ -468,6 +477,60 @@ class KeyedBolt(KeyedOperator, Bolt):
                 "key group %s: %d outputs its copy says were never confirmed: sending them "
                 "again", key_group, taken,
             )  # fmt: skip
+
+    def _pending(self, key_group: int) -> dict[str, list]:
+        """What a copy of ``key_group`` taken now carries in ``PENDING``: its outputs no
+        consumer confirmed and, when outputs wait for a copy, those held (the copy
+        covers their inputs, so no restore from it makes them again)."""
+        assert self._outbox is not None
+        if self._unreleased is None:
+            return self._outbox.pending(key_group)
+        return {**self._unreleased.pending(key_group), **self._outbox.pending(key_group)}
+
+    def _hold_or_send(self, applied: Applied, values: list, stream: str | None) -> bool:
+        """Hold ``values`` until a copy covers ``applied``'s input, if outputs wait for
+        a copy and its stream's consumers confirm (``elastorm.release_outputs_on_copy``);
+        whether it was held."""
+        name = stream or "default"
+        if self._unreleased is None or name not in self._consumers or applied.tentative:
+            return False
+        item = applied.item
+        self._unreleased.hold(
+            applied.key_group, item.source, item.seq, name, values, time.monotonic()
+        )
+        return True
+
+    def _release_covered(self, actions: list) -> None:
+        """Send the held outputs a trim of their group covers (a ``Trim`` to upstream
+        is the group's copies' common point); forget those of a group this task handed
+        over (``MigrationDone`` as a move's source: the target has them from the copy or
+        makes them again)."""
+        unreleased = self._unreleased
+        assert unreleased is not None
+        for a in actions:
+            if isinstance(a, Send) and type(a.message) is Trim:
+                g, marks = a.message.key_group, a.message.watermarks
+                for name, values in unreleased.release(g, marks, time.monotonic()):
+                    self._send(values, None if name == "default" else name)
+            elif isinstance(a, MigrationDone) and a.role is Role.SOURCE:
+                unreleased.drop(a.key_group)
+
+    def report_held(self, now: float) -> None:
+        """Report, once per ``elastorm.stall_secs``, the key groups whose outputs have
+        waited longer than that for a copy to cover their inputs (no trim came: no
+        holder acknowledged a checkpoint, or the durable writer is behind)."""
+        assert self._unreleased is not None
+        stalled = self._unreleased.stalled(now, self._stall_secs)
+        if stalled and now - self._stall_logged >= self._stall_secs:
+            self._stall_logged = now
+            log.error(
+                "outputs held for a copy of their key group for over %.0f s "
+                "(elastorm.release_outputs_on_copy; no trim came: is a holder placed and "
+                "acknowledging checkpoints?): key groups %s, %d outputs held",
+                self._stall_secs,
+                {g: round(s) for g, s in stalled.items()},
+                len(self._unreleased),
+            )
 
     def resend_unconfirmed(self, now: float) -> None:
         """Send again the outputs a consumer did not confirm within
@@ -507,7 +570,8 @@ class KeyedBolt(KeyedOperator, Bolt):
             outputs = self._numbered(applied)
         if applied.emit_output:
             for values, stream in outputs:
-                self._send(values, stream)
+                if not self._hold_or_send(applied, values, stream):
+                    self._send(values, stream)
             if applied.tentative and outputs:
                 self._owed.setdefault(applied.key_group, set()).add(applied.item.key)
         elif outputs and self.coordinator.phase(applied.key_group) is Phase.REPLICA:
@@ -517,8 +581,10 @@ class KeyedBolt(KeyedOperator, Bolt):
             # A CPA or CPAL target's quiet replay: the move's source sent these, but it
             # may die before a consumer confirms them (to it): kept here as if sent, so
             # what stays unconfirmed is sent again; consumers drop what they have.
+            # Held instead when outputs wait for a copy: the source never sent them.
             for values, stream in outputs:
-                self._keep(values, stream)
+                if not self._hold_or_send(applied, values, stream):
+                    self._keep(values, stream)
 
     def perform(self, actions: list) -> None:
         # A replica's phase changes only on control messages, whose actions are none,
@@ -533,6 +599,8 @@ class KeyedBolt(KeyedOperator, Bolt):
         ):
             self._settle_shadow(actions)
         super().perform(actions)
+        if self._unreleased is not None:
+            self._release_covered(actions)
 
     def _settle_shadow(self, actions: list) -> None:
         """Forget a replica's kept outputs that the owner's checkpoint covers (its ack

@@ -8,7 +8,11 @@ from elastorm import ElasticTopology, keyed
 
 
 class Chained(ElasticTopology):
-    config = {"elastorm.key_groups": 12, "elastorm.checkpoint_interval_secs": 1}
+    config = {
+        "elastorm.key_groups": 12,
+        "elastorm.checkpoint_interval_secs": 1,
+        "elastorm.release_outputs_on_copy": True,  # a running count into a sink
+    }
     words = Words.spec()
     counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
     letters = LetterTotals.spec(inputs={counts: keyed(first_letter)}, par=2)
