@@ -234,3 +234,36 @@ def test_a_restarted_node_takes_its_share_back_after_its_recovery():
         _report_newest(loop)
     assert len(control.routing.key_groups_of(12)) == G // len(TASKS)
     assert not loop.joining
+
+
+def test_a_restarted_task_holds_again_though_another_operators_task_on_its_node_is_down():
+    """chained zk-stop, session 29: ``counts`` task 4 and ``letters`` task 7 (node1)
+    were lost at once; 4's restart was recovered while 7 was still down, and node1
+    counted as down for every operator: ``counts``' re-placement put nothing on task 4,
+    so task 3's groups had no holder (no trim; held outputs stalled). A rejoined task's
+    node is back for its own operator."""
+
+    def control(tasks: list[int]) -> MigrationController:
+        return MigrationController(
+            num_key_groups=G, tasks=tasks, emitters=[1], routing=RoutingTable.round_robin(G, tasks)
+        )
+
+    loop = ControllerLoop(
+        controls={"counts": control([3, 4]), "letters": control([6, 7])},
+        placement=Placement(
+            {"counts": {"node0": 3, "node1": 4}, "letters": {"node0": 6, "node1": 7}}
+        ),
+        config=TopologyConfig(controller=ControllerConfig(warmup_secs=0, settle_secs=0)),
+        started_at=0.0,
+    )
+    counts = loop.controls["counts"]
+    for op in ("counts", "letters"):
+        for g in range(G):
+            c = loop.controls[op]
+            c.on_checkpoint_stored(c.holders[g], CheckpointStored(key_group=g, checkpoint=(0, 1)))
+    loop.recover("counts", [4], 1.0, rejoined=False)
+    loop.recover("letters", [7], 1.0, rejoined=False)
+    assert {counts.owner(g) for g in range(G)} == {3}
+    recovery = loop.recover("counts", [4], 2.0, rejoined=True, stale_through=counts.epoch)
+    told = {s.message.key_group for s in recovery.crash.sends if isinstance(s.message, SetHolder)}
+    assert told == set(range(G)) and {counts.holders[g] for g in range(G)} == {4}

@@ -892,7 +892,10 @@ class ControllerLoop:
             now=now,
             loads=self.last_view,
             zones=self.config.fault_zones,
-            down=self.down_nodes(),
+            # A rejoined task's node is back for its operator, though another operator's
+            # task there may not have restarted yet (chained zk-stop, session 29: else
+            # the restarted task was given no checkpoint and its peer's groups none).
+            down=self.down_nodes() - set(nodes) if rejoined else self.down_nodes(),
             stale_through=stale_through,
         )
         gone = {KeyGroupId(operator, g) for groups in lost.values() for g in groups}
