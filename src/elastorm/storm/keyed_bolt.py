@@ -226,9 +226,10 @@ class KeyedBolt(KeyedOperator, Bolt):
         self._unreleased = (
             Unreleased() if self._outbox is not None and config.release_outputs_on_copy else None
         )
-        self._resend_logged = -math.inf  # when resends were last logged
+        # one log line per period while outputs are resent, or held outputs stall
+        self._resend_log = _Every(config.unconfirmed_resend_secs)
         self._stall_secs = config.stall_secs  # held outputs waiting longer are reported
-        self._stall_logged = -math.inf
+        self._stall_log = _Every(config.stall_secs)
         self.setup_keyed(conf, context, self._step)
         if self._outbox is not None:  # each copy of a group carries its unconfirmed ones
             self.coordinator.pending_outputs = self._pending
@@ -521,8 +522,7 @@ class KeyedBolt(KeyedOperator, Bolt):
         holder acknowledged a checkpoint, or the durable writer is behind)."""
         assert self._unreleased is not None
         stalled = self._unreleased.stalled(now, self._stall_secs)
-        if stalled and now - self._stall_logged >= self._stall_secs:
-            self._stall_logged = now
+        if stalled and self._stall_log.ready(now):
             log.error(
                 "outputs held for a copy of their key group for over %.0f s "
                 "(elastorm.release_outputs_on_copy; no trim came: is a holder placed and "
@@ -542,9 +542,7 @@ class KeyedBolt(KeyedOperator, Bolt):
         due = outbox.due(now)
         for stream, values in due:
             super().emit(values, stream=stream)
-        # one line per resend period, not per tick, while a consumer stays away
-        if due and now - self._resend_logged >= outbox.resend_after:
-            self._resend_logged = now
+        if due and self._resend_log.ready(now):
             log.warning(
                 "outputs no consumer confirmed to this task (the oldest for %.0f s: lost "
                 "with a consumer, or a move's source sent them): sending them again (%d "
@@ -677,6 +675,20 @@ def _tick_due(timers: GroupTimers, now: float) -> Callable[[], tuple[Any, str, s
         return None if fired is None else (*fired, "event")
 
     return due
+
+
+class _Every:
+    """True at most once per ``secs`` (from the first time asked): one log line per
+    period, not per tick, while a condition lasts."""
+
+    def __init__(self, secs: float) -> None:
+        self.secs, self.last = secs, -math.inf
+
+    def ready(self, now: float) -> bool:
+        if now - self.last < self.secs:
+            return False
+        self.last = now
+        return True
 
 
 class TimerHandle:
