@@ -375,6 +375,34 @@ def test_a_restarted_holder_is_named_again_after_the_peer_down_so_its_groups_kee
     assert {g: control.holders[g] for g in held_at_11} == {g: 11 for g in held_at_11}
 
 
+def test_an_owner_that_forgot_a_live_holder_is_told_it_again_not_a_down_one(controller) -> None:
+    """``HolderLost`` (the owner cleared its holder at a ``PeerDown``) is answered: a
+    holder that is back (restarted) is named again; a down one is left to the recovery
+    of its restart; a report about a holder the group no longer has changes nothing.
+    Before, the controller only logged the report, and the group kept no copy."""
+    import json
+
+    from elastorm.core.actions import HolderLost, encode_report
+    from elastorm.storm.elastic import REPORTS
+
+    bolt, _, sent, _ = controller
+    control = bolt.controls["op"]
+    g = next(g for g in range(6) if control.owner(g) == 10 and control.holders[g] == 11)
+
+    def report(holder: int) -> list:
+        sent.clear()
+        lost = HolderLost(key_group=g, holder=holder)
+        bolt.process_report(
+            SimpleNamespace(stream=REPORTS, task=10, values=[json.dumps(encode_report(lost))])
+        )
+        return [(s.to_task, s.message) for s in sent]
+
+    assert report(11) == [(10, SetHolder(key_group=g, holder=11))]
+    assert report(12) == []  # not this group's holder
+    bolt.loop.declare_lost([11])
+    assert report(11) == []  # down: its restart's recovery places the copy
+
+
 def test_with_recover_lost_off_a_lost_task_waits_for_its_restart(controller) -> None:
     bolt, runtime, sent, fenced = controller
     bolt.recover_lost = False  # elastorm.controller.recover_lost = false

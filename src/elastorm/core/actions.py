@@ -97,7 +97,8 @@ class MigrationAborted:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HolderLost:
-    """``key_group``'s holder died: the controller should pick a new one."""
+    """``key_group``'s holder died (a ``PeerDown``): the owner forgot it; the controller
+    names it again once it is back (``MigrationController.on_holder_lost``)."""
 
     key_group: int
     holder: int

@@ -406,6 +406,27 @@ class MigrationController:
         self.stats["set_holder"] += 1
         return [Send(to_task=self.owner(g), message=SetHolder(key_group=g, holder=holder))]
 
+    def on_holder_lost(
+        self, task: int, key_group: int, holder: int, *, down: Collection[int]
+    ) -> list[Send]:
+        """Owner ``task`` of ``key_group`` reports it forgot its holder ``holder`` (a
+        ``PeerDown`` of that task: its copies are gone). If ``holder`` is still the
+        group's holder here and not ``down`` (it restarted, empty), the ``SetHolder``
+        that names it again (its next checkpoint is full); a down holder is re-placed
+        by the recovery of its restart. Nothing while the group moves or has a replica.
+        """
+        g = key_group
+        if (
+            self.owner(g) != task
+            or self.holders[g] != holder
+            or holder in down
+            or g in self.moving
+            or g in self.replicas
+        ):
+            return []
+        self.stats["holder_named_again"] += 1
+        return [Send(to_task=task, message=SetHolder(key_group=g, holder=holder))]
+
     def surviving_copies(self, key_group: int, dead: Collection[int]) -> tuple[int, ...]:
         """The tasks that could take over ``key_group`` after the ``dead`` tasks died (a
         fact of where copies are, not a choice: the recovery planner chooses among them).

@@ -45,6 +45,7 @@ from elastorm.controller.standby import (
 from elastorm.core.actions import (
     CheckpointStored,
     EmitterRestarted,
+    HolderLost,
     MigrationDone,
     Send,
     TaskStarted,
@@ -410,6 +411,18 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
                 self.recover_restarted()
         elif isinstance(report, EmitterRestarted):
             self.redrive(op, report)
+        elif isinstance(report, HolderLost):
+            sends = control.on_holder_lost(
+                tup.task, report.key_group, report.holder, down=self.loop.down
+            )
+            if sends:
+                log.warning(
+                    "controller: task %s forgot holder %s of %s/%s (its copies died with "
+                    "it): named again",
+                    tup.task, report.holder, op, report.key_group,
+                )  # fmt: skip
+            for send in self.runtime.order(sends):
+                self.send(send)
         elif isinstance(report, TuplesStalled):
             log.error(
                 "controller: task %s, key group %s: %d tuples of %s stalled %.0f s behind "
