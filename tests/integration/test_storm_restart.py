@@ -30,6 +30,10 @@ from elastorm.runtime.run import run_topology
 pytestmark = pytest.mark.integration
 
 
+# 107 s in session 28's CI: with --slow (CI's 40 minutes); the savepoint's upgraded
+# resubmission (below) restores from the durable store in CI, and chaos all-sup kills
+# every supervisor (docs/benchmarks.md, "Slow tests").
+@pytest.mark.slow
 def test_every_supervisor_killed_then_resubmitted_from_latest_is_exact(storm_cluster, hdfs_cluster):
     """(b): the whole cluster lost (kill -9), Nimbus and ZooKeeper restarted with their
     data, the old topology killed, the same name resubmitted from ``latest``."""
