@@ -397,14 +397,6 @@ def _submit_own(project: Path, venv: Path, jar: str, counts_par: int, letters_pa
     own = own.replace('keyed("word")}, par=2)', f'keyed("word")}}, par={counts_par})')
     own = own.replace("keyed(first_letter)}, par=2)", f"keyed(first_letter)}}, par={letters_par})")
     assert f"par={counts_par})" in own and f"par={letters_par})" in own and "WordLines" in own
-    # Outputs go at once here, not on copy (open, docs/failures.md "Outputs released on
-    # copy wait for a holder that never started"): in session 29's fresh-clone CI own41's
-    # parked worker, with letters' second task (the holder of every letters group), never
-    # started, so no letters trim came and no row left in 4 minutes (the stall reported
-    # every 30 s). Without the option the outputs flow and this test checks them once.
-    on = '"elastorm.release_outputs_on_copy": True'
-    assert on in own
-    own = own.replace(on, '"elastorm.release_outputs_on_copy": False')
     (project / f"topologies/{name}.py").write_text(own)
     submit = [str(venv / "bin/sparse"), "submit", "-e", "cluster", "-n", name, "-N", name]
     submit += ["-j", jar, "-f", "-o", f"elastorm.sinks.sqlite_path={project / name}.sqlite"]
