@@ -30,6 +30,7 @@ from crash_driver import (
     UpstreamKillDriver,
     WireLossDriver,
 )
+from shared_cluster import SLOTS
 
 from drivers.shift import ShiftDriver
 from elastorm.runtime.provision import LocalSupervisors
@@ -224,8 +225,10 @@ def _on_three_supervisors(cfg, driver):
         for name in driver.killed:
             supervisors.stop(name)
         back = [n for n in driver.killed if n not in added]
-        if back:
-            supervisors.start(back, timeout=120)
+        if back:  # the shared cluster's own, with its slots (not the added ones' 2:
+            # session 29's CI left supervisor-1 with 2 ports, and the next test that
+            # needed more on it, the own-parallelism user-project test, stalled)
+            LocalSupervisors(cfg, slots=SLOTS).start(back, timeout=120)
         for name in added:
             supervisors.stop(name)
 
