@@ -240,9 +240,6 @@ class Unreleased:
         self._since.pop(key_group, None)
         return len(self._held.pop(key_group, ()))
 
-    def groups(self) -> list[int]:
-        return sorted(self._held)
-
 
 @dataclass
 class Receipts:
