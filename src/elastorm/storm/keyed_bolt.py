@@ -228,8 +228,7 @@ class KeyedBolt(KeyedOperator, Bolt):
         )
         # one log line per period while outputs are resent, or held outputs stall
         self._resend_log = _Every(config.unconfirmed_resend_secs)
-        self._stall_secs = config.stall_secs  # held outputs waiting longer are reported
-        self._stall_log = _Every(config.stall_secs)
+        self._stall_log = _Every(config.stall_secs)  # held outputs waiting longer: reported
         self.setup_keyed(conf, context, self._step)
         if self._outbox is not None:  # each copy of a group carries its unconfirmed ones
             self.coordinator.pending_outputs = self._pending
@@ -521,13 +520,13 @@ class KeyedBolt(KeyedOperator, Bolt):
         waited longer than that for a copy to cover their inputs (no trim came: no
         holder acknowledged a checkpoint, or the durable writer is behind)."""
         assert self._unreleased is not None
-        stalled = self._unreleased.stalled(now, self._stall_secs)
+        stalled = self._unreleased.stalled(now, self._stall_log.secs)
         if stalled and self._stall_log.ready(now):
             log.error(
                 "outputs held for a copy of their key group for over %.0f s "
                 "(elastorm.release_outputs_on_copy; no trim came: is a holder placed and "
                 "acknowledging checkpoints?): key groups %s, %d outputs held",
-                self._stall_secs,
+                self._stall_log.secs,
                 {g: round(s) for g, s in stalled.items()},
                 len(self._unreleased),
             )
