@@ -135,6 +135,7 @@ class ShiftDriver:
             "holders": m.get("holders", {}),
             "routing": m.get("routing", {}),
             "holder_moves": m.get("holder_moves", []),
+            "allocated_at": m.get("allocated_at"),
             "orders": orders,
             "accumulated_seconds": m.get("accumulated_latency"),
         }

@@ -1023,6 +1023,17 @@ class ProjectConfig(Section, topology=False):
         "elastorm.zookeeper_port", JSON_INT, 12181, "the ZooKeeper server's loopback port",
         check=port(),
     )  # fmt: skip
+    zookeeper_fsync: bool = option(
+        "elastorm.zookeeper_fsync", BOOL, False,
+        "whether the project's ZooKeeper server fsyncs its transaction log before it "
+        "answers a write (ZooKeeper's `forceSync`). Off by default: on a disk the whole "
+        "machine shares, one fsync took up to 2.7 s under load, longer than a client's "
+        "ping waits, so every session dropped at once and a standby controller took over "
+        "(docs/failures.md, \"ZooKeeper's fsync\"). Off, writes still reach the disk "
+        "through the OS and survive a killed server or `cluster down`; an OS crash loses "
+        "the last seconds. Your own ensemble: give its log a device of its own, as "
+        "ZooKeeper's admin guide asks",
+    )  # fmt: skip
     local_supervisors: int = option(
         "elastorm.local_supervisors", JSON_INT, 1,
         "supervisors inside the embedded LocalCluster",

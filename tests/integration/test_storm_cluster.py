@@ -71,7 +71,10 @@ def test_nimbus_lists_a_submitted_topology_until_killed(cluster, tmp_path) -> No
 
 def test_elastic_flights_with_migrations_on_cluster_matches_pandas(cluster) -> None:
     cfg, _ = cluster
-    outcome = run_topology(cfg, "cluster", ElasticFlightsDriver(limit=None), timeout=400)
+    # The first 200,000 of the 336,776 rows: the script's eight migrations come at the
+    # same shares of the input, in 40% less time (CI's 40 minutes).
+    driver = ElasticFlightsDriver(limit=200_000)
+    outcome = run_topology(cfg, "cluster", driver, timeout=400)
     assert outcome.ok, outcome.summary
     used = {m["used"] for m in outcome.facts["migrations"]}
     assert {"direct", "cpa", "cpal"} <= used

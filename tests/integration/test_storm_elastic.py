@@ -39,10 +39,14 @@ STOPPED_FOR = 10.0  # s the target stays stopped (Storm's subprocess timeout is 
 class StalledTargetDriver(ElasticFlightsDriver):
     """The scripted migrations, plus a CPA (step ``stall``) whose target is stopped."""
 
-    SCRIPT = (*ElasticFlightsDriver.DEFAULT_SCRIPT, (0.9, "stall"))
+    # One migration by each protocol, then the stall, over the first ROWS rows: the
+    # cluster test runs the whole script over every row (the whole file here took
+    # another minute of CI for nothing more checked).
+    SCRIPT = ((0.2, "direct"), (0.4, "cpa"), (0.6, "cpal"), (0.8, "stall"))
+    ROWS = 150_000
 
     def __init__(self) -> None:
-        super().__init__(limit=None, script=self.SCRIPT)
+        super().__init__(limit=self.ROWS, script=self.SCRIPT)
         self.stall: dict[str, Any] = {}
 
     def options(self, output_dir: str) -> dict[str, object]:

@@ -42,30 +42,36 @@ OUTAGE = 20.0
 WORK_US = 700
 
 
-def test_correlated_allocation_makes_every_migration_checkpoint_assisted() -> None:
+def test_the_controller_moves_load_off_the_overloaded_node_with_counts_exact() -> None:
+    """The shift job under the correlated strategy: the controller allocates checkpoints
+    from the loads it measured, node2 (70% external load) overloads as op2's share
+    grows, and the controller moves op2's groups off it; every tuple counted once.
+
+    Whether those moves were checkpoint-assisted (Madsen & Zhou 2015, section 7.2: the
+    allocation put op2's checkpoints on node1 first) depends on the machine's speed, so
+    it is measured, not asserted: ``bench/shift_bench.py`` (``docs/benchmarks.md``,
+    "Shifting load"). On a loaded machine node2 overloaded before the warm-up ended and
+    the first round moved every op2 group direct (session 30: under one CPU hog, 10 of
+    10 direct; a fresh-clone CI run of session 30 and one of session 28 failed the
+    earlier form of this test, which asserted the assisted share)."""
     driver = ShiftDriver("correlated", duration=85, extra={"elastorm.shift.work_us": WORK_US})
     outcome = run_topology(load_config(), "local", driver, timeout=400)
     facts = outcome.facts
+    print(outcome.summary, facts["orders"], facts["holder_moves"])  # the measured share
     assert outcome.ok, outcome.summary  # every tuple counted exactly once
-    # At the allocation op2's checkpoints went to node1, where op1's load is leaving
-    # (correlation -1); they started on node0 (the next node after node2). Under load
-    # some stayed on node0, their groups' samples too sparse to move them (2 of 10 in
-    # one fresh-clone CI run, 3 in another, a6f5076); what matters is that no op2
-    # checkpoint went elsewhere and that every group the controller migrated found its
-    # checkpoint on node1, so its move was assisted. (Not necessarily by a recorded
-    # allocation round: a fresh-clone CI run, session 28, migrated op2/7 and op2/8
-    # assisted though no round listed their holder move; the holder a move's protocol
-    # is chosen by is the controller's, whatever placed it there.)
-    op2_moves = {m["key_group"]: m["to"] for m in facts["holder_moves"] if "op2/" in m["key_group"]}
-    assert set(op2_moves.values()) == {"node1"}, facts["holder_moves"]
-    assert len(op2_moves) >= 6, facts["holder_moves"]
-    # Node2 (70% external load) overloaded as op2's share grew; the controller moved
-    # op2's groups to node1, each from the checkpoint already there.
-    orders = [(o["key_group"], o["target"], o["protocol"]) for o in facts["orders"]]
+    orders = [(o["key_group"], o["source"], o["protocol"]) for o in facts["orders"]]
     assert facts["migrations"] >= 1, outcome.summary
-    assert all(kg.startswith("op2/") and target == "node1" for kg, target, _ in orders), orders
-    assert facts["assisted_share"] == 1.0, (orders, facts["holder_moves"])
+    # Only node2 overloaded: every move takes an op2 group off it.
+    assert all(kg.startswith("op2/") and source == "node2" for kg, source, _ in orders), orders
     assert facts["finished"] == facts["migrations"]
+    # The allocation ran, and no checkpoint sits on its own group's node (constraint 1).
+    assert facts["allocated_at"] is not None, outcome.summary
+    owners = {
+        f"{op}/{g}": node for op, r in facts["routing"].items() for g, node in enumerate(r["nodes"])
+    }
+    assert len(owners) == len(facts["holders"]) == 20, (owners, facts["holders"])
+    for kg, nodes in facts["holders"].items():
+        assert nodes and owners[kg] not in nodes, (kg, nodes, owners[kg])
 
 
 class Outage(threading.Thread):

@@ -272,6 +272,7 @@ def zookeeper_daemon(
         # detection); the explicit maximum keeps Storm's own 20 s sessions.
         f"tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=40000\n"
         f"dataDir={data}\nclientPort={port}\n"
+        f"forceSync={'yes' if cfg.zookeeper_fsync else 'no'}\n"
         f"clientPortAddress={bind}\nmaxClientCnxns=200\nadmin.enableServer=false\n"
         "4lw.commands.whitelist=ruok,srvr,stat\nautopurge.snapRetainCount=3\n"
         "autopurge.purgeInterval=1\n"

@@ -475,7 +475,11 @@ class ControllerRuntime:
                 },
                 "holder_moves": self.holder_moves,
                 "routing": {
-                    op: {"epoch": c.routing.epoch, "owners": list(c.routing.owners)}
+                    op: {
+                        "epoch": c.routing.epoch,
+                        "owners": list(c.routing.owners),
+                        "nodes": [self.loop.placement.node_of(t) for t in c.routing.owners],
+                    }
                     for op, c in self.loop.controls.items()
                 },
                 "history": self.history[-600:],
