@@ -17,6 +17,10 @@ from elastorm.runtime.run import run_topology
 pytestmark = pytest.mark.integration
 
 
+# 50 s; with --slow (docs/benchmarks.md, "Slow tests"): CI's 40 minutes. In CI every
+# protocol runs on the flights job (test_storm_elastic.py, test_storm_cluster.py) and the
+# synthetic job's moves in the scaling test.
+@pytest.mark.slow
 def test_each_protocol_moves_the_hot_group_exactly_once_and_is_measured() -> None:
     plan = [
         Step(kind="migrate", protocol=p, replay=r)
