@@ -518,3 +518,54 @@ def test_plan_scale_checks_the_node_count_before_asking_the_provisioner() -> Non
         plan_scale(_FakeZk({layout.leader: b"c"}), layout, 3, prov)  # type: ignore[arg-type]
     with pytest.raises(UserError, match="controller of t is not running"):
         plan_scale(_FakeZk({}), layout, 3, prov)  # type: ignore[arg-type]
+
+
+def test_a_restarted_supervisor_counts_only_once_nimbus_lists_it_afresh(tmp_path, monkeypatch):
+    """Session 30's CI: Nimbus still listed a killed supervisor, so the count of
+    supervisors was met before the restarted one registered; the next topology was
+    scheduled onto the old set and moved 5 s later (an orphan worker held a port).
+    ``start`` returns only once a supervisor that started since the call is listed, and
+    ``stop`` waits until Nimbus no longer lists the stopped one."""
+    import dataclasses
+    from pathlib import Path
+
+    from elastorm.runtime import provision
+    from elastorm.runtime.config import load_config
+
+    cfg = dataclasses.replace(
+        load_config(Path(__file__).resolve().parents[2]), home=tmp_path / "home"
+    )
+    running = {"supervisor-0"}
+    polls: list[int] = []
+    stale = {"id": "old", "uptime_secs": 3600}
+    fresh = {"id": "old", "uptime_secs": 0}
+    supervisor0 = {"id": "zero", "uptime_secs": 3600}
+
+    def listed(host, port):
+        polls.append(len(polls))
+        if "supervisor-1" not in running:  # stopped: listed for two more polls
+            return [supervisor0, stale] if len(polls) < 3 else [supervisor0]
+        return [supervisor0, stale] if len(polls) < 3 else [supervisor0, fresh]
+
+    monkeypatch.setattr(provision, "_supervisors", listed)
+    monkeypatch.setattr(provision, "running_pid", lambda c, n: 1 if n in running else None)
+    monkeypatch.setattr(provision.LocalSupervisors, "live", lambda self: tuple(sorted(running)))
+    monkeypatch.setattr(provision, "start", lambda c, d: running.add(d.name))
+    monkeypatch.setattr(provision, "stop", lambda c, n: running.discard(n))
+    monkeypatch.setattr(provision, "wait_until", _polling_wait_until)
+    local = provision.LocalSupervisors(cfg, slots=2)
+    local.start(["supervisor-1"], timeout=10)
+    assert len(polls) == 3  # not at the first poll, where the stale entry made the count
+    polls.clear()
+    local.stop("supervisor-1")
+    assert len(polls) == 3
+
+
+def _polling_wait_until(check, what, timeout, pid=None, logfile=None):
+    """``services.wait_until`` without its 0.3 s sleeps."""
+    from elastorm.errors import UserError
+
+    for _ in range(100):
+        if check():
+            return
+    raise UserError(f"{what}: not ready")

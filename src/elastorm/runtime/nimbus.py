@@ -55,6 +55,7 @@ def cluster_summary(host: str, port: int) -> dict:
                 "host": s.host,
                 "slots": s.num_workers,
                 "used": s.num_used_workers,
+                "uptime_secs": s.uptime_secs,
             }
             for s in info.supervisors
         ],

@@ -13,8 +13,10 @@ scheduler then binds it when the topology's node set wants it.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import subprocess
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -23,6 +25,11 @@ from elastorm.runtime.cluster import CLUSTER_ENV, node_name, supervisor_daemon
 from elastorm.runtime.config import ElastormConfig, env_nimbus
 from elastorm.runtime.nimbus import cluster_summary
 from elastorm.runtime.services import running_pid, start, stop, wait_until
+
+log = logging.getLogger(__name__)
+
+#: Seconds ``LocalSupervisors.stop`` waits for Nimbus to stop listing the supervisor.
+FORGET_SECS = 30.0
 
 
 class NodeProvisioner(Protocol):
@@ -72,19 +79,38 @@ class LocalSupervisors:
         return tuple(out)
 
     def start(self, names: Sequence[str], timeout: float) -> None:
+        """Start ``names``; return once Nimbus lists each as a supervisor that started
+        since this call (every supervisor here is 127.0.0.1 to Nimbus, so by uptime: the
+        count alone was met by a killed supervisor's entry Nimbus still listed, and a
+        topology submitted next was scheduled onto the old set, then moved 5 s later,
+        which left an orphan worker JVM holding a slot's port; session 30's CI)."""
+        began = time.monotonic()
+        new = [n for n in names if not running_pid(self.cfg, n)]
         for name in names:
             index = int(name.removeprefix("supervisor-"))
             start(self.cfg, supervisor_daemon(self.cfg, index, self.port, self.slots))
-        # Every supervisor here is 127.0.0.1 to Nimbus: wait for the count.
         expected = len(self.live())
-        wait_until(
-            lambda: len(_supervisors(self.host, self.port)) >= expected,
-            f"supervisors {', '.join(names)} registered with Nimbus",
-            timeout,
-        )
+
+        def registered() -> bool:
+            listed = _supervisors(self.host, self.port)
+            fresh = [s for s in listed if s["uptime_secs"] <= time.monotonic() - began + 1]
+            return len(listed) >= expected and len(fresh) >= len(new)
+
+        wait_until(registered, f"supervisors {', '.join(names)} registered with Nimbus", timeout)
 
     def stop(self, name: str) -> None:
+        """Stop ``name``, then wait (up to ``FORGET_SECS``) until Nimbus no longer lists
+        it, so the scheduler's next round does not bind the dead supervisor."""
         stop(self.cfg, name)
+        expected = len(self.live())
+        try:
+            wait_until(
+                lambda: len(_supervisors(self.host, self.port)) <= expected,
+                f"Nimbus forgetting {name}",
+                FORGET_SECS,
+            )
+        except UserError as exc:
+            log.warning("%s (the scheduler may still bind it)", exc)
 
 
 class CommandProvisioner:
