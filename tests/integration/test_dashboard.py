@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -81,9 +82,41 @@ def watch(page, key: str, selector: str) -> None:
 
 def seen_at(page, key: str, selector: str, timeout_ms: int = 30_000):
     """The element ``watch`` was started for, and when the page first showed it (wall
-    clock, s). Waits longer than the bound asserted, so a late page says how late."""
-    element = page.wait_for_selector(selector, timeout=timeout_ms)
+    clock, s). Waits longer than the bound asserted, so a late page says how late; if
+    it never shows, fails with what the page, the server and its log had then."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    try:
+        element = page.wait_for_selector(selector, timeout=timeout_ms)
+    except PageTimeout:
+        pytest.fail(f"{selector} not shown in {timeout_ms} ms\n{page_state(page)}")
     return element, page.evaluate("k => window.__seen[k]", key) / 1000
+
+
+def page_state(page) -> str:
+    """What tells a stalled page from a stalled server: the page's draws, connection
+    and errors, the server's latest view (its age, ZooKeeper, last events) and the tail
+    of the dashboard's log."""
+    drawn = page.evaluate(
+        "() => ({draws: document.body.dataset.draws,"
+        " conn: document.querySelector('#conn').dataset.state})"
+    )
+    drawn["errors"] = getattr(page, "elastorm_errors", [])
+    base = page.url.rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{base}/api/view", timeout=10) as resp:
+            view = json.load(resp)
+        server = {
+            "seq": view.get("seq"),
+            "age_s": round(time.time() - view.get("at", 0), 3),
+            "zookeeper": view.get("zookeeper"),
+            "events": view.get("events", [])[-8:],
+        }
+    except OSError as exc:
+        server = {"error": repr(exc)}
+    log = getattr(page, "elastorm_log", None)
+    tail = log.read_text(errors="replace").splitlines()[-40:] if log and log.exists() else []
+    return json.dumps({"page": drawn, "server": server}, indent=1) + "\n" + "\n".join(tail)
 
 
 class DashboardScenario(ElasticFlightsDriver):
@@ -115,6 +148,12 @@ class DashboardScenario(ElasticFlightsDriver):
             ):
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                # The script's errors (uncaught, or caught and logged by a panel's draw),
+                # asserted none; and the log, for page_state.
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+                page.elastorm_errors, page.elastorm_log = errors, work / "dashboard.log"
                 page.goto(url)
                 page.wait_for_selector(f'.op[data-operator="{OPERATOR}"]', timeout=120_000)
                 self._migration(page, zk, prom, wait_until_movable)
@@ -125,6 +164,7 @@ class DashboardScenario(ElasticFlightsDriver):
                 self.facts["prometheus_failures"] = _wait_promql(
                     prom, "sum(elastorm_task_failures_total)", 15
                 )
+                self.facts["page_errors"] = errors
                 browser.close()
         finally:
             zk.stop()
@@ -344,6 +384,11 @@ def test_dashboard_shows_a_migration_a_drain_and_a_kill_and_prometheus_stores_th
     lag = durable["prometheus_lag"]
     assert lag and all(0 <= int(g) < 20 and float(n) >= 0 for g, n in lag.items()), durable
     assert float(durable["prometheus_writes"]) > 0, durable
+    # No script error in the page for the whole run (a panel whose draw throws is logged
+    # and skipped: the others still draw). A resource the page did not load is no error
+    # of the script's.
+    errors = [e for e in facts["page_errors"] if not e.startswith("Failed to load resource")]
+    assert not errors, errors
     ((sample),) = facts["prometheus_migrations"]
     assert sample["metric"]["protocol"] == "cpal" and sample["value"][1] == "1", sample
     assert float(facts["prometheus_failures"][0]["value"][1]) >= 1

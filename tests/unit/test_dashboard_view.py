@@ -210,6 +210,20 @@ def test_requests_and_routing_changes_become_migration_events_once():
     assert view["counters"]["moves"] == [["op2", "cpal", 1]]
 
 
+def test_a_stage_that_raises_loses_none_of_the_events_found_before_it():
+    """A request read done is marked seen at once: if a later stage of the same read
+    raises (here a controller's ``ended`` record without its time), its ``done`` event
+    must still be kept, or the page would never show it."""
+    tracker = Tracker()
+    tracker.observe(snap(T0, TASKS, st=ST))
+    done = request(RequestState.DONE, times={"pending": T0, "started": T0 + 0.5, "done": T0 + 1})
+    broken = ST | {"ended": [{"key_group": 2, "epoch": 1, "by": "controller"}]}
+    with pytest.raises(KeyError):
+        tracker.observe(snap(T0 + 2, TASKS, st=broken, requests=[("req-1", done)]))
+    assert [(e["what"], e["group"]) for e in tracker.events] == [("started", 1), ("done", 1)]
+    assert tracker.observe(snap(T0 + 3, TASKS, st=ST, requests=[("req-1", done)])) == []
+
+
 def test_restore_after_a_failure_is_a_recovery_event():
     tracker = Tracker()
     flight = {"key_group": 3, "protocol": "restore", "source": 5, "target": 4, "since": T0}

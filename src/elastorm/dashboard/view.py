@@ -147,13 +147,17 @@ class Tracker:
         """Record ``snap``; return the events it revealed (also kept in ``events``)."""
         self.seq += 1
         new: list[dict[str, Any]] = []
-        new += self._tasks(snap)
-        new += self._requests(snap)
-        new += self._routing(snap)
-        new += self._ended_by_controller(snap)
-        new += self._scaling(snap)
-        new.sort(key=lambda e: e["t"])
-        self.events.extend(new)
+        try:
+            for stage in (
+                self._tasks, self._requests, self._routing, self._ended_by_controller,
+                self._scaling,
+            ):  # fmt: skip
+                new += stage(snap)
+        finally:
+            # Each stage marks what it reported as seen: a later stage that raises must
+            # not take the earlier stages' events with it (they would never come again).
+            new.sort(key=lambda e: e["t"])
+            self.events.extend(new)
         self._name_protocols(snap)
         self._durable_samples(snap)
         for op, load in operator_load(snap).items():
