@@ -65,9 +65,11 @@ DRAINED_WITHIN_S = 240
 # 2 s wait_for_selector had timed out around it).
 WATCH_JS = """([key, sel]) => {
   window.__seen = window.__seen || {};
+  window.__seenText = window.__seenText || {};
   delete window.__seen[key];
   const check = () => {
-    if (!(key in window.__seen) && document.querySelector(sel)) window.__seen[key] = Date.now();
+    const el = !(key in window.__seen) && document.querySelector(sel);
+    if (el) { window.__seen[key] = Date.now(); window.__seenText[key] = el.innerText; }
   };
   check();
   new MutationObserver(check).observe(
@@ -80,17 +82,23 @@ def watch(page, key: str, selector: str) -> None:
     page.evaluate(WATCH_JS, [key, selector])
 
 
-def seen_at(page, key: str, selector: str, timeout_ms: int = 30_000):
-    """The element ``watch`` was started for, and when the page first showed it (wall
-    clock, s). Waits longer than the bound asserted, so a late page says how late; if
-    it never shows, fails with what the page, the server and its log had then."""
+def seen_at(page, key: str, selector: str, timeout_ms: int = 30_000) -> tuple[str, float]:
+    """The text of the element ``watch`` was started for, and when the page first showed
+    it (wall clock, s), both as the page's own observer recorded them: the lists are
+    redrawn several times a second, so a handle to the element goes stale and a
+    visibility wait can miss it on a loaded machine (a fresh-clone CI, session 31: the
+    server's view had the event for 30 s). Waits longer than the bound asserted, so a
+    late page says how late; if it never shows, fails with what the page, the server
+    and its log had then."""
     from playwright.sync_api import TimeoutError as PageTimeout
 
     try:
-        element = page.wait_for_selector(selector, timeout=timeout_ms)
+        page.wait_for_function("k => window.__seen && k in window.__seen", arg=key,
+                               timeout=timeout_ms)  # fmt: skip
     except PageTimeout:
         pytest.fail(f"{selector} not shown in {timeout_ms} ms\n{page_state(page)}")
-    return element, page.evaluate("k => window.__seen[k]", key) / 1000
+    text, at = page.evaluate("k => [window.__seenText[k], window.__seen[k]]", key)
+    return text, at / 1000
 
 
 def page_state(page) -> str:
@@ -99,7 +107,9 @@ def page_state(page) -> str:
     of the dashboard's log."""
     drawn = page.evaluate(
         "() => ({draws: document.body.dataset.draws,"
-        " conn: document.querySelector('#conn').dataset.state})"
+        " conn: document.querySelector('#conn').dataset.state,"
+        " events: [...document.querySelectorAll('#events li')].slice(0, 4)"
+        ".map(li => li.outerHTML)})"
     )
     drawn["errors"] = getattr(page, "elastorm_errors", [])
     base = page.url.rstrip("/")
@@ -185,7 +195,7 @@ class DashboardScenario(ElasticFlightsDriver):
         cli = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         returned = time.time()
         assert cli.returncode == 0, cli.stdout + cli.stderr
-        item, seen = seen_at(page, "migration", selector)
+        text, seen = seen_at(page, "migration", selector)
         from elastorm.zk.layout import ZnodeLayout
         from elastorm.zk.requests import read_request
 
@@ -195,7 +205,7 @@ class DashboardScenario(ElasticFlightsDriver):
         self.facts["migration"] = {
             "group": group,
             "cli": cli.stdout.strip(),
-            "page_text": item.inner_text(),
+            "page_text": text,
             "page_after_cli_s": round(seen - returned, 3),
             "page_after_done_s": round(seen - done_at, 3),
             "owner_before": status["owners"][group],
@@ -260,13 +270,13 @@ class DashboardScenario(ElasticFlightsDriver):
         watch(page, "drain", selector)
         clicked = time.time()
         page.click("#drain-form button")
-        row, seen = seen_at(page, "drain", selector)
+        row_text, seen = seen_at(page, "drain", selector)
         answer = page.wait_for_selector("#action-result[data-status]").inner_text()
         self.facts["drain"] = {
             "node": node,
             "name": THIRD,
             "answer": answer,
-            "row": row.inner_text(),
+            "row": row_text,
             "page_after_click_s": round(seen - clicked, 3),
         }
         item = page.wait_for_selector(
@@ -310,12 +320,12 @@ class DashboardScenario(ElasticFlightsDriver):
             assert time.monotonic() < deadline, f"{path} still there 20 s after the kill"
             time.sleep(0.05)
         gone = time.time()
-        item, seen = seen_at(page, "failure", failure)
+        text, seen = seen_at(page, "failure", failure)
         self.facts["kill"] = {
             "task": victim,
             "pid": pid,
             "row": row.inner_text(),
-            "page_text": item.inner_text(),
+            "page_text": text,
             "suspect_after_kill_s": round(suspect - killed, 3),
             "znode_gone_after_kill_s": round(gone - killed, 3),
             "page_after_znode_gone_s": round(seen - gone, 3),
