@@ -119,6 +119,7 @@ def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int, net: Addresses | None =
         storm_conf=conf,
         heap_mb=512,
         port=nimbus_port,
+        supervised=True,  # it halts itself on a ZooKeeper outage of a few seconds
     )
 
 

@@ -43,6 +43,9 @@ class Daemon:
     port: int | None = None  # the port that says it is up
     lib: str = "lib"  # which jar folder of the Storm home makes its classpath
     netns: str | None = None  # the network namespace it runs in (``runtime/netns.py``)
+    # Started again when it exits after its first start-up (``supervised``); Storm's
+    # daemons are fail-fast and expect a supervisor process to do this.
+    supervised: bool = False
 
 
 def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
@@ -163,6 +166,28 @@ def daemon_command(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] 
     ]  # fmt: skip
 
 
+# Runs "$@" again whenever it exits, unless its first run ended within ``grace`` s (a
+# daemon that cannot start fails at once, as unsupervised): $1 grace, $2 pause, $3 name.
+SUPERVISE_SH = """grace=$1 pause=$2 name=$3; shift 3; first=1
+while :; do
+  began=$(date +%s); "$@"; code=$?
+  if [ $first = 1 ] && [ $(( $(date +%s) - began )) -lt "$grace" ]; then exit $code; fi
+  first=0
+  echo "elastorm: $name exited with status $code; starting it again in $pause s" >&2
+  sleep "$pause"
+done"""
+
+
+def supervised(cmd: list[str], name: str, grace: int = 20, pause: float = 2.0) -> list[str]:
+    """``cmd`` under a shell loop that starts it again ``pause`` s after it exits, as
+    Storm asks of its daemons ("run under supervision": Nimbus halts itself when
+    ZooKeeper is gone a while, by design). A first run shorter than ``grace`` s is a
+    failed start-up: the loop exits with its status instead. The loop shares the
+    daemon's session, so stopping the daemon stops both."""
+    return ["/bin/sh", "-c", SUPERVISE_SH, "elastorm-supervise", str(grace), str(pause), name,
+            *cmd]  # fmt: skip
+
+
 def start(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] = ()) -> int:
     """Start ``daemon`` in the background unless it already runs; return its pid."""
     pid = running_pid(cfg, daemon.name)
@@ -177,8 +202,9 @@ def start(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] = ()) -> 
     cfg.logs.mkdir(parents=True, exist_ok=True)
     cfg.run.mkdir(parents=True, exist_ok=True)
     out = open(cfg.logs / f"{daemon.name}.out", "ab")
+    cmd = daemon_command(cfg, daemon, first)
     proc = subprocess.Popen(
-        daemon_command(cfg, daemon, first),
+        supervised(cmd, daemon.name) if daemon.supervised else cmd,
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
