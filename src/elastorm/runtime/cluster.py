@@ -156,6 +156,10 @@ def supervisor_daemon(
         storm_conf=conf,
         heap_mb=256,
         netns=net.namespace if inside else None,
+        # It halts itself when its ZooKeeper session expires (a ZooKeeper outage with
+        # Nimbus away: chaos join/zk-stop, session 31). Killing its process group, as
+        # a lost node is simulated, kills the supervising loop too.
+        supervised=True,
     )
 
 
