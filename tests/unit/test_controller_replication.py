@@ -23,9 +23,11 @@ from elastorm.controller.model import (
 )
 from elastorm.controller.replication import (
     PLANNERS,
+    TENTATIVE_REFRESH_SECS,
     downstream_operators,
     keyed_tasks,
     operator_inputs,
+    operators_to_tell,
     place_replicas,
     plan_replicas,
     predicted_fidelity,
@@ -178,6 +180,23 @@ def report_checkpoints(lp: ControllerLoop) -> None:
         for g in range(G):
             stored = CheckpointStored(key_group=g, checkpoint=(0, 1))
             control.on_checkpoint_stored(control.holders[g], stored)
+
+
+def test_a_controller_taking_over_tells_every_operator_then_changes_then_all_again() -> None:
+    """A dead leader may have told an operator's tasks their outputs are tentative; the
+    controller after it knows nothing of that, so its first word goes to every keyed
+    operator (else they stay tentative for good and no output of theirs is rectified:
+    chaos ``join/cpal-source``, session 31); then only changes, and all again every
+    ``TENTATIVE_REFRESH_SECS`` (a task restarted since, or a message was lost)."""
+    ops = ["daily_windows", "join_flights"]
+    none: frozenset[str] = frozenset()
+    assert operators_to_tell(none, None, -1e9, 100.0, ops) == (ops, True)
+    assert operators_to_tell(none, none, 100.0, 101.0, ops) == ([], False)
+    windows = frozenset({"daily_windows"})
+    assert operators_to_tell(windows, none, 100.0, 102.0, ops) == (["daily_windows"], False)
+    assert operators_to_tell(none, windows, 100.0, 103.0, ops) == (["daily_windows"], False)
+    later = 100.0 + TENTATIVE_REFRESH_SECS
+    assert operators_to_tell(windows, windows, 100.0, later, ops) == (ops, True)
 
 
 def test_the_loop_starts_replicas_on_holders_and_publishes_plan_and_fidelity() -> None:

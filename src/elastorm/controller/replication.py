@@ -292,3 +292,36 @@ def downstream_operators(
         found |= fed
         frontier = fed
     return frozenset(found)
+
+
+TENTATIVE_REFRESH_SECS = 10.0
+"""How often a leading controller tells every keyed task again whether its outputs are
+tentative, changed or not (:func:`operators_to_tell`)."""
+
+
+def operators_to_tell(
+    tentative: frozenset[str],
+    told: frozenset[str] | None,
+    told_at: float,
+    now: float,
+    operators: Iterable[str],
+) -> tuple[list[str], bool]:
+    """Which keyed operators' tasks to tell (``UpstreamRecovery``) whether their outputs
+    are tentative now (``tentative``, :func:`downstream_operators`), and whether that is
+    a refresh of them all.
+
+    Those whose state changed since ``told`` (what this controller last told); every
+    one when this controller told none yet (``told`` None: it has just taken over, and
+    the tasks may still hold a dead leader's "tentative", which would then never end:
+    no output of theirs rectified, seen in chaos ``join/cpal-source``, session 31) or
+    ``TENTATIVE_REFRESH_SECS`` after ``told_at`` (a task restarted since, or a message
+    was lost). O(operators).
+
+    >>> operators_to_tell(frozenset(), None, 0.0, 5.0, ["op2", "op3"])
+    (['op2', 'op3'], True)
+    >>> operators_to_tell(frozenset({"op3"}), frozenset(), 5.0, 6.0, ["op2", "op3"])
+    (['op3'], False)
+    """
+    if told is None or now - told_at >= TENTATIVE_REFRESH_SECS:
+        return sorted(operators), True
+    return sorted(tentative ^ told), False

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -33,6 +34,7 @@ from elastorm.config import ConfigError, TopologyConfig
 from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import ControllerModelError
+from elastorm.controller.replication import operators_to_tell
 from elastorm.controller.requests import RequestEvent, after_leader_lost
 from elastorm.controller.standby import (
     Leadership,
@@ -172,7 +174,10 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
         self.recover_lost = config.controller.recover_lost
         # Read (listed) when keyed tasks are lost: which of their groups it has a copy of.
         self.durable_view = durable_view(conf, config)
-        self.tentative: frozenset[str] = frozenset()  # operators told their outputs are
+        # Operators this controller told their outputs are tentative (None: it told
+        # nothing yet), and when it last told every keyed task.
+        self.tentative: frozenset[str] | None = None
+        self._tentative_told_at = -math.inf
         # The detector's thread and the bolt's own calls share the controllers.
         self._lock = threading.RLock()
         self.drops: deque[tuple[int, int]] = deque()  # liveness connections closed
@@ -603,26 +608,37 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
         self.rescale(now)
         for send in self.runtime.tick(time.time()):
             self.send(send)
-        self.mark_tentative()
+        self.mark_tentative(now)
         for op, board in self.boards.items():
             board.publish_status(
                 self.controls[op], lost=self.detector.declared, ended=self.loop.ended[op]
             )
 
-    def mark_tentative(self) -> None:
+    def mark_tentative(self, now: float) -> None:
         """Tell the tasks of each keyed operator whose tentativeness changed (state
-        upstream of it began or ended restoring) with ``UpstreamRecovery``."""
-        now = self.loop.tentative_operators()
-        changed = sorted(now ^ self.tentative)
-        if not changed:
-            return
-        self.tentative = now
+        upstream of it began or ended restoring) with ``UpstreamRecovery``; all of them
+        once this controller leads, and again every ``TENTATIVE_REFRESH_SECS``
+        (:func:`operators_to_tell`)."""
+        tentative = self.loop.tentative_operators()
+        told = self.tentative
+        ops, refresh = operators_to_tell(
+            tentative, told, self._tentative_told_at, now, self.operator_tasks
+        )
+        if refresh:
+            self._tentative_told_at = now
+        self.tentative = tentative
         sends = [
-            Send(to_task=t, message=UpstreamRecovery(key_group=0, recovering=op in now))
-            for op in changed
+            Send(to_task=t, message=UpstreamRecovery(key_group=0, recovering=op in tentative))
+            for op in ops
             for t in self.operator_tasks.get(op, ())
         ]
-        log.warning("controller: outputs of %s are %s", changed, "tentative" if now else "final")
+        if told is None:  # what a leader before this one told them is not known
+            log.info("controller: told every keyed task whose outputs are tentative: %s",
+                     sorted(tentative))  # fmt: skip
+        for state, changed in (("tentative", tentative - (told or frozenset())),
+                               ("final", (told or frozenset()) - tentative)):  # fmt: skip
+            if changed:
+                log.warning("controller: outputs of %s are %s", sorted(changed), state)
         for send in self.runtime.order(sends):
             self.send(send)
 
