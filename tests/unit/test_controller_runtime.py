@@ -153,6 +153,7 @@ class FakeStore:
         self.written: list = []
         self.durable = True  # whether writes reach "ZooKeeper" (flush succeeds)
         self.flushed = 0
+        self.given: Decisions | None = None  # what the predecessor persisted (default: decisions())
 
     def pending(self) -> int:
         return 0 if self.durable else len(self.written)
@@ -165,7 +166,7 @@ class FakeStore:
         return self.state
 
     def decisions(self) -> Decisions:
-        return decisions()
+        return self.given if self.given is not None else decisions()
 
     def set_routing(self, op, table, issued=None, copies=None) -> None:
         if self.state is not StoreStatus.ONLINE:
@@ -240,6 +241,34 @@ def test_no_round_before_the_store_has_loaded_then_resume_and_persist() -> None:
     # nothing more, though its decisions stay loaded.
     store.state = StoreStatus.CONFLICT
     assert not rt.ready(20.0) and rt.tick(20.0) == [] and rt.rounds == 1
+
+
+def test_a_predecessor_whose_decisions_equal_the_start_up_ones_still_counts() -> None:
+    """A leader killed before any move persisted the start-up routing and holders: its
+    successor takes nothing over, but it did follow a leader, so the tasks with no
+    znode are suspected (``MigrationControllerBolt.suspect_absent``); only an empty store
+    is a first start. Chaos join/zk-stop, session 31: the task killed with the leader
+    was never suspected and nothing was restored."""
+    for persisted, predecessor in (
+        (Decisions(routing=MappingProxyType({}), checkpoints=None), False),
+        (
+            Decisions(
+                routing=MappingProxyType({"op": controls()["op"].routing}),
+                checkpoints=holders_allocation(controls(), Placement(TASKS)),
+            ),
+            True,
+        ),
+    ):
+        cs = controls()
+        loop = ControllerLoop(
+            controls=cs, placement=Placement(TASKS), config=TopologyConfig(), started_at=0.0
+        )
+        store = FakeStore()
+        store.state, store.given = StoreStatus.ONLINE, persisted
+        rt = runtime(loop, store)
+        assert rt.ready(1.0)
+        assert resume(controls(), persisted, Placement(TASKS)) == []  # nothing to take over
+        assert rt.resumed is predecessor
 
 
 def test_commands_go_out_only_once_their_decisions_are_in_zookeeper() -> None:

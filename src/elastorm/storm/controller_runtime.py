@@ -230,7 +230,7 @@ class ControllerRuntime:
         self.submission = submission
         self._last_round = -float("inf")
         self.loaded = False
-        self.resumed = False  # whether loading took over an earlier controller's routing
+        self.resumed = False  # whether an earlier controller led (it persisted decisions)
         self.rounds = 0
         self.history: list[dict[str, Any]] = []
         self.holder_moves: list[dict[str, Any]] = []
@@ -381,7 +381,11 @@ class ControllerRuntime:
             self.loop.placement,
             holding=lambda task, group: group in held.get(task, ()),
         )
-        self.resumed = bool(resumed)  # a predecessor led: tasks may have died unseen
+        # A predecessor led if it persisted anything, even decisions equal to the
+        # start-up ones (no move yet): tasks may have died unseen before this one
+        # watched (chaos join/zk-stop, session 31: the leader's node killed before any
+        # move, its successor never suspected the dead task, nothing was restored).
+        self.resumed = bool(resumed or decisions.routing) or decisions.checkpoints is not None
         if resumed:
             log.warning("controller: resumed routing and holders of %s", resumed)
         if decisions.checkpoints is not None:
