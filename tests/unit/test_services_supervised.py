@@ -64,3 +64,28 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_stop_waits_for_the_daemons_own_shutdown(tmp_path: Path) -> None:
+    """``services.stop`` sends SIGTERM to the session, waits while the pid it started
+    (the loop) lives, then SIGKILLs: the loop must live until the daemon has shut down,
+    and not start it again (a Nimbus killed mid-shutdown kept its leader lock)."""
+    runs, done = tmp_path / "runs", tmp_path / "done"
+    daemon = [
+        "/bin/sh", "-c",
+        f"echo run >> {runs}; trap 'sleep 1; echo done > {done}; exit 0' TERM; "
+        "while :; do sleep 0.05; done",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        supervised(daemon, "nimbus", grace=0, pause=0.1), start_new_session=True
+    )
+    deadline = time.monotonic() + 10
+    while not runs.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)  # the daemon's trap is set
+    os.killpg(proc.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    assert proc.poll() is None and not done.exists()  # still shutting down: still there
+    assert proc.wait(timeout=10) == 143
+    assert done.read_text() == "done\n" and runs.read_text().count("run") == 1

@@ -168,9 +168,14 @@ def daemon_command(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] 
 
 # Runs "$@" again whenever it exits, unless its first run ended within ``grace`` s (a
 # daemon that cannot start fails at once, as unsupervised): $1 grace, $2 pause, $3 name.
-SUPERVISE_SH = """grace=$1 pause=$2 name=$3; shift 3; first=1
+# A SIGTERM (``stop``) is passed on and waited out, so the loop lives exactly as long as
+# the daemon's own shutdown: ``stop`` waits on the loop's pid before it sends SIGKILL,
+# and a Nimbus killed mid-shutdown keeps its leader lock for a ZooKeeper session
+# (its successor refused submissions as "not a leader" for 16 s, session 31).
+SUPERVISE_SH = """grace=$1 pause=$2 name=$3; shift 3; first=1; child=
+trap 'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143' TERM
 while :; do
-  began=$(date +%s); "$@"; code=$?
+  began=$(date +%s); "$@" & child=$!; wait "$child"; code=$?; child=
   if [ $first = 1 ] && [ $(( $(date +%s) - began )) -lt "$grace" ]; then exit $code; fi
   first=0
   echo "elastorm: $name exited with status $code; starting it again in $pause s" >&2
