@@ -1,6 +1,6 @@
 """The join-and-window job's bolts, written with elastorm's public keyed-bolt API.
 
-``SplitFlights`` (plain) turns each flights row into its two sides; ``JoinFlights``
+``spouts.flights_join`` sends each flights row as its two sides; ``JoinFlights``
 (a ``KeyedBolt``, correlated-input: ``elastorm.join_operators``) joins them by plane
 on the row id; ``DailyWindows`` (a ``KeyedBolt``) keeps per plane and UTC day the
 joined flights, delay sum and air minutes and sends each window's current totals
@@ -25,7 +25,6 @@ from demos.flights_join import (
     ARRIVAL,
     add_to_window,
     join_side,
-    split_flight,
     window_of,
 )
 from elastorm import KeyedBolt, MapState, ValueState, output_id_fields
@@ -57,24 +56,6 @@ class CountedKeyedBolt(KeyedBolt):
         self.counters.write()
 
 
-class SplitFlights(Bolt):
-    """A flights row -> an arrival ``[tailnum, row, arr_delay]`` and an air time
-    ``[tailnum, row, air_time, ts]`` (each only when not NA)."""
-
-    outputs = [
-        Stream(fields=["tailnum", "row", "arr_delay"], name=ARRIVALS),
-        Stream(fields=["tailnum", "row", "air_time", "ts"], name=AIRTIMES),
-    ]
-
-    def process(self, tup):
-        row_no, tailnum, (_, arr_delay, air_time), ts = tup.values
-        arrival, air = split_flight(row_no, tailnum, arr_delay, air_time, ts)
-        if arrival is not None:
-            self.emit(arrival, stream=ARRIVALS)
-        if air is not None:
-            self.emit(air, stream=AIRTIMES)
-
-
 class JoinFlights(CountedKeyedBolt):
     """Joins a plane's arrivals and air times on the row id."""
 
@@ -85,14 +66,16 @@ class JoinFlights(CountedKeyedBolt):
     pending = ValueState(default=None)  # row id -> [side, values...] not joined yet
 
     def process_keyed(self, key, values):
-        side = AIR if len(values) == 4 else ARRIVAL
-        pending, joined = join_side(self.pending.value() or {}, side, values[1], values[2:])
+        # [position, tailnum, row, arr_delay] or [position, tailnum, row, air_time, ts]
+        _, _, row, *rest = values
+        side = AIR if len(rest) == 2 else ARRIVAL
+        pending, joined = join_side(self.pending.value() or {}, side, row, rest)
         if pending:
             self.pending.update(pending)
         else:
             self.pending.clear()
         if joined is not None:
-            self.emit([key, values[1], *joined])
+            self.emit([key, row, *joined])
 
 
 class DailyWindows(CountedKeyedBolt):

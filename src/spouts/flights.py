@@ -74,6 +74,7 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
         REWIND,
     ]
     linked = False  # LinkedFlightsSpout: the data stream carries link fields
+    positions_per_row = 1  # tuple positions a row takes (SplitFlightsSpout: one per side)
     clock = staticmethod(time.monotonic)
     sleep = staticmethod(time.sleep)
 
@@ -114,13 +115,15 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
         self.row_no = 0
 
     def _seek(self, position: int) -> None:
-        """Read again from the top up to row ``position``, counting the rows never
-        counted before (a restarted spout's start) without emitting them."""
+        """Read again from the top up to the row of tuple ``position``, counting the rows
+        never counted before (a restarted spout's start) without emitting them. That
+        row's tuples below ``position`` go out again: the emitters drop them."""
         self.rows.close()
         self._open()
         self.exhausted = False
         counters = self.counters
-        while self.row_no < position:
+        target = position // self.positions_per_row
+        while self.row_no < target:
             row = next(self.rows, None)
             if row is None:
                 break
@@ -139,8 +142,8 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
             self.row_no += 1
 
     def next_tuple(self):
-        rewind = self.poll_rewind(self.row_no)
-        if rewind is not None and rewind < self.row_no:
+        rewind = self.poll_rewind(self.row_no * self.positions_per_row)
+        if rewind is not None and rewind < self.row_no * self.positions_per_row:
             self._seek(rewind)
         if self.exhausted:
             self.sleep(self.idle_sleep)
@@ -150,7 +153,6 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
             return
         counters = self.counters
         out = counters.out
-        emit_row = self.emit_row
         rows, index, width, limit = self.rows, self.index, self.width, self.limit
         for _ in range(self.batch):
             if limit is not None and self.row_no >= limit:
@@ -168,8 +170,7 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
             self.row_no = row_no + 1
             reason, parsed = parse_row(row, index, width)
             if reason is None:
-                tailnum, year, arr_delay, air_time, ts = parsed
-                emit_row([row_no, tailnum, [year, arr_delay, air_time], ts])
+                self.emit_parsed(row_no, parsed)
                 out["default"] += first
             elif first:
                 self.emit_error(row_no, reason, ",".join(row))
@@ -180,6 +181,11 @@ class FlightsSpout(ReplayableSpout, ErrorReporting, Spout):
                 self.high = row_no + 1
         if self.clock() >= counters.next_write:
             self.write_stats()
+
+    def emit_parsed(self, row_no: int, parsed: tuple) -> None:
+        """Emit a well-formed row (``parse_row``'s values) as the data tuple."""
+        tailnum, year, arr_delay, air_time, ts = parsed
+        self.emit_row([row_no, tailnum, [year, arr_delay, air_time], ts])
 
     def finish(self) -> None:
         """Record that the input is exhausted; later calls to next_tuple idle."""

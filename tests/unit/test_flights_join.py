@@ -172,8 +172,8 @@ def test_the_window_counts_a_joined_row_that_comes_after_a_later_one(
 
 def test_the_join_emits_a_flight_once_both_sides_came(monkeypatch, tmp_path, emitted) -> None:
     bolt = _bolt(monkeypatch, tmp_path, JoinFlights)
-    arrival = ["N1", 7, 12]
-    air = ["N1", 7, 95, 3600]
+    arrival = [14, "N1", 7, 12]  # [position, tailnum, row, arr_delay], as the spout sends
+    air = [15, "N1", 7, 95, 3600]
     for seq, values in enumerate([arrival, air], start=1):
         bolt.process(_Tup(Data(key_group=0, item=DataTuple("r:1", seq, "N1", values, 0.0))))
     [joined] = [v for s, v in emitted if s is None]

@@ -11,6 +11,7 @@ from test_flights_harness import FakeClock, flight_row, make, write_csv
 from demos.flights_schema import FlightsConfigError, column_index, parse_row
 from elastorm.config import ConfigError
 from spouts.flights import FlightsSpout
+from spouts.flights_join import SplitFlightsSpout
 
 HEADER = ["year", "arr_delay", "air_time", "tailnum", "time_hour"]
 INDEX = column_index(HEADER)
@@ -248,3 +249,33 @@ def test_a_restarted_spout_counts_the_rows_before_its_start(tmp_path):
     assert [v[0] for s, v in resumed.emitted if s == "default"] == [2]
     for key in ("rows_read", "emitted", "malformed", "malformed_by_reason", "blank_lines"):
         assert resumed.stats()[key] == whole.stats()[key], key
+
+
+def test_the_join_spout_sends_each_side_at_its_own_position_and_rewinds_to_a_side(tmp_path):
+    """Positions 2 * row (arrival) and 2 * row + 1 (air time) grow with every tuple, as a
+    replay into the router needs; a rewind to an air time's position starts again at its
+    row (the arrival there goes out again, and the router drops it)."""
+    lines = [
+        flight_row(tailnum="N1", arr_delay="4", air_time="100"),
+        flight_row(tailnum="N2", arr_delay="NA", air_time="90"),
+        flight_row(tailnum="N3", arr_delay="-2", air_time="NA"),
+    ]
+    conf = {
+        "elastorm.output_dir": str(tmp_path),
+        "elastorm.flights.path": write_csv(tmp_path / "f.csv", lines),
+    }
+    spout = make(SplitFlightsSpout, conf)
+    spout.next_tuple()
+    sent = [(s, v[:4]) for s, v in spout.emitted]
+    assert sent == [
+        ("arrivals", [0, "N1", 0, 4]),
+        ("airtimes", [1, "N1", 0, 100]),
+        ("airtimes", [3, "N2", 1, 90]),
+        ("arrivals", [4, "N3", 2, -2]),
+    ]
+    assert spout.stats()["emitted"] == 3  # rows, not sides
+    asked = [3]
+    spout.poll_rewind = lambda position: asked.pop() if asked else None
+    spout.emitted.clear()
+    spout.next_tuple()
+    assert [v[0] for _, v in spout.emitted] == [3, 4]  # from row 1: position 2 was NA
