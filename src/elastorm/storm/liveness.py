@@ -15,8 +15,11 @@ task follows the published address: when another controller takes over, it leave
 the old one and connects to the new one within ``RECHECK_SECS``.
 
 Wire: the task sends one line, ``<task id> <incarnation>\\n`` (its znode's creation
-zxid), then ``BEAT`` every ``RECHECK_SECS``; the controller answers only
-``fenced\\n`` (then closes) or nothing.
+zxid), then ``BEAT`` every ``RECHECK_SECS``, and ``BYE`` before it closes a connection
+it leaves alive (it re-registered, or follows a new leader); the controller answers
+only ``fenced\\n`` (then closes) or nothing. A connection that closes without ``BYE``
+is a death: a deposed leader took its tasks' leaving for deaths and declared them all
+lost (chaos ``join/zk-stop``, session 31; its writes were refused, but its log said so).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 
 FENCED = b"fenced\n"
 BEAT = b".\n"
+BYE = b"bye\n"
 RETRY_SECS = 0.2  # between a task's attempts to (re)connect
 RECHECK_SECS = 1.0  # how often a connected task checks that its incarnation still holds
 
@@ -113,14 +117,23 @@ class LivenessServer:
             with self._lock:
                 self._open[task] = incarnation
             self._hear(task, incarnation)
+            left = False
+            seen = b""
             try:
-                while conn.recv(64):
+                while chunk := conn.recv(64):
                     self._hear(task, incarnation)  # a beat
+                    seen = seen[-len(BYE) :] + chunk
+                    if BYE in seen:
+                        left = True
+                        break
             except OSError:
                 pass
             with self._lock:
                 if self._open.get(task) == incarnation:
                     del self._open[task]
+        if left:
+            log.info("liveness: task %s (zxid %s) left, alive", task, incarnation)
+            return
         log.warning("liveness: task %s (zxid %s) closed its connection", task, incarnation)
         self._on_drop(task, incarnation)
 
@@ -195,6 +208,7 @@ class LivenessClient:
                     except OSError:
                         break
                     if self._moved(incarnation, address):
+                        _send(conn, BYE)  # alive: not a death to the one it leaves
                         return "moved"
                     continue
                 except OSError:
