@@ -377,15 +377,20 @@ class JoinJob(FlightsJob):
     ``twice`` those it has too many (a keyed output applied twice by the window);
     ``totals_off`` the windows whose delay or air time differ.
 
-    Only the faults of keyed state run on it: its spout's rows reach the routers
-    through a plain bolt, which no replay passes (``elastorm.sources.at_most_once``,
-    at most once, stated), and its sink is a plain bolt (its own state: none)."""
+    The faults of keyed state, and the kill of its spout or of the join's router: the
+    spout replays into the router (``spouts/flights_join.py``; until session 32 a plain
+    bolt between them kept it from replaying). Not the sink's: a plain bolt (its own
+    state: none)."""
 
     name = "flights_join"
     label = "join"
     operator = "join_flights"
     in_user_project = False
-    faults = ("lose-1", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10", "cpal-source", "cpal-target")
+    faults = (
+        "lose-1", "lose-1-ctl", "sup-1", "zk-stop", "freeze-10", "cpal-source", "cpal-target",
+        "spout", "router",
+    )  # fmt: skip
+    components = {"spout": "flights_spout", "router": "join_flights_router"}
 
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir

@@ -134,13 +134,15 @@ def test_the_windows_job_counts_a_window_twice_and_tells_sliding_from_tumbling()
 
 
 def test_the_join_job_runs_the_keyed_faults_and_counts_flights_per_window(tmp_path) -> None:
-    """The repository's join-and-window job: only the faults of keyed state (its spout's
-    rows pass a plain bolt, its sink is one), the fault on ``join_flights``, submitted
-    from this checkout; a window short of flights counts them lost, one over counts
-    them twice, equal flights with another delay is ``totals_off``."""
+    """The repository's join-and-window job: the faults of keyed state and the kills of
+    its replaying spout and the join's router (not its sink: a plain bolt), the fault on
+    ``join_flights``, submitted from this checkout; a window short of flights counts them
+    lost, one over counts them twice, equal flights with another delay is
+    ``totals_off``."""
     scenarios = _scenarios(1000, 10.0, lambda: None, USER_JOBS["join"])
-    assert "join/spout" not in scenarios and "join/sink" not in scenarios
-    assert "join/cpal-target" in scenarios and "join/lose-1" in scenarios
+    assert "join/sink" not in scenarios
+    assert {"join/cpal-target", "join/lose-1", "join/spout", "join/router"} <= set(scenarios)
+    assert scenarios["join/router"]().components["router"] == "join_flights_router"
     driver = scenarios["join/lose-1"]()
     assert (driver.name, driver.operator, driver.limit) == ("flights_join", "join_flights", 1000)
     assert not USER_JOBS["join"].in_user_project and USER_JOBS["wordcount"].in_user_project
