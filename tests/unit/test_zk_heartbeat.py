@@ -44,6 +44,8 @@ class FakeKazoo:
         self.session = 1
         self.connected = True
         self.listeners = []
+        self.watches: dict[str, list] = {}
+        self.modified: dict[str, int] = {}  # path -> last write's zxid (write())
 
     @property
     def client_id(self):
@@ -111,6 +113,28 @@ class FakeKazoo:
 
     def delete_async(self, path):
         return self._call(lambda: self.nodes.pop(path))
+
+    def DataWatch(self, path, func):  # noqa: N802 (kazoo's name)
+        """Calls ``func(data, stat)`` now and after every :meth:`write` of ``path``."""
+        self.watches.setdefault(path, []).append(func)
+        self._fire(path)
+
+    def write(self, path, data: bytes) -> None:
+        """A persistent znode written by another client (the controller), watchers told."""
+        self.zxid += 1
+        self.nodes[path] = (data, 0)
+        self.created.setdefault(path, self.zxid)
+        self.modified[path] = self.zxid
+        self._fire(path)
+
+    def _fire(self, path):
+        for func in self.watches.get(path, []):
+            if path in self.nodes:
+                created = self.created.get(path, 0)
+                stat = _Stat(0, created, self.modified.get(path, created))
+                func(self.nodes[path][0], stat)
+            else:
+                func(None, None)
 
     def expire(self):
         """The server ends the session: its ephemerals vanish, a new session starts."""
@@ -287,3 +311,22 @@ def test_a_fence_of_an_unseen_incarnation_stops_older_znodes_only() -> None:
     fake.expire()
     fresh._step()
     assert fresh.state() is PublisherState.REGISTERED
+
+
+def test_a_fence_written_after_the_task_registered_again_still_stops_it() -> None:
+    """The controller, its view behind, declares the znode a task had before its session
+    lapsed only after the task registered a new one (so its check on the way back found
+    no fence): the task must stop all the same, its groups being restored elsewhere
+    (chaos ``join/cpal-source`` at 8ed8a6b: task 12 went on applying them for 44 s). A
+    fence naming another process's znode leaves it alone."""
+    fake = FakeKazoo()
+    pub = make(fake, Heartbeat)
+    pub._step()
+    before = fake.created[LAYOUT.task(4)]
+    fake.expire()
+    pub._step()  # back, no fence yet: registers a new znode
+    assert pub.state() is PublisherState.REGISTERED and pub.incarnation != before
+    fake.write(LAYOUT.fence("op", 4), b"999")  # some older process's znode
+    assert pub.state() is PublisherState.REGISTERED
+    fake.write(LAYOUT.fence("op", 4), str(before).encode())  # the late declaration
+    assert pub.state() is PublisherState.FENCED

@@ -88,6 +88,8 @@ class HeartbeatPublisher(BackgroundLoop):
         self._identity = identity
         self._heartbeat_fn = heartbeat
         self._czxid: int | None = None  # creation zxid of the znode we last registered
+        self._incarnations: list[int] = []  # every znode this process registered
+        self._fence_watched = False
         self._expired = False  # check the fence before registering again
         self._registration = RegistrationMachine()
         self._session: int | None = None  # session our znode was created in
@@ -255,8 +257,33 @@ class HeartbeatPublisher(BackgroundLoop):
         stat = self._client.exists_async(self._path).get(timeout=self._timeout)
         if stat is not None:
             self._czxid = stat.czxid
+            self._incarnations.append(stat.czxid)
         self.published += 1
+        self._watch_fence()
         return True
+
+    def _watch_fence(self) -> None:
+        """Watch ``fences/<operator>-<task>`` for the life of the process (once set,
+        kazoo keeps the watch across sessions): a fence naming *any* znode this process
+        registered stops it. The check before registering again (``_fenced``) misses
+        a declaration written after it: a task whose session lapsed registered anew,
+        and the controller, its view behind, then declared the old znode lost and
+        restored its groups elsewhere while the task went on applying them (chaos
+        ``join/cpal-source`` at 8ed8a6b: task 12 published its old groups for 44 s)."""
+        if self._fence_watched:
+            return
+        self._fence_watched = True
+        path = self._layout.fence(self._identity.operator, self._identity.task_id)
+        self._client.DataWatch(path, self._on_fence)
+
+    def _on_fence(self, data: bytes | None, stat) -> None:
+        """The fence znode changed (kazoo's thread): go ``FENCED`` if it names us."""
+        if data is None or stat is None:
+            return
+        fence = data.decode()
+        ours = [z for z in self._incarnations if fences(fence, stat.mzxid, z)]
+        if ours:
+            self._feed(PublisherInput.FENCED, f"declared lost (znode zxid {ours[0]})")
 
 
 def fences(fence: str, written: int | None, czxid: int) -> bool:
