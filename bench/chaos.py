@@ -82,6 +82,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     from elastorm.runtime import hdfs
     from elastorm.runtime.cluster import down, up
     from elastorm.runtime.config import load_config
+    from elastorm.runtime.portlock import hold_ports
     from elastorm.runtime.provision import LocalSupervisors
     from elastorm.runtime.run import run_topology
 
@@ -384,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     reference = compute_reference(limit=args.limit) if "flights" in args.jobs else None
     cfg = load_config()
+    ports = ExitStack()  # the cluster's ports are this run's until it ends (portlock)
+    ports.enter_context(hold_ports(cfg, "bench/chaos.py"))
     project = user_project(cfg.home) if set(args.jobs) - {"flights"} else None
     supervisors = LocalSupervisors(cfg, slots=6)
     runs: list[dict] = []
@@ -457,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         down(cfg, wipe=True)
         if with_hdfs:
             hdfs.down(cfg, wipe=True)
+        ports.close()
 
     rows = scenario_rows(runs)
     print("\n" + markdown(rows))

@@ -9,42 +9,27 @@ a cluster costs tens of seconds on two cores. ``hdfs_cluster``: the project's HD
 
 from __future__ import annotations
 
-import fcntl
-import os
-from pathlib import Path
-
 import pytest
 from shared_cluster import cluster_up
 
+from elastorm.errors import UserError
 from elastorm.runtime.cluster import down
 from elastorm.runtime.config import load_config
+from elastorm.runtime.portlock import hold_ports
 
 
 @pytest.fixture(scope="session", autouse=True)
 def sole_user_of_the_ports():
-    """Hold a machine-wide lock on this configuration's fixed ports for the whole session.
-
-    Two checkouts' suites on one machine share ZooKeeper's and Nimbus's ports: one
-    attaches to the other's cluster, and same-second topology names collide (session
-    31: a second CI's ``sparse submit -f`` killed the first's topology 0.4 s after it
-    was activated; both runs' failures were that). The second suite stops at once."""
+    """Hold the machine-wide lock of this configuration's fixed ports for the session
+    (``elastorm.runtime.portlock``): a second suite on the same ports stops at once
+    (session 31: a second CI's ``sparse submit -f`` killed the first's same-named
+    topology 0.4 s after it was activated; both runs' failures were that)."""
     cfg = load_config()
-    lock = Path(f"/tmp/elastorm-ports-{cfg.zookeeper_port}.lock")
-    with open(lock, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            pytest.exit(
-                f"another test session holds ZooKeeper port {cfg.zookeeper_port} ({lock}: "
-                f"{handle.read().strip() or 'unknown'}); wait for it or give this checkout "
-                "other ports in config.json",
-                returncode=3,
-            )
-        handle.truncate(0)
-        handle.write(f"pid {os.getpid()}, home {cfg.home}\n")
-        handle.flush()
-        yield
+    try:
+        with hold_ports(cfg, "a test session"):
+            yield
+    except UserError as exc:
+        pytest.exit(str(exc), returncode=3)
 
 
 @pytest.fixture(scope="session")
