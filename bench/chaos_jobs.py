@@ -392,6 +392,16 @@ class JoinJob(FlightsJob):
     )  # fmt: skip
     components = {"spout": "flights_spout", "router": "join_flights_router"}
 
+    def _pid_of(self, component: str, task: int) -> int:
+        if component == self.components["router"]:  # a router writes no counts file
+            return _component_pid(self.topology, component, task)
+        return super()._pid_of(component, task)
+
+    def _tasks(self, component: str) -> list[int]:
+        if component == self.components["router"]:
+            return sorted(t for ts in _placement(self.topology)[component].values() for t in ts)
+        return super()._tasks(component)
+
     def options(self, output_dir: str) -> dict[str, object]:
         self.output_dir = output_dir
         return self._join().options(output_dir)

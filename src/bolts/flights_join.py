@@ -14,6 +14,7 @@ highest row it applied per plane and skips any row not above it.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -105,7 +106,14 @@ class JoinWindowSink(Bolt):
     ``<output_dir>/join-sink-<task>.json`` with ``tentative`` (windows whose total
     held came from a tentative update), ``tentative_updates`` and ``rectified`` (how
     many tentative totals a final one replaced), and ``timeline``: per wall-clock
-    second, the flights newly reflected in the totals."""
+    second, the flights newly reflected in the totals.
+
+    The file is also the sink's state: a restarted sink task (Storm restarts a plain
+    bolt empty) reads its last file back, and the larger count still wins, so the
+    windows no update reaches after the restart are not forgotten (chaos
+    ``join/zk-stop``, session 32: every worker restarted and the sink's file lost every
+    window the keyed bolts had finished with). What came after its last write (at most
+    a tick) is lost with the task: a plain bolt's outputs are not sent again."""
 
     def initialize(self, conf, context):
         out = required_output_dir(conf)
@@ -114,6 +122,14 @@ class JoinWindowSink(Bolt):
         self.tentative_updates = 0
         self.rectified = 0
         self.timeline: dict[int, int] = {}
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                last = json.load(fh)
+        except FileNotFoundError:
+            return
+        self.windows = last["windows"]
+        self.tentative_updates, self.rectified = last["tentative_updates"], last["rectified"]
+        self.timeline = {int(second): n for second, n in last["timeline"].items()}
 
     def process(self, tup):
         tailnum, day, flights, delay, air, tentative = tup.values
