@@ -263,7 +263,7 @@ class UserJob(FlightsJob):
 
     def _tasks(self, component: str) -> list[int]:
         if component not in self._keyed():
-            return sorted(t for ts in _placement(self.topology)[component].values() for t in ts)
+            return _placed_tasks(self.topology, component)
         from elastorm.runtime.status import gather
 
         got = gather(self.topology, self.zk_hosts, None)
@@ -399,7 +399,7 @@ class JoinJob(FlightsJob):
 
     def _tasks(self, component: str) -> list[int]:
         if component == self.components["router"]:
-            return sorted(t for ts in _placement(self.topology)[component].values() for t in ts)
+            return _placed_tasks(self.topology, component)
         return super()._tasks(component)
 
     def options(self, output_dir: str) -> dict[str, object]:
@@ -528,6 +528,11 @@ def _placement(topology: str) -> dict[str, dict[str, list[int]]]:
 
     host, port = env_nimbus(load_config().project, CLUSTER_ENV)
     return executor_nodes(host, port, topology, node_of=lambda _, slot: str(slot))
+
+
+def _placed_tasks(topology: str, component: str) -> list[int]:
+    """``component``'s task ids where Nimbus placed them (``_placement``), sorted."""
+    return sorted(t for ts in _placement(topology)[component].values() for t in ts)
 
 
 def _component_pid(topology: str, component: str, task: int) -> int:
