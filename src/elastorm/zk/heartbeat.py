@@ -272,9 +272,9 @@ class HeartbeatPublisher(BackgroundLoop):
         ``join/cpal-source`` at 8ed8a6b: task 12 published its old groups for 44 s)."""
         if self._fence_watched:
             return
-        self._fence_watched = True
         path = self._layout.fence(self._identity.operator, self._identity.task_id)
-        self._client.DataWatch(path, self._on_fence)
+        self._client.DataWatch(path, self._on_fence)  # raises on a ZooKeeper error: again
+        self._fence_watched = True
 
     def _on_fence(self, data: bytes | None, stat) -> None:
         """The fence znode changed (kazoo's thread): go ``FENCED`` if it names us."""
