@@ -50,8 +50,11 @@ from wheel_build import build_wheel
 
 from elastorm.core.keygroups import key_group
 from elastorm.errors import UserError
+from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import connect
+from elastorm.runtime.scale import progress
 from elastorm.runtime.state import ask_owner
+from elastorm.zk.layout import ZnodeLayout
 
 pytestmark = pytest.mark.integration
 
@@ -266,13 +269,24 @@ def _migrate_by_every_protocol(
     # The controller's own moves first: groups that start on a logical node the
     # scheduler left unbound move at start, and their holders are placed anew; a CPA
     # asked meanwhile could find its holder without the newest checkpoint (direct).
+    # Settled: no group owned on an idle node (the rescale done; before it starts
+    # nothing moves and every holder may be ready, which is how a CI run went on after
+    # 4 s and saw its CPA fall back to direct), nothing left to move, every holder ready.
     deadline = time.monotonic() + 120
-    while settle and time.monotonic() < deadline:
-        status = json.loads(_run([*migrate, "--status"], project))
-        if not status["moving"] and all(status["assisted"]):
-            print(f"{topology}: settled after {time.monotonic() - deadline + 120:.0f} s")
-            break
-        time.sleep(1)
+    client = connect(load_config().zookeeper)
+    try:
+        while settle:
+            status = json.loads(_run([*migrate, "--status"], project))
+            p = progress(client, ZnodeLayout(topology))
+            idle = [node for node in p.owned if node.endswith("(idle)")]
+            if not (idle or p.joining or p.pending or p.moving) and all(status["assisted"]):
+                print(f"{topology}: settled after {time.monotonic() - deadline + 120:.0f} s")
+                break
+            assert time.monotonic() < deadline, f"never settled: {p}; {status}"
+            time.sleep(1)
+    finally:
+        client.stop()
+        client.close()
     done = []
     for group, protocol in enumerate(("direct", "cpa", "cpal")):
         args = ["--group", str(group), "--to", "holder", "--protocol", protocol]
