@@ -101,6 +101,14 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int, host: str = LOOPBACK) -> di
         # supervisor killed and started again stayed blacklisted (no work) for 8.5 min
         # while its bad-slot history (3 in 300 s) lasted.
         "blacklist.scheduler.tolerance.count": 1_000_000,
+        # Ride out a ZooKeeper outage instead of halting: with Storm's 5 retries a
+        # worker's refresh timer gave up after 9 s of outage and halted the whole
+        # worker (spout, routers, sink, a controller: chaos join/zk-stop, session 33),
+        # and it came back only 1.5 min later. 60 retries at most 2 s apart: about 90 s
+        # (tests/unit/test_cluster_zookeeper_outage.py models Storm's back-off).
+        "storm.zookeeper.retry.times": 60,
+        "storm.zookeeper.retry.interval": 500,
+        "storm.zookeeper.retry.intervalceiling.millis": 2000,
     }
 
 
