@@ -5,9 +5,11 @@ writes one record per run), for docs/benchmarks.md.
 
 One row per scenario, in the order the file first names them: runs, runs whose checks
 all passed, tuples checked (op2's flights per plane-year plus op3's, against pandas; a
-user job's sink rows against its fold, ``bench/chaos_jobs.py``), lost, counted twice,
-key groups ever seen with two owners at one routing epoch, old owners still claiming a
-group 5 s after its handover, the heartbeat samples those checks read, the medians over
+user job's sink rows against its fold, ``bench/chaos_jobs.py``), lost, short when the
+run gave up (a run that gave up is checked against what its sink held then; what was
+not in yet may have been on its way, a stall or a loss: not counted as lost), counted
+twice, key groups ever seen with two owners at one routing epoch, old owners still
+claiming a group 5 s after its handover, the heartbeat samples those checks read, the medians over
 the runs' kills of the time from the kill until another controller led (the ``*-ctl``
 scenarios) and until every lost group was restored and, for network cuts, the updates
 the sink received from the cut-off node's tasks after that restore (and how many key
@@ -29,6 +31,16 @@ from pathlib import Path
 ROLES = ("op2", "op3", "sink")
 
 
+def _column(check: dict, field: str) -> str:
+    """Where a check's ``field`` is counted: what a run that gave up had not committed
+    yet is ``short``, not ``lost`` (it may have been on its way).
+
+    >>> _column({"lost": 3, "at_error": True}, "lost"), _column({"lost": 3}, "lost")
+    ('short', 'lost')
+    """
+    return "short" if field == "lost" and check.get("at_error") else field
+
+
 def scenario_rows(records: list[dict]) -> list[dict]:
     """Per scenario: the sums over its runs (a run that never finished checks nothing)."""
     rows: dict[str, dict] = {}
@@ -36,14 +48,14 @@ def scenario_rows(records: list[dict]) -> list[dict]:
         row = rows.setdefault(
             r["scenario"],
             {"scenario": r["scenario"], "runs": 0, "ok": 0, "checked": 0, "lost": 0,
-             "twice": 0, "two_owners": 0, "stale": 0, "samples": 0, "restored": [],
+             "short": 0, "twice": 0, "two_owners": 0, "stale": 0, "samples": 0, "restored": [],
              "leading": [], "late": None, "load": []},
         )  # fmt: skip
         row["runs"] += 1
         row["ok"] += bool(r["ok"])
         for role in ROLES:
             for field in ("checked", "lost", "twice"):
-                row[field] += r.get(role, {}).get(field, 0)
+                row[_column(r.get(role, {}), field)] += r.get(role, {}).get(field, 0)
         owners = r.get("owners") or {}
         row["two_owners"] += len(owners.get("two_owners", []))
         row["stale"] += len(owners.get("stale_owners", []))
@@ -64,11 +76,12 @@ def scenario_rows(records: list[dict]) -> list[dict]:
 def markdown(rows: list[dict]) -> str:
     """The table as docs/benchmarks.md shows it."""
     lines = [
-        "| scenario | runs | passed | tuples checked | lost | counted twice | two owners "
+        "| scenario | runs | passed | tuples checked | lost | short when it gave up "
+        "| counted twice | two owners "
         "| stale owners | owner samples | load (1 min) | new controller after (median s) "
         "| restored after (median s) "
         "| cut-off owner's updates after the restore (totals replaced) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         restored, leading = (
@@ -78,7 +91,8 @@ def markdown(rows: list[dict]) -> str:
         load = f"{min(row['load']):.0f}-{max(row['load']):.0f}" if row["load"] else "-"
         lines.append(
             f"| {row['scenario']} | {row['runs']} | {row['ok']} | {row['checked']:,} "
-            f"| {row['lost']} | {row['twice']} | {row['two_owners']} | {row['stale']} "
+            f"| {row['lost']} | {row['short']} | {row['twice']} | {row['two_owners']} "
+            f"| {row['stale']} "
             f"| {row['samples']:,} | {load} "
             f"| {leading} | {restored} | {late} |"
         )
@@ -92,27 +106,31 @@ def per_run(records: list[dict]) -> str:
 
     >>> print(per_run([{"commit": "abc", "scenario": "sup-1", "run": 0, "ok": False,
     ...                 "seconds": 900.2, "error": "UserError: incomplete after 900s"}]))
-    | scenario | run | commit | passed | seconds | load (1 min) at start, end | restored after (s) | tuples checked | lost | counted twice | two owners | stale owners | error |
-    |---|---|---|---|---|---|---|---|---|---|---|---|---|
-    | sup-1 | 0 | abc | no | 900 | - | - | 0 | 0 | 0 | 0 | 0 | UserError: incomplete after 900s |
+    | scenario | run | commit | passed | seconds | load (1 min) at start, end | restored after (s) | tuples checked | lost | short when it gave up | counted twice | two owners | stale owners | error |
+    |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+    | sup-1 | 0 | abc | no | 900 | - | - | 0 | 0 | 0 | 0 | 0 | 0 | UserError: incomplete after 900s |
     """  # noqa: E501
     lines = [
         "| scenario | run | commit | passed | seconds | load (1 min) at start, end "
-        "| restored after (s) | tuples checked | lost | counted twice | two owners "
-        "| stale owners | error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| restored after (s) | tuples checked | lost | short when it gave up "
+        "| counted twice | two owners | stale owners | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         load = r.get("loadavg_1m")
         restored = [loss["restored"] for loss in (r.get("faults") or {}).get("losses") or []]
         owners = r.get("owners") or {}
+        checks = [r.get(role, {}) for role in ROLES]
         error = (r.get("error") or ("" if r["ok"] else "checks failed")).replace("|", "/")
         cells = [
             r["scenario"], r["run"], r.get("commit", "?"), "yes" if r["ok"] else "no",
             f"{r['seconds']:.0f}", f"{load['start']}, {load['end']}" if load else "-",
             ", ".join(f"{x:.2f}" for x in restored) or "-",
             f"{sum(r.get(role, {}).get('checked', 0) for role in ROLES):,}",
-            *(sum(r.get(role, {}).get(f, 0) for role in ROLES) for f in ("lost", "twice")),
+            *(
+                sum(c.get(f, 0) for c in checks if _column(c, f) == column)
+                for f, column in (("lost", "lost"), ("lost", "short"), ("twice", "twice"))
+            ),
             len(owners.get("two_owners", [])), len(owners.get("stale_owners", [])),
             error[:160] + ("..." if len(error) > 160 else ""),
         ]  # fmt: skip

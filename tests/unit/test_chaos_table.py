@@ -71,8 +71,12 @@ def test_several_files_make_one_row_per_scenario_and_a_line_per_run(tmp_path) ->
         (2, 1, 15, 1, 2)
     ]
     lines = chaos_table.per_run([first, second]).splitlines()
-    assert lines[2].startswith("| spout | 0 | aaa | yes | 200 | - | 0.00 | 15 | 1 | 2 | 0 | 0 |")
-    assert lines[3].endswith("| bbb | no | 480 | - | - | 0 | 0 | 0 | 0 | 0 | UserError: a / b |")
+    assert lines[2].startswith(
+        "| spout | 0 | aaa | yes | 200 | - | 0.00 | 15 | 1 | 0 | 2 | 0 | 0 |"
+    )
+    assert lines[3].endswith(
+        "| bbb | no | 480 | - | - | 0 | 0 | 0 | 0 | 0 | 0 | UserError: a / b |"
+    )
     assert chaos_table.main([str(p) for p in paths] + ["--per-run"]) == 0
 
 
@@ -82,3 +86,29 @@ def test_the_per_run_doctest() -> None:
     import chaos_table
 
     assert doctest.testmod(chaos_table).failed == 0
+
+
+def test_what_a_run_that_gave_up_had_not_committed_is_short_not_lost() -> None:
+    import chaos_table
+
+    stalled = _run("join/zk-stop", 28.0) | {
+        "ok": False,
+        "commit": "abc",
+        "run": 0,
+        "seconds": 160.0,
+        "error": "UserError: stall",
+    }
+    stalled["sink"] = {"checked": 100, "lost": 40, "twice": 0, "at_error": True}
+    finished = _run("join/zk-stop", 29.0) | {
+        "ok": False,
+        "commit": "abc",
+        "run": 1,
+        "seconds": 80.0,
+        "error": None,
+    }
+    finished["sink"] = {"checked": 100, "lost": 3, "twice": 1}
+    (row,) = scenario_rows([stalled, finished])
+    assert (row["checked"], row["lost"], row["short"], row["twice"]) == (200, 3, 40, 1)
+    assert "| 200 | 3 | 40 | 1 |" in markdown([row]).splitlines()[2]
+    lines = chaos_table.per_run([stalled, finished]).splitlines()
+    assert "| 100 | 0 | 40 | 0 |" in lines[2] and "| 100 | 3 | 0 | 1 |" in lines[3]
