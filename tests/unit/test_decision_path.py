@@ -8,6 +8,8 @@ import pytest
 from test_controller_loop import BACKGROUND, G, make_loop, records, report_checkpoints
 
 from elastorm.controller.adaptation import MoveReason, Thresholds
+from elastorm.controller.loop import RequestOutcome
+from elastorm.controller.model import ControllerModelError
 from elastorm.controller.requests import MigrationRequest
 from elastorm.core.actions import CheckpointStored, MigrationDone, Role
 from elastorm.core.control import MigrationRefused
@@ -119,24 +121,33 @@ def test_a_request_is_ordered_by_the_loop_and_a_fallback_says_why() -> None:
     loop = make_loop(adapt=False)
     control = loop.controls["op1"]
     request = MigrationRequest(operator="op1", key_group=0, target="holder", protocol=Protocol.CPA)
-    outcome = loop.request("req-1", request, 1.0)
+    # The holder reported no checkpoint yet: the request waits for its first one, as the
+    # loop's own moves do, for defer_secs from when it was first asked ...
+    defer = loop.options.defer_secs
+    for now in (1.0, 1.0 + defer / 2):
+        waiting = loop.request("req-1", request, now)
+        assert waiting.ordered is None and not waiting.refused
+        assert waiting.waiting == "waiting for the target's first checkpoint"
+    assert not control.moving and not loop.requested
+    # ... then CPA cannot run, and the loop says so.
+    outcome = loop.request("req-1", request, 1.0 + defer)
     ordered = outcome.ordered
-    assert ordered is not None and not outcome.refused
-    # The holder reported no checkpoint yet: CPA cannot run, the loop says so.
+    assert ordered is not None and not outcome.refused and not outcome.waiting
     assert ordered.choice.changed and ordered.move.protocol is Protocol.DIRECT
-    assert ordered.choice.reason == "the target holds no newest checkpoint"
+    assert ordered.choice.reason == f"the target holds no newest checkpoint after {defer:g} s"
     assert ordered.move.reason is MoveReason.REQUEST and ordered.epoch == control.epoch
     assert [s.to_task for s in ordered.sends if isinstance(s.message, Migrate)] == [ordered.source]
     assert loop.orders == []  # metrics count the loop's own moves only
     # A second request for the moving group is refused, not raised.
-    again = loop.request("req-2", request, 1.5)
+    direct = MigrationRequest(operator="op1", key_group=0, target=12, protocol=Protocol.DIRECT)
+    again = loop.request("req-2", direct, 1.5 + defer)
     assert again.ordered is None and "already moving" in again.refused
     # Both ends report: the request it carried out is named.
     ends = [
         loop.on_migration_done(
             "op1",
             MigrationDone(key_group=0, epoch=ordered.epoch, protocol=Protocol.DIRECT, role=role),
-            2.0,
+            2.0 + defer,
         )
         for role in (Role.SOURCE, Role.TARGET)
     ]
@@ -261,3 +272,20 @@ def test_the_lazy_move_places_the_checkpoint_on_its_target_then_runs_cpa() -> No
 
 def _fields(thresholds: Thresholds) -> dict:
     return {name: getattr(thresholds, name) for name in thresholds.__slots__}
+
+
+def test_a_waiting_request_runs_cpa_once_its_holder_reports_the_newest_checkpoint() -> None:
+    loop = make_loop(adapt=False)
+    request = MigrationRequest(operator="op2", key_group=1, target="holder", protocol=Protocol.CPAL)
+    assert loop.request("req-1", request, 1.0).waiting
+    report_checkpoints(loop)  # the holder's first checkpoint arrives within defer_secs
+    ordered = loop.request("req-1", request, 2.0).ordered
+    assert ordered is not None and ordered.move.protocol is Protocol.CPAL
+    assert not ordered.choice.changed
+
+
+def test_a_request_outcome_is_exactly_one_thing() -> None:
+    with pytest.raises(ControllerModelError):
+        RequestOutcome(refused="no", waiting="not yet")
+    with pytest.raises(ControllerModelError):
+        RequestOutcome()

@@ -362,15 +362,19 @@ class Ordered:
 
 @dataclass(frozen=True, kw_only=True)
 class RequestOutcome:
-    """What the loop made of an operator request: ``ordered`` (started), else
-    ``refused`` says why it cannot run."""
+    """What the loop made of an operator request: ``ordered`` (started), ``refused``
+    (why it cannot run), or ``waiting`` (why not yet: it stays pending and is asked
+    again next round)."""
 
     ordered: Ordered | None = None
     refused: str = ""
+    waiting: str = ""
 
     def __post_init__(self) -> None:
-        if (self.ordered is None) == (not self.refused):
-            raise ControllerModelError("a request outcome is either ordered or refused")
+        if sum((self.ordered is not None, bool(self.refused), bool(self.waiting))) != 1:
+            raise ControllerModelError(
+                "a request outcome is exactly one of ordered, refused or waiting"
+            )
 
 
 def recovery_view(
@@ -522,6 +526,7 @@ class ControllerLoop:
         self._pending: list[float] | None = None  # summed rates of the current sample
         self._pending_rounds = 0
         self._waiting_since: dict[KeyGroupId, float] = {}
+        self._request_since: dict[str, float] = {}  # request name -> first asked (waiting)
         self._sample_start = 0.0
         self._quiet_until = -math.inf  # no decisions before (see resume_warm)
         self._rescale_active: frozenset[NodeId] = frozenset()  # see rescale
@@ -1137,12 +1142,15 @@ class ControllerLoop:
         self, name: str, request: MigrationRequest, now: float, *, lost: Collection[int] = ()
     ) -> RequestOutcome:
         """An operator's request ``name`` (``elastorm migrate``, the dashboard's form),
-        decided like the loop's own moves: the same protocol choice, the same order, at
-        once (a request never waits: what it asked for runs now, or direct, and the
-        outcome's ``choice`` says so and why). Refused, not raised, when its operator is
-        not keyed here, its target task is ``lost`` (declared by the failure detector)
-        or the operator's controller refuses the order (busy, replicated, unknown task,
-        already the owner). A started request is tracked until it ends
+        decided like the loop's own moves: the same protocol choice, the same order. A
+        CPA or CPAL to the holder that has not reported the newest checkpoint yet waits
+        (``waiting``: asked again each round) up to ``defer_secs`` from when ``name`` was
+        first asked, as the loop's own moves do (a holder just placed gets its first
+        checkpoint within an interval); then it runs direct, and the outcome's
+        ``choice`` says so and why. Refused, not raised, when its operator is not keyed
+        here, its target task is ``lost`` (declared by the failure detector) or the
+        operator's controller refuses the order (busy, replicated, unknown task, already
+        the owner). A started request is tracked until it ends
         (:meth:`on_migration_done`, :meth:`recover`)."""
         control = self.controls.get(request.operator)
         if control is None:
@@ -1150,12 +1158,20 @@ class ControllerLoop:
         g = request.key_group
         target = control.holders.get(g, -1) if request.target == HOLDER else int(request.target)
         if target in lost or target in self.down:
+            self._request_since.pop(name, None)
             return RequestOutcome(refused=f"task {target} is lost (declared by the controller)")
+        since = self._request_since.setdefault(name, now)
         try:
-            choice = control.choose(g, target, request.protocol)
+            choice = control.choose(
+                g, target, request.protocol, waited=now - since, defer_secs=self.options.defer_secs
+            )
+            if choice.verdict is Verdict.WAIT:
+                return RequestOutcome(waiting=choice.reason)
             ordered = self._order(request.operator, g, target, choice, MoveReason.REQUEST, now)
         except MigrationRefused as exc:
+            self._request_since.pop(name, None)
             return RequestOutcome(refused=str(exc))
+        self._request_since.pop(name, None)
         self.requested[ordered.move.key_group] = name
         return RequestOutcome(ordered=ordered)
 

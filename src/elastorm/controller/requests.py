@@ -34,7 +34,8 @@ class RequestTransitionError(RequestError):
 
 
 class RequestState(Enum):
-    PENDING = "pending"  # written by the client (or put back: re-driven)
+    PENDING = "pending"  # written by the client (or put back: re-driven; or waiting for
+    # its holder's first checkpoint, up to defer_secs: ``RequestOutcome.waiting``)
     STARTED = "started"  # the controller sent the commands
     STUCK = "stuck"  # not done within the time limit; ``detail`` names what it waits for
     DONE = "done"  # both ends reported MigrationDone (also after STUCK, if they answer)

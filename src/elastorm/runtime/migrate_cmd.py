@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from elastorm.config import ControllerConfig
 from elastorm.core.messages import Protocol
 from elastorm.core.protocol_choice import MOVES
 from elastorm.runtime.config import load_config
@@ -16,13 +15,10 @@ from elastorm.runtime.migrate import (
     request_migration,
     wait_for_controller,
     wait_for_status,
-    wait_until_movable,
 )
 
 STATUS_WAIT = 10.0  # s for the controller's status when --timeout is not given
 MIGRATION_WAIT = 60.0  # s for a migration to end when --timeout is not given
-HOLDER_WAIT = ControllerConfig().defer_secs  # s a CPA/CPAL waits for its holder, as the
-# controller's own checkpoint-assisted moves do by default (``elastorm.controller.defer_secs``)
 
 
 def register(subparsers) -> None:
@@ -32,9 +28,9 @@ def register(subparsers) -> None:
         help="migrate a key group of a running topology (direct, CPA or CPAL)",
         description="Ask the topology's controller, through ZooKeeper, to move a key group "
         "and wait until both ends report done. CPA and CPAL need the target to hold the "
-        "group's newest checkpoint (use --to holder): they wait up to "
-        f"{HOLDER_WAIT:g} s for it (a holder just placed gets its first checkpoint), then the "
-        "controller falls back to direct and says so.",
+        "group's newest checkpoint (use --to holder): the controller waits up to "
+        "elastorm.controller.defer_secs (10 s by default) for it (a holder just placed gets "
+        "its first checkpoint), then falls back to direct and says so.",
     )
     parser.add_argument("--topology", required=True, help="topology name as submitted")
     parser.add_argument(
@@ -77,19 +73,13 @@ def _run(args: argparse.Namespace) -> int:
             return 0
         target = args.to if args.to == "holder" else int(args.to)
         wait_for_controller(client, args.topology, wait)
-        protocol = Protocol(args.protocol)
-        known = 0 <= args.group < len(status["holders"])  # else the controller refuses it
-        if protocol is not Protocol.DIRECT and known:  # the holder's checkpoint may be coming
-            wait_until_movable(
-                client, args.topology, operator, args.group, True, min(wait, HOLDER_WAIT)
-            )
         result = request_migration(
             client,
             args.topology,
             operator,
             args.group,
             target,
-            protocol,
+            Protocol(args.protocol),
             MIGRATION_WAIT if args.timeout is None else args.timeout,
             until_stuck=True,
         )

@@ -700,6 +700,8 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
         dashboard's form) to the loop; send what it orders and write the outcome."""
         for name, request in board.pending():
             outcome = self.loop.request(name, request, time.time(), lost=self.detector.declared)
+            if outcome.waiting:  # still pending: asked again next round, within defer_secs
+                continue
             ordered = outcome.ordered
             if ordered is None:
                 board.apply(name, RequestEvent.REFUSE, detail=outcome.refused)
