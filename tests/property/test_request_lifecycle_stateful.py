@@ -4,8 +4,9 @@ The real thing: requests submitted as the client does (``submit_request``), thei
 states written by a ``RequestBoard`` (through ``TRANSITIONS``) into an in-memory
 ZooKeeper, and a leader that dies: a new board, and the successor's rule
 (``after_leader_lost`` on each request its predecessor left in flight, from the
-routing epoch it loaded). The model: each request's state and epoch by hand-written
-rules, and which requests the current board has already listed.
+routing epoch it loaded and what the heartbeats show). The model: each request's
+state and epoch by hand-written rules, and which requests the current board has
+already listed.
 """
 
 from __future__ import annotations
@@ -96,10 +97,13 @@ class RequestLifecycle(RuleBasedStateMachine):
             self.state[name] = "done"
 
     @precondition(lambda self: self.state)
-    @rule(behind=st.integers(0, 3))
-    def leader_dies(self, behind: int) -> None:
+    @rule(behind=st.integers(0, 3), seen=st.booleans())
+    def leader_dies(self, behind: int, seen: bool) -> None:
         """The leader dies; its successor loaded a routing ``behind`` epochs older than
-        the newest order (0: every order reached it) and handles what was in flight."""
+        the newest order (0: every order reached it) and handles what was in flight:
+        when ``seen``, the heartbeats show each ordered move's end (target 1 owns the
+        group, source 0 not); otherwise it waits them out."""
+        claims = {0: False, 1: True} if seen else {}
         routing_epoch = self.next_epoch - 1 - behind
         self.board = RequestBoard(self.zk, LAYOUT, "op")
         self.listed = set()
@@ -109,12 +113,13 @@ class RequestLifecycle(RuleBasedStateMachine):
             n for n, s in self.state.items() if s in ("started", "stuck")
         }
         for name, request in found:
-            self._apply(name, after_leader_lost(request, routing_epoch), detail="leader lost")
+            event = after_leader_lost(request, routing_epoch, claims=claims)
+            self._apply(name, event, detail="leader lost")
             epoch = self.epoch[name]
             if epoch is None or routing_epoch < epoch:
                 self.state[name], self.epoch[name] = "pending", None
             else:
-                self.state[name] = "abandoned"
+                self.state[name] = "done" if seen else "abandoned"
         assert not any(s in ("started", "stuck") for s in self.state.values())
 
     @invariant()

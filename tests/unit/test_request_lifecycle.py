@@ -159,12 +159,41 @@ def test_after_leader_lost_redrives_an_order_that_never_reached_the_routing() ->
         after_leader_lost(request(), 7)  # a pending request had no leader yet
 
 
-@pytest.mark.parametrize("persisted", [False, True])
-def test_the_controller_taking_over_never_leaves_a_request_started(monkeypatch, persisted) -> None:
+@pytest.mark.parametrize(
+    ("claims", "event"),
+    [
+        ({0: False, 2: True, 1: False}, RequestEvent.FINISH),  # the end, seen
+        ({0: True, 2: True}, None),  # both own it: the source has not handed it off
+        ({2: True}, None),  # the source not heard since the order
+        ({0: False, 2: False}, None),  # the target does not own it yet
+        ({0: False, 2: True, 1: True}, None),  # a third claims it: not this move's end
+    ],
+)
+def test_a_successor_finishes_an_adopted_request_only_on_its_end_in_the_heartbeats(
+    claims, event
+) -> None:
+    started = request().advance(RequestEvent.START, 1.0, epoch=7, source=0, target=2)
+    assert after_leader_lost(started, 7, claims=claims, expired=False) is event
+    expired = after_leader_lost(started, 7, claims=claims)
+    assert expired is (event or RequestEvent.ABANDON)
+
+
+def beat(task: int, groups: tuple[int, ...], at: float):
+    from elastorm.controller.model import Heartbeat, TaskIdentity, TaskRecord
+
+    identity = TaskIdentity(task_id=task, operator="op", node_id=f"node{task}", host="h", pid=task)
+    return TaskRecord(identity=identity, heartbeat=Heartbeat(key_groups=groups), time=at)
+
+
+@pytest.mark.parametrize("end", ["persisted-seen", "persisted-unseen", "lost"])
+def test_the_controller_taking_over_never_leaves_a_request_started(monkeypatch, end) -> None:
     """A leader ordered a request (``started``, epoch 5) and died. Its successor loads
     the routing: epoch 4 (the order never reached ZooKeeper, so no command went out)
-    re-drives the request, which the successor then orders itself; epoch 5 (ordered,
-    its end unseen) closes it as abandoned, never ordered twice."""
+    re-drives the request, which the successor then orders itself; epoch 5 (ordered)
+    adopts it: done once the heartbeats show its end (its ``MigrationDone`` reports went
+    to the dead leader: session 33's join/cpal-source closed such a finished move as
+    abandoned), abandoned if they have not ``migration_timeout_secs`` after the
+    takeover. Never ordered twice."""
     bolt, runtime, sent, _ = make_controller(monkeypatch)
     zk, b = board()
     bolt.boards["op"] = b
@@ -174,19 +203,37 @@ def test_the_controller_taking_over_never_leaves_a_request_started(monkeypatch, 
         LAYOUT.request(name),
         encode_request(old.advance(RequestEvent.START, 1.0, epoch=5, source=10, target=12)),
     )
+    persisted = end != "lost"
     runtime.epochs = {"op": 5 if persisted else 4}
     bolt.take_over(TookOver(at=10.0, standby_since=2.0))
     assert bolt.orphans == {"op"}
     bolt.close_orphans("op", b)
     assert bolt.orphans == set()
-    closed = read_request(zk, LAYOUT, name)
-    assert closed.state is (RequestState.ABANDONED if persisted else RequestState.PENDING)
+    if persisted:
+        assert read_request(zk, LAYOUT, name).state is RequestState.STARTED
+        old_beats = {10: beat(10, (1,), 0.5), 12: beat(12, (), 0.5)}  # before the order
+        runtime.watcher.live = lambda: dict(old_beats)
+        bolt.settle_adopted("op", b, 11.0)
+        assert read_request(zk, LAYOUT, name).state is RequestState.STARTED  # waits
+        if end == "persisted-seen":
+            runtime.watcher.live = lambda: {10: beat(10, (), 11.5), 12: beat(12, (1,), 11.5)}
+            bolt.settle_adopted("op", b, 12.0)
+            closed = read_request(zk, LAYOUT, name)
+            assert closed.state is RequestState.DONE and "seen in the heartbeats" in closed.detail
+        else:
+            bolt.settle_adopted("op", b, 10.0 + bolt.migration_timeout)
+            closed = read_request(zk, LAYOUT, name)
+            assert closed.state is RequestState.ABANDONED and "not seen" in closed.detail
+        assert bolt.adopted["op"] == {}
+    else:
+        closed = read_request(zk, LAYOUT, name)
+        assert closed.state is RequestState.PENDING
     assert "controller died" in closed.detail
     sent.clear()
     bolt.carry_out_requests("op", b)
     now = read_request(zk, LAYOUT, name)
     if persisted:
-        assert now.state is RequestState.ABANDONED and sent == []
+        assert now.state is closed.state and sent == []
     else:
         assert now.state is RequestState.STARTED and now.epoch == bolt.controls["op"].epoch
         assert sent and bolt.loop.requested

@@ -14,6 +14,7 @@ values, the table and their JSON.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -49,9 +50,9 @@ class RequestEvent(Enum):
     START = "start"  # the loop ordered it (``ControllerLoop.request``)
     REFUSE = "refuse"  # the loop refused it, or its key group was restored instead
     OVERDUE = "overdue"  # not done within ``migration_timeout_secs``
-    FINISH = "finish"  # both ends reported MigrationDone
+    FINISH = "finish"  # both ends reported MigrationDone (its leader dead: heartbeats show it)
     REDRIVE = "redrive"  # its leader died before the order reached the routing: again
-    ABANDON = "abandon"  # its leader died after ordering it: closed, outcome unseen
+    ABANDON = "abandon"  # its leader died after ordering it: closed, its end not seen
 
 
 S, E = RequestState, RequestEvent
@@ -87,29 +88,51 @@ def next_state(state: RequestState, event: RequestEvent) -> RequestState:
         ) from None
 
 
-def after_leader_lost(request: MigrationRequest, routing_epoch: int) -> RequestEvent:
+def after_leader_lost(
+    request: MigrationRequest,
+    routing_epoch: int,
+    *,
+    claims: Mapping[int, bool] | None = None,
+    expired: bool = True,
+) -> RequestEvent | None:
     """What a controller that takes over does with ``request``, left ``started`` or
-    ``stuck`` by the leader that died.
+    ``stuck`` by the leader that died; None: ask again later.
 
     The leader persisted each decision (the routing table, at the order's epoch)
     before it sent the commands acting on it. So if the routing the successor loaded
     (``routing_epoch``) is older than the request's ``epoch``, no command went out:
     the request is re-driven (back to pending, ordered again from scratch). Otherwise
-    the commands may have gone out and the migration may have finished unseen (its
-    ``MigrationDone`` went to the dead leader): the request is closed as abandoned,
-    never ordered twice. O(1).
+    the commands may have gone out, and the migration's ``MigrationDone`` reports went
+    (or will go) to the dead leader, so the successor looks at the tasks' heartbeats
+    instead: ``claims`` maps each task of the operator heard since the order to
+    whether it owns the group outright. Its target owning it, its source heard and no
+    longer owning it, and nobody else, is the migration's end: finished. Not seen by
+    the time the successor stops waiting (``expired``): closed as abandoned. Never
+    ordered twice. O(tasks).
 
     >>> r = MigrationRequest(operator="op", key_group=0, target=1, protocol=Protocol.CPA)
-    >>> after_leader_lost(r.advance(RequestEvent.START, 1.0, epoch=5), 4).value
+    >>> started = r.advance(RequestEvent.START, 1.0, epoch=5, source=0)
+    >>> after_leader_lost(started, 4).value
     'redrive'
-    >>> after_leader_lost(r.advance(RequestEvent.START, 1.0, epoch=5), 5).value
+    >>> after_leader_lost(started, 5, claims={0: False, 1: True}).value
+    'finish'
+    >>> after_leader_lost(started, 5, claims={0: True, 1: True}, expired=False) is None
+    True
+    >>> after_leader_lost(started, 5).value
     'abandon'
     """
     if request.state not in IN_FLIGHT:
         raise RequestTransitionError(f"a {request.state.value} request has no leader to lose")
     if request.epoch is None or routing_epoch < request.epoch:
         return RequestEvent.REDRIVE
-    return RequestEvent.ABANDON
+    seen = claims or {}
+    if (
+        seen.get(request.target) is True
+        and seen.get(request.source) is False
+        and not any(owns for task, owns in seen.items() if task != request.target)
+    ):
+        return RequestEvent.FINISH
+    return RequestEvent.ABANDON if expired else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,7 @@ from elastorm.controller.failures import FailureDetector
 from elastorm.controller.loop import ControllerLoop, Placement
 from elastorm.controller.model import ControllerModelError
 from elastorm.controller.replication import operators_to_tell
-from elastorm.controller.requests import RequestEvent, after_leader_lost
+from elastorm.controller.requests import MigrationRequest, RequestEvent, after_leader_lost
 from elastorm.controller.standby import (
     Leadership,
     Restarted,
@@ -155,8 +155,11 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
             op: RequestBoard(self.runtime.client, self.runtime.layout, op) for op in self.operators
         }
         # Operators whose requests a dead leader may have left in flight: looked at once
-        # this task leads (see close_orphans), before any new request is ordered.
+        # this task leads (see close_orphans), before any new request is ordered; those
+        # it may have ordered wait in ``adopted`` for their end in the heartbeats.
         self.orphans: set[str] = set()
+        self.adopted: dict[str, dict[str, MigrationRequest]] = {}
+        self.took_at = 0.0
         # Scale-out / scale-in: the node set and the elastic scheduler's binding.
         self.nodes = NodeWatch(self.runtime.client, self.runtime.layout)
         self.nodes.start(time.time)
@@ -242,6 +245,8 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
                 took.at - took.standby_since,
             )
         self.orphans = set(self.operators)
+        self.adopted = {}
+        self.took_at = took.at
         self.detector.lead(took.at)
         if self.config.controller.liveness_connections and self.liveness is None:
             self.liveness = self._listen(self.conf)
@@ -600,6 +605,7 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
             if op in self.orphans:
                 self.close_orphans(op, board)
             if op not in self.orphans:
+                self.settle_adopted(op, board, now)
                 self.carry_out_requests(op, board)
             self.report_overdue(op, now)
             retry = self.config.restore_retry_secs
@@ -670,30 +676,63 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
                 log.warning("controller: release of %s not written yet (%s)", node, exc)
 
     def close_orphans(self, op: str, board: RequestBoard) -> None:
-        """Once this task leads: re-drive or close each request of ``op`` that a dead
-        leader left ``started`` or ``stuck`` (``after_leader_lost`` decides, from the
-        routing epoch loaded); tried again next tick while ZooKeeper is away."""
+        """Once this task leads: re-drive each request of ``op`` that a dead leader left
+        ``started`` or ``stuck`` before its order reached ZooKeeper, and adopt the rest
+        (:meth:`settle_adopted`); tried again next tick while ZooKeeper is away."""
         found = board.in_flight()
         if found is None:
             return
         epoch = self.runtime.routing_epochs().get(op, -1)
-        control = self.controls[op]
+        adopted = self.adopted.setdefault(op, {})
         for name, request in found:
-            event = after_leader_lost(request, epoch)
-            if event is RequestEvent.REDRIVE:
+            if after_leader_lost(request, epoch, expired=False) is RequestEvent.REDRIVE:
                 detail = (
                     f"its controller died before the order reached ZooKeeper (routing epoch "
                     f"{epoch} < {request.epoch}); ordered again"
                 )
+                log.warning("controller: request %s: %s", name, detail)
+                board.apply(name, RequestEvent.REDRIVE, detail=detail)
+            else:
+                adopted[name] = request
+        self.orphans.discard(op)
+
+    def settle_adopted(self, op: str, board: RequestBoard, now: float) -> None:
+        """Close each request a dead leader ordered: done once the tasks' heartbeats show
+        its end (``after_leader_lost``), abandoned if they have not within
+        ``migration_timeout_secs`` of this task's takeover."""
+        adopted = self.adopted.get(op)
+        if not adopted:
+            return
+        epoch = self.runtime.routing_epochs().get(op, -1)
+        records = self.runtime.watcher.live()
+        tasks = self.operator_tasks[op]
+        expired = now - self.took_at >= self.migration_timeout
+        for name, request in list(adopted.items()):
+            since = request.times.get("started", 0.0)
+            claims = {
+                t: request.key_group in records[t].heartbeat.key_groups
+                for t in tasks
+                if t in records and records[t].time > since
+            }
+            event = after_leader_lost(request, epoch, claims=claims, expired=expired)
+            if event is None:
+                continue
+            if event is RequestEvent.FINISH:
+                detail = (
+                    f"its controller died after ordering it (epoch {request.epoch}); its end "
+                    f"seen in the heartbeats: task {request.target} owns key group "
+                    f"{request.key_group}, task {request.source} no longer does"
+                )
             else:
                 detail = (
-                    f"its controller died after ordering it (epoch {request.epoch}); key group "
-                    f"{request.key_group} is routed to task {control.owner(request.key_group)}, "
-                    "but the migration's end was not seen"
+                    f"its controller died after ordering it (epoch {request.epoch}); its end "
+                    f"not seen in the heartbeats {now - self.took_at:.0f} s after the takeover "
+                    f"(key group {request.key_group} is routed to task "
+                    f"{self.controls[op].owner(request.key_group)})"
                 )
             log.warning("controller: request %s: %s", name, detail)
             board.apply(name, event, detail=detail)
-        self.orphans.discard(op)
+            del adopted[name]
 
     def carry_out_requests(self, op: str, board: RequestBoard) -> None:
         """Hand the board's pending requests of ``op`` (``elastorm migrate``, the
