@@ -284,6 +284,20 @@ def test_a_waiting_request_runs_cpa_once_its_holder_reports_the_newest_checkpoin
     assert not ordered.choice.changed
 
 
+def test_a_request_refused_after_waiting_waits_afresh_when_asked_again() -> None:
+    loop = make_loop(adapt=False)
+    request = MigrationRequest(operator="op1", key_group=0, target="holder", protocol=Protocol.CPA)
+    defer = loop.options.defer_secs
+    assert loop.request("req-1", request, 1.0).waiting
+    holder = loop.controls["op1"].holders[0]
+    refused = loop.request("req-1", request, 1.0 + defer, lost={holder})
+    assert "lost" in refused.refused
+    # Asked again later under the same name: its wait starts now, not at 1.0, so it
+    # waits for the first checkpoint again instead of running direct at once.
+    again = loop.request("req-1", request, 10.0 + defer)
+    assert again.waiting == "waiting for the target's first checkpoint"
+
+
 def test_a_request_outcome_is_exactly_one_thing() -> None:
     with pytest.raises(ControllerModelError):
         RequestOutcome(refused="no", waiting="not yet")

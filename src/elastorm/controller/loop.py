@@ -1152,13 +1152,21 @@ class ControllerLoop:
         operator's controller refuses the order (busy, replicated, unknown task, already
         the owner). A started request is tracked until it ends
         (:meth:`on_migration_done`, :meth:`recover`)."""
+        outcome = self._decide_request(name, request, now, lost)
+        if not outcome.waiting:  # decided: the next ask of ``name`` starts afresh
+            self._request_since.pop(name, None)
+        return outcome
+
+    def _decide_request(
+        self, name: str, request: MigrationRequest, now: float, lost: Collection[int]
+    ) -> RequestOutcome:
+        """:meth:`request`'s decision; it only starts ``name``'s wait, never ends it."""
         control = self.controls.get(request.operator)
         if control is None:
             return RequestOutcome(refused=f"{request.operator!r} is not a keyed operator here")
         g = request.key_group
         target = control.holders.get(g, -1) if request.target == HOLDER else int(request.target)
         if target in lost or target in self.down:
-            self._request_since.pop(name, None)
             return RequestOutcome(refused=f"task {target} is lost (declared by the controller)")
         since = self._request_since.setdefault(name, now)
         try:
@@ -1169,9 +1177,7 @@ class ControllerLoop:
                 return RequestOutcome(waiting=choice.reason)
             ordered = self._order(request.operator, g, target, choice, MoveReason.REQUEST, now)
         except MigrationRefused as exc:
-            self._request_since.pop(name, None)
             return RequestOutcome(refused=str(exc))
-        self._request_since.pop(name, None)
         self.requested[ordered.move.key_group] = name
         return RequestOutcome(ordered=ordered)
 
