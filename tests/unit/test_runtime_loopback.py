@@ -54,7 +54,8 @@ def test_local_cluster_advertises_loopback(cfg) -> None:
 
 
 def test_nimbus_runs_the_elastic_scheduler_and_each_supervisor_names_its_node(cfg) -> None:
-    from elastorm.runtime.cluster import ELASTIC_SCHEDULER, NODE_META, node_of_port
+    from elastorm.runtime.cluster import node_of_port
+    from elastorm.runtime.plugins import ELASTIC_SCHEDULER, NODE_META
 
     assert nimbus_daemon(cfg, 16727).storm_conf["storm.scheduler"] == ELASTIC_SCHEDULER
     for index in range(3):

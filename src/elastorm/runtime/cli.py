@@ -22,6 +22,7 @@ from elastorm.errors import UserError
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES = (
     "elastorm.runtime.setup_cmd",
+    "elastorm.runtime.plugins_cmd",
     "elastorm.runtime.local_cmd",
     "elastorm.runtime.cluster_cmd",
     "elastorm.runtime.hdfs_cmd",

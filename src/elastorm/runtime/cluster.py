@@ -22,6 +22,7 @@ from thriftpy2.transport import TTransportException
 from elastorm.errors import UserError
 from elastorm.runtime import netns
 from elastorm.runtime.config import ElastormConfig, env_nimbus
+from elastorm.runtime.plugins import EVERY_NODE, NIMBUS, supervisor_settings
 from elastorm.runtime.services import (
     LOOPBACK,
     Daemon,
@@ -38,8 +39,6 @@ from elastorm.runtime.storm_home import ensure_storm_home
 log = logging.getLogger(__name__)
 
 CLUSTER_ENV = "cluster"
-ELASTIC_SCHEDULER = "elastorm.jvm.ElasticScheduler"
-NODE_META = "elastorm.node"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,21 +93,9 @@ def base_conf(cfg: ElastormConfig, nimbus_port: int, host: str = LOOPBACK) -> di
         "supervisor.worker.timeout.secs": 90,
         "nimbus.monitor.freq.secs": 5,
         "nimbus.supervisor.timeout.secs": 30,
-        # Nodes fail on purpose here (tests, experiments): a supervisor whose slots
-        # failed is blacklisted by Nimbus for 30 min by default; let it back quickly.
-        "blacklist.scheduler.resume.time.secs": 15,
-        # ... and never blacklist one at all: elastorm handles lost nodes itself, and a
-        # supervisor killed and started again stayed blacklisted (no work) for 8.5 min
-        # while its bad-slot history (3 in 300 s) lasted.
-        "blacklist.scheduler.tolerance.count": 1_000_000,
-        # Ride out a ZooKeeper outage instead of halting: with Storm's 5 retries a
-        # worker's refresh timer gave up after 9 s of outage and halted the whole
-        # worker (spout, routers, sink, a controller: chaos join/zk-stop, session 33),
-        # and it came back only 1.5 min later. 60 retries at most 2 s apart: about 90 s
-        # (tests/unit/test_cluster_zookeeper_outage.py models Storm's back-off).
-        "storm.zookeeper.retry.times": 60,
-        "storm.zookeeper.retry.interval": 500,
-        "storm.zookeeper.retry.intervalceiling.millis": 2000,
+        # What an operator's existing Storm gets too (`elastorm storm-plugins`): ride
+        # out a ZooKeeper outage, never blacklist a node (runtime/plugins.py).
+        **EVERY_NODE,
     }
 
 
@@ -117,9 +104,7 @@ def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int, net: Addresses | None =
     net = net or addresses(cfg)
     conf = base_conf(cfg, nimbus_port, net.host) | {
         "storm.local.dir": str(cfg.run / "nimbus" / "data"),
-        # One task of every elastic operator per live node; Storm's default for the rest
-        # (src/elastorm/jvm/daemon/.../ElasticScheduler.java, docs/scaling.md).
-        "storm.scheduler": ELASTIC_SCHEDULER,
+        **NIMBUS,  # the elastic scheduler
     }
     return Daemon(
         name="nimbus",
@@ -155,8 +140,7 @@ def supervisor_daemon(
         "logviewer.port": first + 9,
         "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * slots * 2),
         "supervisor.cpu.capacity": 100.0 * slots,
-        # The node's name for the elastic scheduler, `elastorm scale` and `elastorm drain`.
-        "supervisor.scheduler.meta": {NODE_META: name},
+        **supervisor_settings(name),
     }
     return Daemon(
         name=name,

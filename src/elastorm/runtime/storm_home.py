@@ -2,7 +2,9 @@
 
 Layout, as the Storm daemons expect it::
 
-    <home>/storm-<ver>/lib/          storm-server, storm-core + deps, elastorm's LocalRunner
+    <home>/storm-<ver>/lib/          storm-server, storm-core + deps (Storm's own)
+    <home>/storm-<ver>/extlib-daemon/   elastorm's daemon jar (ElasticScheduler, LocalRunner),
+                                     installed as into any Storm (``runtime/plugins.py``)
     <home>/storm-<ver>/lib-worker/   storm-client + deps (what worker JVMs run on)
     <home>/storm-<ver>/lib-zookeeper/, lib-hdfs/   elastorm's ZooKeeper and HDFS servers
     <home>/storm-<ver>/log4j2/       cluster.xml (daemons), worker.xml (workers)
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from elastorm.errors import UserError
 from elastorm.runtime.config import JVM_SOURCES, ElastormConfig, check_storm_versions
+from elastorm.runtime.plugins import PLUGIN_DIR, PLUGIN_JAR, install_plugins
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +108,14 @@ def ensure_storm_home(cfg: ElastormConfig) -> Path:
     jvm = cfg.jvm_build
     home = cfg.storm_home
     stamp = home / ".assembled"
-    built = all(link.exists() for link in (home / "lib").glob("*.jar")) if stamp.exists() else False
+    links = [*(home / "lib").glob("*.jar"), home / PLUGIN_DIR / PLUGIN_JAR]
+    built = all(link.exists() for link in links) if stamp.exists() else False
     if built and not _stale(stamp, _inputs()):
         return home
     build_jvm(jvm)
     daemon = jvm / "elastorm-daemon"
     sources = {
-        "lib": [*sorted((daemon / "lib").glob("*.jar")), daemon / "elastorm-daemon-0.1.0.jar"],
+        "lib": sorted((daemon / "lib").glob("*.jar")),
         "lib-worker": sorted((jvm / "elastorm-worker" / "lib-worker").glob("*.jar")),
         "lib-zookeeper": sorted((jvm / "elastorm-zookeeper" / "lib-zookeeper").glob("*.jar")),
         "lib-hdfs": [
@@ -136,12 +140,15 @@ def ensure_storm_home(cfg: ElastormConfig) -> Path:
     (home / "conf").mkdir(exist_ok=True)
     (home / "conf" / "storm.yaml").write_text("# per-daemon configs live under run/\n")
     (home / "extlib").mkdir(exist_ok=True)
-    (home / "extlib-daemon").mkdir(exist_ok=True)
+    install_plugins(home, jvm, version, link=True)
     stamp.write_text(version + "\n")
     log.info("Storm %s home ready at %s", version, home)
     return home
 
 
 def classpath(home: Path, *first: Path, lib: str = "lib") -> str:
-    """A daemon classpath: ``first`` entries (e.g. a topology jar), then ``<lib>/*``."""
-    return ":".join([*(str(p) for p in first), str(home / lib / "*")])
+    """A daemon classpath: ``first`` entries (e.g. a topology jar), then ``<lib>/*``;
+    Storm's daemons (``lib``) also get ``extlib-daemon/*``, as Storm's bin/storm gives
+    them, where elastorm's plugins are installed."""
+    extra = [home / PLUGIN_DIR / "*"] if lib == "lib" else []
+    return ":".join([*(str(p) for p in first), str(home / lib / "*"), *map(str, extra)])
