@@ -46,7 +46,7 @@ from elastorm.core.messages import Protocol
 from elastorm.core.routing import RoutingTable
 from elastorm.runtime.config import load_config
 from elastorm.runtime.services import port_open
-from elastorm.zk.client import make_client
+from elastorm.zk.client import make_client, write_znode
 from elastorm.zk.codec import encode_routing
 from elastorm.zk.heartbeat import HeartbeatPublisher, default_identity
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
@@ -178,7 +178,7 @@ class FakeCluster:
 
 
 def controller_metrics(groups: int) -> dict:
-    """A controller metrics file whose allocation summary has a ``groups`` x ``groups``
+    """Controller figures whose allocation summary has a ``groups`` x ``groups``
     correlation matrix (blocks of ten correlated groups, anti-correlated across)."""
     matrix = [
         [1.0 if i == j else round(0.8 if i // 10 == j // 10 else -0.3, 3) for j in range(groups)]
@@ -248,13 +248,13 @@ def main() -> int:
         time.sleep(3)
         result = {"groups": args.groups, "tasks": args.tasks, "nodes": args.nodes, "phases": []}
         result["heatmap"] = args.heatmap
-        metrics_file = cfg.home / "dashboard-bench-controller-metrics.json"
-        metrics_file.write_text(json.dumps(controller_metrics(args.heatmap)))
+        # The controller's figures, where a leading controller publishes them.
+        figures = json.dumps(controller_metrics(args.heatmap)).encode()
+        write_znode(fake.client, LAYOUT.figures, figures)
         result["phases"].append(phase("A: no dashboard", args.secs, zk_port, fake))
         cmd = [
             sys.executable, "-m", "elastorm.runtime.cli", "dashboard", "--topology", TOPOLOGY,
             "--zookeeper", f"127.0.0.1:{zk_port}", "--port", str(args.port), "-e", "none",
-            "--metrics-file", str(metrics_file),
         ]  # fmt: skip
         dash = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{args.port}"

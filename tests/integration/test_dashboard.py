@@ -167,6 +167,7 @@ class DashboardScenario(ElasticFlightsDriver):
                 page.goto(url)
                 page.wait_for_selector(f'.op[data-operator="{OPERATOR}"]', timeout=120_000)
                 self._migration(page, zk, prom, wait_until_movable)
+                self._figures(page)
                 self._durable(page, prom)
                 self._drain(page, zk)
                 self._kill(page, zk, work)
@@ -220,6 +221,15 @@ class DashboardScenario(ElasticFlightsDriver):
             prom, f'elastorm_migrations_total{{operator="{OPERATOR}",outcome="done"}}', 20
         )
         self.facts["prometheus_migrations"] = result
+
+    def _figures(self, page) -> None:
+        """The allocation panel: the leading controller's figures, read from ZooKeeper
+        (the dashboard is given no file of the controller's)."""
+        page.wait_for_function(
+            "() => document.querySelector('#allocation-score').textContent.startsWith('strategy ')",
+            timeout=30_000,
+        )
+        self.facts["figures"] = page.eval_on_selector("#allocation-score", "p => p.textContent")
 
     def _durable(self, page, prom) -> None:
         """The durable panel (shown once a task's heartbeat carries its durable writer):
@@ -385,6 +395,8 @@ def test_dashboard_shows_a_migration_a_drain_and_a_kill_and_prometheus_stores_th
     # flights job's tuples carry event time, so it has no emit-to-applied latency).
     row = facts["operator_row"]
     assert float(row["rate"]) > 0 and row["service"].endswith("ms"), row
+    # The controller's figures, through ZooKeeper: the default strategy allocates nothing.
+    assert facts["figures"].startswith("strategy none: no allocation yet"), facts["figures"]
     # The durable tier: the operator's lag on the page, its writers' checkpoints, and
     # the lag of its key groups and the writes in Prometheus.
     durable = facts["durable"]

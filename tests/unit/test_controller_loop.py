@@ -477,3 +477,30 @@ def test_the_metrics_file_carries_the_correlations_and_the_score_against_theta()
     assert math.isclose(out["score_drift"], out["allocation_score"] - out["reference_score"])
     fresh = allocation_summary(make_loop(strategy="correlated"), rounds[-1].view)
     assert "allocation_score" not in fresh  # nothing allocated yet: no score
+
+
+def test_the_dashboards_figures_keep_the_shares_the_allocation_and_each_groups_last_order() -> None:
+    """What the leader publishes to ``controller/figures`` for the dashboard."""
+    from elastorm.storm.controller_runtime import allocation_summary, dashboard_figures
+
+    loop, rounds = run("correlated")
+    orders = [
+        {"t": 1.0, "key_group": "op1/0", "protocol": "direct"},
+        {"t": 2.0, "key_group": "op1/1", "protocol": "cpa"},
+        {"t": 3.0, "key_group": "op1/0", "protocol": "cpal"},
+    ]
+    record = {
+        "strategy": "correlated",
+        "rounds": len(rounds),
+        "assisted_share": 0.5,
+        "ordered_assisted_share": 0.6,
+        "usable_share_now": 0.9,
+        "allocation": allocation_summary(loop, None),  # no round yet: no score
+        "orders": orders,
+        "history": [{"t": 0.0}] * 600,  # the file's bulk stays out of ZooKeeper
+    }
+    figures = dashboard_figures(record)
+    assert figures["orders"] == orders[1:]
+    assert "history" not in figures and figures["strategy"] == "correlated"
+    assert "correlation" in figures["allocation"]
+    assert "allocation_score" not in figures["allocation"]

@@ -3,7 +3,10 @@ the store has loaded earlier decisions, then resumes from them."""
 
 from __future__ import annotations
 
+import json
 from types import MappingProxyType
+
+from kazoo.exceptions import NoNodeError
 
 from elastorm.config import ControllerConfig, TopologyConfig
 from elastorm.controller.loop import ControllerLoop, Placement
@@ -12,7 +15,12 @@ from elastorm.core.actions import CheckpointStored, Send
 from elastorm.core.control import MigrationController
 from elastorm.core.messages import Protocol, SetHolder
 from elastorm.core.routing import RoutingTable
-from elastorm.storm.controller_runtime import ControllerRuntime, holders_allocation, resume
+from elastorm.storm.controller_runtime import (
+    FIGURES_EVERY_SECS,
+    ControllerRuntime,
+    holders_allocation,
+    resume,
+)
 from elastorm.zk.codec import SetAside, Submission
 from elastorm.zk.layout import ZnodeLayout
 from elastorm.zk.store import Decisions, StoreError, StoreStatus
@@ -194,6 +202,25 @@ class FakeWatcher:
         }
 
 
+class FakeClient:
+    """What the runtime writes to ZooKeeper itself (the figures): path -> data, and
+    every write, in order."""
+
+    def __init__(self) -> None:
+        self.connected = True
+        self.data: dict[str, bytes] = {}
+        self.writes: list[str] = []
+
+    def set(self, path: str, data: bytes) -> None:
+        if path not in self.data:
+            raise NoNodeError(path)
+        self.create(path, data)
+
+    def create(self, path: str, data: bytes, makepath: bool = False) -> None:
+        self.data[path] = data
+        self.writes.append(path)
+
+
 FIRST = Submission(storm_id="t-1-1", since=0.0)  # a first submission: nothing set aside
 
 
@@ -204,7 +231,7 @@ def runtime(
 ) -> ControllerRuntime:
     return ControllerRuntime(
         loop=loop,
-        client=None,
+        client=FakeClient(),
         layout=ZnodeLayout("t"),
         watcher=FakeWatcher(),
         store=store,
@@ -345,3 +372,27 @@ def test_a_new_submission_that_set_state_aside_says_so_once_at_load(caplog) -> N
     with caplog.at_level("INFO", logger="elastorm.storm.controller_runtime"):
         runtime(loop, store, Submission(storm_id="t-2-9", since=5.0)).tick(20.0)
     assert not [r for r in caplog.records if "set aside" in r.getMessage()]
+
+
+def test_the_leader_publishes_its_figures_for_the_dashboard_every_few_seconds() -> None:
+    loop = ControllerLoop(
+        controls=controls(),
+        placement=Placement(TASKS),
+        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
+        started_at=0.0,
+    )
+    store = FakeStore()
+    rt = runtime(loop, store)
+    client, path = rt.client, ZnodeLayout("t").figures
+    rt.tick(10.0)  # standing by: it publishes nothing
+    assert client.writes == []
+    store.state = StoreStatus.ONLINE
+    rt.tick(11.0)
+    figures = json.loads(client.data[path])
+    assert figures["strategy"] == "even" and figures["rounds"] == 1
+    assert figures["allocation"]["theta"] == loop.options.theta
+    rt.tick(11.0 + FIGURES_EVERY_SECS / 2)  # not due yet
+    assert client.writes == [path]
+    rt.tick(11.0 + FIGURES_EVERY_SECS)  # due, and changed (more rounds)
+    assert client.writes == [path, path]
+    assert json.loads(client.data[path])["rounds"] == 3

@@ -46,11 +46,6 @@ def register(subparsers) -> None:
         "--interval", type=float, default=0.5, help="seconds between ZooKeeper reads (0.5)"
     )
     parser.add_argument(
-        "--metrics-file",
-        default=None,
-        help="the controller's controller-metrics.json (elastorm.output_dir), for its figures",
-    )
-    parser.add_argument(
         "--key-group-limit",
         type=int,
         default=64,
@@ -115,7 +110,6 @@ def _run(args: argparse.Namespace) -> int:
         topology=args.topology,
         interval=args.interval,
         nimbus=nimbus,
-        metrics_file=args.metrics_file,
         lag_limits=limits,
     )
     source.start()

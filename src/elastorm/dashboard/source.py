@@ -1,5 +1,5 @@
 """The dashboard's reads (I/O): ZooKeeper through ``elastorm.zk``, Nimbus through
-``elastorm.runtime.nimbus``, the controller's metrics file; one :class:`Snapshot`
+``elastorm.runtime.nimbus``, the controller's figures in ZooKeeper; one :class:`Snapshot`
 every ``interval`` seconds, folded by a :class:`Tracker` into the latest view.
 
 It only reads: a ``ClusterWatcher`` for the task znodes (watches, so a vanished
@@ -12,7 +12,6 @@ a thread of its own, so a slow Nimbus never delays the page.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -32,6 +31,7 @@ from elastorm.zk.reader import (
     controller_running,
     list_topologies,
     read_checkpoint_allocation,
+    read_figures,
     read_operator_status,
     read_requests,
     read_routing_tables,
@@ -59,7 +59,6 @@ class DashboardSource:
         interval: float = 0.5,
         nimbus: tuple[str, int] | None = None,
         storm_interval: float = 5.0,
-        metrics_file: str | None = None,
         lag_limits: LagLimits | None = None,
     ) -> None:
         self.settings = ZkSettings(hosts=hosts)
@@ -68,7 +67,6 @@ class DashboardSource:
         self.interval = interval
         self.nimbus = nimbus
         self.storm_interval = storm_interval
-        self.metrics_file = metrics_file
         self.client = make_client(self.settings)
         self.reads = CountingReads(self.client)
         self.tracker = Tracker()
@@ -169,6 +167,7 @@ class DashboardSource:
             self._watcher.start()
         connected = self.client.connected
         statuses, controllers, requests, allocation, routing = {}, {}, [], None, {}
+        figures = None
         binding, rescale = Binding(), RescaleProgress()
         if connected:
             for op in status_operators(self.reads, topology):
@@ -181,6 +180,7 @@ class DashboardSource:
             allocation = read_checkpoint_allocation(self.reads, layout)
             routing = read_routing_tables(self.reads, layout)
             binding, rescale = read_scaling(self.reads, layout)
+            figures = read_figures(self.reads, topology)
         storm, storm_error = self._storm
         facts = self._facts(topology, connected)
         live = self._watcher.live()
@@ -198,7 +198,7 @@ class DashboardSource:
             rescale=rescale,
             storm=storm,
             storm_error=storm_error,
-            controller_metrics=self._controller_metrics(),
+            controller_metrics=figures,
             zk_connected=connected,
             zk_reads=self.reads.reads,
             facts=facts,
@@ -246,15 +246,6 @@ class DashboardSource:
             self._departed.pop(task, None)
         self._last_live = dict(live)
         return dict(self._departed)
-
-    def _controller_metrics(self) -> dict | None:
-        if not self.metrics_file:
-            return None
-        try:
-            with open(self.metrics_file, encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
 
     def _run_storm(self) -> None:
         from elastorm.runtime.nimbus import cluster_summary, storm_facts

@@ -350,7 +350,7 @@ def node_names(binding: Binding) -> dict[str, str]:
 
 def _ordered_protocols(metrics: Mapping[str, Any] | None) -> dict[tuple[str, int], str]:
     """(operator, group) -> protocol of the controller's latest order for it, from
-    ``controller-metrics.json`` (its own moves are not requests)."""
+    ``controller/figures`` (its own moves are not requests)."""
     out: dict[tuple[str, int], str] = {}
     for order in (metrics or {}).get("orders", []):
         op, _, index = str(order.get("key_group", "")).rpartition("/")
@@ -600,8 +600,8 @@ def paper_metrics(snap: Snapshot) -> dict[str, Any]:
     """The seed papers' metrics: share of checkpoint-assisted migrations among the done
     ones, and share of key groups whose holder has the newest checkpoint (usable).
 
-    The controller's own figures (``controller-metrics.json``) are shown beside
-    them when the dashboard was given that file.
+    The controller's own figures (``controller/figures``) are shown beside them once
+    the leading controller published them.
     """
     done = [r for _, r in snap.requests if r.state.value == "done"]
     assisted = [r for r in done if r.protocol_used and r.protocol_used.value in ASSISTED]
@@ -620,7 +620,7 @@ def paper_metrics(snap: Snapshot) -> dict[str, Any]:
 
 def finite(value: Any) -> Any:
     """``value`` with every NaN or infinite float replaced by None (the page's JSON.parse
-    refuses them; the controller's file may hold them)."""
+    refuses them; the controller's figures may hold them)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -632,8 +632,8 @@ def finite(value: Any) -> Any:
 
 def allocation_view(snap: Snapshot) -> dict[str, Any] | None:
     """The correlations the checkpoint allocation works from and its score against
-    theta, as the controller published them in ``controller-metrics.json`` (see
-    ``elastorm.storm.controller_runtime.allocation_summary``); None without that file."""
+    theta, as the leading controller published them in ``controller/figures`` (see
+    ``elastorm.storm.controller_runtime.dashboard_figures``); None before it did."""
     cm = snap.controller_metrics or {}
     summary = cm.get("allocation")
     if not isinstance(summary, dict):

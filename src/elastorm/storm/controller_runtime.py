@@ -12,6 +12,7 @@ the decisions until it is back.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -33,7 +34,7 @@ from elastorm.controller.model import Allocation, ClusterView, ControllerModelEr
 from elastorm.core.actions import Send
 from elastorm.core.control import MigrationController
 from elastorm.files import write_json_atomic
-from elastorm.zk.client import make_client
+from elastorm.zk.client import make_client, write_znode
 from elastorm.zk.codec import LeaderInfo, Submission, submission_fields
 from elastorm.zk.layout import ZnodeLayout, zk_settings
 from elastorm.zk.requests import ZK_ERRORS, controller_start, publish_refusal
@@ -235,6 +236,9 @@ class ControllerRuntime:
         self.history: list[dict[str, Any]] = []
         self.holder_moves: list[dict[str, Any]] = []
         self.ordered: list[dict[str, Any]] = []
+        self._view: ClusterView | None = None  # the last round's, for the allocation score
+        self._figures_at = -float("inf")
+        self._figures: bytes | None = None  # as last published
         # Commands whose decisions are not yet durable: sent only once ZooKeeper has
         # them, so a controller killed in between cannot have acted on decisions its
         # successor never sees (write-ahead, not write-behind, for what is acted on).
@@ -326,6 +330,7 @@ class ControllerRuntime:
                 self._record(rnd, now)
                 self.outbox.extend(rnd.sends)
         self._persist()
+        self.publish_figures(now)
         return self._release()
 
     def order(self, sends: list[Send]) -> list[Send]:
@@ -447,53 +452,93 @@ class ControllerRuntime:
             )
         for kg, old, new in rnd.holders_moved:
             self.holder_moves.append({"t": now, "key_group": str(kg), "from": old, "to": new})
-        if self.metrics_path is None:
-            return
+        self._view = rnd.view
+        if self.metrics_path is not None:
+            write_json_atomic(self.metrics_path, self.metrics_record())
+
+    def metrics_record(self) -> dict[str, Any]:
+        """Everything the controller measured, as ``controller-metrics.json`` holds it
+        (the allocation scored against the view of the last round, if any)."""
         snap = self.loop.metrics()
-        write_json_atomic(
-            self.metrics_path,
-            {
-                "strategy": self.loop.options.strategy,
-                "rounds": self.rounds,
-                "allocated_at": self.loop.allocated_at,
-                "started_at": self.loop.started_at,
-                "orders": self.ordered,
-                "finished": [
-                    {
-                        "key_group": str(r.move.key_group),
-                        "completion": r.completion,
-                        "pause": r.pause,
-                    }
-                    for r in self.loop.records
-                ],
-                "ordered_assisted_share": self.loop.ordered_share(),
-                "assisted_share": snap.assisted_share if snap else None,
-                "usable_share_now": snap.usable_share if snap else None,
-                "usable_samples": self.loop.usable_samples,
-                "accumulated_latency": snap.accumulated_latency if snap else 0.0,
-                "holders": {
-                    str(kg): list(nodes)
-                    for kg, nodes in holders_allocation(
-                        self.loop.controls, self.loop.placement
-                    ).entries
-                },
-                "holder_moves": self.holder_moves,
-                "routing": {
-                    op: {
-                        "epoch": c.routing.epoch,
-                        "owners": list(c.routing.owners),
-                        "nodes": [self.loop.placement.node_of(t) for t in c.routing.owners],
-                    }
-                    for op, c in self.loop.controls.items()
-                },
-                "history": self.history[-600:],
-                "store": self.store.status().value,
-                "allocation": allocation_summary(self.loop, view),
-                "replication": self.loop.replication_status().to_json(),
-                "recoveries": self.loop.recoveries[-100:],
-                "submission": submission_fields(self.submission),
+        return {
+            "strategy": self.loop.options.strategy,
+            "rounds": self.rounds,
+            "allocated_at": self.loop.allocated_at,
+            "started_at": self.loop.started_at,
+            "orders": self.ordered,
+            "finished": [
+                {
+                    "key_group": str(r.move.key_group),
+                    "completion": r.completion,
+                    "pause": r.pause,
+                }
+                for r in self.loop.records
+            ],
+            "ordered_assisted_share": self.loop.ordered_share(),
+            "assisted_share": snap.assisted_share if snap else None,
+            "usable_share_now": snap.usable_share if snap else None,
+            "usable_samples": self.loop.usable_samples,
+            "accumulated_latency": snap.accumulated_latency if snap else 0.0,
+            "holders": {
+                str(kg): list(nodes)
+                for kg, nodes in holders_allocation(self.loop.controls, self.loop.placement).entries
             },
-        )
+            "holder_moves": self.holder_moves,
+            "routing": {
+                op: {
+                    "epoch": c.routing.epoch,
+                    "owners": list(c.routing.owners),
+                    "nodes": [self.loop.placement.node_of(t) for t in c.routing.owners],
+                }
+                for op, c in self.loop.controls.items()
+            },
+            "history": self.history[-600:],
+            "store": self.store.status().value,
+            "allocation": allocation_summary(self.loop, self._view),
+            "replication": self.loop.replication_status().to_json(),
+            "recoveries": self.loop.recoveries[-100:],
+            "submission": submission_fields(self.submission),
+        }
+
+    def publish_figures(self, now: float) -> None:
+        """Every ``FIGURES_EVERY_SECS``, what the dashboard shows of the controller's
+        figures (:func:`dashboard_figures`) to ``controller/figures`` when it changed:
+        the dashboard reads ZooKeeper, never the controller's machine's files."""
+        if now - self._figures_at < FIGURES_EVERY_SECS or not self.client.connected:
+            return
+        self._figures_at = now
+        encoded = json.dumps(dashboard_figures(self.metrics_record())).encode()
+        if encoded == self._figures:
+            return
+        try:
+            write_znode(self.client, self.layout.figures, encoded)
+            self._figures = encoded
+        except ZK_ERRORS as exc:
+            log.warning(
+                "controller: figures not published (%s); next in %.0f s", exc, FIGURES_EVERY_SECS
+            )
+
+
+FIGURES_EVERY_SECS = 5.0
+"""How often the leading controller publishes its figures for the dashboard (a
+correlation matrix of 100 key groups is about 70 kB of JSON)."""
+FIGURE_KEYS = (
+    "strategy",
+    "rounds",
+    "assisted_share",
+    "ordered_assisted_share",
+    "usable_share_now",
+    "allocation",
+)
+
+
+def dashboard_figures(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a metrics record the dashboard shows: the seed papers' shares, the
+    allocation's correlations and score, and only the latest order of each key group
+    (the page shows the protocol ordered last)."""
+    latest = {o["key_group"]: o for o in record["orders"]}
+    orders = sorted(latest.values(), key=lambda o: o["t"])  # in the order they were made
+    return {k: record[k] for k in FIGURE_KEYS} | {"orders": orders}
 
 
 HEATMAP_MAX_GROUPS = 100
@@ -501,12 +546,12 @@ HEATMAP_MAX_GROUPS = 100
 (100 groups = 10,000 numbers, written once a round; more would bloat the file)."""
 
 
-def allocation_summary(loop: ControllerLoop, view: ClusterView) -> dict[str, Any]:
+def allocation_summary(loop: ControllerLoop, view: ClusterView | None) -> dict[str, Any]:
     """What the allocation works from, for the dashboard: the correlation matrix (up to
-    ``HEATMAP_MAX_GROUPS`` key groups) and, once checkpoints were allocated, the score
-    of the holders now against Algorithm 3's allocation for the same view and
-    correlations (Madsen & Zhou 2015, section 6: re-optimisation moves checkpoints when
-    that drift exceeds ``theta``). Non-finite scores are written as None."""
+    ``HEATMAP_MAX_GROUPS`` key groups) and, once checkpoints were allocated (and a round
+    gave a ``view``), the score of the holders now against Algorithm 3's allocation for
+    the same view and correlations (Madsen & Zhou 2015, section 6: re-optimisation
+    moves checkpoints when that drift exceeds ``theta``). Non-finite scores are written as None."""
     out: dict[str, Any] = {"theta": loop.options.theta}
     try:
         corr = loop.correlation.correlation()
@@ -517,7 +562,7 @@ def allocation_summary(loop: ControllerLoop, view: ClusterView) -> dict[str, Any
             "key_groups": [str(kg) for kg in corr.key_groups],
             "matrix": [[round(float(x), 3) for x in row] for row in corr.matrix],
         }
-    if loop.allocation is not None:
+    if loop.allocation is not None and view is not None:
         try:
             spec = AllocationSpec(view=view, correlation=corr, epsilon=loop.options.slack)
             now = allocation_score(spec, holders_allocation(loop.controls, loop.placement))

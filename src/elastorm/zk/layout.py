@@ -13,6 +13,8 @@ One root per topology, ``/elastorm/<topology>``::
     controller/status/<op>       the controller's live view: holders, migrations in flight
     controller/refused           ephemeral, why the controller cannot run this topology
     controller/rescale           the rescale in progress: joining nodes, key groups to move
+    controller/figures           the leader's figures for the dashboard (correlations,
+                                 allocation score, shares), every few seconds
     failures/<comp>-<task>       durable, a task's failed starts: count, last reason
     requests/req-<seq>           durable migration requests (``elastorm migrate``)
     queries/<task-id>/q-<seq>    ephemeral, a state query to a keyed task, answered in
@@ -120,6 +122,11 @@ class ZnodeLayout:
 
     def status(self, operator: str) -> str:
         return f"{self.controller}/status/{check_name(operator, 'operator')}"
+
+    @property
+    def figures(self) -> str:
+        """The leading controller's figures for the dashboard (``dashboard_figures``)."""
+        return f"{self.controller}/figures"
 
     @property
     def refused(self) -> str:

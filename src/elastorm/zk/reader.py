@@ -88,6 +88,19 @@ def read_operator_status(reader: CountingReads, topology: str, operator: str) ->
     return {**value, "epoch": table.epoch, "owners": list(table.owners)}
 
 
+def read_figures(reader: CountingReads, topology: str) -> dict | None:
+    """The leading controller's figures (``controller/figures``), or None if it published
+    none (yet) or they do not decode."""
+    try:
+        value = json.loads(reader.get(ZnodeLayout(topology).figures).decode())
+    except NoNodeError:
+        return None
+    except ValueError:
+        log.warning("the controller's figures of %s do not decode", topology)
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def controller_running(reader: CountingReads, topology: str, operator: str) -> bool:
     """Whether a controller leads ``topology`` (its ephemeral leader znode)."""
     return reader.exists(ZnodeLayout(topology).leader)
