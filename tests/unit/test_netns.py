@@ -154,7 +154,7 @@ def test_a_failed_setup_deletes_what_it_made(cfg, monkeypatch) -> None:
 
     monkeypatch.setattr(netns, "check_can_create", lambda: None)
     monkeypatch.setattr(netns, "exists", lambda plan: made["ns"])
-    monkeypatch.setattr(netns, "_ip", fake_ip)
+    monkeypatch.setattr(netns, "run_ip", fake_ip)
     with pytest.raises(UserError, match="File exists"):
         netns.create(cfg, 3)
     assert ran[-1][:3] == ["ip", "netns", "delete"] and not made["ns"]

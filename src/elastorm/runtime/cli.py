@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "elastorm.runtime.plugins_cmd",
     "elastorm.runtime.local_cmd",
     "elastorm.runtime.cluster_cmd",
+    "elastorm.runtime.hosts_cmd",
     "elastorm.runtime.hdfs_cmd",
     "elastorm.runtime.check_cmd",
     "elastorm.runtime.options_cmd",

@@ -120,7 +120,7 @@ def exec_prefix(namespace: str) -> list[str]:
     return ["ip", "netns", "exec", namespace]
 
 
-def _ip(cmd: list[str]) -> None:
+def run_ip(cmd: list[str]) -> None:
     """Run one ``ip`` command; ``UserError`` with its stderr if it fails."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
@@ -148,7 +148,7 @@ def create(cfg: ElastormConfig, supervisor: int) -> NetnsPlan:
     destroy(cfg)
     try:
         for cmd in setup_commands(plan):
-            _ip(cmd)
+            run_ip(cmd)
     except (UserError, OSError, subprocess.TimeoutExpired):
         destroy(cfg)
         raise
@@ -167,7 +167,7 @@ def destroy(cfg: ElastormConfig) -> bool:
     (cfg.run / STATE_FILE).unlink(missing_ok=True)
     if not exists(plan):
         return False
-    _ip(teardown_command(plan))
+    run_ip(teardown_command(plan))
     log.info("deleted namespace %s and its veth pair", plan.namespace)
     return True
 
@@ -177,7 +177,7 @@ def set_link(cfg: ElastormConfig, *, up: bool) -> NetnsPlan:
     plan = netns_plan(cfg.zookeeper_port)
     if namespaced_supervisor(cfg) is None:
         raise UserError("no namespaced supervisor: `cluster up --netns-supervisor I` first")
-    _ip(link_command(plan, up=up))
+    run_ip(link_command(plan, up=up))
     return plan
 
 

@@ -1,0 +1,72 @@
+"""``elastorm hosts up|down|status|ssh|cut|join``: several hosts on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+
+from elastorm.runtime.config import load_config
+from elastorm.runtime.hosts import HOST_DIR, MAX_HOSTS, Hosts
+
+
+def register(subparsers) -> None:
+    """Add the ``hosts`` subcommand."""
+    parser = subparsers.add_parser(
+        "hosts",
+        help="several hosts on this machine: network namespaces on a bridge, each with sshd",
+        description="Hosts for deployment tests, on this one machine (root): each a network "
+        "namespace with its own address on a bridge and an sshd, reached by ssh with a key "
+        f"kept in <home>/hosts/; inside a host, {HOST_DIR} is that host's private folder "
+        "(<home>/hosts/<name>/root). `cut`/`join` take a host off the bridge and back.",
+    )
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="make the hosts (removing earlier ones) and start sshd")
+    up.add_argument("--count", type=int, default=4, help=f"hosts, 1..{MAX_HOSTS} (4)")
+    sub.add_parser("down", help="stop everything in the hosts and remove them")
+    sub.add_parser("status", help="each host's address and whether ssh answers")
+    ssh = sub.add_parser("ssh", help="run a command on a host (a shell without one)")
+    ssh.add_argument("host")
+    ssh.add_argument("command", nargs=argparse.REMAINDER)
+    for name, what in (("cut", "cut HOST off the bridge"), ("join", "put HOST back")):
+        p = sub.add_parser(name, help=what)
+        p.add_argument("host")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    hosts = Hosts(load_config())
+    if args.action == "up":
+        plan = hosts.up(args.count)
+        for h in plan.hosts:
+            print(f"{h.name} {h.address} (ssh: elastorm hosts ssh {h.name})")
+        print(f"this machine on the hosts' network: {plan.gateway}")
+    elif args.action == "down":
+        removed = hosts.down()
+        print(f"removed {', '.join(removed)}" if removed else "no hosts were up")
+    elif args.action == "status":
+        return _status(hosts)
+    elif args.action == "ssh":
+        cmd = hosts.ssh_command(args.host, *args.command)
+        return subprocess.call(cmd if args.command else [cmd[0], "-t", *cmd[1:]])
+    else:
+        hosts.set_link(args.host, up=args.action == "join")
+    return 0
+
+
+def _status(hosts: Hosts) -> int:
+    plan = hosts.plan()
+    if plan is None:
+        print("no hosts are up")
+        return 1
+    down = 0
+    for h in plan.hosts:
+        probe = hosts.ssh_command(h.name, "true")
+        ok = subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+        pid_file = hosts.folder / h.name / "sshd.pid"
+        pid = pid_file.read_text().strip() if pid_file.exists() else "-"
+        alive = pid != "-" and Path(f"/proc/{pid}").exists()
+        print(f"{h.name} {h.address}: ssh {'answers' if ok else 'DOES NOT ANSWER'}, "
+              f"sshd {'pid ' + pid if alive else 'not running'}")  # fmt: skip
+        down += not ok
+    return 1 if down else 0
