@@ -1,5 +1,7 @@
 """Several hosts on this machine (``elastorm hosts``): real network namespaces on a
-bridge, a real sshd in each, each host's private folder, a host cut off and back."""
+bridge, a real sshd in each, each host's private folder, a host cut off and back; and
+Storm across them as an operator lays it out (a ZooKeeper ensemble, two Nimbus,
+supervisors), losing its leading Nimbus and a ZooKeeper server."""
 
 from __future__ import annotations
 
@@ -7,12 +9,15 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
+from elastorm.runtime import multihost
 from elastorm.runtime.config import load_config
 from elastorm.runtime.hosts import HOST_DIR, SSHD, Hosts
 from elastorm.runtime.netns import NETNS_DIR
+from elastorm.runtime.services import stop, zookeeper_ok
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not SSHD.exists() or shutil.which("ip") is None,
@@ -20,39 +25,80 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_hosts_answer_ssh_keep_private_folders_reach_each_other_and_can_be_cut_off(
-    tmp_path,
-) -> None:
-    # Names and addresses of their own (from this port), so the project's hosts, if
-    # any are up, are left alone.
-    cfg = dataclasses.replace(load_config(), home=tmp_path / "home", zookeeper_port=22181)
-    hosts = Hosts(cfg)
-    plan = hosts.up(3)
-    try:
-
-        def on(host: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
-            return subprocess.run(
-                hosts.ssh_command(host, command), capture_output=True, text=True, timeout=timeout
-            )
-
-        # Each host sees its own folder at HOST_DIR, and a file one host writes there
-        # is not seen by another.
-        for h in plan.hosts:
-            assert on(h.name, f"cat {HOST_DIR}/name").stdout.strip() == h.name
-            assert on(h.name, "hostname -I").stdout.split() == [h.address]
-        assert on("host0", f"echo mine > {HOST_DIR}/only-here").returncode == 0
-        assert on("host1", f"test -e {HOST_DIR}/only-here").returncode == 1
-        # Host to host, over the bridge.
-        ssh = " ".join(["ssh", *hosts.ssh_options(), f"root@{plan.host('host2').address}"])
-        assert on("host0", f"{ssh} cat {HOST_DIR}/name").stdout.strip() == "host2"
-        # Cut off: the others get silence (a timeout), not a refusal; back again after.
-        hosts.set_link("host2", up=False)
-        cut = on("host0", f"{ssh} true")
-        assert cut.returncode == 255 and "timed out" in cut.stderr, cut.stderr
-        hosts.set_link("host2", up=True)
-        assert on("host0", f"{ssh} true").returncode == 0
-    finally:
-        removed = hosts.down()
-    assert removed == ["host0", "host1", "host2"]
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    """Four hosts with names and addresses of their own (from another port than the
+    project's, so its hosts, if any are up, are left alone), in a home of their own that
+    shares the project's Storm home and JVM build (nothing is rebuilt)."""
+    project = load_config()
+    home = tmp_path_factory.mktemp("hosts") / "home"
+    home.mkdir()
+    for built in (project.storm_home, project.jvm_build):
+        (home / built.name).symlink_to(built)
+    cfg = dataclasses.replace(project, home=home, zookeeper_port=22181)
+    made = Hosts(cfg)
+    plan = made.up(4)
+    yield cfg, made, plan
+    multihost.down(cfg, made)
+    removed = made.down()
+    assert removed == [h.name for h in plan.hosts]
     assert not any((NETNS_DIR / h.namespace).exists() for h in plan.hosts)
-    assert hosts.plan() is None
+    assert made.plan() is None
+
+
+def on(hosts: Hosts, host: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        hosts.ssh_command(host, command), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_hosts_answer_ssh_keep_private_folders_reach_each_other_and_can_be_cut_off(hosts):
+    _, made, plan = hosts
+    # Each host sees its own folder at HOST_DIR, and a file one host writes there
+    # is not seen by another.
+    for h in plan.hosts:
+        assert on(made, h.name, f"cat {HOST_DIR}/name").stdout.strip() == h.name
+        assert on(made, h.name, "hostname -I").stdout.split() == [h.address]
+    assert on(made, "host0", f"echo mine > {HOST_DIR}/only-here").returncode == 0
+    assert on(made, "host1", f"test -e {HOST_DIR}/only-here").returncode == 1
+    # Host to host, over the bridge.
+    ssh = " ".join(["ssh", *made.ssh_options(), f"root@{plan.host('host3').address}"])
+    assert on(made, "host0", f"{ssh} cat {HOST_DIR}/name").stdout.strip() == "host3"
+    # Cut off: the others get silence (a timeout), not a refusal; back again after.
+    made.set_link("host3", up=False)
+    cut = on(made, "host0", f"{ssh} true")
+    assert cut.returncode == 255 and "timed out" in cut.stderr, cut.stderr
+    made.set_link("host3", up=True)
+    assert on(made, "host0", f"{ssh} true").returncode == 0
+
+
+def test_storm_across_the_hosts_survives_its_leading_nimbus_and_a_zookeeper_server(hosts):
+    cfg, made, plan = hosts
+    summary = multihost.up(cfg, made)
+    r = multihost.roles(plan)
+    leaders = [n["host"] for n in summary["nimbuses"] if n["leader"]]
+    assert len(leaders) == 1 and leaders[0] in {n.address for n in r.nimbuses}, summary
+    assert {s["host"] for s in summary["supervisors"]} == {h.address for h in r.supervisors}
+    # The leading Nimbus dies: the other takes the lead (Storm's leader election).
+    leader = next(n for n in r.nimbuses if n.address == leaders[0])
+    other = next(n for n in r.nimbuses if n is not leader)
+    assert stop(cfg, multihost.daemon_name(leader, "nimbus"))
+    led_by(r, other.address, len(r.supervisors))
+    # The ZooKeeper server on the new leader's own host dies: the other two keep a
+    # quorum, its client moves to one of them, and it still leads every supervisor.
+    assert stop(cfg, multihost.daemon_name(other, "zookeeper"))
+    alive = [z for z in r.zookeepers if z is not other and zookeeper_ok(2181, host=z.address)]
+    assert len(alive) == 2
+    led_by(r, other.address, len(r.supervisors))
+
+
+def led_by(r: multihost.Roles, address: str, supervisors: int, timeout: float = 120) -> None:
+    """Wait until the Nimbus at ``address`` is the one leader, with ``supervisors``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = multihost.leader_summary(r)
+        led = [n["host"] for n in (now or {}).get("nimbuses", []) if n["leader"]]
+        if led == [address] and len(now["supervisors"]) == supervisors:
+            return
+        assert time.monotonic() < deadline, now
+        time.sleep(1)

@@ -59,3 +59,39 @@ def test_sshd_listens_on_its_host_only_and_takes_keys_only() -> None:
         "AuthorizedKeysFile /x/authorized_keys",
     } <= lines
     assert str(HOST_DIR) == "/var/lib/elastorm-host"
+
+
+def test_storm_across_hosts_is_laid_out_as_an_operator_lays_it_out(tmp_path) -> None:
+    import dataclasses
+
+    from elastorm.errors import UserError
+    from elastorm.runtime import multihost
+    from elastorm.runtime.config import load_config
+    from elastorm.runtime.hosts import Hosts
+
+    assert doctest.testmod(multihost).failed == 0
+    cfg = dataclasses.replace(load_config(), home=tmp_path / "home")
+    plan = hosts_plan(cfg.zookeeper_port, 5)
+    r = multihost.roles(plan)
+    hosts = Hosts(cfg)
+    for h in plan.hosts:  # what `up` leaves: each host's sshd pid, for nsenter
+        (hosts.folder / h.name).mkdir(parents=True)
+        (hosts.folder / h.name / "sshd.pid").write_text("4242\n")
+    zk = multihost.host_daemon(cfg, hosts, r, plan.hosts[1], "zookeeper")
+    text = Path(zk.args[0]).read_text().splitlines()
+    assert [f"server.{i + 1}={h.address}:2888:3888" for i, h in enumerate(plan.hosts[:3])] == [
+        line for line in text if line.startswith("server.")
+    ]
+    assert (hosts.folder / "host1" / "root" / "zookeeper" / "myid").read_text() == "2\n"
+    assert zk.enter == ("nsenter", "--target=4242", "--net", "--mount", "--")
+    assert zk.address == plan.hosts[1].address
+    sup = multihost.host_daemon(cfg, hosts, r, plan.hosts[4], "supervisor").storm_conf
+    assert sup["storm.zookeeper.servers"] == [h.address for h in plan.hosts[:3]]
+    assert sup["nimbus.seeds"] == [h.address for h in plan.hosts[:2]]
+    assert sup["storm.local.hostname"] == plan.hosts[4].address
+    assert sup["storm.local.dir"] == str(HOST_DIR / "storm")
+    assert sup["supervisor.scheduler.meta"] == {"elastorm.node": "host4"}
+    nimbus = multihost.host_daemon(cfg, hosts, r, plan.hosts[0], "nimbus").storm_conf
+    assert nimbus["storm.scheduler"] == "elastorm.jvm.ElasticScheduler"
+    with pytest.raises(UserError, match="at least 4 hosts"):
+        multihost.roles(hosts_plan(cfg.zookeeper_port, 3))

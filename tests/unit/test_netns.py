@@ -73,7 +73,7 @@ def test_without_a_namespace_every_daemon_stays_on_loopback(cfg) -> None:
     assert addresses(cfg) == Addresses()
     for index in range(3):
         daemon = supervisor_daemon(cfg, index, 16727)
-        assert daemon.netns is None
+        assert daemon.enter == ()
         assert daemon.storm_conf["storm.local.hostname"] == LOOPBACK
         assert daemon_command(cfg, daemon)[0] == "java"
     text = Path(zookeeper_daemon(cfg).args[0]).read_text()
@@ -103,7 +103,7 @@ def test_with_a_namespace_every_address_is_reachable_from_both_sides(cfg, monkey
         cmd = daemon_command(cfg, daemon)
         if index == 2:
             assert conf["storm.local.hostname"] == plan.ns_address
-            assert daemon.netns == plan.namespace
+            assert daemon.enter == tuple(netns.exec_prefix(plan.namespace))
             assert cmd[:5] == ["ip", "netns", "exec", plan.namespace, "java"]
             assert f"-Ddaemon.name={daemon.name}" in cmd  # the pid-file check still finds it
         else:

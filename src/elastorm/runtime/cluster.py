@@ -147,7 +147,7 @@ def supervisor_daemon(
         main="org.apache.storm.daemon.supervisor.Supervisor",
         storm_conf=conf,
         heap_mb=256,
-        netns=net.namespace if inside else None,
+        enter=tuple(netns.exec_prefix(net.namespace)) if inside and net.namespace else (),
         # It halts itself when its ZooKeeper session expires (a ZooKeeper outage with
         # Nimbus away: chaos join/zk-stop, session 31). Killing its process group, as
         # a lost node is simulated, kills the supervising loop too.

@@ -233,6 +233,15 @@ class Hosts:
             "-o", "ConnectTimeout=5",
         ]  # fmt: skip
 
+    def enter(self, host: str) -> tuple[str, ...]:
+        """What runs a command inside ``host``: ``nsenter`` into its sshd's network and
+        mount namespaces (so the command sees the host's address and private folder)."""
+        pid_file = self.folder / host / "sshd.pid"
+        if not pid_file.exists():
+            raise UserError(f"host {host}: no sshd running (`elastorm hosts up` first)")
+        pid = pid_file.read_text().strip()
+        return ("nsenter", f"--target={pid}", "--net", "--mount", "--")
+
     def set_link(self, host: str, *, up: bool) -> None:
         """Cut ``host`` off the bridge (``up=False``) or join it again."""
         plan = self.plan()

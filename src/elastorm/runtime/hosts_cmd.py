@@ -6,8 +6,10 @@ import argparse
 import subprocess
 from pathlib import Path
 
+from elastorm.runtime import multihost
 from elastorm.runtime.config import load_config
-from elastorm.runtime.hosts import HOST_DIR, MAX_HOSTS, Hosts
+from elastorm.runtime.hosts import HOST_DIR, MAX_HOSTS, Hosts, hosts_plan
+from elastorm.runtime.multihost import roles
 
 
 def register(subparsers) -> None:
@@ -23,6 +25,12 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="make the hosts (removing earlier ones) and start sshd")
     up.add_argument("--count", type=int, default=4, help=f"hosts, 1..{MAX_HOSTS} (4)")
+    up.add_argument(
+        "--storm",
+        action="store_true",
+        help="also start Storm across them: a 3-server ZooKeeper ensemble, Nimbus on two "
+        "hosts, supervisors on the others (at least 4 hosts)",
+    )
     sub.add_parser("down", help="stop everything in the hosts and remove them")
     sub.add_parser("status", help="each host's address and whether ssh answers")
     ssh = sub.add_parser("ssh", help="run a command on a host (a shell without one)")
@@ -35,13 +43,24 @@ def register(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    hosts = Hosts(load_config())
+    cfg = load_config()
+    hosts = Hosts(cfg)
     if args.action == "up":
+        if args.storm:
+            roles(hosts_plan(cfg.zookeeper_port, args.count))  # refused before any host
         plan = hosts.up(args.count)
         for h in plan.hosts:
             print(f"{h.name} {h.address} (ssh: elastorm hosts ssh {h.name})")
         print(f"this machine on the hosts' network: {plan.gateway}")
+        if args.storm:
+            summary = multihost.up(cfg, hosts)
+            leader = ", ".join(n["host"] for n in summary["nimbuses"] if n["leader"]) or "?"
+            nimbuses, supervisors = len(summary["nimbuses"]), len(summary["supervisors"])
+            print(f"Storm: leading Nimbus {leader} of {nimbuses}, {supervisors} supervisors")
     elif args.action == "down":
+        stopped = multihost.down(cfg, hosts)
+        if stopped:
+            print(f"stopped {', '.join(stopped)}")
         removed = hosts.down()
         print(f"removed {', '.join(removed)}" if removed else "no hosts were up")
     elif args.action == "status":

@@ -49,6 +49,10 @@ def cluster_summary(host: str, port: int) -> dict:
             f"({type(exc).__name__}: {exc or 'no detail'})"
         ) from None
     return {
+        "nimbuses": [
+            {"host": n.host, "port": n.port, "leader": bool(n.isLeader)}
+            for n in info.nimbuses or ()
+        ],
         "supervisors": [
             {
                 "id": s.supervisor_id,

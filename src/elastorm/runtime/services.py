@@ -42,7 +42,10 @@ class Daemon:
     heap_mb: int = 512
     port: int | None = None  # the port that says it is up
     lib: str = "lib"  # which jar folder of the Storm home makes its classpath
-    netns: str | None = None  # the network namespace it runs in (``runtime/netns.py``)
+    # What runs it inside its host: ``ip netns exec`` for the chaos harness's namespaced
+    # supervisor (``runtime/netns.py``), ``nsenter`` into a host of ``runtime/hosts.py``.
+    enter: tuple[str, ...] = ()
+    address: str = LOOPBACK  # where ``port`` is checked
     # Started again when it exits after its first start-up (``supervised``); Storm's
     # daemons are fail-fast and expect a supervisor process to do this.
     supervised: bool = False
@@ -57,13 +60,13 @@ def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
         return False
 
 
-def zookeeper_ok(port: int, timeout: float = 2.0) -> bool:
-    """True if a ZooKeeper server on loopback is serving (its ``srvr`` reply names a mode).
+def zookeeper_ok(port: int, timeout: float = 2.0, host: str = LOOPBACK) -> bool:
+    """True if a ZooKeeper server on ``host`` is serving (its ``srvr`` reply names a mode).
 
     ``ruok`` is not enough: a server whose start-up failed still answers ``imok``.
     """
     try:
-        with socket.create_connection((LOOPBACK, port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(b"srvr")
             reply = b""
             while chunk := sock.recv(4096):
@@ -160,10 +163,8 @@ def daemon_command(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] 
         conf_dir.mkdir(parents=True, exist_ok=True)
         (conf_dir / "storm.yaml").write_text(_yaml(daemon.storm_conf))
         cmd.append(f"-Dstorm.conf.file={conf_dir / 'storm.yaml'}")
-    inside = netns.exec_prefix(daemon.netns) if daemon.netns else []
-    return [
-        *inside, *cmd, "-cp", classpath(home, *first, lib=daemon.lib), daemon.main, *daemon.args
-    ]  # fmt: skip
+    cp = classpath(home, *first, lib=daemon.lib)
+    return [*daemon.enter, *cmd, "-cp", cp, daemon.main, *daemon.args]
 
 
 # Runs "$@" again whenever it exits, unless its first run ended within ``grace`` s (a
@@ -199,9 +200,9 @@ def start(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] = ()) -> 
     if pid:
         log.info("%s already running (pid %d)", daemon.name, pid)
         return pid
-    if daemon.port is not None and port_open(daemon.port):
+    if daemon.port is not None and port_open(daemon.port, daemon.address):
         raise UserError(
-            f"port {daemon.port} for {daemon.name} is taken by another process; "
+            f"port {daemon.address}:{daemon.port} for {daemon.name} is taken by another process; "
             "stop it or change the port in config.json"
         )
     cfg.logs.mkdir(parents=True, exist_ok=True)
@@ -277,6 +278,26 @@ def _kill_group(pid: int, grace: float) -> None:
         pass
 
 
+def zoo_cfg_text(
+    data: Path, port: int, bind: str, *, fsync: bool, ensemble: tuple[str, ...] = ()
+) -> str:
+    """A ZooKeeper server's ``zoo.cfg``: standalone, or one of ``ensemble`` (the servers'
+    addresses; server ``i + 1`` at ``ensemble[i]``, quorum ports 2888 and 3888, each
+    server's ``myid`` in its ``data``)."""
+    servers = "".join(f"server.{i + 1}={a}:2888:3888\n" for i, a in enumerate(ensemble))
+    return (
+        # tickTime 500 ms lets elastorm's clients ask for 1-2 s sessions (failure
+        # detection); the explicit maximum keeps Storm's own 20 s sessions.
+        f"tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=40000\n"
+        f"dataDir={data}\nclientPort={port}\n"
+        f"forceSync={'yes' if fsync else 'no'}\n"
+        f"clientPortAddress={bind}\nmaxClientCnxns=200\nadmin.enableServer=false\n"
+        "4lw.commands.whitelist=ruok,srvr,stat\nautopurge.snapRetainCount=3\n"
+        "autopurge.purgeInterval=1\n"
+        + (f"initLimit=20\nsyncLimit=10\n{servers}" if ensemble else "")
+    )
+
+
 def zookeeper_daemon(
     cfg: ElastormConfig,
     *,
@@ -298,16 +319,7 @@ def zookeeper_daemon(
     zoo_cfg = cfg.run / f"{name}.cfg"
     namespaced = name == "zookeeper" and netns.namespaced_supervisor(cfg) is not None
     bind = netns.ANY if namespaced else LOOPBACK
-    zoo_cfg.write_text(
-        # tickTime 500 ms lets elastorm's clients ask for 1-2 s sessions (failure
-        # detection); the explicit maximum keeps Storm's own 20 s sessions.
-        f"tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=40000\n"
-        f"dataDir={data}\nclientPort={port}\n"
-        f"forceSync={'yes' if cfg.zookeeper_fsync else 'no'}\n"
-        f"clientPortAddress={bind}\nmaxClientCnxns=200\nadmin.enableServer=false\n"
-        "4lw.commands.whitelist=ruok,srvr,stat\nautopurge.snapRetainCount=3\n"
-        "autopurge.purgeInterval=1\n"
-    )
+    zoo_cfg.write_text(zoo_cfg_text(data, port, bind, fsync=cfg.zookeeper_fsync))
     return Daemon(
         name=name,
         main="org.apache.zookeeper.server.quorum.QuorumPeerMain",
