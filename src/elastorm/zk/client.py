@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,9 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
+from elastorm.core.auth import Keyring, digest_identity
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
 log = logging.getLogger(__name__)
@@ -31,16 +34,60 @@ KAZOO_ERRORS = (KazooException, KazooTimeoutError)
 def make_client(settings: ZkSettings) -> KazooClient:
     """A kazoo client with the session timeout of ``settings`` that reconnects for
     ever, at most ``reconnect_max_delay`` s apart (kazoo's default backoff grows to an
-    hour, which would keep a task away long after ZooKeeper is back)."""
+    hour, which would keep a task away long after ZooKeeper is back). With a keyring
+    it authenticates and creates znodes with :func:`secured_acl`."""
     retry = KazooRetry(
         max_tries=-1, delay=0.1, backoff=2, max_jitter=0.1, max_delay=settings.reconnect_max_delay
     )
-    return KazooClient(
-        hosts=settings.hosts,
-        timeout=settings.session_timeout,
-        connection_retry=retry,
-        command_retry=KazooRetry(max_tries=0),
-    )
+    common = {
+        "hosts": settings.hosts,
+        "timeout": settings.session_timeout,
+        "connection_retry": retry,
+        "command_retry": KazooRetry(max_tries=0),
+    }
+    if settings.keyring is None:
+        return KazooClient(**common)
+    return SecuredClient(keyring=settings.keyring, **common)
+
+
+def client_keyring(client: KazooClient) -> Keyring | None:
+    """The secret ``client`` authenticates with (``None``: authentication off); what
+    the adapters sign with and verify against."""
+    return client.keyring if isinstance(client, SecuredClient) else None
+
+
+def new_nonce() -> str:
+    """A fresh nonce for a signed message (128 random bits, hex)."""
+    return secrets.token_hex(16)
+
+
+def digest_auth(ring: Keyring) -> list[tuple[str, str]]:
+    """kazoo's ``auth_data`` for the digest identities of every secret of ``ring`` (the
+    previous one too: znodes created under it stay writable while rotating)."""
+    return [("digest", ":".join(digest_identity(secret))) for secret in ring.secrets]
+
+
+def secured_acl(ring: Keyring) -> list[ACL]:
+    """Anyone may read; only the current secret's digest identity may write, create,
+    delete and administer."""
+    user, password = digest_identity(ring.current)
+    return [make_acl("world", "anyone", read=True), make_digest_acl(user, password, all=True)]
+
+
+class SecuredClient(KazooClient):
+    """A kazoo client that holds the topology's secret: it authenticates with it, and
+    its top-level znodes (``/elastorm``, the root every topology shares) are created
+    open, as before: a topology's secret guards its own subtree (``/elastorm/<topology>``),
+    never another topology's right to make one. The adapters sign with its ``keyring``."""
+
+    def __init__(self, *, keyring: Keyring, **kwargs: Any) -> None:
+        super().__init__(auth_data=digest_auth(keyring), default_acl=secured_acl(keyring), **kwargs)
+        self.keyring = keyring
+
+    def create_async(self, path: str, value: bytes = b"", acl: Any = None, *args, **kwargs):
+        if path.rstrip("/").count("/") == 1:
+            acl = OPEN_ACL_UNSAFE
+        return super().create_async(path, value, acl, *args, **kwargs)
 
 
 def write_znode(client: KazooClient, path: str, data: bytes) -> None:
