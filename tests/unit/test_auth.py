@@ -111,3 +111,36 @@ def test_the_digest_identity_is_derived_not_the_secret() -> None:
     assert b"current-secret" not in (user + password).encode()
     assert digest_identity(b"other")[0] != user
     assert "current-secret" not in repr(RING)
+
+
+def test_the_conf_names_the_secret_file_and_zk_settings_read_it(tmp_path) -> None:
+    from elastorm.config import TopologyConfig
+    from elastorm.zk.layout import zk_settings
+
+    (tmp_path / "new").write_text("new-secret\n")
+    (tmp_path / "old").write_text("old-secret")
+    conf = {
+        "storm.zookeeper.servers": ["127.0.0.1"],
+        "elastorm.auth.secret_file": str(tmp_path / "new"),
+        "elastorm.auth.previous_secret_file": str(tmp_path / "old"),
+    }
+    assert TopologyConfig.from_conf(conf).auth.secret_file == str(tmp_path / "new")
+    settings = zk_settings(conf)
+    assert settings.keyring == Keyring(current=b"new-secret", previous=b"old-secret")
+    assert "secret" not in repr(settings).replace("secret_file", "")
+    assert zk_settings({"storm.zookeeper.servers": ["h"]}).keyring is None  # off by default
+
+
+def test_an_unreadable_or_empty_secret_file_is_a_clear_error(tmp_path) -> None:
+    from elastorm.config import ConfigError, TopologyConfig
+    from elastorm.files import SecretFileError, load_keyring
+
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(SecretFileError, match="secret file .*/missing is unreadable"):
+        load_keyring(str(tmp_path / "missing"))
+    with pytest.raises(SecretFileError, match="secret file .*/empty is empty"):
+        load_keyring(str(tmp_path / "empty"))
+    with pytest.raises(ConfigError, match="previous_secret_file is set without"):
+        TopologyConfig.from_conf({"elastorm.auth.previous_secret_file": "/x"})
+    with pytest.raises(ConfigError, match="did you mean elastorm.auth.secret_file"):
+        TopologyConfig.from_conf({"elastorm.auth.secret": "/x"})
