@@ -18,10 +18,12 @@ import pytest
 from kazoo.exceptions import NoAuthError
 
 from elastorm.controller.requests import MigrationRequest, RequestState, decode_record
+from elastorm.controller.scaling import NodeSet, decode_node_set
 from elastorm.core.auth import Keyring, seal
 from elastorm.core.messages import PeerDown, Protocol
 from elastorm.runtime import services
 from elastorm.runtime.config import load_config
+from elastorm.zk.acls import secure_tree
 from elastorm.zk.client import make_client, write_znode
 from elastorm.zk.commands import CommandInbox, CommandOutbox, encode_command
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
@@ -174,3 +176,27 @@ def test_a_migration_request_without_the_secret_is_refused(clients) -> None:
     assert refused.state is RequestState.REFUSED and "not signed" in refused.detail
     signed = submit_request(clients(RING), layout, request)
     assert board.pending() == [(signed, request)]
+
+
+def test_the_controller_secures_znodes_made_before_the_secret_and_the_schedulers(clients):
+    """Znodes made open (before the secret, or by the Java scheduler in Nimbus, which holds
+    no secret) get their ACL as the controller starts; the scheduler still publishes."""
+    layout = ZnodeLayout("adopted")
+    stranger = clients()
+    write_znode(stranger, layout.routing("op"), b"open")
+    write_znode(stranger, layout.scheduler_placement, b"{}")  # as ElasticScheduler does
+    rotating = clients(Keyring(current=b"new secret", previous=RING.current))
+    write_znode(clients(RING), layout.checkpoints, b"under the previous secret")
+
+    assert secure_tree(rotating, layout, rotating.keyring) >= 5
+    assert secure_tree(rotating, layout, rotating.keyring) == 0  # nothing left to change
+    with pytest.raises(NoAuthError):
+        stranger.set(layout.routing("op"), b"forged")
+    with pytest.raises(NoAuthError):
+        stranger.set(layout.scheduler_nodes, b'{"wanted": [], "draining": []}')
+    with pytest.raises(NoAuthError):
+        clients(RING).set(layout.checkpoints, b"the old secret alone no longer writes")
+    stranger.set(layout.scheduler_placement, b'{"binding": {}}')  # the scheduler goes on
+    rotating.delete(layout.scheduler_placement)
+    write_znode(stranger, layout.scheduler_placement, b"{}")  # ... and makes it anew
+    assert decode_node_set(stranger.get(layout.scheduler_nodes)[0]) == NodeSet()

@@ -20,9 +20,9 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
-from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from elastorm.core.auth import Keyring, digest_identity
+from elastorm.core.auth import Keyring
+from elastorm.zk.acls import acl_for, digest_auth
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def make_client(settings: ZkSettings) -> KazooClient:
     """A kazoo client with the session timeout of ``settings`` that reconnects for
     ever, at most ``reconnect_max_delay`` s apart (kazoo's default backoff grows to an
     hour, which would keep a task away long after ZooKeeper is back). With a keyring
-    it authenticates and creates znodes with :func:`secured_acl`."""
+    it authenticates and creates znodes with the ACLs of ``elastorm.zk.acls``."""
     retry = KazooRetry(
         max_tries=-1, delay=0.1, backoff=2, max_jitter=0.1, max_delay=settings.reconnect_max_delay
     )
@@ -61,33 +61,19 @@ def new_nonce() -> str:
     return secrets.token_hex(16)
 
 
-def digest_auth(ring: Keyring) -> list[tuple[str, str]]:
-    """kazoo's ``auth_data`` for the digest identities of every secret of ``ring`` (the
-    previous one too: znodes created under it stay writable while rotating)."""
-    return [("digest", ":".join(digest_identity(secret))) for secret in ring.secrets]
-
-
-def secured_acl(ring: Keyring) -> list[ACL]:
-    """Anyone may read; only the current secret's digest identity may write, create,
-    delete and administer."""
-    user, password = digest_identity(ring.current)
-    return [make_acl("world", "anyone", read=True), make_digest_acl(user, password, all=True)]
-
-
 class SecuredClient(KazooClient):
-    """A kazoo client that holds the topology's secret: it authenticates with it, and
-    its top-level znodes (``/elastorm``, the root every topology shares) are created
-    open, as before: a topology's secret guards its own subtree (``/elastorm/<topology>``),
-    never another topology's right to make one. The adapters sign with its ``keyring``."""
+    """A kazoo client that holds the topology's secret: it authenticates with it and
+    creates every znode with its ACL (``elastorm.zk.acls.acl_for``: the root every
+    topology shares stays open, so a topology's secret guards its own subtree, never
+    another topology's right to make one). The adapters sign with its ``keyring``."""
 
     def __init__(self, *, keyring: Keyring, **kwargs: Any) -> None:
-        super().__init__(auth_data=digest_auth(keyring), default_acl=secured_acl(keyring), **kwargs)
+        super().__init__(auth_data=digest_auth(keyring), **kwargs)
         self.keyring = keyring
 
     def create_async(self, path: str, value: bytes = b"", acl: Any = None, *args, **kwargs):
-        if path.rstrip("/").count("/") == 1:
-            acl = OPEN_ACL_UNSAFE
-        return super().create_async(path, value, acl, *args, **kwargs)
+        """kazoo's ``create_async`` with :func:`~elastorm.zk.acls.acl_for` the znode's ACL."""
+        return super().create_async(path, value, acl_for(path, self.keyring), *args, **kwargs)
 
 
 def write_znode(client: KazooClient, path: str, data: bytes) -> None:

@@ -37,6 +37,7 @@ from elastorm.controller.requests import (
 )
 from elastorm.core.auth import AuthError, ReplayGuard, seal, unseal
 from elastorm.core.routing import RoutingTable
+from elastorm.zk.acls import secure_tree
 from elastorm.zk.client import KAZOO_ERRORS, client_keyring, make_client, new_nonce, write_znode
 from elastorm.zk.codec import Submission, ZnodeSchemaError, decode_routing
 from elastorm.zk.commands import clear_mailbox
@@ -349,9 +350,14 @@ class StartUnknownError(RuntimeError):
 def controller_start(conf: Mapping[str, Any], component: str, task: int) -> Submission:
     """At a controller task's start, before its watcher, store, request boards or
     liveness server touch ZooKeeper: the topology's znodes claimed for this submission
-    (:func:`at_start`), and its record, which says what it set aside."""
+    (:func:`at_start`), with the secret's ACLs on all of them (``zk.acls.secure_tree``),
+    and its record, which says what it set aside."""
 
     def record(client: KazooClient, layout: ZnodeLayout, _incarnation: int) -> Submission:
+        ring = client_keyring(client)
+        if ring is not None:
+            changed = secure_tree(client, layout, ring)
+            log.info("auth: %d znodes of %s given their ACL", changed, layout.topology)
         found = read_submission(client, layout)
         if found is None:  # deleted since the claim (``elastorm forget --force``)
             raise NoNodeError(layout.submission)
