@@ -200,3 +200,33 @@ def test_the_controller_secures_znodes_made_before_the_secret_and_the_schedulers
     rotating.delete(layout.scheduler_placement)
     write_znode(stranger, layout.scheduler_placement, b"{}")  # ... and makes it anew
     assert decode_node_set(stranger.get(layout.scheduler_nodes)[0]) == NodeSet()
+
+
+def test_the_dashboard_migrates_with_the_secret_and_says_why_not_without(clients) -> None:
+    from starlette.testclient import TestClient
+
+    from elastorm.dashboard.app import create_app
+    from elastorm.dashboard.source import DashboardSource
+
+    layout = ZnodeLayout("dashboard")
+    controller = clients(RING)
+    controller.create(layout.leader, b"controller-0", ephemeral=True, makepath=True)
+    controller.ensure_path(layout.requests)  # the board, made secured
+    body = {"operator": "op", "group": 3, "target": 2, "protocol": "cpa"}
+    auth = {"Authorization": "Bearer t"}
+    answers = {}
+    for name, keyring in (("without", None), ("with", RING)):
+        source = DashboardSource(hosts=HOSTS, topology="dashboard", keyring=keyring)
+        source.client.start(timeout=15)
+        try:
+            app = TestClient(create_app(source, token="t"))
+            answers[name] = app.post("/api/migrate", json=body, headers=auth)
+        finally:
+            source.client.stop()
+            source.client.close()
+    assert answers["without"].status_code == 403
+    assert "--secret-file" in answers["without"].json()["error"]
+    assert answers["with"].status_code == 202, answers["with"].text
+    request = MigrationRequest(operator="op", key_group=3, target=2, protocol=Protocol.CPA)
+    board = RequestBoard(controller, layout, "op")
+    assert board.pending() == [(answers["with"].json()["request"], request)]
