@@ -28,6 +28,7 @@ from elastorm.zk.client import make_client, write_znode
 from elastorm.zk.commands import CommandInbox, CommandOutbox, encode_command
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.requests import RequestBoard, submit_request
+from elastorm.zk.submission import claim_submission
 
 pytestmark = pytest.mark.integration
 
@@ -117,6 +118,23 @@ def test_an_unauthenticated_client_reads_but_cannot_change_elastorm_znodes(clien
     write_znode(other, ZnodeLayout("other").routing("op"), b"{}")
     with pytest.raises(NoAuthError):
         other.create(f"{LAYOUT.base}/intruder", b"")
+
+
+def test_znodes_created_in_a_transaction_get_the_acl_too(clients) -> None:
+    """The controller's store and the submission claim create through transactions."""
+    layout = ZnodeLayout("claimed")
+    secured, stranger = clients(RING), clients()
+    claim_submission(secured, layout, "claimed-1-1700000000")
+    with pytest.raises(NoAuthError):
+        stranger.set(layout.submission, b"forged")
+    secured.ensure_path(layout.controller)
+    tx = secured.transaction()
+    tx.create(layout.routing_dir, b"")
+    tx.create(layout.routing("op"), b'{"epoch": 1}')
+    assert not [r for r in tx.commit() if isinstance(r, Exception)]
+    with pytest.raises(NoAuthError):
+        stranger.set(layout.routing("op"), b"forged")
+    secured.set(layout.routing("op"), b'{"epoch": 2}')
 
 
 def test_rotation_keeps_znodes_written_under_the_previous_secret_writable(clients) -> None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
@@ -74,6 +74,18 @@ class SecuredClient(KazooClient):
     def create_async(self, path: str, value: bytes = b"", acl: Any = None, *args, **kwargs):
         """kazoo's ``create_async`` with :func:`~elastorm.zk.acls.acl_for` the znode's ACL."""
         return super().create_async(path, value, acl_for(path, self.keyring), *args, **kwargs)
+
+    def transaction(self) -> TransactionRequest:
+        """kazoo's transaction whose creates get their ACL too (the controller's store and
+        the submission claim create through transactions)."""
+        return SecuredTransaction(self)
+
+
+class SecuredTransaction(TransactionRequest):
+    """A transaction of a :class:`SecuredClient`: each create with its znode's ACL."""
+
+    def create(self, path: str, value: bytes = b"", acl: Any = None, *args, **kwargs) -> None:
+        return super().create(path, value, acl_for(path, self.client.keyring), *args, **kwargs)
 
 
 def write_znode(client: KazooClient, path: str, data: bytes) -> None:
