@@ -229,7 +229,8 @@ def request_migration(
     ends = set(FINAL) | ({RequestState.STUCK} if until_stuck else set())
     deadline = time.monotonic() + timeout
     while True:
-        current = read_request(client, ZnodeLayout(topology), name)
+        with as_user_error(RequestError):  # refused as unreadable (e.g. its signature)
+            current = read_request(client, ZnodeLayout(topology), name)
         if current.state in ends:
             return current
         if time.monotonic() > deadline:
