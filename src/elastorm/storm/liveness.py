@@ -30,13 +30,13 @@ forged hello cannot get a live task declared lost by closing.
 from __future__ import annotations
 
 import logging
-import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable
 
 from elastorm.core.auth import AuthError, Keyring, ReplayGuard, sign, verify
+from elastorm.zk.client import new_nonce
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def hello_line(task: int, incarnation: int, ring: Keyring | None, *, now: float)
     body = f"{task} {incarnation}"
     if ring is None:
         return f"{body}\n".encode()
-    tag = sign(ring, "hello", body.encode(), now=now, nonce=secrets.token_hex(16))
+    tag = sign(ring, "hello", body.encode(), now=now, nonce=new_nonce())
     return f"{body} {tag}\n".encode()
 
 
