@@ -737,6 +737,32 @@ class SinkConfig(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AuthConfig(Section):
+    """``elastorm.auth.*``: the topology's secret (``docs/security.md``). The conf holds
+    only the files' paths, never a secret (Storm's UI shows the whole conf)."""
+
+    p: ClassVar[str] = "elastorm.auth."
+    secret_file: str | None = option(
+        p + "secret_file", STR, None,
+        "file holding the topology's secret, readable on every host that runs its "
+        "workers: elastorm's znodes get ZooKeeper ACLs (anyone reads, only holders of "
+        "the secret write) and the controller's commands, migration requests and "
+        "liveness hellos are signed with it (HMAC-SHA256); unset: none of this",
+        optional=True,
+    )  # fmt: skip
+    previous_secret_file: str | None = option(
+        p + "previous_secret_file", STR, None,
+        "while rotating: file of the secret being replaced, still accepted in signatures "
+        "and as a ZooKeeper identity (znodes written under it stay writable)",
+        optional=True,
+    )  # fmt: skip
+
+    def validate(self) -> None:
+        if self.previous_secret_file is not None and self.secret_file is None:
+            raise ConfigError(f"{self.p}previous_secret_file is set without {self.p}secret_file")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TopologyConfig(Section):
     """Every elastorm topology option (``elastorm.*`` in the topology conf).
 
@@ -995,6 +1021,7 @@ class TopologyConfig(Section):
     controller: ControllerConfig = section(ControllerConfig)
     durable: DurableConfig = section(DurableConfig)
     sink: SinkConfig = section(SinkConfig)
+    auth: AuthConfig = section(AuthConfig)
 
     @classmethod
     def owns(cls, key: str) -> bool:

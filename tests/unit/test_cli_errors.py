@@ -155,3 +155,18 @@ def test_a_kill_whose_client_failed_is_tried_again_while_nimbus_lists_the_topolo
     with pytest.raises(UserError, match="sparse kill failed"):
         nimbus.kill(tmp_path, "cluster", "t")  # still listed after every attempt
     assert calls.count("kill") == 2 + nimbus.KILL_ATTEMPTS
+
+
+def test_an_unreadable_secret_file_is_one_line_naming_it(project: Path, monkeypatch, capsys):
+    """``--secret-file`` (or ``$ELASTORM_SECRET_FILE``) is read before ZooKeeper is asked."""
+    missing = project / "no-such.secret"
+    command = ["migrate", "--topology", "t", "--group", "0", "--zookeeper", "127.0.0.1:1"]
+    assert cli.main([*command, "--secret-file", str(missing)]) == 2
+    line = _one_error_line(capsys.readouterr().err, "migrate")
+    assert f"secret file {missing} is unreadable" in line
+    empty = project / "empty.secret"
+    empty.write_text("\n")
+    monkeypatch.setenv("ELASTORM_SECRET_FILE", str(empty))
+    assert cli.main(["state", "--topology", "t", "--operator", "op", "--key", "k",
+                     "--zookeeper", "127.0.0.1:1"]) == 2  # fmt: skip
+    assert f"secret file {empty} is empty" in _one_error_line(capsys.readouterr().err, "state")

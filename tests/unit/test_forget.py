@@ -45,7 +45,7 @@ def cluster(monkeypatch):
     running: list[dict] = []
 
     @contextmanager
-    def connected(hosts: str):
+    def connected(hosts: str, secret_file: str | None = None):
         assert hosts == "zk:1"
         yield zk
 

@@ -211,6 +211,24 @@ def test_the_relay_tasks_option_sets_the_relays_parallelism() -> None:
             counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
 
 
+def test_a_secret_file_that_cannot_be_read_fails_at_submit(tmp_path) -> None:
+    (tmp_path / "secret").write_text("s3cret\n")
+
+    class Secured(ElasticTopology):
+        config = {"elastorm.auth.secret_file": str(tmp_path / "secret")}
+        words = Words.spec()
+        counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
+
+    assert Secured.config["elastorm.auth.secret_file"] == str(tmp_path / "secret")
+    assert "s3cret" not in str(Secured.config)  # the conf carries the path only
+    with pytest.raises(WiringError, match="secret file .*missing is unreadable"):
+
+        class Unreadable(ElasticTopology):
+            config = {"elastorm.auth.secret_file": str(tmp_path / "missing")}
+            words = Words.spec()
+            counts = CountWords.spec(inputs={words: keyed("word")}, par=2)
+
+
 def test_sparse_finds_the_users_topology_not_the_base(tmp_path) -> None:
     from streamparse.util import get_topology_from_file
 

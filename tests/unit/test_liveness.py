@@ -129,3 +129,60 @@ def test_a_client_moves_to_the_address_a_new_leader_publishes(server, monkeypatc
         assert old_drops == []  # it said bye: the deposed leader declares no death
     finally:
         new.close()
+
+
+def test_with_the_secret_a_forged_hello_is_refused_and_a_signed_one_taken() -> None:
+    """A forger who connects as task 11 and closes at once would get it declared lost;
+    with the secret its hello is refused, and only the real task's signed one counts."""
+    import socket
+
+    from elastorm.core.auth import Keyring
+
+    ring = Keyring(current=b"topology-secret")
+    drops: list[tuple[int, int]] = []
+    srv = LivenessServer(
+        "127.0.0.1", on_drop=lambda t, i: drops.append((t, i)), fenced=lambda t, i: False,
+        keyring=ring,
+    ).start()  # fmt: skip
+    host, port = srv.address.rsplit(":", 1)
+    try:
+        forged = [
+            b"11 5\n",  # unsigned, as before the secret
+            liveness.hello_line(11, 5, Keyring(current=b"guess"), now=time.time()),
+            liveness.hello_line(11, 5, ring, now=time.time() - 60),  # an old one, replayed
+        ]
+        for line in forged:
+            with socket.create_connection((host, int(port))) as conn:
+                conn.sendall(line)
+        wait(lambda: srv.refused == len(forged))
+        signed = liveness.hello_line(11, 5, ring, now=time.time())
+        conn = socket.create_connection((host, int(port)))
+        conn.sendall(signed)
+        wait(lambda: srv.connected(11, 5))
+        conn.close()
+        wait(lambda: drops == [(11, 5)])
+        with socket.create_connection((host, int(port))) as again:
+            again.sendall(signed)  # the same hello twice: its nonce was seen
+        wait(lambda: srv.refused == len(forged) + 1)
+        assert drops == [(11, 5)]
+    finally:
+        srv.close()
+
+
+def test_a_signed_client_connects_to_a_server_with_the_secret(monkeypatch) -> None:
+    from elastorm.core.auth import Keyring
+
+    ring = Keyring(current=b"new", previous=b"old")
+    srv = LivenessServer(
+        "127.0.0.1", on_drop=lambda t, i: None, fenced=lambda t, i: False, keyring=ring
+    ).start()
+    try:
+        for task, secret in ((11, b"new"), (12, b"old")):  # both sides of a rotation
+            LivenessClient(
+                task, address=lambda: srv.address, incarnation=lambda: 5, on_fenced=lambda: None,
+                keyring=Keyring(current=secret),
+            ).start()  # fmt: skip
+            wait(lambda task=task: srv.connected(task, 5))
+        assert srv.refused == 0
+    finally:
+        srv.close()

@@ -415,7 +415,7 @@ def test_query_state_makes_a_field_list_key_as_the_router_does(monkeypatch) -> N
     hosts = []
 
     @contextlib.contextmanager
-    def connected(given):
+    def connected(given, secret_file=None):
         hosts.append(given)
         yield zk
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from elastorm.core.auth import payload_of
 from elastorm.core.messages import Protocol
 from elastorm.core.protocol_choice import MOVES
 
@@ -208,7 +209,7 @@ def decode_record(raw: bytes) -> MigrationRequest | UnreadableRequest:
     """A request znode as written by the client or the controller: a request, or the
     refusal of an unreadable one; ``RequestError`` if it is neither."""
     try:
-        data = json.loads(raw.decode())
+        data = json.loads(payload_of(raw).decode())
         if isinstance(data, dict) and "unreadable" in data:
             return UnreadableRequest(
                 detail=str(data["detail"]), raw=str(data["unreadable"]), times=data["times"]
@@ -231,7 +232,7 @@ def decode_request(raw: bytes) -> MigrationRequest:
     """Inverse of :func:`encode_request`; ``RequestError`` names what is wrong (an
     unreadable request's refusal is not a request either: see :func:`decode_record`)."""
     try:
-        data = json.loads(raw.decode())
+        data = json.loads(payload_of(raw).decode())
         if "unreadable" in data:
             raise RequestError(f"unreadable request, refused: {data.get('detail')}")
         data["protocol"] = Protocol(data["protocol"])

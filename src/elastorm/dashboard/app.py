@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+from kazoo.exceptions import NoAuthError
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -60,6 +61,16 @@ def in_background(what: str, work: Callable[[], object]) -> threading.Thread:
     thread = threading.Thread(target=run, name=f"dashboard-{what}", daemon=True)
     thread.start()
     return thread
+
+
+def zk_failure(exc: Exception) -> JSONResponse:
+    """The answer to an action ZooKeeper failed: 403 if its ACLs refused the write (a
+    secured topology, and this dashboard has not its secret), else 503."""
+    if isinstance(exc, NoAuthError):
+        return JSONResponse(
+            {"error": "the topology is secured: start the dashboard with --secret-file"}, 403
+        )
+    return JSONResponse({"error": f"ZooKeeper: {exc!r}"}, 503)
 
 
 def create_app(
@@ -146,7 +157,7 @@ def create_app(
         try:
             name = await anyio.to_thread.run_sync(submit)
         except ZK_ERRORS as exc:
-            return JSONResponse({"error": f"ZooKeeper: {exc!r}"}, 503)
+            return zk_failure(exc)
         if name is None:
             return JSONResponse({"error": f"the controller of {req.operator} is not running"}, 409)
         return JSONResponse({"request": name}, 202)
@@ -170,7 +181,7 @@ def create_app(
         except UserError as exc:
             return JSONResponse({"error": str(exc)}, 409)
         except ZK_ERRORS as exc:
-            return JSONResponse({"error": f"ZooKeeper: {exc!r}"}, 503)
+            return zk_failure(exc)
         source.refresh_now()  # the page shows the node draining (or starting) at once
         return JSONResponse(body, 202)
 

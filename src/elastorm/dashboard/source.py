@@ -20,6 +20,7 @@ from typing import Any
 
 from elastorm.controller.problems import TopologyFacts
 from elastorm.controller.scaling import Binding, RescaleProgress
+from elastorm.core.auth import Keyring
 from elastorm.dashboard.view import LagLimits, Snapshot, Tracker, build_view
 from elastorm.errors import UserError
 from elastorm.zk.client import make_client
@@ -49,7 +50,8 @@ FACTS_EVERY = 2.0  # s between reads of the topology's problems in ZooKeeper
 class DashboardSource:
     """Reads one topology every ``interval`` s on a daemon thread; ``view()`` is the latest
     view (thread-safe), ``wait_newer(seq)`` blocks until a newer one exists;
-    ``lag_limits``: when the view highlights a key group's durable lag."""
+    ``lag_limits``: when the view highlights a key group's durable lag; ``keyring``: the
+    topology's secret, which its actions write and sign with (reading needs none)."""
 
     def __init__(
         self,
@@ -60,8 +62,9 @@ class DashboardSource:
         nimbus: tuple[str, int] | None = None,
         storm_interval: float = 5.0,
         lag_limits: LagLimits | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
-        self.settings = ZkSettings(hosts=hosts)
+        self.settings = ZkSettings(hosts=hosts, keyring=keyring)
         self.lag_limits = LagLimits() if lag_limits is None else lag_limits
         self.topology = topology
         self.interval = interval

@@ -11,7 +11,7 @@ from elastorm.durable.store import resolve_uri
 from elastorm.errors import UserError
 from elastorm.runtime.config import load_config
 from elastorm.runtime.forget import forget, inventory, refusal, running_entry
-from elastorm.runtime.migrate import add_zookeeper_option, connected
+from elastorm.runtime.migrate import add_secret_option, add_zookeeper_option, connected
 from elastorm.zk.layout import ZnodeLayout, ZnodeLayoutError
 
 
@@ -30,6 +30,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--topology", required=True, help="topology name as submitted")
     add_zookeeper_option(parser)
+    add_secret_option(parser)
     parser.add_argument(
         "--nimbus",
         default=None,
@@ -79,7 +80,9 @@ def _run(args: argparse.Namespace) -> int:
         layout = ZnodeLayout(args.topology)
     except ZnodeLayoutError as exc:
         raise UserError(str(exc)) from None
-    with connected(args.zookeeper or load_config().zookeeper) as client:
+    with connected(
+        args.zookeeper or load_config().zookeeper, secret_file=args.secret_file
+    ) as client:
         inv = inventory(client, layout)
         if inv is None:
             print(f"nothing to forget: no znodes under {layout.base}")

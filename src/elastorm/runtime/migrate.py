@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, NoAuthError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from elastorm.controller.problems import TopologyFacts, why_no_status
 from elastorm.controller.requests import FINAL, MigrationRequest, RequestError, RequestState
 from elastorm.core.messages import Protocol
 from elastorm.errors import UserError, as_user_error
+from elastorm.files import SecretFileError, load_keyring
 from elastorm.zk.client import make_client
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 from elastorm.zk.problems import zk_facts
@@ -37,9 +39,12 @@ from elastorm.zk.requests import (
 log = logging.getLogger(__name__)
 
 
-def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
-    """A started kazoo client, or ``UserError`` if ZooKeeper does not answer."""
-    client = make_client(ZkSettings(hosts=hosts))
+def connect(hosts: str, timeout: float = 10.0, *, secret_file: str | None = None) -> KazooClient:
+    """A started kazoo client (authenticated with the secret in ``secret_file``, if
+    given), or ``UserError`` if ZooKeeper does not answer or the file is unusable."""
+    with as_user_error(SecretFileError):
+        keyring = load_keyring(secret_file)
+    client = make_client(ZkSettings(hosts=hosts, keyring=keyring))
     try:
         client.start(timeout=timeout)
     except KazooTimeoutError:
@@ -49,11 +54,19 @@ def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
 
 
 @contextmanager
-def connected(hosts: str, timeout: float = 10.0) -> Iterator[KazooClient]:
-    """A command's session: :func:`connect`, then stop and close the client at the end."""
-    client = connect(hosts, timeout)
+def connected(
+    hosts: str, timeout: float = 10.0, *, secret_file: str | None = None
+) -> Iterator[KazooClient]:
+    """A command's session: :func:`connect`, then stop and close the client at the end;
+    a write ZooKeeper's ACLs refuse becomes a ``UserError`` saying what to give."""
+    client = connect(hosts, timeout, secret_file=secret_file)
     try:
         yield client
+    except NoAuthError:
+        raise UserError(
+            "ZooKeeper refused the write: this topology is secured (docs/security.md); "
+            "give its secret with --secret-file or $ELASTORM_SECRET_FILE"
+        ) from None
     finally:
         client.stop()
         client.close()
@@ -66,6 +79,17 @@ def add_zookeeper_option(parser: argparse.ArgumentParser) -> None:
         "--zookeeper",
         default=None,
         help="ZooKeeper host:port (default: this project's, 127.0.0.1:<zookeeper_port>)",
+    )
+
+
+def add_secret_option(parser: argparse.ArgumentParser) -> None:
+    """``--secret-file`` of the commands that write to a running topology's znodes
+    (default ``$ELASTORM_SECRET_FILE``; unset: none, for a topology without a secret)."""
+    parser.add_argument(
+        "--secret-file",
+        default=os.environ.get("ELASTORM_SECRET_FILE") or None,
+        help="file holding the topology's secret (elastorm.auth.secret_file), to write to "
+        "its secured znodes and sign requests (default: $ELASTORM_SECRET_FILE)",
     )
 
 
@@ -205,7 +229,8 @@ def request_migration(
     ends = set(FINAL) | ({RequestState.STUCK} if until_stuck else set())
     deadline = time.monotonic() + timeout
     while True:
-        current = read_request(client, ZnodeLayout(topology), name)
+        with as_user_error(RequestError):  # refused as unreadable (e.g. its signature)
+            current = read_request(client, ZnodeLayout(topology), name)
         if current.state in ends:
             return current
         if time.monotonic() > deadline:

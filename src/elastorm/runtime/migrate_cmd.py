@@ -9,6 +9,7 @@ from elastorm.core.messages import Protocol
 from elastorm.core.protocol_choice import MOVES
 from elastorm.runtime.config import load_config
 from elastorm.runtime.migrate import (
+    add_secret_option,
     add_zookeeper_option,
     connected,
     keyed_operator,
@@ -47,6 +48,7 @@ def register(subparsers) -> None:
         help="migration protocol (default: cpal)",
     )
     add_zookeeper_option(parser)
+    add_secret_option(parser)
     parser.add_argument(
         "--timeout",
         type=float,
@@ -64,7 +66,9 @@ def register(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    with connected(args.zookeeper or load_config().zookeeper) as client:
+    with connected(
+        args.zookeeper or load_config().zookeeper, secret_file=args.secret_file
+    ) as client:
         wait = STATUS_WAIT if args.timeout is None else args.timeout
         operator = args.operator or keyed_operator(client, args.topology, timeout=wait)
         status = wait_for_status(client, args.topology, operator, timeout=wait)

@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
 from elastorm.runtime.config import load_config
-from elastorm.runtime.migrate import add_zookeeper_option, connected
+from elastorm.runtime.migrate import add_secret_option, add_zookeeper_option, connected
 from elastorm.runtime.provision import NodeProvisioner, provisioner
 from elastorm.runtime.scale import (
     Autoscaler,
@@ -37,6 +37,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "cluster, default) or 'command:<script>' (see docs/scaling.md)",
     )
     add_zookeeper_option(parser)
+    add_secret_option(parser)
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait (default 300)")
     parser.add_argument("--no-wait", action="store_true", help="return once the request is written")
 
@@ -91,7 +92,7 @@ def _session(
     """The ZooKeeper client, znode layout and node provisioner ``args`` name, for one
     command (the client closed at the end)."""
     cfg = load_config()
-    with connected(args.zookeeper or cfg.zookeeper) as client:
+    with connected(args.zookeeper or cfg.zookeeper, secret_file=args.secret_file) as client:
         yield client, ZnodeLayout(args.topology), provisioner(args.provisioner, cfg)
 
 

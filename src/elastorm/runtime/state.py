@@ -45,12 +45,14 @@ def query_state(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     zookeeper: str | None = None,
+    secret_file: str | None = None,
 ) -> dict[str, Any]:
     """``key``'s current record in keyed ``operator`` of the running ``topology``.
 
     ``key`` is the key as the operator sees it (a ``str``), or, for an operator keyed
     by a field list, the list of those fields' values (made into the key as the router
-    does, ``elastorm.core.keys.field_list_key``). ``zookeeper`` is ``host:port``
+    does, ``elastorm.core.keys.field_list_key``). ``secret_file``: the topology's
+    secret, to post the query to a secured topology. ``zookeeper`` is ``host:port``
     (default: this project's). Returns ``{"topology", "operator", "key", "key_group",
     "task", "epoch", "found", "state"}``: ``state`` is the key's record ``{state name:
     value}``, or None when the operator has none for the key (``found`` false).
@@ -64,7 +66,7 @@ def query_state(
         from elastorm.runtime.config import load_config
 
         zookeeper = load_config().zookeeper
-    with connected(zookeeper) as client:
+    with connected(zookeeper, secret_file=secret_file) as client:
         return ask_owner(client, topology, operator, key, timeout)
 
 

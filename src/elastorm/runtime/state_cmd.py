@@ -6,7 +6,7 @@ import argparse
 import json
 
 from elastorm.errors import UserError
-from elastorm.runtime.migrate import add_zookeeper_option
+from elastorm.runtime.migrate import add_secret_option, add_zookeeper_option
 from elastorm.runtime.state import DEFAULT_TIMEOUT, query_state
 
 
@@ -37,6 +37,7 @@ def register(subparsers) -> None:
         help=f"seconds to wait for the owner's answer (default {DEFAULT_TIMEOUT:g})",
     )
     add_zookeeper_option(parser)
+    add_secret_option(parser)
     parser.set_defaults(func=_run)
 
 
@@ -56,7 +57,12 @@ def _key(args: argparse.Namespace) -> str | list:
 
 def _run(args: argparse.Namespace) -> int:
     result = query_state(
-        args.topology, args.operator, _key(args), timeout=args.timeout, zookeeper=args.zookeeper
+        args.topology,
+        args.operator,
+        _key(args),
+        timeout=args.timeout,
+        zookeeper=args.zookeeper,
+        secret_file=args.secret_file,
     )
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0

@@ -76,6 +76,7 @@ from elastorm.storm.liveness import LivenessServer
 from elastorm.storm.savepoint import durable_savepoint, durable_view, first_epoch
 from elastorm.storm.watchdog import Watchdog, exit_hung
 from elastorm.storm.wire import CheckedEncoding
+from elastorm.zk.client import client_keyring
 from elastorm.zk.commands import CommandOutbox
 from elastorm.zk.requests import (
     ZK_ERRORS,
@@ -279,7 +280,12 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
         waits for the ZooKeeper session timeout."""
         host = str(conf.get("storm.local.hostname") or socket.gethostname())
         try:
-            server = LivenessServer(host, on_drop=self._dropped, fenced=self._fenced)
+            server = LivenessServer(
+                host,
+                on_drop=self._dropped,
+                fenced=self._fenced,
+                keyring=client_keyring(self.runtime.client),
+            )
             write_liveness(self.runtime.client, self.runtime.layout, server.address)
         except (OSError, *ZK_ERRORS) as exc:
             log.error("controller: no liveness connections (%r); detection by session only", exc)

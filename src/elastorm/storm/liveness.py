@@ -20,6 +20,11 @@ it leaves alive (it re-registered, or follows a new leader); the controller answ
 only ``fenced\\n`` (then closes) or nothing. A connection that closes without ``BYE``
 is a death: a deposed leader took its tasks' leaving for deaths and declared them all
 lost (chaos ``join/zk-stop``, session 31; its writes were refused, but its log said so).
+
+With the topology's secret the first line ends with a tag, ``<task> <incarnation>
+<tag>`` (``elastorm.core.auth``, purpose ``hello``): the controller turns away, and
+logs, a hello that is unsigned, wrongly signed, older than 30 s or replayed, so a
+forged hello cannot get a live task declared lost by closing.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from elastorm.core.auth import AuthError, Keyring, ReplayGuard, sign, verify
+from elastorm.zk.client import new_nonce
+
 log = logging.getLogger(__name__)
 
 FENCED = b"fenced\n"
@@ -37,15 +45,39 @@ BEAT = b".\n"
 BYE = b"bye\n"
 RETRY_SECS = 0.2  # between a task's attempts to (re)connect
 RECHECK_SECS = 1.0  # how often a connected task checks that its incarnation still holds
+HELLO_MAX = 256  # bytes of a first line read at most (a signed one is about 130)
 
 
-def parse_hello(line: bytes) -> tuple[int, int]:
-    """``(task, incarnation)`` from a task's first line; ``ValueError`` if malformed.
+def hello_line(task: int, incarnation: int, ring: Keyring | None, *, now: float) -> bytes:
+    """A task's first line, signed with ``ring``'s secret if there is one.
+
+    >>> hello_line(11, 4294967301, None, now=0.0)
+    b'11 4294967301\\n'
+    """
+    body = f"{task} {incarnation}"
+    if ring is None:
+        return f"{body}\n".encode()
+    tag = sign(ring, "hello", body.encode(), now=now, nonce=new_nonce())
+    return f"{body} {tag}\n".encode()
+
+
+def parse_hello(
+    line: bytes, ring: Keyring | None = None, *, now: float = 0.0, guard: ReplayGuard | None = None
+) -> tuple[int, int]:
+    """``(task, incarnation)`` from a task's first line; ``ValueError`` if malformed,
+    ``AuthError`` if ``ring`` is given and its tag fails (``guard``: nonces seen).
 
     >>> parse_hello(b"11 4294967301\\n")
     (11, 4294967301)
     """
-    task, incarnation = line.split()
+    task, incarnation, *tag = line.split()
+    if len(tag) > 1:
+        raise ValueError("too many fields in a hello")
+    if ring is not None:
+        if not tag:
+            raise AuthError("hello: not signed")
+        body = task + b" " + incarnation
+        verify(ring, "hello", body, tag[0].decode(), now=now, guard=guard or ReplayGuard())
     return int(task), int(incarnation)
 
 
@@ -53,8 +85,9 @@ class LivenessServer:
     """The controller's end: accepts one connection per task incarnation, notes when
     each was last heard (:meth:`heard`) and calls ``on_drop(task, incarnation)`` when
     one closes. ``fenced(task, incarnation)`` says whether that incarnation was declared
-    lost (it is then told so and turned away). One thread per connection (a topology
-    has tens of keyed tasks, not thousands)."""
+    lost (it is then told so and turned away). With ``keyring`` a hello must carry a
+    valid tag, else it is refused (logged, counted, closed). One thread per connection
+    (a topology has tens of keyed tasks, not thousands)."""
 
     def __init__(
         self,
@@ -62,6 +95,7 @@ class LivenessServer:
         *,
         on_drop: Callable[[int, int], None],
         fenced: Callable[[int, int], bool],
+        keyring: Keyring | None = None,
     ) -> None:
         self._sock = socket.create_server((host, 0))
         self.address = f"{host}:{self._sock.getsockname()[1]}"
@@ -70,7 +104,10 @@ class LivenessServer:
         self._lock = threading.Lock()
         self._open: dict[int, int] = {}  # task -> incarnation of its open connection
         self._heard: dict[int, tuple[int, float]] = {}  # task -> (incarnation, last heard)
+        self._keyring = keyring
+        self._guard = ReplayGuard()
         self.malformed = 0
+        self.refused = 0
 
     def start(self) -> LivenessServer:
         threading.Thread(target=self._accept, name="elastorm-liveness", daemon=True).start()
@@ -104,7 +141,15 @@ class LivenessServer:
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
-                task, incarnation = parse_hello(conn.makefile("rb").readline(64))
+                line = conn.makefile("rb").readline(HELLO_MAX)
+                with self._lock:  # one guard for every connection's thread
+                    task, incarnation = parse_hello(
+                        line, self._keyring, now=time.time(), guard=self._guard
+                    )
+            except AuthError as exc:
+                self.refused += 1
+                log.warning("liveness: hello refused: %s", exc)
+                return
             except (OSError, ValueError):
                 self.malformed += 1
                 return
@@ -150,7 +195,8 @@ class LivenessClient:
     anew every ``RECHECK_SECS``: a restarted controller, or a standby that took over,
     listens elsewhere; ``address`` must not block, e.g. a watched znode's last value)
     under its current ``incarnation`` (``None`` until its znode exists), beats on it,
-    and calls ``on_fenced`` if the controller says it was declared lost."""
+    and calls ``on_fenced`` if the controller says it was declared lost. With
+    ``keyring`` its hello is signed."""
 
     def __init__(
         self,
@@ -159,8 +205,10 @@ class LivenessClient:
         address: Callable[[], str | None],
         incarnation: Callable[[], int | None],
         on_fenced: Callable[[], None],
+        keyring: Keyring | None = None,
     ) -> None:
         self.task = task
+        self._keyring = keyring
         self._address = address
         self._incarnation = incarnation
         self._on_fenced = on_fenced
@@ -197,7 +245,7 @@ class LivenessClient:
             return "closed"
         with conn:
             conn.settimeout(RECHECK_SECS)
-            conn.sendall(f"{self.task} {incarnation}\n".encode())
+            conn.sendall(hello_line(self.task, incarnation, self._keyring, now=time.time()))
             reply = b""
             while True:
                 try:

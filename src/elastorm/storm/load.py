@@ -131,6 +131,7 @@ def start_liveness(publisher, task: int):
     the incarnation ``publisher`` registered; a ``fenced`` answer fences the publisher
     (the task then stops, ``KeyedOperator.stop_if_fenced``)."""
     from elastorm.storm.liveness import LivenessClient
+    from elastorm.zk.client import client_keyring
     from elastorm.zk.requests import ZK_ERRORS
 
     # The published address, kept by a watch (set on the client's own thread, once
@@ -154,6 +155,7 @@ def start_liveness(publisher, task: int):
         address=address,
         incarnation=lambda: publisher.incarnation,
         on_fenced=lambda: publisher.fence("declared lost while its liveness connection was down"),
+        keyring=client_keyring(publisher.client),
     ).start()
 
 

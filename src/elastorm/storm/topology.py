@@ -47,6 +47,7 @@ from streamparse.thrift import GlobalStreamId, storm_thrift
 from elastorm.config import ConfigError, DurableConfig, TopologyConfig
 from elastorm.core.keys import KeySelectorError, function_path
 from elastorm.durable.store import DEFAULT_URI, HOME_DIR, file_root
+from elastorm.files import SecretFileError, load_keyring
 from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.elastic import (
     CARRIED,
@@ -513,11 +514,13 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
 
 
 def _checked(classname: str, config: dict) -> TopologyConfig:
-    """The topology's elastorm options: a bad one fails at submit, not in a worker."""
+    """The topology's elastorm options: a bad one fails at submit, not in a worker (a
+    secret file too, if unreadable or empty on the submitting machine)."""
     try:
         checked = TopologyConfig.from_conf(config)
         require_encoding(checked.multilang_encoding)
-    except (ConfigError, EncodingUnavailable) as exc:
+        load_keyring(checked.auth.secret_file, checked.auth.previous_secret_file)
+    except (ConfigError, EncodingUnavailable, SecretFileError) as exc:
         raise WiringError(f"{classname}: {exc}") from None
     return checked
 

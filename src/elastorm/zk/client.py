@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import collections
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from elastorm.core.auth import Keyring
+from elastorm.zk.acls import acl_for, digest_auth
 from elastorm.zk.layout import ZkSettings, ZnodeLayout
 
 log = logging.getLogger(__name__)
@@ -31,16 +34,58 @@ KAZOO_ERRORS = (KazooException, KazooTimeoutError)
 def make_client(settings: ZkSettings) -> KazooClient:
     """A kazoo client with the session timeout of ``settings`` that reconnects for
     ever, at most ``reconnect_max_delay`` s apart (kazoo's default backoff grows to an
-    hour, which would keep a task away long after ZooKeeper is back)."""
+    hour, which would keep a task away long after ZooKeeper is back). With a keyring
+    it authenticates and creates znodes with the ACLs of ``elastorm.zk.acls``."""
     retry = KazooRetry(
         max_tries=-1, delay=0.1, backoff=2, max_jitter=0.1, max_delay=settings.reconnect_max_delay
     )
-    return KazooClient(
-        hosts=settings.hosts,
-        timeout=settings.session_timeout,
-        connection_retry=retry,
-        command_retry=KazooRetry(max_tries=0),
-    )
+    common = {
+        "hosts": settings.hosts,
+        "timeout": settings.session_timeout,
+        "connection_retry": retry,
+        "command_retry": KazooRetry(max_tries=0),
+    }
+    if settings.keyring is None:
+        return KazooClient(**common)
+    return SecuredClient(keyring=settings.keyring, **common)
+
+
+def client_keyring(client: KazooClient) -> Keyring | None:
+    """The secret ``client`` authenticates with (``None``: authentication off); what
+    the adapters sign with and verify against."""
+    return client.keyring if isinstance(client, SecuredClient) else None
+
+
+def new_nonce() -> str:
+    """A fresh nonce for a signed message (128 random bits, hex)."""
+    return secrets.token_hex(16)
+
+
+class SecuredClient(KazooClient):
+    """A kazoo client that holds the topology's secret: it authenticates with it and
+    creates every znode with its ACL (``elastorm.zk.acls.acl_for``: the root every
+    topology shares stays open, so a topology's secret guards its own subtree, never
+    another topology's right to make one). The adapters sign with its ``keyring``."""
+
+    def __init__(self, *, keyring: Keyring, **kwargs: Any) -> None:
+        super().__init__(auth_data=digest_auth(keyring), **kwargs)
+        self.keyring = keyring
+
+    def create_async(self, path: str, value: bytes = b"", acl: Any = None, *args, **kwargs):
+        """kazoo's ``create_async`` with :func:`~elastorm.zk.acls.acl_for` the znode's ACL."""
+        return super().create_async(path, value, acl_for(path, self.keyring), *args, **kwargs)
+
+    def transaction(self) -> TransactionRequest:
+        """kazoo's transaction whose creates get their ACL too (the controller's store and
+        the submission claim create through transactions)."""
+        return SecuredTransaction(self)
+
+
+class SecuredTransaction(TransactionRequest):
+    """A transaction of a :class:`SecuredClient`: each create with its znode's ACL."""
+
+    def create(self, path: str, value: bytes = b"", acl: Any = None, *args, **kwargs) -> None:
+        return super().create(path, value, acl_for(path, self.client.keyring), *args, **kwargs)
 
 
 def write_znode(client: KazooClient, path: str, data: bytes) -> None:

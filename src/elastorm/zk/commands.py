@@ -19,6 +19,10 @@ calls for once the task reports. A first start keeps what waits: the controller 
 command a task whose worker is still being launched, and those commands are its own.
 Both loops run off the processing thread (``BackgroundLoop``); the task takes what was
 read between two of its tuples.
+
+With the topology's secret (``elastorm.auth.secret_file``) each command is sealed as it
+is written (``elastorm.core.auth``: HMAC, time, nonce) and a task refuses, logs and
+deletes one that is unsigned, wrongly signed, older than 30 s or replayed.
 """
 
 from __future__ import annotations
@@ -27,14 +31,22 @@ import collections
 import logging
 import os
 import secrets
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from elastorm.core.auth import AuthError, ReplayGuard, seal, unseal
 from elastorm.core.messages import Message, from_json, to_json
-from elastorm.zk.client import KAZOO_ERRORS, BackgroundLoop, DirectoryLoop
+from elastorm.zk.client import (
+    KAZOO_ERRORS,
+    BackgroundLoop,
+    DirectoryLoop,
+    client_keyring,
+    new_nonce,
+)
 from elastorm.zk.layout import ZkSettings, ZnodeLayout, zk_settings
 
 log = logging.getLogger(__name__)
@@ -109,8 +121,11 @@ class CommandOutbox(BackgroundLoop):
         self._halt(timeout)
 
     def _step(self) -> None:
+        ring = client_keyring(self._client)
         while self._queue and self._client.connected:
             task, data = self._queue[0]
+            if ring is not None:  # sealed now, not when posted: a late write stays fresh
+                data = seal(ring, "command", data, now=time.time(), nonce=new_nonce())
             try:
                 self._client.create(
                     f"{self._layout.command_dir(task)}/c-",
@@ -129,7 +144,8 @@ class CommandOutbox(BackgroundLoop):
 class CommandInbox(DirectoryLoop):
     """A task's end: this thread reads its mailbox in sequence order, deletes what it
     read and queues the messages; the task's thread :meth:`take`s them (never
-    blocks). A malformed command is logged, counted and deleted."""
+    blocks). A malformed command, or one refused by its signature (with the secret),
+    is logged, counted and deleted."""
 
     def __init__(
         self,
@@ -150,7 +166,9 @@ class CommandInbox(DirectoryLoop):
         self._read: set[str] = set()  # names read, until ZooKeeper lists them no more
         self._last: dict[str, int] = {}  # sender -> number of its newest command read
         self._inbox: collections.deque[Message] = collections.deque()
+        self._guard = ReplayGuard()
         self.malformed = 0
+        self.refused = 0
 
     @classmethod
     def of(cls, conf: Mapping[str, Any], task: int) -> CommandInbox | None:
@@ -200,6 +218,14 @@ class CommandInbox(DirectoryLoop):
             log.debug("commands: %s unreadable now (%r)", path, exc)
             return False
         self._read.add(name)
+        ring = client_keyring(self._client)
+        try:
+            if ring is not None:
+                data = unseal(ring, "command", data, now=time.time(), guard=self._guard)
+        except AuthError as exc:
+            self.refused += 1
+            log.error("commands: %s refused, dropped: %s", path, exc)
+            return True
         try:
             sender, number, message = decode_command(data)
         except ValueError as exc:

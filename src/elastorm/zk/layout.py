@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from elastorm.config import TopologyConfig
+from elastorm.core.auth import Keyring
+from elastorm.files import load_keyring
 
 DEFAULT_ROOT = "/elastorm"
 
@@ -229,7 +231,9 @@ class ZkSettings:
     znode disappears between ``session_timeout`` and ``session_timeout + tickTime``
     after its last contact. The server clamps it to its ``minSessionTimeout`` ..
     ``maxSessionTimeout`` (1-40 s for the project's server, ``tickTime=500``).
-    Requires ``0 < heartbeat_interval <= session_timeout / 2``.
+    Requires ``0 < heartbeat_interval <= session_timeout / 2``. With a ``keyring``
+    (the topology's secret) clients authenticate and create znodes with ACLs
+    (``elastorm.zk.client.make_client``).
     """
 
     hosts: str = "127.0.0.1:12181"
@@ -237,6 +241,7 @@ class ZkSettings:
     heartbeat_interval: float = 1.0
     request_timeout: float = 2.0
     reconnect_max_delay: float = 1.0
+    keyring: Keyring | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.hosts, str) or not self.hosts:
@@ -262,10 +267,15 @@ def submission_id(conf: Mapping[str, object]) -> str:
 def zk_settings(conf: Mapping[str, object]) -> ZkSettings:
     """How elastorm's clients in a topology reach ZooKeeper: its hosts
     (:func:`hosts_from_storm_conf`) and ``elastorm.zookeeper.session_secs``, with a
-    heartbeat every third of the session."""
-    session = TopologyConfig.from_conf(conf).zookeeper_session_secs
+    heartbeat every third of the session, and the secret of ``elastorm.auth.*``
+    (``SecretFileError`` if its file is unreadable or empty)."""
+    config = TopologyConfig.from_conf(conf)
+    session = config.zookeeper_session_secs
     return ZkSettings(
-        hosts=hosts_from_storm_conf(conf), session_timeout=session, heartbeat_interval=session / 3
+        hosts=hosts_from_storm_conf(conf),
+        session_timeout=session,
+        heartbeat_interval=session / 3,
+        keyring=load_keyring(config.auth.secret_file, config.auth.previous_secret_file),
     )
 
 

@@ -5,6 +5,10 @@ Paths come from :class:`~elastorm.zk.layout.ZnodeLayout` (``requests/``,
 ``controller/status/<op>``, ``incarnations/``); the routing table a reader sees is
 the controller's durable one (``controller/routing/<op>``, written by the
 ``ControllerStore``), never a second copy.
+
+With the topology's secret a request is sealed by whoever writes it pending (the CLI,
+the dashboard, the controller redriving it) and the controller refuses a pending one
+whose signature fails (``elastorm.core.auth``), as it refuses a malformed one.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from elastorm.controller.requests import (
     encode_unreadable,
     refuse_unreadable,
 )
+from elastorm.core.auth import AuthError, ReplayGuard, seal, unseal
 from elastorm.core.routing import RoutingTable
-from elastorm.zk.client import KAZOO_ERRORS, make_client, write_znode
+from elastorm.zk.acls import secure_tree
+from elastorm.zk.client import KAZOO_ERRORS, client_keyring, make_client, new_nonce, write_znode
 from elastorm.zk.codec import Submission, ZnodeSchemaError, decode_routing
 from elastorm.zk.commands import clear_mailbox
 from elastorm.zk.layout import ZnodeLayout, submission_id, zk_settings
@@ -65,6 +71,7 @@ class RequestBoard:
         # Events ZooKeeper did not take, in order, retried on every tick: a request
         # must not stay ``started`` because one write hit a lost connection.
         self.unwritten: list[tuple[str, RequestEvent, float, dict[str, Any]]] = []
+        self._guard = ReplayGuard()
 
     def _requests(self, *, fresh: bool = True) -> list[tuple[str, MigrationRequest]] | None:
         """Our operator's readable requests, oldest first (unreadable ones refused on the
@@ -86,8 +93,10 @@ class RequestBoard:
             try:
                 raw = self.client.get(f"{self.path}/{name}")[0]
                 record = decode_record(raw)
-            except RequestError as exc:
-                log.error("request %s is malformed, refusing it: %s", name, exc)
+                if fresh and record.state is RequestState.PENDING:
+                    self._authenticate(raw)
+            except (RequestError, AuthError) as exc:
+                log.error("request %s is refused: %s", name, exc)
                 self._write_unreadable(name, refuse_unreadable(raw, str(exc), time.time()))
                 self.seen.add(name)
                 continue
@@ -99,6 +108,12 @@ class RequestBoard:
             if isinstance(record, MigrationRequest) and record.operator == self.operator:
                 found.append((name, record))
         return found
+
+    def _authenticate(self, raw: bytes) -> None:
+        """With the secret, raise ``AuthError`` unless ``raw`` is freshly sealed with it."""
+        ring = client_keyring(self.client)
+        if ring is not None:
+            unseal(ring, "request", raw, now=time.time(), guard=self._guard)
 
     def pending(self) -> list[tuple[str, MigrationRequest]]:
         """New ``PENDING`` requests for our operator, oldest first; [] if ZooKeeper is away."""
@@ -126,7 +141,7 @@ class RequestBoard:
             try:
                 request = decode_request(self.client.get(f"{self.path}/{name}")[0])
                 request = request.advance(event, at, **changes)
-                self.client.set(f"{self.path}/{name}", encode_request(request))
+                self.client.set(f"{self.path}/{name}", sealed(self.client, encode_request(request)))
             except NoNodeError:
                 log.warning("request %s was deleted; dropping its event %s", name, event.value)
             except RequestError as exc:  # unreadable now, or the event is illegal there
@@ -233,11 +248,19 @@ def withdraw_request(client: KazooClient, layout: ZnodeLayout, name: str) -> boo
         return False
 
 
+def sealed(client: KazooClient, data: bytes) -> bytes:
+    """A request record as ``client`` writes it: sealed with its secret, if it has one."""
+    ring = client_keyring(client)
+    if ring is None:
+        return data
+    return seal(ring, "request", data, now=time.time(), nonce=new_nonce())
+
+
 def submit_request(client: KazooClient, layout: ZnodeLayout, request: MigrationRequest) -> str:
     """Create a request znode; return its name (``req-<seq>``)."""
     path = layout.requests
     client.ensure_path(path)
-    created = client.create(f"{path}/req-", encode_request(request), sequence=True)
+    created = client.create(f"{path}/req-", sealed(client, encode_request(request)), sequence=True)
     return created.rsplit("/", 1)[1]
 
 
@@ -327,9 +350,14 @@ class StartUnknownError(RuntimeError):
 def controller_start(conf: Mapping[str, Any], component: str, task: int) -> Submission:
     """At a controller task's start, before its watcher, store, request boards or
     liveness server touch ZooKeeper: the topology's znodes claimed for this submission
-    (:func:`at_start`), and its record, which says what it set aside."""
+    (:func:`at_start`), with the secret's ACLs on all of them (``zk.acls.secure_tree``),
+    and its record, which says what it set aside."""
 
     def record(client: KazooClient, layout: ZnodeLayout, _incarnation: int) -> Submission:
+        ring = client_keyring(client)
+        if ring is not None:
+            changed = secure_tree(client, layout, ring)
+            log.info("auth: %d znodes of %s given their ACL", changed, layout.topology)
         found = read_submission(client, layout)
         if found is None:  # deleted since the claim (``elastorm forget --force``)
             raise NoNodeError(layout.submission)
