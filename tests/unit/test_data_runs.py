@@ -117,6 +117,19 @@ def test_an_overlapping_run_with_parked_ones_behind_it_frees_them() -> None:
     assert applied(c.receive_run(UP, run(1, 2, 4))) == [3, 4, 5, 6]
 
 
+def test_a_run_holding_a_parked_tuple_leaves_nothing_parked_behind() -> None:
+    """Found by the stateful test: 4 parked, then a run 3..5 applied 4 itself and left
+    the parked 4 behind, a gap that asked for ``Resend(first=6, last=4)``."""
+    by_run, by_data = owner(), owner()
+    for c in (by_run, by_data):
+        c.receive_run(UP, run(1, 1, 2))
+        c.receive_run(UP, run(1, 4, 1))  # parked
+    got = by_run.receive_run(UP, run(1, 3, 3))
+    assert got == itemwise(by_data, run(1, 3, 3))
+    assert applied(got) == [3, 4, 5]
+    assert by_run.machine(1).parked == 0 and by_run.machine(1).gaps() == []
+
+
 def test_a_key_outside_the_group_is_refused_and_the_rest_wait_behind_it() -> None:
     by_run, by_data = owner(), owner()
     items = [(KEYS[3][0], 1, 0.0), (KEYS[0][0], 2, 0.0), (KEYS[3][1], 3, 0.0)]

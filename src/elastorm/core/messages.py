@@ -741,8 +741,8 @@ def _decode_data(fields: list) -> Data:
 
 
 # -- data runs: many Data of one channel in one tuple (issue 34, stage 1) ------------
-RunItem = tuple[str, Any, float]
-"""One tuple of a run without its id: ``(key, value, ts)``."""
+RunItem = Sequence[Any]
+"""One tuple of a run without its id: ``(key, value, ts)`` (a list off the wire)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

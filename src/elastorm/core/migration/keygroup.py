@@ -320,30 +320,25 @@ class KeyGroupMachine:
             return []
         result = state.apply_next(item)
         actions: list[Action] = [_applied(self.key_group, item, result, emit, tentative)]
-        if self._parked:
-            self._unpark(source, actions, tentative)
-        return actions
-
-    def _unpark(self, source: str, actions: list[Action], tentative: bool) -> None:
-        """Apply, onto ``actions``, the parked tuples of ``source`` that now come next."""
-        state = self.state
-        assert state is not None
-        parked = self._parked.get(source)
+        parked = self._parked.get(source) if self._parked else None
         while parked:
             nxt = parked.pop(state.applied[source] + 1, None)
             if nxt is None:
                 break
             result = state.apply_next(nxt[0])
             actions.append(_applied(self.key_group, nxt[0], result, nxt[1], tentative))
+        return actions
 
     def admit_run(self, sender: int, run: DataRun, num_key_groups: int) -> list[Action]:
         """The owner's (``ACTIVE``) admission of a whole run from ``sender``: what its
         ``Data`` one by one would do, with one duplicate and order check per run.
 
         A run wholly applied already is dropped; one overlapping the applied ones starts
-        after them; an early one (a gap before it) is parked tuple by tuple. Each
-        tuple's key is still checked against the group (``num_key_groups``), and its
-        source's position moves per tuple, so a failing step leaves it exact. O(run).
+        after them; an early one (a gap before it), or one of a source with tuples
+        parked (which it may hold too), goes tuple by tuple (parked, or freeing the
+        parked ones). Each tuple's key is still checked against the group
+        (``num_key_groups``), and its source's position moves per tuple, so a failing
+        step leaves it exact. O(run).
         """
         state = self.state
         assert state is not None and self.phase is Phase.ACTIVE
@@ -351,7 +346,7 @@ class KeyGroupMachine:
         last = state.applied.get(source, 0)
         if first + len(items) <= last + 1:
             return []  # every tuple a duplicate
-        if first > last + 1:
+        if first > last + 1 or (self._parked and self._parked.get(source)):
             return self._admit_each(sender, run, num_key_groups, 0)
         g, tentative, apply_next = self.key_group, self.tentative, state.apply_next
         trusted = DataTuple.trusted
@@ -364,8 +359,6 @@ class KeyGroupMachine:
             item = trusted(source, seq, key, value, ts)
             append(_applied(g, item, apply_next(item), True, tentative))
             seq += 1
-        if self._parked:
-            self._unpark(source, actions, tentative)
         return actions
 
     def _admit_each(

@@ -39,10 +39,11 @@ class RunBuilder:
         source, seq = item.source, item.seq
         lane = (to_task, key_group, source)
         run = self._open.get(lane)
+        entry = [item[2], item[3], item[4]]  # [key, value, ts]: the wire's form already
         if run is not None and run[2] + len(run[3]) == seq:
-            run[3].append(item[2:])
+            run[3].append(entry)
         else:
-            run = self._open[lane] = [key_group, source, seq, [item[2:]]]
+            run = self._open[lane] = [key_group, source, seq, [entry]]
             self._runs.setdefault(to_task, []).append(run)
         self.held += 1
         return self.held
