@@ -477,7 +477,7 @@ class KeyedEmitting(_Sending):
     def emit(self, *args: Any, **kwargs: Any) -> Any:
         """pystorm's emit, after the held runs: no emit overtakes the data before it."""
         runs = self._runs
-        if runs is not None and runs.runs.held:
+        if runs is not None and runs.held:
             runs.flush()
         return super().emit(*args, **kwargs)  # type: ignore[misc]
 

@@ -344,7 +344,7 @@ class KeyGroupMachine:
         assert state is not None and self.phase is Phase.ACTIVE
         source, first, items = run.source, run.first, run.items
         last = state.applied.get(source, 0)
-        if first + len(items) <= last + 1:
+        if run.last <= last:
             return []  # every tuple a duplicate
         if first > last + 1 or (self._parked and self._parked.get(source)):
             return self._admit_each(sender, run, num_key_groups, 0)
