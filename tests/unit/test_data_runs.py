@@ -5,6 +5,7 @@ side's admission of a whole run (``TaskCoordinator.receive_run``,
 from __future__ import annotations
 
 import pytest
+from sim import Cluster
 
 from elastorm.core.actions import Applied, Rejected
 from elastorm.core.keygroups import key_group
@@ -13,6 +14,7 @@ from elastorm.core.messages import (
     DataRun,
     DataTuple,
     Protocol,
+    Resend,
     ToState,
 )
 from elastorm.core.migration.coordinator import TaskCoordinator
@@ -183,3 +185,28 @@ def test_outside_active_a_run_takes_the_per_tuple_path() -> None:
     bad = DataRun(key_group=G, source="u", first=1, items=[("k", 1, 0.0)])
     assert by_run.receive_run(UP, bad) == itemwise(by_data, bad)
     assert by_run.stats == by_data.stats
+
+
+def test_a_lost_run_is_a_gap_of_its_tuples_resent_one_by_one() -> None:
+    """A run lost on the wire (here three tuples never delivered): the next run is
+    early and parked, the owner's tick asks for the span, the emitter resends it from
+    its buffer tuple by tuple, and every tuple counts once."""
+    c = Cluster(num_key_groups=G, tasks=[0, 1], emitters=[10])
+    g = 0
+    owner_task = c.owner(g)
+    for i in range(3):
+        c.emit_lost(10, KEYS[g][i], 1)
+    for i in range(3, 5):
+        c.emit(10, KEYS[g][i], 1)
+    channel = (10, owner_task)
+    (early,) = c.deliver_runs(channel, 2)
+    assert (early.first, early.last) == (4, 5)
+    assert c.coordinators[owner_task].machine(g).gaps()[0].awaited == 1
+    c.tick(10.0)  # the gap seen
+    c.tick(12.0)  # resend_after (1.5 s) later: asked for
+    (ask,) = [m for m in c.channels[(owner_task, 10)] if isinstance(m, Resend)]
+    assert (ask.first, ask.last) == (1, 5)
+    c.heal()
+    state = c.coordinators[owner_task].state(g)
+    assert state.applied == {"u10": 5}
+    assert sum(state.get(k) for k in KEYS[g][:5]) == 5
