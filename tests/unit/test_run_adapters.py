@@ -24,6 +24,7 @@ from elastorm.core.messages import (
     is_runs,
 )
 from elastorm.core.migration.coordinator import TaskCoordinator
+from elastorm.core.migration.table import Phase
 from elastorm.storm.elastic import STREAM, KeyedEmitting, KeyedOperator, from_wire, to_wire
 from elastorm.storm.load import LoadMeter
 from elastorm.storm.wire import ELASTORM_SERIALIZER, SERIALIZER_KEY, BatchingSerializer
@@ -188,25 +189,47 @@ def test_batch_size_one_is_the_wire_of_one_tuple_per_data() -> None:
     assert not is_runs(emit["tuple"][0])
 
 
-def test_a_keyed_task_applies_the_runs_of_a_tuple() -> None:
-    """``KeyedOperator.receive_elastorm`` with a runs field: each run to the coordinator."""
-    bolt = object.__new__(KeyedOperator)  # no Storm: only what receiving uses
+def keyed_task() -> tuple[KeyedOperator, list, list]:
+    """A keyed task without Storm (only what receiving uses): it, what it performed,
+    the protocol errors it was told of."""
+    bolt = object.__new__(KeyedOperator)
     bolt.coordinator = TaskCoordinator(task=20, num_key_groups=G, upstreams=[1], owned=range(G))
     bolt.load_meter = LoadMeter()
     performed: list = []
+    errors: list = []
     bolt.perform = performed.extend
+    bolt.on_protocol_error = lambda message, exc: errors.append(message.key_group)
+    return bolt, performed, errors
+
+
+class RunsTup:
+    stream = STREAM
+    task = 1
+
+    def __init__(self, runs: list[DataRun]) -> None:
+        self.values = [msgpack.unpackb(msgpack.packb(encode_runs(runs))), 1]
+
+
+def test_a_run_that_breaks_its_groups_protocol_stops_only_itself() -> None:
+    bolt, performed, errors = keyed_task()
+    bolt.coordinator.machine(1).phase = Phase.FAILED
+    keys = {g: next(k for k in KEYS if key_group(k, G) == g) for g in (1, 2)}
+    runs = [DataRun(key_group=g, source="e:1", first=1, items=[(keys[g], 1, 0.0)]) for g in (1, 2)]
+    bolt.receive_elastorm(RunsTup(runs))
+    assert errors == [1]
+    assert [(a.key_group, a.item.seq) for a in performed] == [(2, 1)]
+
+
+def test_a_keyed_task_applies_the_runs_of_a_tuple() -> None:
+    """``KeyedOperator.receive_elastorm`` with a runs field: each run to the coordinator."""
+    bolt, performed, _ = keyed_task()
     keys = [k for k in KEYS if key_group(k, G) == 1][:3]
     runs = [
         DataRun(key_group=1, source="e:1", first=1, items=[(k, 1, 0.0) for k in keys]),
         DataRun(key_group=1, source="e:1", first=2, items=[(keys[1], 1, 0.0)]),  # duplicate
     ]
 
-    class Tup:
-        stream = STREAM
-        task = 1
-        values = [msgpack.unpackb(msgpack.packb(encode_runs(runs))), 1]
-
-    bolt.receive_elastorm(Tup())
+    bolt.receive_elastorm(RunsTup(runs))
     assert [a.item.seq for a in performed] == [1, 2, 3]
     assert bolt.coordinator.stats["in.Data"] == 4
 

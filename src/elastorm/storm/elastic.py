@@ -876,8 +876,7 @@ class KeyedOperator(_Sending):
             try:
                 actions = receive_run(sender, run)
             except MigrationProtocolError as exc:
-                log.error("key group %s: %s (hint: %s)", run.key_group, exc, exc.hint.value)
-                self.on_protocol_error(run, exc)
+                self._broke_protocol(run, exc)
                 continue
             perform(actions)
         self.load_meter.worked(time.monotonic() - began)
@@ -903,14 +902,18 @@ class KeyedOperator(_Sending):
         try:
             actions = self.coordinator.receive(sender, message)
         except MigrationProtocolError as exc:
-            # The group's machine stays FAILED; the controller decides what next.
-            log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
-            self.on_protocol_error(message, exc)
+            self._broke_protocol(message, exc)
             return
         if before is not None:
             actions = self._with_pause(message.key_group, before, began, actions)
         self.perform(actions)
         self.load_meter.worked(time.monotonic() - began)
+
+    def _broke_protocol(self, message: Message, exc: MigrationProtocolError) -> None:
+        """Log and hand on a message that broke its group's protocol: the group's
+        machine stays FAILED; the controller decides what next."""
+        log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
+        self.on_protocol_error(message, exc)
 
     def _phase_of(self, message: Message) -> Phase | None:
         """The phase of the group a control message goes to its machine for (the ones
