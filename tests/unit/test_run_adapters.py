@@ -189,6 +189,12 @@ def test_batch_size_one_is_the_wire_of_one_tuple_per_data() -> None:
     assert not is_runs(emit["tuple"][0])
 
 
+def test_without_the_batched_wire_runs_stay_off_and_say_so(caplog) -> None:
+    e = Emitting(batch_size=100, **{"multilang.batch_size": 1})
+    assert e._runs is None and not isinstance(e.serializer, BatchingSerializer)
+    assert "elastorm.data.batch_size = 100 ignored" in caplog.text
+
+
 def keyed_task() -> tuple[KeyedOperator, list, list]:
     """A keyed task without Storm (only what receiving uses): it, what it performed,
     the protocol errors it was told of."""

@@ -378,6 +378,12 @@ class KeyedEmitting(_Sending):
         serializer = getattr(self, "serializer", None)
         if config.data_batch_size > 1 and isinstance(serializer, BatchingSerializer):
             self._runs = serializer.ahead = RunOutbox(config.data_batch_size, self._send_runs)
+        elif config.data_batch_size > 1:
+            log.warning(
+                "emitter task %s: %s = %d ignored: data runs need elastorm's batched "
+                "multilang wire; one Storm tuple per data tuple",
+                task, TopologyConfig.key("data_batch_size"), config.data_batch_size,
+            )  # fmt: skip
         operators = [op for op, ems in operators_of(config).items() if component in ems]
         if not operators:
             raise ValueError(f"{OPERATORS_KEY} names no keyed operator fed by {component}")
