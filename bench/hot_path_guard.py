@@ -10,6 +10,9 @@ elastic keyed count with elastorm's own wire measured in the same run: the ratio
 sustained rates and of their CPU per tuple (machine noise hits both alike, so ratios
 compare across commits where absolute figures do not). ``--record`` appends the line to
 ``docs/raw/hot_path_guard.jsonl`` (commit, time, load, both variants' figures).
+From issue 34's stage 1 on, ``elastic`` sends data as runs (``elastorm.data.batch_size``
+= 100): a line recorded before that measured one Storm tuple per data tuple, what
+``elastic_itemwise`` measures now, so expect a step there, not a regression.
 
 Exits 1 when the elastic ratio of rate fell, or that of CPU per tuple rose, by more than
 ``--tolerance`` (25%) against the last recorded line of another commit: a change that

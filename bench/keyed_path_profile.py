@@ -9,9 +9,11 @@ adapters do per tuple — ``Emitter.emit`` (routing, numbering, buffering), the 
 encoding (``to_wire``/``from_wire``), ``TaskCoordinator.receive`` (dedup, fold,
 fragments) — with checkpoints every 5,000 tuples, and compares it in the same run
 with the plain op2 fold (``SumDelays``' dict update). Prints tuples/s of each, the
-cost per stage (emit, to_wire, from_wire, receive) and a cProfile summary of the
-elastic path. Times are CPU time of this process (``time.process_time``), best of
-``--repeats``, so other jobs on the shared cores disturb them less.
+cost per stage (emit, to_wire, from_wire, receive), the same stages with data runs
+(issue 34: ``RunBuilder``, ``encode_runs``/``decode_runs``, ``receive_run``) for each
+``--runs`` flush size, and a cProfile summary of the elastic path. Times are CPU
+time of this process (``time.process_time``), best of ``--repeats``, so other jobs on
+the shared cores disturb them less.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from demos.flights_schema import (  # noqa: E402
     parse_row,
 )
 from elastorm.core.actions import Send  # noqa: E402
+from elastorm.core.messages import decode_runs, encode_runs  # noqa: E402
 from elastorm.core.migration.coordinator import TaskCoordinator  # noqa: E402
 from elastorm.core.migration.emitter import Emitter  # noqa: E402
+from elastorm.core.migration.runs import RunBuilder  # noqa: E402
 from elastorm.core.routing import RoutingTable  # noqa: E402
 from elastorm.storm.elastic import from_wire, to_wire  # noqa: E402
 
@@ -106,8 +110,10 @@ def elastic(rows) -> float:
     return len(rows) / (clock() - start)
 
 
-def stages(rows) -> dict[str, float]:
-    """Microseconds per tuple of each stage alone (no checkpoints), one stage at a time.
+def stages(rows, flush: int = 1) -> dict[str, float]:
+    """Microseconds per tuple of each stage alone (no checkpoints), one stage at a time:
+    one data message per tuple (``flush`` 1) or, as ``elastorm.data.batch_size`` =
+    ``flush`` sends them, data runs of up to ``flush`` tuples per Storm tuple.
 
     Each stage's outputs are kept for the next one, so the cyclic GC is paused here
     (it would otherwise scan the growing lists, a cost the streaming path does not have).
@@ -115,12 +121,13 @@ def stages(rows) -> dict[str, float]:
     gc.collect()
     gc.disable()
     try:
-        return _stages(rows)
+        return _stages(rows) if flush == 1 else _run_stages(rows, flush)
     finally:
         gc.enable()
 
 
-def _stages(rows) -> dict[str, float]:
+def _path() -> tuple[Emitter, dict[int, TaskCoordinator]]:
+    """The emitter and op2's two tasks of the staged runs (no holders: no checkpoints)."""
     tasks = [10, 11]
     routing = RoutingTable.round_robin(20, tasks)
     emitter = Emitter(task=4, routing=routing, source="extract_delays:4")
@@ -131,6 +138,43 @@ def _stages(rows) -> dict[str, float]:
         )
         for t in tasks
     }  # fmt: skip
+    return emitter, coords
+
+
+def _run_stages(rows, flush: int) -> dict[str, float]:
+    """The data-runs path (issue 34): sends into a ``RunBuilder`` taken every ``flush``
+    tuples and encoded per task (``to_runs``), decoded (``from_runs``), admitted run by
+    run (``receive_run``); ``storm_tuples`` is Storm tuples per 1,000 data tuples."""
+    emitter, coords = _path()
+    t0 = clock()
+    sends = [send for key, value, ts in rows for send in emitter.emit(key, value, ts)]
+    t1 = clock()
+    builder, fields = RunBuilder(), []
+    for send in sends:
+        message = send.message
+        if builder.add(send.to_task, message.key_group, message.item) >= flush:
+            fields += [(t, encode_runs(runs)) for t, runs in builder.take().items()]
+    fields += [(t, encode_runs(runs)) for t, runs in builder.take().items()]
+    t2 = clock()
+    decoded = [(t, decode_runs(field)) for t, field in fields]
+    t3 = clock()
+    for task, runs in decoded:
+        receive_run = coords[task].receive_run
+        for run in runs:
+            receive_run(4, run)
+    t4 = clock()
+    n = len(rows) / 1e6
+    return {
+        "emit": (t1 - t0) / n,
+        "to_runs": (t2 - t1) / n,
+        "from_runs": (t3 - t2) / n,
+        "receive_run": (t4 - t3) / n,
+        "storm_tuples": len(fields) / len(rows) * 1000,
+    }
+
+
+def _stages(rows) -> dict[str, float]:
+    emitter, coords = _path()
     t0 = clock()
     sends = [send for key, value, ts in rows for send in emitter.emit(key, value, ts)]
     t1 = clock()
@@ -150,10 +194,20 @@ def _stages(rows) -> dict[str, float]:
     }
 
 
+def _flush_label(flush: int) -> str:
+    return "one data message per tuple" if flush == 1 else f"data runs, flush every {flush}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3, help="best of (3)")
+    parser.add_argument(
+        "--runs",
+        type=lambda text: [int(f) for f in text.split(",") if f],
+        default=[20, 100],
+        help="data runs stages: tuples per flush, comma separated (20,100; empty: none)",
+    )
     args = parser.parse_args()
     rows = load(args.rows)
     base = max(plain(rows) for _ in range(args.repeats))
@@ -162,13 +216,15 @@ def main() -> int:
         f"plain op2 fold: {base:,.0f} tuples/s; elastic op1->op2 path: {rate:,.0f} tuples/s "
         f"({1e6 / rate:.1f} us per tuple; {rate / base:.3f} of plain)"
     )
-    runs = [stages(rows) for _ in range(args.repeats)]
-    best = {stage: min(run[stage] for run in runs) for stage in runs[0]}
-    print(
-        "per stage, us per tuple (no checkpoints): "
-        + ", ".join(f"{stage} {us:.2f}" for stage, us in best.items())
-        + f"; sum {sum(best.values()):.2f}"
-    )
+    for flush in (1, *args.runs):
+        runs = [stages(rows, flush) for _ in range(args.repeats)]
+        best = {stage: min(run[stage] for run in runs) for stage in runs[0]}
+        per_k = best.pop("storm_tuples", 1000.0)
+        print(
+            f"per stage, us per tuple (no checkpoints), {_flush_label(flush)}: "
+            + ", ".join(f"{stage} {us:.2f}" for stage, us in best.items())
+            + f"; sum {sum(best.values()):.2f}; Storm tuples per 1k: {per_k:,.0f}"
+        )
     profile = cProfile.Profile()
     profile.runcall(elastic, rows)
     pstats.Stats(profile).sort_stats("tottime").print_stats(12)

@@ -17,7 +17,11 @@ repeat so machine noise hits them alike):
   as ``ElasticTopology`` sets it, no acks);
 * ``elastic``: ``topologies/throughput_elastic.py``: one ``KeyedCounter`` task on
   20 key groups fed through a ``KeyRouter``, checkpoints every 5 s, the relay and
-  the controller beside it;
+  the controller beside it, data sent as runs (``elastorm.data.batch_size`` = 100,
+  issue 34; every other ``elastic_*`` variant but ``elastic_itemwise`` and
+  ``elastic_unbatched`` too);
+* ``elastic_itemwise``: the same with ``elastorm.data.batch_size`` = 1, one Storm
+  tuple per data tuple (the option's default, and ``elastic`` before issue 34);
 * ``elastic_unbatched``: the same with ``elastorm.multilang.batch_size`` = 1 (no
   batches either way; acks still off);
 * ``elastic_json``: ``topologies/throughput_elastic_json.py``, the elastic job
@@ -109,23 +113,33 @@ FLAT_P50 = 1.5
 STOCK_STORM_JSON = "org.apache.storm.multilang.JsonSerializer"
 PHASES = ("at_50", "at_90")  # the latency phases, at 50% and 90% of saturation
 
+RUNS = TopologyConfig.overrides(data_batch_size=100)
+"""The elastic job's data runs (issue 34, stage 1): up to 100 data tuples per flush."""
+
 VARIANTS = {
     # name: (topology, extra topology options)
     "plain": ("throughput_plain", {"topology.multilang.serializer": STOCK_STORM_JSON}),
     "elastorm_plain": ("throughput_plain", {"topology.acker.executors": 0}),
-    "elastic": ("throughput_elastic", {}),
-    # the elastic job with batches of one (acks still off): what batching does
+    "elastic": ("throughput_elastic", RUNS),
+    # the elastic job with one Storm tuple per data tuple (elastorm.data.batch_size = 1,
+    # the default until a chaos round validates runs): what data runs do
+    "elastic_itemwise": ("throughput_elastic", TopologyConfig.overrides(data_batch_size=1)),
+    # the elastic job with batches of one (acks still off): what batching does (data
+    # runs need the batches, so none either)
     "elastic_unbatched": ("throughput_elastic", TopologyConfig.overrides(multilang_batch_size=1)),
     # the elastic job with JSON on the wire instead of msgpack (the default)
-    "elastic_json": ("throughput_elastic_json", {}),
+    "elastic_json": ("throughput_elastic_json", RUNS),
     # the elastic job with Python's own GC schedule (full collections every few
     # seconds over the router's buffer; elastorm.storm.pygc), as before issue 15's p99 fix
-    "elastic_pygc": ("throughput_elastic", TopologyConfig.overrides(gc_full_every_secs=0)),
+    "elastic_pygc": (
+        "throughput_elastic",
+        {**RUNS, **TopologyConfig.overrides(gc_full_every_secs=0)},
+    ),
     # the elastic job without read-ahead at a full output buffer (a pause per tuple,
     # elastorm.core.holdback's first design), as before the fix of the 40 s stall
-    "elastic_nopark": ("throughput_elastic", TopologyConfig.overrides(max_parked=0)),
+    "elastic_nopark": ("throughput_elastic", {**RUNS, **TopologyConfig.overrides(max_parked=0)}),
     # the elastic job without the durable tier (issue 29: what the tier costs)
-    "elastic_nodurable": ("throughput_elastic", DurableConfig.overrides(uri="none")),
+    "elastic_nodurable": ("throughput_elastic", {**RUNS, **DurableConfig.overrides(uri="none")}),
 }
 # name: PyFlink's python.execution-mode
 PYFLINK_VARIANTS = {"pyflink": "process", "pyflink_thread": "thread"}
@@ -582,7 +596,7 @@ def from_json(path: str) -> tuple[dict[str, dict[int, dict]], list[str]]:
 
 
 #: The default variants: the issue-34 comparison, one after another in one invocation.
-DEFAULT_VARIANTS = "plain,elastorm_plain,elastic,pyflink_thread,bytewax"
+DEFAULT_VARIANTS = "plain,elastorm_plain,elastic,elastic_itemwise,pyflink_thread,bytewax"
 
 
 def argument_parser() -> argparse.ArgumentParser:

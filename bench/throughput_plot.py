@@ -29,6 +29,7 @@ ORDER = [
     "plain",
     "elastorm_plain",
     "elastic",
+    "elastic_itemwise",
     "elastic_unbatched",
     "elastic_json",
     "elastic_msgpack",

@@ -35,6 +35,8 @@ from elastorm.core.control import MigrationController, Moving, next_task
 from elastorm.core.errors import CheckpointOrderError
 from elastorm.core.messages import (
     CheckpointDelta,
+    Data,
+    DataRun,
     DurableLoaded,
     DurableWritten,
     Message,
@@ -44,6 +46,7 @@ from elastorm.core.messages import (
 )
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
+from elastorm.core.migration.runs import RunBuilder
 from elastorm.core.migration.table import EMITTER_MESSAGES, Phase
 from elastorm.core.outputs import LatestValues
 from elastorm.core.routing import RoutingTable
@@ -106,6 +109,8 @@ class Cluster:
         self.outputs: list[tuple[int, str, Any]] = []  # (task, key, value) in send order
         self.tentative: dict[str, bool] = {}  # key -> its newest update was tentative
         self.rejected: list[tuple[int, Rejected]] = []
+        # channel -> the data delivered on it lately, newest last (what an echo repeats)
+        self.delivered: dict[tuple[int, int], deque[Data]] = {}
         self.stats: Counter[str] = Counter()
         # key group -> source -> highest watermark any emitter was told to trim to
         self._trims: dict[int, dict[str, int]] = {}
@@ -297,9 +302,62 @@ class Cluster:
             raise AssertionError(f"{type(message).__name__} sent to task {receiver}")
         else:
             actions = self.coordinators[receiver].receive(sender, message)
+            if type(message) is Data:
+                self._delivered(channel).append(message)
         self.perform(receiver, actions)
         self.stats["delivered"] += 1
         return message
+
+    def _delivered(self, channel: tuple[int, int]) -> deque[Data]:
+        """The data delivered on ``channel`` lately, newest last (what an echo repeats)."""
+        return self.delivered.setdefault(channel, deque(maxlen=16))
+
+    def data_ahead(self, channel: tuple[int, int]) -> int:
+        """How many data messages lead ``channel`` (0: its next is not data)."""
+        n = 0
+        for message in self.channels.get(channel, ()):
+            if type(message) is not Data:
+                break
+            n += 1
+        return n
+
+    def echoable(self, channel: tuple[int, int]) -> int:
+        """How many of the data last delivered on ``channel`` may go again: those of
+        groups its receiver owns (``ACTIVE`` and the routing owner) now, as a probe or
+        a resend to the owner would repeat them."""
+        c = self.coordinators.get(channel[1])
+        n = 0
+        for message in reversed(self.delivered.get(channel, ())):
+            g = message.key_group
+            if c is None or self.owner(g) != channel[1] or c.peek_phase(g) is not Phase.ACTIVE:
+                break
+            n += 1
+        return n
+
+    def deliver_runs(self, channel: tuple[int, int], size: int, echo: int = 0) -> list[DataRun]:
+        """Deliver the next ``size`` data messages of ``channel`` as one Storm tuple of
+        data runs (issue 34), grouped as the emitter's ``RunBuilder`` does: an emitter
+        flushes its runs before any other message, so a tuple's runs are data that
+        follow each other on the channel. ``echo`` of the data delivered last on it go
+        again at the front (a probe or a resend the runs then overlap or repeat).
+        Returns the runs delivered."""
+        sender, receiver = channel
+        queue = self.channels[channel]
+        assert 1 <= size <= self.data_ahead(channel) and echo <= self.echoable(channel)
+        history = self._delivered(channel)
+        again = list(history)[len(history) - echo :] if echo else []
+        taken = [queue.popleft() for _ in range(size)]
+        history.extend(taken)
+        builder = RunBuilder()
+        for message in (*again, *taken):
+            builder.add(receiver, message.key_group, message.item)
+        runs = builder.take()[receiver]
+        coordinator = self.coordinators[receiver]
+        for run in runs:
+            self.perform(receiver, coordinator.receive_run(sender, run))
+        self.stats["delivered"] += size
+        self.stats["runs"] += len(runs)
+        return runs
 
     def run_until_quiet(self, *, max_steps: int = 1_000_000) -> int:
         """Deliver round-robin over channels until nothing is in flight."""
@@ -476,3 +534,26 @@ class Cluster:
             if s is not None:
                 out[t] = s.items()
         return out
+
+
+def deliver_runs_drawn(c: Cluster, data: Any, channel: tuple[int, int]) -> list[DataRun]:
+    """Deliver ``channel``'s next data as one tuple of data runs (``Cluster.deliver_runs``)
+    of a size ``data`` (Hypothesis's ``st.data()``) draws, repeating up to 3 of the data
+    it delivered last."""
+    from hypothesis import strategies as st
+
+    size = data.draw(st.integers(1, c.data_ahead(channel)), label="run size")
+    echo = data.draw(st.integers(0, min(3, c.echoable(channel))), label="echo")
+    return c.deliver_runs(channel, size, echo)
+
+
+def deliver_drawn(c: Cluster, data: Any) -> None:
+    """Deliver a channel's next message, or (drawn) its next data as a tuple of data runs
+    (:func:`deliver_runs_drawn`); channel and choices drawn by ``data``."""
+    from hypothesis import strategies as st
+
+    channel = data.draw(st.sampled_from(c.pending()), label="channel")
+    if c.data_ahead(channel) and data.draw(st.booleans(), label="as runs"):
+        deliver_runs_drawn(c, data, channel)
+    else:
+        c.deliver(channel)

@@ -1000,6 +1000,14 @@ class TopologyConfig(Section):
         "(1: one message per emit)",
         check=at_least(1),
     )  # fmt: skip
+    data_batch_size: int = option(
+        "elastorm.data.batch_size", INT, 1,
+        "data tuples an emitter holds for the keyed tasks before it sends them, as runs of "
+        "consecutive tuples, one Storm tuple per destination task (issue 34); also sent "
+        "before any other message, on ticks and whenever the multilang batch goes. 1: one "
+        "Storm tuple per data tuple. Needs elastorm's multilang wire (else 1)",
+        check=at_least(1),
+    )  # fmt: skip
     multilang_linger_ms: float = option(
         "elastorm.multilang.linger_ms", FLOAT, 1.0,
         "milliseconds an emit may wait for its batch to fill",

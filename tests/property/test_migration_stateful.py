@@ -2,7 +2,8 @@
 
 Several upstream emitters feed an operator of a few key groups on four tasks.
 Hypothesis picks data, channel deliveries (any interleaving that keeps each
-channel FIFO), checkpoints, migrations of random groups by each protocol, active
+channel FIFO; data one message at a time or as tuples of data runs, cut anywhere,
+repeating data delivered before), checkpoints, migrations of random groups by each protocol, active
 replicas (Su & Zhou 2016) started on a group's holder and dropped again, and
 correlated failures that kill one or two tasks at once (owners, replicas and
 holders alike): a group whose owner dies while its replica lives is promoted on
@@ -27,7 +28,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from property_scale import examples
-from sim import Cluster
+from sim import Cluster, deliver_runs_drawn
 
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import Migrate, Protocol
@@ -71,11 +72,40 @@ class MigrationMachine(RuleBasedStateMachine):
         self.cluster.emit(emitter, key, value)
         self.log[(key_group(key, GROUPS), f"u{emitter}")].append((key, value))
 
+    @rule(
+        burst=st.lists(
+            st.tuples(st.sampled_from(EMITTERS), st.sampled_from(KEYS), st.integers(-50, 50)),
+            min_size=2,
+            max_size=12,
+        )
+    )
+    def emit_burst(self, burst: list[tuple[int, str, int]]) -> None:
+        """Several tuples in a row: what a tuple of data runs carries."""
+        for emitter, key, value in burst:
+            self.emit(emitter, key, value)
+
     @precondition(lambda self: self.cluster.pending())
     @rule(data=st.data())
     def deliver(self, data: st.DataObject) -> None:
         channel = data.draw(st.sampled_from(self.cluster.pending()), label="channel")
         self.cluster.deliver(channel)
+
+    def run_channels(self) -> list[tuple[int, int]]:
+        """Channels whose next message is data: what may go as a tuple of data runs."""
+        return [ch for ch in self.cluster.pending() if self.cluster.data_ahead(ch)]
+
+    @precondition(lambda self: self.run_channels())
+    @rule(data=st.data())
+    def deliver_runs(self, data: st.DataObject) -> None:
+        """The next data of a channel as one tuple of data runs (issue 34), cut at a
+        random boundary, maybe repeating what the channel delivered last (a probe or a
+        resend: duplicate and overlapping runs)."""
+        channel = data.draw(st.sampled_from(self.run_channels()), label="channel")
+        delivered = self.cluster.stats["delivered"]
+        runs = deliver_runs_drawn(self.cluster, data, channel)
+        event(f"data runs: {min(len(runs), 3)}{'+' if len(runs) > 3 else ''} in a tuple")
+        if sum(len(r.items) for r in runs) > self.cluster.stats["delivered"] - delivered:
+            event("data runs: repeating delivered data")
 
     #: The controller's commands to emitters that ``redrive`` sends again.
     AGAIN = frozenset({Protocol.CPA, Protocol.CPAL, *(p for p in Protocol if p.restores)})

@@ -220,3 +220,41 @@ def test_a_missing_msgpack_is_a_clear_error_at_submit_and_at_start(monkeypatch) 
         config = TopologyConfig.overrides(multilang_encoding="json", sources_at_most_once=["words"])
         words = Words.spec()
         counts = Count.spec(inputs={words: keyed("word")}, par=2)
+
+
+class Ahead:
+    """A ``Held`` (an emitter's data runs): emits held ahead of the serializer."""
+
+    def __init__(self, wire: BatchingSerializer, held: list[dict], since: float) -> None:
+        self.wire, self.held, self.since = wire, held, since
+
+    def held_since(self) -> float | None:
+        return self.since if self.held else None
+
+    def flush(self) -> None:
+        held, self.held = self.held, []
+        for msg in held:
+            self.wire.send_message(msg)
+
+
+def test_what_is_held_ahead_joins_the_batch_first_whenever_it_goes() -> None:
+    pipe, clock = Pipe(), Clock()
+    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=1.0, clock=clock)
+    wire.ahead = Ahead(wire, [emit(1), emit(2)], since=0.0)
+    wire.send_message({"command": "sync"})
+    assert pipe.sent == [{"command": "batch", "batch": [emit(1), emit(2)]}, {"command": "sync"}]
+
+
+def test_a_read_that_could_block_sends_what_is_held_ahead() -> None:
+    pipe, clock = Pipe(), Clock()
+    wire = BatchingSerializer(pipe, max_batch=100, linger_secs=1.0, clock=clock)
+    wire.ahead = Ahead(wire, [emit(1)], since=0.0)
+    assert wire.read_message() == "message"  # nothing waiting on the pipe: flushed first
+    assert pipe.sent == [{"command": "batch", "batch": [emit(1)]}]
+    os.write(pipe.write_fd, b"x")  # input waiting, the hold young: it stays held
+    wire.ahead = Ahead(wire, [emit(2)], since=0.0)
+    wire.read_message()
+    assert wire.ahead.held == [emit(2)]
+    clock.now = 2.0  # ... until it is older than the linger
+    wire.read_message()
+    assert wire.ahead.held == [] and pipe.sent[-1] == {"command": "batch", "batch": [emit(2)]}

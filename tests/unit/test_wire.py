@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from elastorm.core.messages import (
     CheckpointAck,
     CheckpointDelta,
     Data,
+    DataRun,
     DataTuple,
     Migrate,
     ProcessedAllReplay,
@@ -22,8 +24,11 @@ from elastorm.core.messages import (
     ToState,
     Trim,
     decode,
+    decode_runs,
     encode,
+    encode_runs,
     from_json,
+    is_runs,
     to_json,
 )
 from elastorm.storm.elastic import from_wire, to_wire
@@ -162,3 +167,71 @@ def test_the_dict_codec_still_round_trips_a_to_state() -> None:
         CheckpointAck(key_group=1, checkpoint=(2, 3), watermarks={"u": 3}),
     ):
         assert decode(json.loads(json.dumps(encode(message)))) == message
+
+
+# -- data runs (issue 34, stage 1) -----------------------------------------------------
+run_items = st.lists(
+    st.tuples(st.text(max_size=6), values, st.floats(0, 2e9)), min_size=1, max_size=5
+)
+runs = st.lists(
+    st.builds(
+        DataRun,
+        key_group=st.integers(0, 99),
+        source=st.sampled_from(["u1", "counter_router:4", 'q"\\é']),
+        first=st.integers(1, 2**40),
+        items=run_items,
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(runs)
+def test_runs_round_trip_through_the_multilang_encodings(sent: list[DataRun]) -> None:
+    field = encode_runs(sent)
+    assert is_runs(field)
+    for wire in (json.loads(json.dumps(field)), msgpack.unpackb(msgpack.packb(field))):
+        got = decode_runs(wire)
+        assert [(r.key_group, r.source, r.first) for r in got] == [
+            (r.key_group, r.source, r.first) for r in sent
+        ]
+        assert [[tuple(i) for i in r.items] for r in got] == [list(r.items) for r in sent]
+        assert [list(r.data()) for r in got] == [list(r.data()) for r in sent]
+
+
+def test_runs_are_told_apart_from_a_flat_data_and_from_texts() -> None:
+    data = Data(key_group=6, item=DataTuple(source="u", seq=1, key="k", value=[0], ts=5))
+    assert not is_runs(to_wire(data))
+    assert not is_runs(to_wire(Trim(key_group=1, watermarks={})))
+    assert not is_runs([]) and is_runs([[6, "u", 1, [["k", [0], 5]]]])
+    (run,) = decode_runs([[6, "u", 1, [["k", [0], 5]]]])
+    assert list(run.data()) == [data] and run.last == 1
+
+
+def test_a_run_is_checked_when_built() -> None:
+    with pytest.raises(ValueError, match="at least one tuple"):
+        DataRun(key_group=1, source="u", first=1, items=[])
+    with pytest.raises(ValueError, match="seq must be an int >= 1"):
+        DataRun(key_group=1, source="u", first=0, items=[("k", 1, 0.0)])
+    with pytest.raises(TypeError, match="key must be str"):
+        DataRun(key_group=1, source="u", first=1, items=[(3, 1, 0.0)])
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ([], "data runs are a non-empty list"),
+        ([[1, "u", 1]], r"a data run is \[key_group, source, first, items\]"),
+        ([[-1, "u", 1, [["k", 0, 0]]]], "key_group must be an int >= 0"),
+        ([[True, "u", 1, [["k", 0, 0]]]], "key_group must be an int >= 0"),
+        ([[1, "", 1, [["k", 0, 0]]]], "a data run needs a source and first >= 1"),
+        ([[1, "u", 0, [["k", 0, 0]]]], "a data run needs a source and first >= 1"),
+        ([[1, "u", 1, []]], "a data run's items are a non-empty list"),
+        ([[1, "u", 1, [["k", 0]]]], r"a run's tuple is \[key, value, ts\]"),
+        ([[1, "u", 1, [[7, 0, 0]]]], "key must be str"),
+        ([[1, "u", 1, [["k", 0, 0]]], "x"], r"a data run is \[key_group"),
+    ],
+)
+def test_malformed_runs_are_refused_with_a_reason(value: list, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        decode_runs(value)

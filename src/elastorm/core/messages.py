@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
@@ -738,3 +738,97 @@ def _decode_data(fields: list) -> Data:
     if type(key) is not str:
         raise TypeError(f"key must be str, got {type(key).__name__}")
     return Data.trusted(key_group, _new_tuple(DataTuple, (source, seq, key, value, ts)))
+
+
+# -- data runs: many Data of one channel in one tuple (issue 34, stage 1) ------------
+RunItem = Sequence[Any]
+"""One tuple of a run without its id: ``(key, value, ts)`` (a list off the wire)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataRun(Message):
+    """Data tuples of ``key_group`` from ``source`` numbered ``first``,
+    ``first + 1``, ... (normal): what many ``Data`` say, with the id said once.
+
+    Only a transport: an emitter numbers, buffers, trims and resends per tuple as
+    ever; a receiver admits a run as the ``Data`` it stands for (:meth:`data`), in
+    one check per run where it can (``KeyGroupMachine.admit_run``).
+    """
+
+    key_group: int
+    source: str
+    first: int
+    items: Sequence[RunItem]
+
+    def __post_init__(self) -> None:
+        _check_group(self.key_group)
+        if not self.items:
+            raise ValueError("a data run holds at least one tuple")
+        for key, _value, _ts in self.items:
+            _check_item(self.source, self.first, key)
+
+    @classmethod
+    def trusted(cls, key_group: int, source: str, first: int, items: Sequence[RunItem]) -> DataRun:
+        """Build without validation: from values checked or made by this process."""
+        run = new_unchecked(cls)
+        set_unchecked(run, "key_group", key_group)
+        set_unchecked(run, "source", source)
+        set_unchecked(run, "first", first)
+        set_unchecked(run, "items", items)
+        return run
+
+    @property
+    def last(self) -> int:
+        """The sequence of the run's last tuple."""
+        return self.first + len(self.items) - 1
+
+    def tuples(self) -> Iterator[DataTuple]:
+        """The run's tuples with their ids, in order (unchecked: the run was checked)."""
+        source, seq = self.source, self.first
+        for key, value, ts in self.items:
+            yield _new_tuple(DataTuple, (source, seq, key, value, ts))
+            seq += 1
+
+    def data(self) -> Iterator[Data]:
+        """The ``Data`` messages the run stands for, in order."""
+        g = self.key_group
+        for item in self.tuples():
+            yield Data.trusted(g, item)
+
+
+def encode_runs(runs: Iterable[DataRun]) -> list:
+    """Runs for one task as an ``elastorm`` tuple's message field:
+    ``[[key_group, source, first, [[key, value, ts], ...]], ...]`` (items may be
+    tuples: every encoder writes them as arrays)."""
+    return [[r.key_group, r.source, r.first, r.items] for r in runs]
+
+
+def is_runs(value: Any) -> bool:
+    """Whether a message field holds runs: a list whose first element is a list (a
+    flat ``Data`` starts with its key group, an int; other messages are texts)."""
+    return type(value) is list and bool(value) and type(value[0]) is list
+
+
+def decode_runs(value: Any) -> list[DataRun]:
+    """Inverse of :func:`encode_runs`, each run and tuple checked; ``ValueError`` naming
+    the fault on anything malformed (the whole field is refused: nothing half-read)."""
+    if type(value) is not list or not value:
+        raise ValueError(f"data runs are a non-empty list, got {value!r:.80}")
+    runs = []
+    for run in value:
+        if type(run) is not list or len(run) != 4:
+            raise ValueError(f"a data run is [key_group, source, first, items], got {run!r:.80}")
+        g, source, first, items = run
+        if type(g) is not int or g < 0:
+            raise ValueError(f"key_group must be an int >= 0, got {g!r}")
+        if type(source) is not str or not source or type(first) is not int or first < 1:
+            raise ValueError(f"a data run needs a source and first >= 1, got {run!r:.80}")
+        if type(items) is not list or not items:
+            raise ValueError(f"a data run's items are a non-empty list, got {items!r:.80}")
+        for item in items:
+            if type(item) is not list or len(item) != 3:
+                raise ValueError(f"a run's tuple is [key, value, ts], got {item!r:.80}")
+            if type(item[0]) is not str:
+                raise ValueError(f"key must be str, got {type(item[0]).__name__}")
+        runs.append(DataRun.trusted(g, source, first, items))
+    return runs

@@ -69,18 +69,23 @@ from elastorm.core.keygroups import key_group
 from elastorm.core.messages import (
     CheckpointDelta,
     Data,
+    DataRun,
     DurableLoaded,
     DurableWritten,
     Message,
     Protocol,
     Trim,
     UpstreamRestarted,
+    decode_runs,
+    encode_runs,
     from_json,
+    is_runs,
     to_json,
 )
 from elastorm.core.migration.coordinator import TaskCoordinator
 from elastorm.core.migration.emitter import Emitter
 from elastorm.core.migration.pause import PauseMeter
+from elastorm.core.migration.runs import RunBuilder
 from elastorm.core.migration.table import TRANSITIONS, Phase
 from elastorm.core.queries import answer
 from elastorm.core.replay import ReplayTracker, RestartPoint, emitter_source
@@ -104,7 +109,7 @@ from elastorm.storm.savepoint import (
     record_start,
     restore_keyed,
 )
-from elastorm.storm.wire import CheckedEncoding, use_elastorm_wire
+from elastorm.storm.wire import BatchingSerializer, CheckedEncoding, use_elastorm_wire
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +304,55 @@ def task_zones(config: TopologyConfig, tasks: Iterable[int]) -> list[str]:
     return [config.fault_zones.get(n, n) for n in names]
 
 
+class RunOutbox:
+    """An emitter's data tuples held as runs (``core.migration.runs``), sent as one
+    ``elastorm`` tuple per destination task (``send(task, runs)``) when ``batch_size``
+    are held or :meth:`flush` is called (issue 34, stage 1).
+
+    The emitting adapter flushes it before any other emit, so each channel keeps its
+    order (a control message never overtakes the data before it), and on ticks; the
+    multilang serializer flushes it as a :class:`~elastorm.storm.wire.Held` whenever
+    its batch goes or before it would block on a read.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        send: Callable[[int, list[DataRun]], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.batch_size = batch_size
+        self._send = send
+        self.clock = clock
+        self.runs = RunBuilder()
+        self._since = 0.0
+        self.sent = 0  # elastorm tuples of runs sent
+
+    @property
+    def held(self) -> int:
+        """Data tuples held now."""
+        return self.runs.held
+
+    def add(self, to_task: int, data: Data) -> None:
+        """Hold ``data`` for ``to_task``; send everything once ``batch_size`` are held."""
+        runs = self.runs
+        if not runs.held:
+            self._since = self.clock()
+        if runs.add(to_task, data.key_group, data.item) >= self.batch_size:
+            self.flush()
+
+    def held_since(self) -> float | None:
+        """When the oldest held tuple came (None: none held)."""
+        return self._since if self.runs.held else None
+
+    def flush(self) -> None:
+        """Send what is held, one tuple per task (emptied first: a flush may re-enter)."""
+        if self.runs.held:
+            for task, runs in self.runs.take().items():
+                self.sent += 1
+                self._send(task, runs)
+
+
 class KeyedEmitting(_Sending):
     """Mixin for a spout or bolt that feeds keyed operators (those that name its
     component in ``elastorm.operators``).
@@ -308,7 +362,12 @@ class KeyedEmitting(_Sending):
     :meth:`emit_keyed` instead of a grouped emit, and :meth:`receive_elastorm` for
     tuples on the ``elastorm`` stream (trims, processedAllReplay, the controller's
     commands), which go to the emitter of the operator they concern.
+
+    With ``elastorm.data.batch_size`` > 1 (and elastorm's multilang wire), data
+    messages go out as runs (:class:`RunOutbox`, ``self._runs``).
     """
+
+    _runs: RunOutbox | None = None
 
     def setup_emitting(self, conf: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         use_elastorm_wire(self, conf)
@@ -316,6 +375,15 @@ class KeyedEmitting(_Sending):
         task = int(context["taskid"])
         component = context["componentid"]
         config = TopologyConfig.from_conf(conf)
+        serializer = getattr(self, "serializer", None)
+        if config.data_batch_size > 1 and isinstance(serializer, BatchingSerializer):
+            self._runs = serializer.ahead = RunOutbox(config.data_batch_size, self._send_runs)
+        elif config.data_batch_size > 1:
+            log.warning(
+                "emitter task %s: %s = %d ignored: data runs need elastorm's batched "
+                "multilang wire; one Storm tuple per data tuple",
+                task, TopologyConfig.key("data_batch_size"), config.data_batch_size,
+            )  # fmt: skip
         operators = [op for op, ems in operators_of(config).items() if component in ems]
         if not operators:
             raise ValueError(f"{OPERATORS_KEY} names no keyed operator fed by {component}")
@@ -404,6 +472,25 @@ class KeyedEmitting(_Sending):
                     "waiting for the replay", task, start.incarnation, dict(point.positions),
                 )  # fmt: skip
 
+    def send(self, action: Send) -> None:
+        """A data message joins the runs (when on); anything else is emitted (after
+        them: :meth:`emit`)."""
+        if self._runs is not None and type(action.message) is Data:
+            self._runs.add(action.to_task, action.message)
+        else:
+            super().send(action)
+
+    def emit(self, *args: Any, **kwargs: Any) -> Any:
+        """pystorm's emit, after the held runs: no emit overtakes the data before it."""
+        runs = self._runs
+        if runs is not None and runs.held:
+            runs.flush()
+        return super().emit(*args, **kwargs)  # type: ignore[misc]
+
+    def _send_runs(self, task: int, runs: list[DataRun]) -> None:
+        """One ``elastorm`` tuple holding ``runs`` for ``task`` (``RunOutbox``)."""
+        super().emit([encode_runs(runs), self._task], stream=STREAM, direct_task=task)  # type: ignore[misc]
+
     def _announce_restart(self, context: Mapping[str, Any]) -> None:
         """Tell every task of each operator this emitter feeds the routing epoch it read
         (``UpstreamRestarted``): no migration ordered by then waits for this life, which
@@ -487,6 +574,8 @@ class KeyedEmitting(_Sending):
             self._restart_points.offer(self.replay.durable())
             if self._linked_sources or self.replay.awaiting is not None:
                 self._ask_rewinds(now)
+        if self._runs is not None:
+            self._runs.flush()
         self._full_gc.tick(time.monotonic())
 
     def _held_back(self, operator: str, admission: Admission) -> None:
@@ -515,6 +604,8 @@ class KeyedEmitting(_Sending):
     def _release(self, operator: str) -> None:
         """Send the parked emits of ``operator`` that its buffer has room for again."""
         hold, emitter = self._holds[operator], self.emitters[operator]
+        if self._runs is not None:  # what was sent before the parked ones goes first
+            self._runs.flush()
         while (item := hold.release(len(emitter.buffer))) is not None:
             self._send_keyed(emitter, *item)
         if not hold.parked:
@@ -540,6 +631,8 @@ class KeyedEmitting(_Sending):
             "resent": sum(e.stats["resent"] for e in self.emitters.values()),
             "probes": sum(e.stats["probes"] for e in self.emitters.values()),
         }
+        if self._runs is not None:
+            health["run_tuples"] = self._runs.sent
         if self._wire_loss is not None:
             health["wire_lost"] = self._wire_loss.lost
         if self.replay is not None:
@@ -774,16 +867,37 @@ class KeyedOperator(_Sending):
 
     def receive_elastorm(self, tup) -> None:
         began = time.monotonic()
-        message = from_wire(tup.values[0] if tup.stream == STREAM else tup.values[-2])
-        self._receive_then_durable(self.sender_of(tup), message, began)
+        field = tup.values[0] if tup.stream == STREAM else tup.values[-2]
+        if is_runs(field):
+            self._receive_runs(self.sender_of(tup), decode_runs(field), began)
+            return
+        self._receive_then_durable(self.sender_of(tup), from_wire(field), began)
+
+    def _receive_runs(self, sender: int, runs: list[DataRun], began: float) -> None:
+        """Data runs from task ``sender`` (``TaskCoordinator.receive_run``), each run's
+        actions performed before the next; then the durable tier's news, as for any
+        message."""
+        receive_run, perform = self.coordinator.receive_run, self.perform
+        for run in runs:
+            try:
+                actions = receive_run(sender, run)
+            except MigrationProtocolError as exc:
+                self._broke_protocol(run, exc)
+                continue
+            perform(actions)
+        self.load_meter.worked(time.monotonic() - began)
+        self._durable_news()
 
     def receive_command(self, message: Message) -> None:
         self._receive_then_durable(CONTROLLER_SENDER, message, time.monotonic())
 
     def _receive_then_durable(self, sender: int, message: Message, began: float) -> None:
         self._receive(sender, message, began)
-        # What the durable tier did goes in at once, not at the next tick: the owners'
-        # trims wait for it (two attribute reads per tuple otherwise).
+        self._durable_news()
+
+    def _durable_news(self) -> None:
+        """What the durable tier did goes in at once, not at the next tick: the owners'
+        trims wait for it (two attribute reads per tuple otherwise)."""
         if self._loads_waiting or (self.durable is not None and self.durable.news):
             self.durable_progress()
 
@@ -794,14 +908,18 @@ class KeyedOperator(_Sending):
         try:
             actions = self.coordinator.receive(sender, message)
         except MigrationProtocolError as exc:
-            # The group's machine stays FAILED; the controller decides what next.
-            log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
-            self.on_protocol_error(message, exc)
+            self._broke_protocol(message, exc)
             return
         if before is not None:
             actions = self._with_pause(message.key_group, before, began, actions)
         self.perform(actions)
         self.load_meter.worked(time.monotonic() - began)
+
+    def _broke_protocol(self, message: Message, exc: MigrationProtocolError) -> None:
+        """Log and hand on a message that broke its group's protocol: the group's
+        machine stays FAILED; the controller decides what next."""
+        log.error("key group %s: %s (hint: %s)", message.key_group, exc, exc.hint.value)
+        self.on_protocol_error(message, exc)
 
     def _phase_of(self, message: Message) -> Phase | None:
         """The phase of the group a control message goes to its machine for (the ones

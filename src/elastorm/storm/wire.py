@@ -31,7 +31,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from elastorm.config import TopologyConfig
 
@@ -51,8 +51,27 @@ def released_on_delivery(conf: Mapping[str, Any]) -> bool:
     return elastorm_serializer(conf) and conf.get(ACKERS_KEY) == 0
 
 
+class Held(Protocol):
+    """Emits a component holds ahead of the serializer (an emitter's data runs,
+    ``storm.elastic.RunOutbox``): the serializer has them sent whenever it sends its
+    own batch, and before it would block on a read, so they never wait longer."""
+
+    def held_since(self) -> float | None:
+        """When (the serializer's clock) the oldest held emit came; None: none held."""
+        ...
+
+    def flush(self) -> None:
+        """Emit what is held now (through the serializer)."""
+        ...
+
+
 class BatchingSerializer:
-    """Wraps a pystorm serializer; batches emits that need no task ids (module doc)."""
+    """Wraps a pystorm serializer; batches emits that need no task ids (module doc).
+
+    ``ahead`` (a :class:`Held`, if set) is flushed into the batch before the batch
+    goes, so what it holds keeps its order before anything written after it."""
+
+    ahead: Held | None = None
 
     def __init__(
         self,
@@ -85,13 +104,20 @@ class BatchingSerializer:
         self.inner.send_message(msg)
 
     def flush(self) -> None:
+        if self.ahead is not None:
+            self.ahead.flush()
         if self.pending:
             batch, self.pending = self.pending, []
             self.inner.send_message({"command": "batch", "batch": batch})
 
     def read_message(self) -> Any:
-        if self.pending and (
-            self.clock() - self.first_at >= self.linger
+        oldest = self.first_at if self.pending else None
+        if self.ahead is not None:
+            since = self.ahead.held_since()
+            if since is not None and (oldest is None or since < oldest):
+                oldest = since
+        if oldest is not None and (
+            self.clock() - oldest >= self.linger
             or (not self.inbox and not select.select([self._fd], [], [], 0)[0])
         ):
             self.flush()  # never block on input with emits held back

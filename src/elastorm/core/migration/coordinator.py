@@ -31,6 +31,7 @@ from elastorm.core.messages import (
     CheckpointNack,
     CheckpointRequest,
     Data,
+    DataRun,
     Message,
     PeerDown,
     Resend,
@@ -38,7 +39,7 @@ from elastorm.core.messages import (
     UpstreamRecovery,
     UpstreamRestarted,
 )
-from elastorm.core.migration.keygroup import KeyGroupMachine
+from elastorm.core.migration.keygroup import KEY_MISMATCH, KeyGroupMachine
 from elastorm.core.migration.table import COORDINATOR_TABLE, LIVE, Phase
 from elastorm.core.state import KeyGroupState, Step, sum_step
 
@@ -247,11 +248,31 @@ class TaskCoordinator:
         if not 0 <= g < self.num_key_groups:
             return self._reject(sender, message, "key group out of range")
         if key_group_of(message.item.key, self.num_key_groups) != g:
-            return self._reject(sender, message, "key not in the named key group")
+            return self._reject(sender, message, KEY_MISMATCH)
         m = self._machines.get(g)
         if m is None:
             m = self.machine(g)
         return m.receive_data(sender, message)
+
+    def receive_run(self, sender: int, run: DataRun) -> list[Action]:
+        """Handle a run of data tuples from task ``sender`` (``DataRun``): an ``ACTIVE``
+        owner admits it whole (``KeyGroupMachine.admit_run``); any other phase, or a
+        group out of range, takes each of its ``Data`` as :meth:`receive` would (a
+        machine's phase never changes on data, so a refusal comes at the first one).
+        Counted per tuple (``in.Data``)."""
+        g = run.key_group
+        m = self._machines.get(g) if g < self.num_key_groups else None
+        if m is None or m.phase is not Phase.ACTIVE:
+            actions: list[Action] = []
+            for message in run.data():
+                actions += self._on_data(sender, message)
+            return actions
+        self.data_in += len(run.items)
+        rejected = m.rejected
+        actions = m.admit_run(sender, run, self.num_key_groups)
+        if m.rejected != rejected:
+            self._stats["rejected"] += m.rejected - rejected
+        return actions
 
     @_control
     def _on_group_message(self, sender: int, message: Message) -> list[Action]:

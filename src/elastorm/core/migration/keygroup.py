@@ -9,6 +9,7 @@ passes through them in sequence; the per-protocol views are in docs/protocols.md
 from __future__ import annotations
 
 from collections.abc import Callable, Set
+from itertools import islice
 from typing import NamedTuple
 
 from elastorm.core.actions import (
@@ -29,11 +30,13 @@ from elastorm.core.checkpoint import (
     state_to_checkpoint,
 )
 from elastorm.core.errors import Hint, MigrationProtocolError
+from elastorm.core.keygroups import key_group as key_group_of
 from elastorm.core.messages import (
     CheckpointAck,
     CheckpointDelta,
     CheckpointNack,
     Data,
+    DataRun,
     DataTuple,
     DropReplica,
     DurableLoaded,
@@ -63,6 +66,9 @@ from elastorm.core.migration.table import (
 )
 from elastorm.core.outbox import PENDING
 from elastorm.core.state import KeyGroupState, Step
+
+KEY_MISMATCH = "key not in the named key group"
+"""Why a data tuple whose key hashes to another group is refused."""
 
 _OWNING = frozenset({Phase.ACTIVE, Phase.DIRECT_SOURCE, Phase.DRAINING})
 """Phases of a task that owns the group and keeps owning it when it turns ``ACTIVE``
@@ -321,6 +327,54 @@ class KeyGroupMachine:
                 break
             result = state.apply_next(nxt[0])
             actions.append(_applied(self.key_group, nxt[0], result, nxt[1], tentative))
+        return actions
+
+    def admit_run(self, sender: int, run: DataRun, num_key_groups: int) -> list[Action]:
+        """The owner's (``ACTIVE``) admission of a whole run from ``sender``: what its
+        ``Data`` one by one would do, with one duplicate and order check per run.
+
+        A run wholly applied already is dropped; one overlapping the applied ones starts
+        after them; an early one (a gap before it), or one of a source with tuples
+        parked (which it may hold too), goes tuple by tuple (parked, or freeing the
+        parked ones). Each tuple's key is still checked against the group
+        (``num_key_groups``), and its source's position moves per tuple, so a failing
+        step leaves it exact. O(run).
+        """
+        state = self.state
+        assert state is not None and self.phase is Phase.ACTIVE
+        source, first, items = run.source, run.first, run.items
+        last = state.applied.get(source, 0)
+        if run.last <= last:
+            return []  # every tuple a duplicate
+        if first > last + 1 or (self._parked and self._parked.get(source)):
+            return self._admit_each(sender, run, num_key_groups, 0)
+        g, tentative, apply_next = self.key_group, self.tentative, state.apply_next
+        trusted = DataTuple.trusted
+        actions: list[Action] = []
+        append = actions.append
+        seq = last + 1
+        for key, value, ts in items[seq - first :]:
+            if key_group_of(key, num_key_groups) != g:
+                return actions + self._admit_each(sender, run, num_key_groups, seq - first)
+            item = trusted(source, seq, key, value, ts)
+            append(_applied(g, item, apply_next(item), True, tentative))
+            seq += 1
+        return actions
+
+    def _admit_each(
+        self, sender: int, run: DataRun, num_key_groups: int, start: int
+    ) -> list[Action]:
+        """A run's tuples from index ``start`` on, one by one as their ``Data`` would be:
+        a key outside the group refused, the rest admitted (applied, dropped or parked)."""
+        actions: list[Action] = []
+        g = self.key_group
+        for item in islice(run.tuples(), start, None):
+            if key_group_of(item.key, num_key_groups) != g:
+                self.rejected += 1
+                bad = Data.trusted(g, item)
+                actions.append(Rejected(sender=sender, message=bad, reason=KEY_MISMATCH))
+            else:
+                actions += self._admit(item, True, sender)
         return actions
 
     def _replay(
