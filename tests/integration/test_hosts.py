@@ -72,6 +72,44 @@ def test_hosts_answer_ssh_keep_private_folders_reach_each_other_and_can_be_cut_o
     assert on(made, "host0", f"{ssh} true").returncode == 0
 
 
+def test_workers_virtualenvs_are_built_over_ssh_from_the_wheelhouse_by_sparse(hosts, tmp_path):
+    """The production path, unchanged: ``sparse update_virtualenv`` with the env's
+    ``use_virtualenv`` logs in to every worker host over ssh (the hosts' key in an
+    ssh-agent) and pip-installs ``virtualenvs/NAME.txt`` there, from the wheelhouse only
+    (the hosts reach no index), elastorm from the wheel copied to ``/opt/elastorm``."""
+    import json
+
+    from elastorm.runtime import hosts_deploy
+
+    cfg, made, plan = hosts
+    project = load_config().project
+    wheel = hosts_deploy.build_wheelhouse(cfg, "smoke")
+    assert hosts_deploy.copy_wheel(made, wheel) == [h.name for h in plan.hosts]
+    config = json.loads((project / "config.json").read_text())
+    config["envs"]["hosts"] = hosts_deploy.hosts_env(made, config["envs"]["cluster"])
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "config.json").write_text(json.dumps(config))
+    for part in ("src", "topologies", "virtualenvs", "project.clj"):
+        (work / part).symlink_to(project / part)
+    script = (
+        f"eval $(ssh-agent -s) >/dev/null && ssh-add -q {made.key} && "
+        f"LEIN_ROOT=1 {project / '.venv/bin/sparse'} update_virtualenv -e hosts -n smoke; "
+        "code=$?; ssh-agent -k >/dev/null; exit $code"
+    )
+    done = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    venv = hosts_deploy.VIRTUALENV_ROOT / "smoke"
+    probe = f"{venv}/bin/python -c 'import elastorm, streamparse; print(elastorm.__file__)'"
+    for h in plan.hosts:
+        got = on(made, h.name, probe)
+        if h in multihost.roles(plan).supervisors:  # the env's workers
+            assert got.stdout.strip().startswith(str(venv)), got.stderr
+        else:
+            assert got.returncode != 0  # none on the others: each host's folder is its own
+
+
 def test_storm_across_the_hosts_survives_its_leading_nimbus_and_a_zookeeper_server(hosts):
     cfg, made, plan = hosts
     summary = multihost.up(cfg, made)

@@ -95,3 +95,35 @@ def test_storm_across_hosts_is_laid_out_as_an_operator_lays_it_out(tmp_path) -> 
     assert nimbus["storm.scheduler"] == "elastorm.jvm.ElasticScheduler"
     with pytest.raises(UserError, match="at least 4 hosts"):
         multihost.roles(hosts_plan(cfg.zookeeper_port, 3))
+
+
+def test_the_hosts_streamparse_env_is_config_jsons_and_says_what_to_set_when_not(
+    tmp_path,
+) -> None:
+    import dataclasses
+    import json
+
+    from elastorm.errors import UserError
+    from elastorm.runtime import hosts_deploy
+    from elastorm.runtime.config import load_config
+    from elastorm.runtime.hosts import STATE_FILE, Hosts, pip_conf
+
+    assert doctest.testmod(hosts_deploy).failed == 0
+    project = load_config()
+    cfg = dataclasses.replace(project, home=tmp_path / "home")
+    hosts = Hosts(cfg)
+    hosts.folder.mkdir(parents=True)
+    (hosts.folder / STATE_FILE).write_text(json.dumps({"count": 4}))  # as `up` leaves it
+    env = hosts_deploy.hosts_env(hosts, {"options": {"topology.workers": 2}})
+    plan = hosts_plan(cfg.zookeeper_port, 4)
+    assert env["workers"] == [plan.hosts[2].address, plan.hosts[3].address]
+    assert env["nimbus"] == f"{plan.hosts[0].address}:6627"
+    assert env["use_virtualenv"] and env["virtualenv_root"].startswith(str(HOST_DIR))
+    # The committed config.json names the project's own hosts (the default port) ...
+    hosts_deploy.check_hosts_env(cfg, hosts)
+    # ... and for other hosts it says what to set.
+    other = Hosts(dataclasses.replace(cfg, zookeeper_port=22181))
+    other.folder.mkdir(parents=True, exist_ok=True)
+    with pytest.raises(UserError, match="set it to"):
+        hosts_deploy.check_hosts_env(dataclasses.replace(cfg, zookeeper_port=22181), other)
+    assert "no-index = true" in pip_conf(tmp_path).splitlines()

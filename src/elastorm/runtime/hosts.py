@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 SUBNETS = ipaddress.IPv4Network("10.232.0.0/16")
 #: Where each host sees its private directory.
 HOST_DIR = Path("/var/lib/elastorm-host")
+#: Where the requirements files (virtualenvs/*.txt) expect elastorm's wheel on a worker:
+#: private to each host too (``<home>/hosts/<name>/opt``), copied there by scp.
+WHEEL_DIR = Path("/opt/elastorm")
 #: Hosts at most (addresses .10 to .29 of the /24).
 MAX_HOSTS = 20
 SSHD = Path("/usr/sbin/sshd")
@@ -129,7 +132,8 @@ def setup_commands(plan: HostsPlan) -> list[list[str]]:
 
 def sshd_config(host: HostPlan, folder: Path, keys: Path) -> str:
     """An sshd listening on the host's address only, keys from ``keys`` (root by key,
-    no password, no PAM: nothing of the machine's own login setup is used)."""
+    no password, no PAM: nothing of the machine's own login setup is used); its
+    sessions' pip reads ``keys/pip.conf``."""
     return (
         f"ListenAddress {host.address}\n"
         "Port 22\n"
@@ -141,8 +145,20 @@ def sshd_config(host: HostPlan, folder: Path, keys: Path) -> str:
         "KbdInteractiveAuthentication no\n"
         "UsePAM no\n"
         "StrictModes no\n"
-        f"SetEnv ELASTORM_HOST={host.name}\n"
+        "Subsystem sftp internal-sftp\n"  # scp, and fabric's put
+        f"SetEnv ELASTORM_HOST={host.name} PIP_CONFIG_FILE={keys / 'pip.conf'}\n"
     )
+
+
+def hosts_wheelhouse(cfg: ElastormConfig) -> Path:
+    """Where the hosts' pip finds every package (``hosts_deploy.build_wheelhouse``)."""
+    return cfg.home / "wheelhouse"
+
+
+def pip_conf(wheelhouse: Path) -> str:
+    """The hosts' pip configuration: the wheelhouse, never an index (the hosts reach
+    nothing outside this machine)."""
+    return f"[global]\nno-index = true\nfind-links = {wheelhouse}\n"
 
 
 def link_command(host: HostPlan, *, up: bool) -> list[str]:
@@ -181,7 +197,8 @@ class Hosts:
         try:
             for cmd in setup_commands(plan):
                 run_ip(cmd)
-            HOST_DIR.mkdir(parents=True, exist_ok=True)
+            for mount_point in (HOST_DIR, WHEEL_DIR):
+                mount_point.mkdir(parents=True, exist_ok=True)
             Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privsep dir
             (self.folder / STATE_FILE).write_text(json.dumps({"count": count}) + "\n")
             for h in plan.hosts:
@@ -257,14 +274,16 @@ class Hosts:
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)])
         pub = self.key.with_suffix(".pub").read_text()
         (self.folder / "authorized_keys").write_text(pub)
+        (self.folder / "pip.conf").write_text(pip_conf(hosts_wheelhouse(self.cfg)))
         (self.folder / "known_hosts").unlink(missing_ok=True)
 
     def _start_sshd(self, host: HostPlan) -> None:
         """sshd in ``host``'s network namespace and a mount namespace of its own, with
-        the host's private folder mounted on ``HOST_DIR``."""
+        the host's private folders mounted on ``HOST_DIR`` and ``WHEEL_DIR``."""
         folder = self.folder / host.name
-        root = folder / "root"
-        root.mkdir(parents=True, exist_ok=True)
+        root, opt = folder / "root", folder / "opt"
+        for private in (root, opt):
+            private.mkdir(parents=True, exist_ok=True)
         (root / "name").write_text(host.name + "\n")
         hostkey = folder / "ssh_host_ed25519_key"
         if not hostkey.exists():
@@ -272,7 +291,8 @@ class Hosts:
         config = folder / "sshd_config"
         config.write_text(sshd_config(host, folder, self.folder))
         mount = (
-            f"mount --bind {root} {HOST_DIR} && exec {SSHD} -D -f {config} -E {folder / 'sshd.log'}"
+            f"mount --bind {root} {HOST_DIR} && mount --bind {opt} {WHEEL_DIR} && "
+            f"exec {SSHD} -D -f {config} -E {folder / 'sshd.log'}"
         )
         cmd = [*exec_prefix(host.namespace), "unshare", "--mount", "--propagation", "private",
                "sh", "-c", mount]  # fmt: skip

@@ -6,7 +6,7 @@ import argparse
 import subprocess
 from pathlib import Path
 
-from elastorm.runtime import multihost
+from elastorm.runtime import hosts_deploy, multihost
 from elastorm.runtime.config import load_config
 from elastorm.runtime.hosts import HOST_DIR, MAX_HOSTS, Hosts, hosts_plan
 from elastorm.runtime.multihost import roles
@@ -36,6 +36,16 @@ def register(subparsers) -> None:
     ssh = sub.add_parser("ssh", help="run a command on a host (a shell without one)")
     ssh.add_argument("host")
     ssh.add_argument("command", nargs=argparse.REMAINDER)
+    deploy = sub.add_parser(
+        "deploy",
+        help="make a topology deployable to the hosts the production way",
+        description="Build a wheelhouse of elastorm (this checkout) and of every requirement "
+        "of virtualenvs/NAME.txt (the hosts' pip reads only it), copy elastorm's wheel to "
+        "/opt/elastorm on every host, and print the sparse commands that build the "
+        "workers' virtualenvs over ssh and submit (config.json's env `hosts` must name the "
+        "hosts that are up: it says what to set if not).",
+    )
+    deploy.add_argument("name", help="the topology (topologies/NAME.py, virtualenvs/NAME.txt)")
     for name, what in (("cut", "cut HOST off the bridge"), ("join", "put HOST back")):
         p = sub.add_parser(name, help=what)
         p.add_argument("host")
@@ -65,6 +75,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"removed {', '.join(removed)}" if removed else "no hosts were up")
     elif args.action == "status":
         return _status(hosts)
+    elif args.action == "deploy":
+        hosts_deploy.check_hosts_env(cfg, hosts)
+        wheel = hosts_deploy.build_wheelhouse(cfg, args.name)
+        copied = hosts_deploy.copy_wheel(hosts, wheel)
+        print(f"wheelhouse {wheel.parent}; {wheel.name} copied to {', '.join(copied)}")
+        print(f"then, from {cfg.project}, with the hosts' key in an ssh-agent:")
+        print(f"  eval $(ssh-agent -s) && ssh-add {hosts.key}")
+        print(f"  LEIN_ROOT=1 sparse update_virtualenv -e hosts -n {args.name}")
+        print(f"  LEIN_ROOT=1 sparse submit -e hosts -n {args.name} -j $(elastorm jar)")
     elif args.action == "ssh":
         cmd = hosts.ssh_command(args.host, *args.command)
         return subprocess.call(cmd if args.command else [cmd[0], "-t", *cmd[1:]])
