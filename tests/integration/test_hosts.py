@@ -46,6 +46,42 @@ def hosts(tmp_path_factory):
     assert made.plan() is None
 
 
+@pytest.fixture(scope="module")
+def project_copy(hosts, tmp_path_factory):
+    """The project as a user's checkout for these hosts: its own config.json with the
+    env ``hosts`` naming them, the rest the project's own (linked); elastorm's wheel built
+    into the hosts' wheelhouse and copied to every host (``elastorm hosts deploy``)."""
+    import json
+
+    from elastorm.runtime import hosts_deploy
+
+    cfg, made, _ = hosts
+    project = load_config().project
+    wheel = hosts_deploy.build_wheelhouse(cfg, "flights_elastic")
+    hosts_deploy.copy_wheel(made, wheel)
+    config = json.loads((project / "config.json").read_text())
+    config["envs"]["hosts"] = hosts_deploy.hosts_env(made, config["envs"]["cluster"])
+    work = tmp_path_factory.mktemp("project")
+    (work / "config.json").write_text(json.dumps(config))
+    for part in ("src", "topologies", "virtualenvs", "drivers", "project.clj", "pyproject.toml"):
+        (work / part).symlink_to(project / part)
+    return work
+
+
+@pytest.fixture
+def ssh_agent(hosts, monkeypatch):
+    """An ssh-agent holding the hosts' key, in this process's environment (streamparse's
+    fabric, run by ``sparse``, logs in with the agent's keys)."""
+    _, made, _ = hosts
+    out = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    agent = dict(part.split("=", 1) for line in out.split(";") if "=" in (part := line.strip()))
+    for key in ("SSH_AUTH_SOCK", "SSH_AGENT_PID"):
+        monkeypatch.setenv(key, agent[key])
+    subprocess.run(["ssh-add", "-q", str(made.key)], check=True)
+    yield
+    subprocess.run(["ssh-agent", "-k"], capture_output=True)
+
+
 def on(hosts: Hosts, host: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
         hosts.ssh_command(host, command), capture_output=True, text=True, timeout=timeout
@@ -72,35 +108,19 @@ def test_hosts_answer_ssh_keep_private_folders_reach_each_other_and_can_be_cut_o
     assert on(made, "host0", f"{ssh} true").returncode == 0
 
 
-def test_workers_virtualenvs_are_built_over_ssh_from_the_wheelhouse_by_sparse(hosts, tmp_path):
+def test_workers_virtualenvs_are_built_over_ssh_from_the_wheelhouse_by_sparse(
+    hosts, project_copy, ssh_agent
+):
     """The production path, unchanged: ``sparse update_virtualenv`` with the env's
-    ``use_virtualenv`` logs in to every worker host over ssh (the hosts' key in an
-    ssh-agent) and pip-installs ``virtualenvs/NAME.txt`` there, from the wheelhouse only
-    (the hosts reach no index), elastorm from the wheel copied to ``/opt/elastorm``."""
-    import json
-
+    ``use_virtualenv`` logs in to every worker host over ssh and pip-installs
+    ``virtualenvs/NAME.txt`` there, from the wheelhouse only (the hosts reach no index),
+    elastorm from the wheel copied to ``/opt/elastorm``."""
     from elastorm.runtime import hosts_deploy
+    from elastorm.runtime.nimbus import sparse
 
-    cfg, made, plan = hosts
-    project = load_config().project
-    wheel = hosts_deploy.build_wheelhouse(cfg, "smoke")
-    assert hosts_deploy.copy_wheel(made, wheel) == [h.name for h in plan.hosts]
-    config = json.loads((project / "config.json").read_text())
-    config["envs"]["hosts"] = hosts_deploy.hosts_env(made, config["envs"]["cluster"])
-    work = tmp_path / "project"
-    work.mkdir()
-    (work / "config.json").write_text(json.dumps(config))
-    for part in ("src", "topologies", "virtualenvs", "project.clj"):
-        (work / part).symlink_to(project / part)
-    script = (
-        f"eval $(ssh-agent -s) >/dev/null && ssh-add -q {made.key} && "
-        f"LEIN_ROOT=1 {project / '.venv/bin/sparse'} update_virtualenv -e hosts -n smoke; "
-        "code=$?; ssh-agent -k >/dev/null; exit $code"
-    )
-    done = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    venv = hosts_deploy.VIRTUALENV_ROOT / "smoke"
+    _, made, plan = hosts
+    sparse(project_copy, "update_virtualenv", "-e", "hosts", "-n", "flights_elastic")
+    venv = hosts_deploy.VIRTUALENV_ROOT / "flights_elastic"
     probe = f"{venv}/bin/python -c 'import elastorm, streamparse; print(elastorm.__file__)'"
     for h in plan.hosts:
         got = on(made, h.name, probe)
@@ -110,9 +130,29 @@ def test_workers_virtualenvs_are_built_over_ssh_from_the_wheelhouse_by_sparse(ho
             assert got.returncode != 0  # none on the others: each host's folder is its own
 
 
+def test_the_elastic_flights_job_runs_across_the_hosts_exact_against_pandas(
+    hosts, project_copy, ssh_agent
+):
+    """``sparse submit -e hosts`` (virtualenvs over ssh), the elastic flights job on the
+    supervisors of two hosts with its scripted migrations (direct, CPA, CPAL), its
+    ZooKeeper the ensemble: every plane's totals equal pandas'."""
+    from drivers.flights_elastic import ElasticFlightsDriver
+    from elastorm.runtime.run import run_topology
+
+    cfg, made, _ = hosts
+    multihost.up(cfg, made)
+    driver = ElasticFlightsDriver(limit=20_000, max_rate=1500.0)
+    outcome = run_topology(
+        dataclasses.replace(cfg, project=project_copy), "hosts", driver, timeout=600
+    )
+    print(outcome.summary)
+    assert outcome.ok, outcome.summary
+    assert driver.zk_hosts.count(":2181") == 3  # elastorm's state in the ensemble
+
+
 def test_storm_across_the_hosts_survives_its_leading_nimbus_and_a_zookeeper_server(hosts):
     cfg, made, plan = hosts
-    summary = multihost.up(cfg, made)
+    summary = multihost.up(cfg, made)  # already up after the job: starts nothing
     r = multihost.roles(plan)
     leaders = [n["host"] for n in summary["nimbuses"] if n["leader"]]
     assert len(leaders) == 1 and leaders[0] in {n.address for n in r.nimbuses}, summary

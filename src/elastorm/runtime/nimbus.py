@@ -78,6 +78,22 @@ def cluster_summary(host: str, port: int) -> dict:
     }
 
 
+def storm_zookeeper(host: str, port: int) -> str:
+    """``host:port,...`` of the ZooKeeper the Storm cluster of the Nimbus at ``host:port``
+    runs on (its ``storm.zookeeper.servers`` and ``port``), which elastorm's topologies
+    on it use too (``elastorm.zk.layout.hosts_from_storm_conf``)."""
+    import json
+
+    from thriftpy2.thrift import TException
+
+    try:
+        conf = json.loads(nimbus_client(host, port).getNimbusConf())
+    except (TException, OSError, EOFError, ValueError) as exc:
+        raise UserError(f"Nimbus at {host}:{port} did not give its config ({exc!r})") from None
+    zk_port = conf.get("storm.zookeeper.port", 2181)
+    return ",".join(f"{server}:{zk_port}" for server in conf.get("storm.zookeeper.servers", ()))
+
+
 def sparse(project: Path, *args: str, timeout: float = 300) -> str:
     """Run a ``sparse`` command in the project (as a user would) and return its output."""
     env = dict(os.environ, LEIN_ROOT="1", PYTHONWARNINGS="ignore")

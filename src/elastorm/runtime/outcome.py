@@ -31,7 +31,7 @@ class Driver(Protocol):
 
     name: str  # the topology: topologies/<name>.py
     topology: str  # the submitted name, set by run_topology (a resubmitting driver renames)
-    zk_hosts: str  # the project's ZooKeeper, set by run_topology
+    zk_hosts: str  # the cluster's ZooKeeper (a local one, or an ensemble), set by run_topology
     #: The option sections (besides TopologyConfig) that ``options`` may set: every
     #: ``elastorm.*`` key is checked against them before anything is submitted.
     sections: tuple[type[Section], ...]

@@ -66,11 +66,13 @@ def run_topology(
         driver.sections,
     )
     driver.topology = name
-    driver.zk_hosts = cfg.zookeeper
-    context = local_cluster(cfg, jar) if env == LOCAL_ENV else nullcontext(None)
+    local = env == LOCAL_ENV
+    context = local_cluster(cfg, jar) if local else nullcontext(None)
     with context:
         host, port = env_nimbus(cfg.project, env)
         nimbus.nimbus_client(host, port)  # fails clearly if Nimbus is down
+        # The cluster's own ZooKeeper (a loopback server, or an ensemble on other hosts).
+        driver.zk_hosts = cfg.zookeeper if local else nimbus.storm_zookeeper(host, port)
         log.info(
             "submitting %s to %s (Nimbus %s:%d), output in %s", name, env, host, port, output_dir
         )
