@@ -224,6 +224,16 @@ class FakeClient:
 FIRST = Submission(storm_id="t-1-1", since=0.0)  # a first submission: nothing set aside
 
 
+def even_loop() -> ControllerLoop:
+    """A loop that rounds at once: the even allocation, no warm-up."""
+    return ControllerLoop(
+        controls=controls(),
+        placement=Placement(TASKS),
+        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
+        started_at=0.0,
+    )
+
+
 def runtime(
     loop: ControllerLoop,
     store: FakeStore,
@@ -301,12 +311,7 @@ def test_a_predecessor_whose_decisions_equal_the_start_up_ones_still_counts() ->
 def test_commands_go_out_only_once_their_decisions_are_in_zookeeper() -> None:
     """Write-ahead: a controller killed after sending must not have decided anything
     its successor cannot read back; while ZooKeeper lags the commands are held."""
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement(TASKS),
-        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
-        started_at=0.0,
-    )
+    loop = even_loop()
     store = FakeStore()
     store.state, store.durable = StoreStatus.ONLINE, False
     rt = runtime(loop, store)
@@ -347,12 +352,7 @@ def test_a_request_only_controller_resumes_and_persists_before_it_sends() -> Non
 def test_a_new_submission_that_set_state_aside_says_so_once_at_load(caplog) -> None:
     """The controller's one line when a resubmission under an old name started clean:
     which storm id, how many key groups, where the old state went; none otherwise."""
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement(TASKS),
-        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
-        started_at=0.0,
-    )
+    loop = even_loop()
     store = FakeStore()
     store.state = StoreStatus.ONLINE
     aside = SetAside(
@@ -375,12 +375,7 @@ def test_a_new_submission_that_set_state_aside_says_so_once_at_load(caplog) -> N
 
 
 def test_the_leader_publishes_its_figures_for_the_dashboard_every_few_seconds() -> None:
-    loop = ControllerLoop(
-        controls=controls(),
-        placement=Placement(TASKS),
-        config=TopologyConfig(controller=ControllerConfig(strategy="even", warmup_secs=0)),
-        started_at=0.0,
-    )
+    loop = even_loop()
     store = FakeStore()
     rt = runtime(loop, store)
     client, path = rt.client, ZnodeLayout("t").figures

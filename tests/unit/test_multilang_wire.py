@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from serializer_stub import Pipe
 
 from elastorm.config import TopologyConfig
 from elastorm.storm.wire import (
@@ -17,25 +18,6 @@ from elastorm.storm.wire import (
     released_on_delivery,
     use_elastorm_wire,
 )
-
-
-class Pipe:
-    """A pystorm serializer stand-in: records what is sent; reads from a real pipe."""
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        self.input_stream = os.fdopen(self.read_fd, "rb", buffering=0)
-        self.output_stream = None
-        self.sent: list[dict] = []
-
-    def send_message(self, msg: dict) -> None:
-        self.sent.append(msg)
-
-    def read_message(self) -> str:
-        return "message"  # what arrived; the flush decision looks at the OS pipe only
-
-    def serialize_dict(self, msg: dict) -> str:
-        return repr(msg)
 
 
 def emit(n: int, task: int | None = None) -> dict:

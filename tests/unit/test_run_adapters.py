@@ -5,10 +5,9 @@ so no channel's order changes, and how a keyed task takes them."""
 
 from __future__ import annotations
 
-import os
-
 import msgpack
 import pytest
+from serializer_stub import Pipe
 
 from elastorm.core.keygroups import key_group
 from elastorm.core.messages import (
@@ -38,22 +37,6 @@ CONTEXT = {
     "task->component": {"1": "emitter", "2": "controller", "20": "op", "21": "op"},
 }
 KEYS = [f"k{i}" for i in range(40)]
-
-
-class Pipe:
-    """A pystorm serializer stand-in: records what is sent; nothing ever to read."""
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        self.input_stream = os.fdopen(self.read_fd, "rb", buffering=0)
-        self.output_stream = None
-        self.sent: list[dict] = []
-
-    def send_message(self, msg: dict) -> None:
-        self.sent.append(msg)
-
-    def read_message(self) -> str:
-        return "message"
 
 
 class Pystorm:

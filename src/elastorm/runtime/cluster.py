@@ -106,14 +106,7 @@ def nimbus_daemon(cfg: ElastormConfig, nimbus_port: int, net: Addresses | None =
         "storm.local.dir": str(cfg.run / "nimbus" / "data"),
         **NIMBUS,  # the elastic scheduler
     }
-    return Daemon(
-        name="nimbus",
-        main="org.apache.storm.daemon.nimbus.Nimbus",
-        storm_conf=conf,
-        heap_mb=512,
-        port=nimbus_port,
-        supervised=True,  # it halts itself on a ZooKeeper outage of a few seconds
-    )
+    return storm_daemon("nimbus", "nimbus", conf, port=nimbus_port)
 
 
 def supervisor_daemon(
@@ -135,24 +128,42 @@ def supervisor_daemon(
     conf = base_conf(cfg, nimbus_port, net.host) | {
         "storm.local.hostname": net.inside if inside else net.host,
         "storm.local.dir": str(cfg.run / name / "data"),
-        "supervisor.slots.ports": list(range(first, first + slots)),
-        "supervisor.thrift.port": first + 8,
         "logviewer.port": first + 9,
-        "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * slots * 2),
-        "supervisor.cpu.capacity": 100.0 * slots,
+        **supervisor_conf(cfg, name, list(range(first, first + slots)), first + 8),
+    }
+    # It halts itself when its ZooKeeper session expires (a ZooKeeper outage with Nimbus
+    # away: chaos join/zk-stop, session 31): supervised. Killing its process group, as a
+    # lost node is simulated, kills the supervising loop too.
+    enter = tuple(netns.exec_prefix(net.namespace)) if inside and net.namespace else ()
+    return storm_daemon("supervisor", name, conf, enter=enter)
+
+
+#: Storm's daemons: main class and heap (MB).
+STORM_DAEMONS = {
+    "nimbus": ("org.apache.storm.daemon.nimbus.Nimbus", 512),
+    "supervisor": ("org.apache.storm.daemon.supervisor.Supervisor", 256),
+}
+
+
+def storm_daemon(kind: str, name: str, conf: dict, **where) -> Daemon:
+    """Storm's ``kind`` daemon (a key of :data:`STORM_DAEMONS`) as ``name`` with ``conf``,
+    supervised: Storm's daemons halt themselves on a ZooKeeper outage of a few seconds,
+    by design, and expect to be started again. ``where``: ``port``, ``enter``,
+    ``address``."""
+    main, heap = STORM_DAEMONS[kind]
+    return Daemon(name=name, main=main, storm_conf=conf, heap_mb=heap, supervised=True, **where)
+
+
+def supervisor_conf(cfg: ElastormConfig, name: str, slots: list[int], thrift: int) -> dict:
+    """What supervisor ``name`` offers: its slot ports, their memory and CPU, its Thrift
+    port, and its node name for the elastic scheduler."""
+    return {
+        "supervisor.slots.ports": slots,
+        "supervisor.thrift.port": thrift,
+        "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * len(slots) * 2),
+        "supervisor.cpu.capacity": 100.0 * len(slots),
         **supervisor_settings(name),
     }
-    return Daemon(
-        name=name,
-        main="org.apache.storm.daemon.supervisor.Supervisor",
-        storm_conf=conf,
-        heap_mb=256,
-        enter=tuple(netns.exec_prefix(net.namespace)) if inside and net.namespace else (),
-        # It halts itself when its ZooKeeper session expires (a ZooKeeper outage with
-        # Nimbus away: chaos join/zk-stop, session 31). Killing its process group, as
-        # a lost node is simulated, kills the supervising loop too.
-        supervised=True,
-    )
 
 
 def node_name(index: int) -> str:

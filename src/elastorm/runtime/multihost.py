@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from thriftpy2.transport import TTransportException
 
 from elastorm.errors import UserError
-from elastorm.runtime.cluster import base_conf
+from elastorm.runtime.cluster import base_conf, storm_daemon, supervisor_conf
 from elastorm.runtime.config import ElastormConfig
 from elastorm.runtime.hosts import HOST_DIR, HostPlan, Hosts, HostsPlan
-from elastorm.runtime.plugins import NIMBUS, supervisor_settings
+from elastorm.runtime.plugins import NIMBUS
 from elastorm.runtime.services import (
     Daemon,
     port_open,
@@ -31,6 +31,7 @@ from elastorm.runtime.services import (
     wait_until,
     zoo_cfg_text,
     zookeeper_ok,
+    zookeeper_server,
 )
 from elastorm.runtime.storm_home import ensure_storm_home
 
@@ -109,42 +110,13 @@ def host_daemon(cfg: ElastormConfig, hosts: Hosts, r: Roles, host: HostPlan, kin
             zoo_cfg_text(HOST_DIR / "zookeeper", ZOOKEEPER_PORT, host.address,
                          fsync=cfg.zookeeper_fsync, ensemble=ensemble)
         )  # fmt: skip
-        return Daemon(
-            name=name,
-            main="org.apache.zookeeper.server.quorum.QuorumPeerMain",
-            args=(str(zoo),),
-            heap_mb=256,
-            port=ZOOKEEPER_PORT,
-            lib="lib-zookeeper",
-            supervised=True,
-            **where,
-        )
+        return zookeeper_server(name, zoo, ZOOKEEPER_PORT, supervised=True, **where)
     conf = storm_conf(cfg, r, host)
     if kind == "nimbus":
-        return Daemon(
-            name=name,
-            main="org.apache.storm.daemon.nimbus.Nimbus",
-            storm_conf=conf | NIMBUS,
-            heap_mb=512,
-            port=NIMBUS_PORT,
-            supervised=True,
-            **where,
-        )
-    conf |= {
-        "supervisor.slots.ports": list(range(FIRST_SLOT, FIRST_SLOT + SLOTS)),
-        "supervisor.thrift.port": SUPERVISOR_PORT,
-        "supervisor.memory.capacity.mb": float(cfg.worker_heap_mb * SLOTS * 2),
-        "supervisor.cpu.capacity": 100.0 * SLOTS,
-        **supervisor_settings(host.name),
-    }
-    return Daemon(
-        name=name,
-        main="org.apache.storm.daemon.supervisor.Supervisor",
-        storm_conf=conf,
-        heap_mb=256,
-        supervised=True,
-        **where,
-    )
+        return storm_daemon("nimbus", name, conf | NIMBUS, port=NIMBUS_PORT, **where)
+    slots = list(range(FIRST_SLOT, FIRST_SLOT + SLOTS))
+    conf |= supervisor_conf(cfg, host.name, slots, SUPERVISOR_PORT)
+    return storm_daemon("supervisor", name, conf, **where)
 
 
 def up(cfg: ElastormConfig, hosts: Hosts, timeout: float = 180.0) -> dict:

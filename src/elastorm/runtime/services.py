@@ -320,6 +320,12 @@ def zookeeper_daemon(
     namespaced = name == "zookeeper" and netns.namespaced_supervisor(cfg) is not None
     bind = netns.ANY if namespaced else LOOPBACK
     zoo_cfg.write_text(zoo_cfg_text(data, port, bind, fsync=cfg.zookeeper_fsync))
+    return zookeeper_server(name, zoo_cfg, port)
+
+
+def zookeeper_server(name: str, zoo_cfg: Path, port: int, **where) -> Daemon:
+    """A ZooKeeper server as ``name`` run from its ``zoo_cfg`` (``zoo_cfg_text``);
+    ``where``: ``enter``, ``address``, ``supervised``."""
     return Daemon(
         name=name,
         main="org.apache.zookeeper.server.quorum.QuorumPeerMain",
@@ -327,6 +333,7 @@ def zookeeper_daemon(
         heap_mb=256,
         port=port,
         lib="lib-zookeeper",
+        **where,
     )
 
 
