@@ -9,6 +9,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -18,6 +19,8 @@ from elastorm.runtime.config import load_config
 from elastorm.runtime.hosts import HOST_DIR, SSHD, Hosts
 from elastorm.runtime.netns import NETNS_DIR
 from elastorm.runtime.services import stop, zookeeper_ok
+
+CUT_SECS = 30.0
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not SSHD.exists() or shutil.which("ip") is None,
@@ -130,22 +133,39 @@ def test_workers_virtualenvs_are_built_over_ssh_from_the_wheelhouse_by_sparse(
             assert got.returncode != 0  # none on the others: each host's folder is its own
 
 
-def test_the_elastic_flights_job_runs_across_the_hosts_exact_against_pandas(
+def test_the_elastic_flights_job_runs_across_the_hosts_through_a_host_cut_exact(
     hosts, project_copy, ssh_agent
 ):
     """``sparse submit -e hosts`` (virtualenvs over ssh), the elastic flights job on the
-    supervisors of two hosts with its scripted migrations (direct, CPA, CPAL), its
-    ZooKeeper the ensemble: every plane's totals equal pandas'."""
+    supervisors of two hosts, its ZooKeeper the ensemble, with its scripted migrations
+    (direct, CPA, CPAL) and one supervisor's host cut off the network for 30 s halfway
+    through: every plane's totals equal pandas'."""
     from drivers.flights_elastic import ElasticFlightsDriver
     from elastorm.runtime.run import run_topology
 
-    cfg, made, _ = hosts
+    cfg, made, plan = hosts
     multihost.up(cfg, made)
-    driver = ElasticFlightsDriver(limit=20_000, max_rate=1500.0)
-    outcome = run_topology(
-        dataclasses.replace(cfg, project=project_copy), "hosts", driver, timeout=600
-    )
+    victim = multihost.roles(plan).supervisors[-1].name
+
+    class HostCut(ElasticFlightsDriver):
+        cut_at: float | None = None
+
+        def on_poll(self, result) -> None:
+            super().on_poll(result)
+            if self.cut_at is None and result.spout_total("rows_read") >= self._total_rows() / 2:
+                self.cut_at = time.time()
+                made.set_link(victim, up=False)
+                threading.Timer(CUT_SECS, made.set_link, (victim,), {"up": True}).start()
+
+    driver = HostCut(limit=20_000, max_rate=800.0)
+    try:
+        outcome = run_topology(
+            dataclasses.replace(cfg, project=project_copy), "hosts", driver, timeout=900
+        )
+    finally:
+        made.set_link(victim, up=True)
     print(outcome.summary)
+    assert driver.cut_at is not None  # the cut happened mid-run
     assert outcome.ok, outcome.summary
     assert driver.zk_hosts.count(":2181") == 3  # elastorm's state in the ensemble
 
