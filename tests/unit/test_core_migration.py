@@ -104,6 +104,44 @@ def test_direct_ships_a_full_checkpoint_then_runs_cpa() -> None:
     assert c.emitters[10].buffer.size(0) == 0  # trimmed by the direct checkpoint
 
 
+def test_a_direct_moves_lost_full_checkpoint_is_shipped_again_on_the_redrive() -> None:
+    """chaos join/cpal-source at 8b5584d: Storm dropped a direct source's full checkpoint
+    to a target whose worker had just restarted (\"Dropping 1 messages\"), and the
+    controller's repeat of the command every 10 s found the source awaiting the ack and
+    did nothing: the move stayed stuck for 3 min. Now the repeat ships it again."""
+    from elastorm.core.messages import CheckpointDelta
+
+    c = Cluster(num_key_groups=G, tasks=[0, 1, 2], emitters=[10])
+    c.emit(10, KEY0, 3)
+    c.run_until_quiet()
+    assert c.migrate(0, 2, Protocol.CPA) is Protocol.DIRECT
+    while (0, 2) not in c.pending():
+        c.deliver(c.pending()[0])
+    lost = c.lose((0, 2))
+    assert isinstance(lost, CheckpointDelta) and lost.full
+    c.run_until_quiet()
+    assert c.moving  # stuck: the source waits for the ack of what never arrived
+    c.heal()
+    assert not c.moving and c.stats["migrate.direct"] == 1
+    assert c.coordinators[2].state(0).items() == {KEY0: 3}
+    assert c.owner(0) == 2
+
+
+def test_a_full_checkpoint_delivered_twice_is_acked_twice_not_refused() -> None:
+    """The repeat may cross the first ack (lost, or slow): the holder acks a full
+    checkpoint it already holds again, so the source is not left waiting."""
+    from elastorm.core.checkpoint import CheckpointHolder
+    from elastorm.core.messages import CheckpointDelta
+
+    holder = CheckpointHolder()
+    full = CheckpointDelta(
+        key_group=0, checkpoint=(3, 1), base=None, entries={"k": 1}, watermarks={"u": 4},
+        out_seq={},
+    )  # fmt: skip
+    first = holder.apply(full)
+    assert holder.apply(full) is first  # the same copy, kept
+
+
 def test_a_direct_source_claims_its_group_at_its_own_epoch_not_the_moves() -> None:
     """join cpal-target at 58535de: the harness saw group 17 claimed by its direct
     move's source and target at one epoch. The source numbers its last checkpoints in

@@ -46,11 +46,14 @@ class CheckpointHolder:
         """Apply ``delta`` to the held copy of its group; return the copy.
 
         Raises :class:`CheckpointOrderError` (hint ``SEND_FULL_CHECKPOINT``) when a
-        delta's base is not the held copy, or a full delta is not newer than it.
+        delta's base is not the held copy, or a full delta is older than it; the held
+        full checkpoint again is a repeat, kept (and acked again by the caller).
         """
         g = delta.key_group
         held = self._held.get(g)
         if delta.full:
+            if held is not None and held.checkpoint == delta.checkpoint:
+                return held  # the same full checkpoint again (a direct source's repeat)
             stale = held is not None and (
                 delta.checkpoint[0] < held.epoch
                 or (held.checkpoint is not None and delta.checkpoint <= held.checkpoint)

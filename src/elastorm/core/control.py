@@ -582,9 +582,10 @@ class MigrationController:
           Otherwise a move gets its own command again, same epoch: a CPA or CPAL at every
           emitter, one that lost it on the way (Storm drops messages to a worker until
           it has reconnected to it) answering, the others ignoring the repeat; a direct
-          one at its source, which starts if it lost it, asks its upstreams for the CPA
-          again if its full checkpoint is acked (that request may be what was lost),
-          and ignores it otherwise.
+          one at its source, which starts if it lost it, ships its full checkpoint again
+          while unacked (the checkpoint may be what was lost; a holder that has it acks
+          it again), and asks its upstreams for the CPA again once it is acked (that
+          request may be what was lost).
         """
         if emitter is not None and epoch is not None:
             self.knowing[emitter] = max(epoch, self.knowing.get(emitter, epoch))

@@ -170,7 +170,7 @@ class KeyGroupMachine:
         self._replay_emits = True
         self._parked: dict[str, dict[int, tuple[DataTuple, bool]]] = {}
         self._parked_from: dict[str, int] = {}  # source -> the task that sent its parked ones
-        self._direct: tuple[int, int] | None = None  # (epoch, checkpoint number) awaited
+        self._direct: CheckpointDelta | None = None  # the full checkpoint sent, until acked
         self._direct_target: int | None = None
         self._replica_ready = False  # REPLICA: every upstream's replicate toState is in
         self._primary_checkpoint = 0  # REPLICA: owner epoch of the last checkpoint acked
@@ -614,27 +614,31 @@ class KeyGroupMachine:
         self._record_pending()
         delta = self.state.begin_checkpoint(full=True)
         self.state.finish_checkpoint()
-        self._direct = delta.checkpoint
+        self._direct = delta
         self._direct_target = message.target
         self.phase = Phase.DIRECT_SOURCE
         return [Send(to_task=message.target, message=delta)]
 
     def _on_direct_again(self, sender: int, message: Migrate) -> list[Action]:
         """The controller's repeat of this direct move's command (``redrive``: it heard
-        nothing of the move for the retry time). Past the full checkpoint's ack (active
-        or draining), ask the upstreams for the CPA again (that request may be what was
-        lost; an upstream that had it ignores the repeat); before it, nothing to do."""
+        nothing of the move for the retry time). Before the full checkpoint's ack, ship
+        it again: it may be what was lost (Storm drops messages to a worker until it has
+        reconnected to it; chaos join/cpal-source at 8b5584d stayed stuck 3 min), and a
+        holder that has it acks it again. Past the ack (active or draining), ask the
+        upstreams for the CPA again (that request may be what was lost; an upstream that
+        had it ignores the repeat)."""
         if (
             message.protocol is not Protocol.DIRECT
             or message.source != self.task
             or message.epoch != self.epoch
         ):
             return self._fail(f"{message.protocol.value} command in phase {self.phase.value}")
-        if (
-            self.phase not in (Phase.ACTIVE, Phase.DRAINING)
-            or self._direct_target != message.target
-        ):
-            return []  # not acked yet, done, or aborted (its target died)
+        if self._direct_target != message.target:
+            return []  # done, or aborted (its target died)
+        if self.phase is Phase.DIRECT_SOURCE and self._direct is not None:
+            return [Send(to_task=message.target, message=self._direct)]
+        if self.phase not in (Phase.ACTIVE, Phase.DRAINING):
+            return []
         return self._ask_for_cpa(message.target)
 
     def _ask_for_cpa(self, target: int) -> list[Action]:
@@ -700,7 +704,8 @@ class KeyGroupMachine:
     def _on_ack(self, sender: int, message: CheckpointAck) -> list[Action]:
         self._acked = dict(message.watermarks)
         actions = self._trim()
-        if self.phase is Phase.DIRECT_SOURCE and message.checkpoint == self._direct:
+        direct = self._direct
+        if self.phase is Phase.DIRECT_SOURCE and direct and message.checkpoint == direct.checkpoint:
             # Alg. 1 follows once the target holds the newest checkpoint.
             assert self._direct_target is not None
             actions += self._ask_for_cpa(self._direct_target)
