@@ -238,3 +238,30 @@ def test_the_controller_taking_over_never_leaves_a_request_started(monkeypatch, 
         assert now.state is RequestState.STARTED and now.epoch == bolt.controls["op"].epoch
         assert sent and bolt.loop.requested
     assert now.state is not RequestState.STARTED or now.epoch != 5
+
+
+def test_a_request_that_must_wait_is_asked_again_until_it_is_ordered(monkeypatch) -> None:
+    """A CPA to a holder that has not reported the newest checkpoint waits (``waiting``)
+    and is asked again on later rounds, then runs direct after ``defer_secs``. The board
+    marked a request seen on its first read, so a request that waited once was never
+    read again and stayed pending until its submitter withdrew it (the hosts test after
+    a takeover re-placed every holder: "not picked up by the controller in 180 s")."""
+    bolt, runtime, sent, _ = make_controller(monkeypatch)
+    zk, b = board()
+    bolt.boards["op"] = b
+    control = bolt.controls["op"]
+    group = next(iter(control.holders))
+    holder = control.holders[group]
+    name = submit_request(zk, LAYOUT, request(key_group=group, protocol=Protocol.CPA))
+    monkeypatch.setattr(
+        control, "choose", lambda *a, **kw: real_choose(*a, **{**kw, "waited": waited[0]})
+    )
+    real_choose = type(control).choose.__get__(control)
+    waited = [0.0]
+    bolt.carry_out_requests("op", b)
+    assert read_request(zk, LAYOUT, name).state is RequestState.PENDING and sent == []
+    waited[0] = bolt.loop.options.defer_secs + 1.0
+    bolt.carry_out_requests("op", b)
+    started = read_request(zk, LAYOUT, name)
+    assert started.state is RequestState.STARTED and started.target == holder
+    assert started.protocol_used is Protocol.DIRECT and sent

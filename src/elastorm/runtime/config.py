@@ -219,13 +219,19 @@ def check_storm_versions(project: Path) -> str:
     return next(iter(pins.values()))
 
 
+#: streamparse's variable that overrides every env's Nimbus (streamparse.util).
+STREAMPARSE_NIMBUS = "STREAMPARSE_NIMBUS"
+
+
 def env_nimbus(project: Path, env: str) -> tuple[str, int]:
-    """Host and port of Nimbus for a streamparse env of config.json."""
+    """Host and port of Nimbus for a streamparse env of config.json: as streamparse
+    takes it, ``$STREAMPARSE_NIMBUS`` before the env's ``nimbus`` (with two Nimbus, an
+    operator points streamparse at the leader with it)."""
     raw = json.loads((project / "config.json").read_text())
     envs = raw.get("envs", {})
     if env not in envs:
         raise UserError(f"config.json has no env {env!r} (have: {', '.join(sorted(envs))})")
-    nimbus = envs[env].get("nimbus")
+    nimbus = os.environ.get(STREAMPARSE_NIMBUS) or envs[env].get("nimbus")
     if not nimbus:
         raise UserError(f"config.json: envs.{env}.nimbus is missing")
     host, _, port = nimbus.partition(":")

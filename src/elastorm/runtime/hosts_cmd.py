@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "deploy":
         hosts_deploy.check_hosts_env(cfg, hosts)
         wheel = hosts_deploy.build_wheelhouse(cfg, args.name)
-        copied = hosts_deploy.copy_wheel(hosts, wheel)
+        copied = hosts_deploy.install_on_hosts(hosts, wheel)
         print(f"wheelhouse {wheel.parent}; {wheel.name} copied to {', '.join(copied)}")
         print(f"then, from {cfg.project}, with the hosts' key in an ssh-agent:")
         print(f"  eval $(ssh-agent -s) && ssh-add {hosts.key}")

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 HOSTS_ENV = "hosts"
 VIRTUALENV_ROOT = HOST_DIR / "virtualenvs"
+# The components' own log files (pystorm opens them; streamparse makes no folder for them).
+COMPONENT_LOGS = HOST_DIR / "streamparse"
 # What streamparse's update step installs before the requirements (update_virtualenv.py).
 STREAMPARSE_BOOTSTRAP = ("pip>=9.0,!=19.0", "setuptools==69.5.1", "wheel")
 _ELASTORM_LINE = re.compile(r"^\s*elastorm\s*@")
@@ -61,7 +63,7 @@ def hosts_env(hosts: Hosts, project_env: dict) -> dict:
         "virtualenv_root": str(VIRTUALENV_ROOT),
         # The components' own logs, in each host's private folder (else streamparse
         # asks Nimbus for its log dir before every command).
-        "log": {"path": str(HOST_DIR / "streamparse"), "level": "info"},
+        "log": {"path": str(COMPONENT_LOGS), "level": "info"},
         "options": dict(project_env.get("options", {})),
     }
 
@@ -99,15 +101,17 @@ def build_wheelhouse(cfg: ElastormConfig, name: str) -> Path:
     return wheels[-1]
 
 
-def copy_wheel(hosts: Hosts, wheel: Path) -> list[str]:
-    """Copy elastorm's wheel to ``/opt/elastorm`` on every host, as an operator does
-    (scp); the hosts it went to."""
+def install_on_hosts(hosts: Hosts, wheel: Path) -> list[str]:
+    """Copy elastorm's wheel to ``/opt/elastorm`` on every host and make the folder the
+    components log to, as an operator does (scp, ssh); the hosts done. Without the
+    folder every Python component dies at its start (pystorm cannot open its log)."""
     plan = hosts.plan()
     if plan is None:
         raise UserError("no hosts are up: `elastorm hosts up` first")
     for h in plan.hosts:
         target = f"root@{h.address}:{WHEEL_DIR / wheel.name}"
         _run(["scp", "-q", *hosts.ssh_options(), str(wheel), target])
+        _run(hosts.ssh_command(h.name, f"mkdir -p {COMPONENT_LOGS}"))
     return [h.name for h in plan.hosts]
 
 

@@ -91,6 +91,9 @@ def storm_conf(cfg: ElastormConfig, r: Roles, host: HostPlan) -> dict:
         "nimbus.seeds": [n.address for n in r.nimbuses],
         "storm.local.dir": str(HOST_DIR / "storm"),
         "storm.log.dir": str(cfg.logs / "hosts" / host.name),
+        # Nimbus's metric store defaults to <storm.home>/storm_rocks: one folder for every
+        # host here (they share the Storm home), and the second Nimbus failed to lock it.
+        "storm.metricstore.rocksdb.location": str(HOST_DIR / "storm_rocks"),
     }
 
 
@@ -139,10 +142,12 @@ def up(cfg: ElastormConfig, hosts: Hosts, timeout: float = 180.0) -> dict:
         start(cfg, host_daemon(cfg, hosts, r, h, "supervisor"))
 
     def ready() -> bool:
+        if not all(port_open(NIMBUS_PORT, n.address) for n in r.nimbuses):
+            return False
         summary = leader_summary(r)
         return summary is not None and len(summary["supervisors"]) >= len(r.supervisors)
 
-    wait_until(ready, f"a leading Nimbus and {len(r.supervisors)} supervisors", timeout)
+    wait_until(ready, f"both Nimbus, a leader and {len(r.supervisors)} supervisors", timeout)
     summary = leader_summary(r)
     assert summary is not None
     log.info("Storm across %d hosts: ZooKeeper on %s, Nimbus on %s, supervisors on %s",

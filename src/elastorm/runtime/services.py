@@ -142,6 +142,12 @@ def java_env(cfg: ElastormConfig) -> dict[str, str]:
     return env
 
 
+def daemon_log_dir(cfg: ElastormConfig, daemon: Daemon) -> Path:
+    """Where ``daemon`` logs, and a supervisor's workers under ``workers-artifacts``: its
+    Storm conf's ``storm.log.dir`` (one per host), else the project's logs."""
+    return Path((daemon.storm_conf or {}).get("storm.log.dir", cfg.logs))
+
+
 def daemon_command(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] = ()) -> list[str]:
     """The java command line for ``daemon``."""
     home = cfg.storm_home
@@ -150,7 +156,8 @@ def daemon_command(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] 
         "-server",
         f"-Xmx{daemon.heap_mb}m",
         f"-Dstorm.home={home}",
-        f"-Dstorm.log.dir={cfg.logs}",
+        # Storm's daemons take the log dir from this property before their conf's.
+        f"-Dstorm.log.dir={daemon_log_dir(cfg, daemon)}",
         f"-Dlogfile.name={daemon.name}.log",
         f"-Ddaemon.name={daemon.name}",
         f"-Dlog4j.configurationFile={home / 'log4j2' / 'cluster.xml'}",
@@ -219,7 +226,12 @@ def start(cfg: ElastormConfig, daemon: Daemon, first: tuple[Path, ...] = ()) -> 
         start_new_session=True,
     )
     _pidfile(cfg, daemon.name).write_text(f"{proc.pid}\n")
-    log.info("started %s (pid %d), log %s", daemon.name, proc.pid, cfg.logs / f"{daemon.name}.log")
+    log.info(
+        "started %s (pid %d), log %s",
+        daemon.name,
+        proc.pid,
+        daemon_log_dir(cfg, daemon) / f"{daemon.name}.log",
+    )
     return proc.pid
 
 

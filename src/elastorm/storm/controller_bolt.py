@@ -746,6 +746,7 @@ class MigrationControllerBolt(CheckedEncoding, Bolt):
         for name, request in board.pending():
             outcome = self.loop.request(name, request, time.time(), lost=self.detector.declared)
             if outcome.waiting:  # still pending: asked again next round, within defer_secs
+                board.hold(name, request)
                 continue
             ordered = outcome.ordered
             if ordered is None:

@@ -67,6 +67,9 @@ class RequestBoard:
         self.path = layout.requests
         self.status = layout.status(operator)
         self.seen: set[str] = set()
+        # Requests the loop asked to wait (a holder without the newest checkpoint yet):
+        # read once (authenticated then), asked again each round while still pending.
+        self.held: dict[str, MigrationRequest] = {}
         self._published: bytes | None = None
         # Events ZooKeeper did not take, in order, retried on every tick: a request
         # must not stay ``started`` because one write hit a lost connection.
@@ -116,8 +119,34 @@ class RequestBoard:
             unseal(ring, "request", raw, now=time.time(), guard=self._guard)
 
     def pending(self) -> list[tuple[str, MigrationRequest]]:
-        """New ``PENDING`` requests for our operator, oldest first; [] if ZooKeeper is away."""
-        return [(n, r) for n, r in self._requests() or [] if r.state is RequestState.PENDING]
+        """``PENDING`` requests for our operator, oldest first: the new ones and those
+        :meth:`hold` kept that are still pending (withdrawn ones dropped); [] if
+        ZooKeeper is away."""
+        new = self._requests()
+        if new is None:
+            return []
+        held, self.held = self.held, {}
+        still = [(n, r) for n, r in held.items() if self._still_pending(n)]
+        fresh = [(n, r) for n, r in new if r.state is RequestState.PENDING]
+        return sorted(still + fresh, key=lambda item: item[0])
+
+    def hold(self, name: str, request: MigrationRequest) -> None:
+        """Ask ``name`` again on the next :meth:`pending` (the loop said wait); it was
+        marked seen on its first read, so only this brings it back."""
+        self.held[name] = request
+
+    def _still_pending(self, name: str) -> bool:
+        """Whether request ``name`` is still pending in ZooKeeper (its submitter
+        withdraws it when it waited too long); a held one ZooKeeper cannot answer for
+        now is kept."""
+        try:
+            return decode_record(self.client.get(f"{self.path}/{name}")[0]).state is (
+                RequestState.PENDING
+            )
+        except (NoNodeError, RequestError):
+            return False
+        except ZK_ERRORS:
+            return True
 
     def in_flight(self) -> list[tuple[str, MigrationRequest]] | None:
         """Our operator's requests left ``started`` or ``stuck`` (by a controller that
