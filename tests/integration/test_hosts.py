@@ -137,11 +137,11 @@ def test_the_elastic_flights_job_runs_exact_across_the_hosts_through_control_pla
     hosts, project_copy, ssh_agent, monkeypatch
 ):
     """``sparse submit -e hosts`` (virtualenvs over ssh), the elastic flights job on the
-    supervisors of two hosts, its ZooKeeper the ensemble, with its scripted migrations
-    (direct, CPA, CPAL); a quarter through, the leading Nimbus and the ZooKeeper server
-    on its host are stopped (the other Nimbus takes the lead, the other two servers keep
-    a quorum); halfway, one supervisor's host is cut off the network for 30 s. Every
-    plane's totals equal pandas'."""
+    supervisors of two hosts, its ZooKeeper the ensemble, with migrations (direct, CPA,
+    CPAL) in its first fifth; once they are done and 30% read, the leading Nimbus and
+    the ZooKeeper server on its host are stopped (the other Nimbus takes the lead, the
+    other two servers keep a quorum); halfway, one supervisor's host is cut off the
+    network for 30 s. Every plane's totals equal pandas'."""
     from drivers.flights_elastic import ElasticFlightsDriver
     from elastorm.runtime.run import run_topology
 
@@ -163,19 +163,22 @@ def test_the_elastic_flights_job_runs_exact_across_the_hosts_through_control_pla
         cut_at: float | None = None
 
         def on_poll(self, result) -> None:
+            super().on_poll(result)  # the scripted migrations, all before the faults
             read = result.spout_total("rows_read")
-            if self.stopped_at is None and read >= self._total_rows() / 4:
+            if self.script:
+                return
+            if self.stopped_at is None and read >= self._total_rows() * 0.3:
                 self.stopped_at = time.time()
                 assert stop(cfg, multihost.daemon_name(leader, "nimbus"))
                 assert stop(cfg, multihost.daemon_name(leader, "zookeeper"))
                 monkeypatch.setenv(STREAMPARSE_NIMBUS, f"{other.address}:{multihost.NIMBUS_PORT}")
-            if self.cut_at is None and read >= self._total_rows() / 2:
+            if self.cut_at is None and read >= self._total_rows() * 0.5:
                 self.cut_at = time.time()
                 made.set_link(victim, up=False)
                 threading.Timer(CUT_SECS, made.set_link, (victim,), {"up": True}).start()
-            super().on_poll(result)
 
-    driver = ControlPlaneFaults(limit=20_000, max_rate=800.0)
+    script = ((0.05, "direct"), (0.1, "cpa"), (0.15, "cpal"), (0.2, "cpa"))
+    driver = ControlPlaneFaults(limit=20_000, max_rate=800.0, script=script)
     try:
         outcome = run_topology(
             dataclasses.replace(cfg, project=project_copy), "hosts", driver, timeout=900
