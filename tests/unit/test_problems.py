@@ -321,3 +321,36 @@ def test_nimbus_facts_map_storms_errors_and_scheduler_status(monkeypatch) -> Non
     assert [p.where for p in problems(facts)] == ["scheduler", "counts"]
     gone = nimbus.storm_facts("h", 1, TopologyFacts(topology="other", now=NOW))
     assert gone.on_storm is False
+
+
+def test_a_run_logs_each_components_problem_once_as_it_appears(monkeypatch, caplog) -> None:
+    """``ProblemWatch`` (run_topology's wait): Nimbus asked at most every ``every`` s; a
+    component's error logged once, with its reason's line; nothing when Nimbus does not
+    answer."""
+    import time as time_module
+
+    from elastorm.errors import UserError
+    from elastorm.runtime import status
+
+    errors: list = []
+    asked = []
+
+    def facts(host, port, blank):
+        asked.append(host)
+        if errors == ["down"]:
+            raise UserError("Nimbus at n:6627 did not answer")
+        return replace(blank, on_storm=True, storm_errors=tuple(errors))
+
+    monkeypatch.setattr(status, "storm_facts", facts)
+    monkeypatch.setattr(time_module, "time", lambda: NOW)
+    watch = status.ProblemWatch(("n", 6627), "t", every=30.0)
+    assert watch.poll(0.0) == []
+    errors.append(StormError(component="sum_delays", count=6, text=TRACEBACK, at=NOW - 5))
+    assert watch.poll(10.0) == [] and len(asked) == 1  # not asked again within 30 s
+    with caplog.at_level("WARNING", logger="elastorm.runtime.status"):
+        first = watch.poll(30.0)
+        assert watch.poll(60.0) == []  # the same component: logged once
+    assert len(first) == 1 and "sum_delays" in first[0] and "nltk" in first[0]
+    assert [r.getMessage() for r in caplog.records] == [f"t: {first[0]}"]
+    errors[:] = ["down"]
+    assert watch.poll(90.0) == [] and len(asked) == 4

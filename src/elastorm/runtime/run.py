@@ -19,6 +19,7 @@ from elastorm.runtime import nimbus
 from elastorm.runtime.config import ElastormConfig, env_nimbus
 from elastorm.runtime.local import LOCAL_ENV, local_cluster
 from elastorm.runtime.outcome import Driver, Outcome
+from elastorm.runtime.status import ProblemWatch
 from elastorm.runtime.storm_home import ensure_storm_home
 from elastorm.runtime.topology_jar import build_topology_jar
 
@@ -79,12 +80,14 @@ def run_topology(
         started = time.monotonic()
         nimbus.submit(cfg.project, env, driver.name, name, jar, options)
         last = [0.0]
+        watch = ProblemWatch((host, port), name)
 
         def progress(text: str) -> None:
             now = time.monotonic()
             if now - last[0] >= 5:
                 last[0] = now
                 log.info("[%5.0f s] %s", now - started, text)
+                watch.poll(now)
 
         try:
             driver.wait(str(output_dir), timeout, progress)
