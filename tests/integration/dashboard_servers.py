@@ -22,6 +22,11 @@ from pathlib import Path
 from elastorm.runtime.services import port_open
 
 DASHBOARD_PORT = int(os.environ.get("ELASTORM_DASHBOARD_PORT", "28080"))
+CHROMIUM = "/usr/bin/chromium"  # the system package's; no browser is downloaded
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
 PROMETHEUS_PORT = int(os.environ.get("ELASTORM_PROMETHEUS_PORT", "29090"))
 
 
@@ -52,22 +57,27 @@ def dashboard_process(
     workdir: Path,
     port: int = DASHBOARD_PORT,
     token: str | None = None,
+    env: str = "cluster",
+    project: Path | None = None,
 ):
-    """``elastorm dashboard`` for ``topology`` (with actions behind ``token`` if given);
+    """``elastorm dashboard`` for ``topology`` (with actions behind ``token`` if given),
+    its Nimbus the streamparse env ``env``'s of ``project`` (default: this checkout);
     yields its base URL and the process."""
     if port_open(port):
         raise RuntimeError(f"port {port} is taken (set ELASTORM_DASHBOARD_PORT)")
     log = workdir / "dashboard.log"
     cmd = [
         sys.executable, "-m", "elastorm.runtime.cli", "dashboard", "--topology", topology,
-        "--zookeeper", zk_hosts, "--port", str(port), "-e", "cluster",
+        "--zookeeper", zk_hosts, "--port", str(port), "-e", env,
     ]  # fmt: skip
-    env = dict(os.environ)
+    environ = dict(os.environ)
+    if project is not None:
+        environ["ELASTORM_PROJECT"] = str(project)
     if token is not None:
         cmd.append("--enable-actions")
-        env["ELASTORM_DASHBOARD_TOKEN"] = token
+        environ["ELASTORM_DASHBOARD_TOKEN"] = token
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
     try:
         _wait_port(port, proc, log, "elastorm dashboard", 30)
         yield f"http://127.0.0.1:{port}", proc

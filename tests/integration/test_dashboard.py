@@ -32,7 +32,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from dashboard_servers import dashboard_process, prometheus_server, promql
+from dashboard_servers import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    dashboard_process,
+    prometheus_server,
+    promql,
+)
 
 from drivers.flights_elastic import ElasticFlightsDriver
 from elastorm.config import DurableConfig
@@ -43,11 +49,6 @@ from elastorm.runtime.run import run_topology
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 # The bound past which the page counts as stalled, not the dashboard's 2 s target (a
 # speed, measured and recorded: the facts' ``page_after_*``). A fresh-clone CI run of
 # session 28 showed the CLI's migration 2.195 s after the CLI saw it done (a CPAL that

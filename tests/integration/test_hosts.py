@@ -6,11 +6,13 @@ supervisors), losing its leading Nimbus and a ZooKeeper server."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +56,6 @@ def project_copy(hosts, tmp_path_factory):
     """The project as a user's checkout for these hosts: its own config.json with the
     env ``hosts`` naming them, the rest the project's own (linked); elastorm's wheel built
     into the hosts' wheelhouse and copied to every host (``elastorm hosts deploy``)."""
-    import json
 
     from elastorm.runtime import hosts_deploy
 
@@ -138,10 +139,11 @@ def test_the_elastic_flights_job_runs_exact_across_the_hosts_through_control_pla
 ):
     """``sparse submit -e hosts`` (virtualenvs over ssh), the elastic flights job on the
     supervisors of two hosts, its ZooKeeper the ensemble, with migrations (direct, CPA,
-    CPAL) in its first fifth; once they are done and 30% read, the leading Nimbus and
-    the ZooKeeper server on its host are stopped (the other Nimbus takes the lead, the
-    other two servers keep a quorum); halfway, one supervisor's host is cut off the
-    network for 30 s. Every plane's totals equal pandas'."""
+    CPAL) in its first fifth; then ``elastorm dashboard`` on this machine, in Chromium,
+    shows data in every panel (all from the ensemble and Nimbus); halfway, the leading
+    Nimbus and the ZooKeeper server on its host are stopped (the other Nimbus takes the
+    lead, the other two servers keep a quorum); at 65%, one supervisor's host is cut off
+    the network for 30 s. Every plane's totals equal pandas'."""
     from drivers.flights_elastic import ElasticFlightsDriver
     from elastorm.runtime.run import run_topology
 
@@ -162,23 +164,33 @@ def test_the_elastic_flights_job_runs_exact_across_the_hosts_through_control_pla
         stopped_at: float | None = None
         cut_at: float | None = None
 
+        panels: dict | None = None
+
+        def __init__(self, **kw) -> None:
+            super().__init__(**kw)
+            self.before_end: list[bool] = []  # each fault: the input not exhausted yet
+
         def on_poll(self, result) -> None:
             super().on_poll(result)  # the scripted migrations, all before the faults
             read = result.spout_total("rows_read")
             if self.script:
                 return
-            if self.stopped_at is None and read >= self._total_rows() * 0.3:
+            if self.panels is None:  # the dashboard, on this machine, of the hosts' job
+                self.panels = dashboard_panels(self.topology, self.zk_hosts, project_copy)
+            if self.stopped_at is None and read >= self._total_rows() * 0.5:
                 self.stopped_at = time.time()
+                self.before_end.append(not result.exhausted)
                 assert stop(cfg, multihost.daemon_name(leader, "nimbus"))
                 assert stop(cfg, multihost.daemon_name(leader, "zookeeper"))
                 monkeypatch.setenv(STREAMPARSE_NIMBUS, f"{other.address}:{multihost.NIMBUS_PORT}")
-            if self.cut_at is None and read >= self._total_rows() * 0.5:
+            if self.cut_at is None and read >= self._total_rows() * 0.65:
                 self.cut_at = time.time()
+                self.before_end.append(not result.exhausted)
                 made.set_link(victim, up=False)
                 threading.Timer(CUT_SECS, made.set_link, (victim,), {"up": True}).start()
 
     script = ((0.05, "direct"), (0.1, "cpa"), (0.15, "cpal"), (0.2, "cpa"))
-    driver = ControlPlaneFaults(limit=20_000, max_rate=800.0, script=script)
+    driver = ControlPlaneFaults(limit=30_000, max_rate=500.0, script=script)
     try:
         outcome = run_topology(
             dataclasses.replace(cfg, project=project_copy), "hosts", driver, timeout=900
@@ -186,13 +198,67 @@ def test_the_elastic_flights_job_runs_exact_across_the_hosts_through_control_pla
     finally:
         made.set_link(victim, up=True)
     print(outcome.summary)
-    assert driver.stopped_at is not None and driver.cut_at is not None  # both mid-run
+    assert driver.before_end == [True, True]  # both faults while rows were still read
+    print(json.dumps(driver.panels, indent=1))
     assert outcome.ok, outcome.summary
     assert driver.zk_hosts.count(":2181") == 3  # elastorm's state in the ensemble
     # Storm's leader election moved the lead; two ZooKeeper servers kept the quorum.
     led_by(r, other.address, len(r.supervisors))
     alive = [z for z in r.zookeepers if zookeeper_ok(2181, host=z.address)]
     assert alive == [z for z in r.zookeepers if z is not leader]
+
+
+#: Each panel of the dashboard with data in it (a script run in the page): the header's
+#: ZooKeeper and Nimbus, the nodes, the operators' load and throughput chart, the key
+#: groups, the timeline's events, the durable tier, the controller's figures, the
+#: papers' figures and Storm's daemons.
+PANELS_FILLED = """() => {
+  const q = (s) => document.querySelector(s), all = (s) => document.querySelectorAll(s);
+  const filled = {
+    zookeeper: q('#zk').dataset.state === 'ok',
+    nimbus: q('#nimbus').dataset.state === 'ok',
+    nodes: all('#nodes tbody tr').length >= 2,
+    operator_load: all('#operator-load tbody tr').length >= 1,
+    throughput: !!q('#throughput canvas'),
+    key_groups: !!q('.op[data-operator="sum_delays"]'),
+    events: all('#events li[data-kind="migration"]').length >= 1,
+    durable: !q('#durable-section').hidden && all('#durable-tasks tr[data-task]').length >= 1,
+    allocation: q('#allocation-score').textContent.startsWith('strategy '),
+    paper: [...all('#paper dd')].some((dd) => dd.textContent !== '–'),
+    storm: all('#storm tbody tr').length >= 2,
+  };
+  const texts = {};
+  for (const id of ['zk', 'nimbus', 'allocation-score', 'storm']) texts[id] = q('#' + id).innerText;
+  return {filled, texts};
+}"""
+
+
+def dashboard_panels(topology: str, zk_hosts: str, project) -> dict:
+    """``elastorm dashboard`` on this machine for the hosts' job (ZooKeeper the ensemble,
+    Nimbus the hosts env's), in Chromium: every panel of :data:`PANELS_FILLED` has data
+    within 60 s; what each showed."""
+    from dashboard_servers import CHROMIUM, CHROMIUM_ARGS, dashboard_process
+    from playwright.sync_api import sync_playwright
+
+    work = Path(project) / ".dashboard"
+    work.mkdir(exist_ok=True)
+    with (
+        dashboard_process(topology, zk_hosts, work, env="hosts", project=project) as (url, _),
+        sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        deadline = time.monotonic() + 60
+        while True:
+            seen = page.evaluate(PANELS_FILLED)
+            if all(seen["filled"].values()) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        browser.close()
+    empty = [name for name, ok in seen["filled"].items() if not ok]
+    assert not empty, f"dashboard panels without data: {empty}; {seen['texts']}"
+    return seen
 
 
 def led_by(r: multihost.Roles, address: str, supervisors: int, timeout: float = 120) -> None:
