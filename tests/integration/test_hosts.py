@@ -6,6 +6,7 @@ supervisors), losing its leading Nimbus and a ZooKeeper server."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from elastorm.runtime.netns import NETNS_DIR
 from elastorm.runtime.services import stop, zookeeper_ok
 
 CUT_SECS = 30.0
+USER_PROJECT = Path(__file__).parent / "user_project"  # the tutorial's listings
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not SSHD.exists() or shutil.which("ip") is None,
@@ -206,6 +208,70 @@ def test_the_elastic_flights_job_runs_exact_across_the_hosts_through_control_pla
     led_by(r, other.address, len(r.supervisors))
     alive = [z for z in r.zookeepers if zookeeper_ok(2181, host=z.address)]
     assert alive == [z for z in r.zookeepers if z is not leader]
+
+
+def test_the_tutorials_word_count_runs_exact_across_the_hosts(
+    hosts, ssh_agent, monkeypatch, tmp_path
+):
+    """The tutorial's project (``tests/integration/user_project``: a keyed word count
+    into an ``elastorm.sinks.Sink``), a user's own, on the hosts as in production:
+    ``virtualenvs/wordcount.txt`` pip-installed on the workers over ssh from the
+    wheelhouse, ``elastorm jar`` and ``sparse submit -e hosts``; every word's counts
+    committed by its sink into SQLite exactly 1..n, n its count in the stream."""
+    import sqlite3
+    from collections import Counter
+
+    from elastorm.runtime import hosts_deploy
+    from elastorm.runtime.nimbus import sparse
+    from elastorm.runtime.topology_jar import build_topology_jar
+
+    cfg, made, plan = hosts
+    summary = multihost.up(cfg, made)  # up after the job's test, less what it stopped
+    leader = next(n["host"] for n in summary["nimbuses"] if n["leader"])
+    monkeypatch.setenv(STREAMPARSE_NIMBUS, f"{leader}:{multihost.NIMBUS_PORT}")
+    project = tmp_path / "wordcount"
+    shutil.copytree(USER_PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "virtualenvs").mkdir()
+    shutil.copy(
+        load_config().project / "virtualenvs" / "flights_elastic.txt",
+        project / "virtualenvs" / "wordcount.txt",
+    )
+    config = json.loads((project / "config.json").read_text())
+    config["envs"]["hosts"] = hosts_deploy.hosts_env(made, config["envs"]["cluster"])
+    (project / "config.json").write_text(json.dumps(config))
+    user = dataclasses.replace(cfg, project=project)
+    hosts_deploy.install_on_hosts(made, hosts_deploy.build_wheelhouse(user, "wordcount"))
+    jar = build_topology_jar(user, tmp_path / "wordcount.jar")
+    counts = tmp_path / "counts.sqlite"  # /tmp: shared by the hosts, as an NFS mount would be
+    # sparse imports the topology here: the user's src/ first, as in their own
+    # virtualenv (this checkout's editable install has a ``bolts`` package too).
+    monkeypatch.setenv("PYTHONPATH", str(project / "src"))
+    sparse(
+        project, "submit", "-e", "hosts", "-n", "wordcount", "-N", "wordcount", "-j", str(jar),
+        "-f", "--wait", "5", "-o", f"elastorm.sinks.sqlite_path={counts}", timeout=900,
+    )  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "user_words", USER_PROJECT / "src/spouts/words.py"
+    )
+    words = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(words)
+    truth = Counter(words.words())
+    want = {w: list(range(1, n + 1)) for w, n in truth.items()}
+    got: dict[str, list[int]] = {}
+    deadline = time.monotonic() + 600
+    try:
+        while got != want and time.monotonic() < deadline:
+            time.sleep(5)
+            if counts.exists():
+                with sqlite3.connect(counts) as db:
+                    try:
+                        rows = db.execute("SELECT word, count FROM counts").fetchall()
+                    except sqlite3.OperationalError:  # no table yet
+                        continue
+                got = {w: sorted(c for word, c in rows if word == w) for w in {r[0] for r in rows}}
+    finally:
+        sparse(project, "kill", "-e", "hosts", "-n", "wordcount", "--wait", "1")
+    assert got == want, {w: (len(got.get(w, [])), n) for w, n in truth.items()}
 
 
 #: Each panel of the dashboard with data in it (a script run in the page): the header's

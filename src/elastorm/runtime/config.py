@@ -96,6 +96,13 @@ class ElastormConfig(ProjectConfig, topology=False):
         return f"127.0.0.1:{self.zookeeper_port}"
 
 
+def source_checkout() -> Path | None:
+    """The source checkout elastorm runs from (an editable install: ``src/elastorm``
+    under a ``pyproject.toml``), else None (installed from a wheel)."""
+    checkout = Path(__file__).resolve().parents[3]
+    return checkout if (checkout / "pyproject.toml").is_file() else None
+
+
 def project_root() -> Path:
     """The streamparse project elastorm works on.
 
@@ -109,8 +116,8 @@ def project_root() -> Path:
             raise UserError(f"ELASTORM_PROJECT={env} has no config.json")
         return Path(env).resolve()
     cwd = Path.cwd().resolve()
-    checkout = Path(__file__).resolve().parents[3]
-    for path in [cwd, *cwd.parents, checkout]:
+    checkout = source_checkout()
+    for path in [cwd, *cwd.parents, *([checkout] if checkout else [])]:
         if (path / "config.json").is_file():
             return path
     raise UserError(

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from elastorm.errors import UserError
-from elastorm.runtime.config import ElastormConfig
+from elastorm.runtime.config import ElastormConfig, source_checkout
 from elastorm.runtime.hosts import HOST_DIR, WHEEL_DIR, Hosts, hosts_wheelhouse
 from elastorm.runtime.multihost import NIMBUS_PORT, roles
 
@@ -82,18 +82,25 @@ def check_hosts_env(cfg: ElastormConfig, hosts: Hosts) -> None:
 
 
 def build_wheelhouse(cfg: ElastormConfig, name: str) -> Path:
-    """Wheels of elastorm (this checkout) and of every requirement of
-    ``virtualenvs/<name>.txt`` and streamparse's bootstrap, in ``<home>/wheelhouse``;
-    elastorm's wheel's path. Uses this machine's pip (its index and cache)."""
+    """Wheels of elastorm (the checkout it runs from) and of every requirement of the
+    project's ``virtualenvs/<name>.txt`` and streamparse's bootstrap, in
+    ``<home>/wheelhouse``; elastorm's wheel's path. Uses this machine's pip (its index
+    and cache)."""
     spec = cfg.project / "virtualenvs" / f"{name}.txt"
     if not spec.exists():
         raise UserError(f"{spec} is missing: the requirements of topology {name!r}")
+    checkout = source_checkout()
+    if checkout is None:
+        raise UserError(
+            "elastorm is installed from a wheel here: copy that wheel to /opt/elastorm on "
+            "the hosts yourself (deploy builds one only from a source checkout)"
+        )
     house = hosts_wheelhouse(cfg)
     house.mkdir(parents=True, exist_ok=True)
     reqs = cfg.home / "run" / f"wheelhouse-{name}.txt"
     reqs.parent.mkdir(parents=True, exist_ok=True)
     reqs.write_text(requirements_without_elastorm(spec.read_text()))
-    for what in (["--no-deps", str(cfg.project)], ["-r", str(reqs), *STREAMPARSE_BOOTSTRAP]):
+    for what in (["--no-deps", str(checkout)], ["-r", str(reqs), *STREAMPARSE_BOOTSTRAP]):
         _pip(["wheel", "-q", "-w", str(house), *what])
     wheels = sorted(house.glob("elastorm-*.whl"))
     if not wheels:
