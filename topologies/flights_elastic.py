@@ -31,6 +31,7 @@ from bolts.flights import (
     results_sink_inputs,
 )
 from bolts.flights_elastic import ElasticExtractDelays, KeyedSumDelays
+from controller.migration import ProjectController
 from elastorm import ElasticTopology, keyed
 from elastorm.storm.elastic import by_task
 from spouts.flights import LinkedFlightsSpout
@@ -40,6 +41,7 @@ KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=2)  # an owner and a ho
 
 
 class FlightsElasticTopology(ElasticTopology):
+    controller_bolt = ProjectController  # src/controller/
     config = flights_topology_config()
 
     # The spout picks op1's task of each row and numbers each link, so op1 sees a row

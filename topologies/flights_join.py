@@ -20,6 +20,7 @@ from streamparse import Grouping
 
 from bolts.common import env_int, flights_topology_config
 from bolts.flights_join import AIRTIMES, ARRIVALS, DailyWindows, JoinFlights, JoinWindowSink
+from controller.migration import ProjectController
 from elastorm import ElasticTopology, keyed
 from spouts.flights_join import SplitFlightsSpout
 
@@ -27,6 +28,7 @@ KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=2)  # an owner and a ho
 
 
 class FlightsJoinTopology(ElasticTopology):
+    controller_bolt = ProjectController  # src/controller/
     config = flights_topology_config(join_operators=["join_flights"])
 
     flights_spout = SplitFlightsSpout.spec(par=1)

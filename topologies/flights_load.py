@@ -22,6 +22,7 @@ from streamparse import Grouping
 
 from bolts.common import topology_config
 from bolts.shift import ShiftCounter, ShiftEmitter
+from controller.migration import ProjectController
 from demos.options import FlightsLoadOptions, ShiftOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import ControllerConfig, TopologyConfig
@@ -32,6 +33,7 @@ NODES = 4
 
 
 class FlightsLoadTopology(ElasticTopology):
+    controller_bolt = ProjectController  # src/controller/
     config = topology_config(
         TopologyConfig(
             key_groups=16,

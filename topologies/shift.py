@@ -23,6 +23,7 @@ from streamparse import Grouping
 
 from bolts.common import topology_config
 from bolts.shift import ShiftCounter, ShiftEmitter
+from controller.migration import ProjectController
 from demos.options import ShiftOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import ControllerConfig, TopologyConfig
@@ -33,6 +34,7 @@ NODES = 3
 
 
 class ShiftTopology(ElasticTopology):
+    controller_bolt = ProjectController  # src/controller/
     config = topology_config(
         TopologyConfig(
             key_groups=10,

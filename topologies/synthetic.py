@@ -16,6 +16,7 @@ from streamparse import Grouping
 
 from bolts.common import env_int, topology_config
 from bolts.synthetic import SyntheticCounter, SyntheticEmitter
+from controller.migration import ProjectController
 from demos.options import SyntheticOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import TopologyConfig
@@ -26,6 +27,7 @@ KEYED_TASKS = env_int("ELASTORM_KEYED_TASKS", 3, minimum=3)  # owner, holder, a 
 
 
 class SyntheticTopology(ElasticTopology):
+    controller_bolt = ProjectController  # src/controller/
     # A benchmark's generator: no replay, no guarantee (elastorm.sources.at_most_once).
     config = topology_config(TopologyConfig(sources_at_most_once=["generator"]), SyntheticOptions())
 

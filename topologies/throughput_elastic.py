@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bolts.common import topology_config
 from bolts.throughput import KeyedCounter
+from controller.migration import ProjectController
 from demos.options import ThroughputOptions
 from elastorm import ElasticTopology, keyed
 from elastorm.config import TopologyConfig
@@ -17,6 +18,7 @@ from spouts.throughput import ThroughputSpout
 
 
 class ThroughputElastic(ElasticTopology):
+    controller_bolt = ProjectController  # src/controller/
     config = topology_config(
         TopologyConfig(
             initial_nodes={"counter": [0]},

@@ -66,11 +66,13 @@ def test_task_killed_mid_migration_comes_back_from_its_checkpoint(
 
 def _controller_pids(home: str) -> set[int]:
     """The controller bolt's Python processes of this checkout's cluster (a worker's
-    subprocess runs in that worker's directory under ``home``), not another's."""
+    subprocess runs in that worker's directory under ``home``), not another's: elastorm's
+    ``MigrationControllerBolt`` or a project's subclass (this one's ``ProjectController``,
+    ``src/controller/``)."""
     import subprocess
 
     out = subprocess.run(
-        ["pgrep", "-f", "elastorm.storm.controller_bolt.MigrationControllerBolt"],
+        ["pgrep", "-f", r"\.(MigrationControllerBolt|ProjectController)$"],
         capture_output=True,
         text=True,
     ).stdout

@@ -11,10 +11,11 @@ Rules:
 1. no import cycles among the modules of ``src/`` (no strongly connected
    component with more than one module, and no module importing itself);
 2. ``elastorm.core.*``, the sans-IO core, imports no other part of ``elastorm``
-   and none of ``bolts``, ``spouts``, ``streamparse``, ``pystorm``, ``kazoo`` or
-   ``pyspark``;
+   and none of ``bolts``, ``spouts``, ``controller``, ``streamparse``, ``pystorm``,
+   ``kazoo`` or ``pyspark``;
 3. the installed library (``elastorm.*``) never imports the example project's
-   ``bolts``, ``spouts``, ``demos`` or ``drivers`` (they are not in the wheel);
+   ``bolts``, ``spouts``, ``controller``, ``demos`` or ``drivers`` (they are not in the
+   wheel);
 4. no module of ``elastorm.jobs`` or ``demos`` (the offline jobs, and the demo jobs'
    flights row schema, pandas references and options, shared with the Storm side)
    reaches ``streamparse`` or ``pystorm``, either directly or through other modules of
@@ -39,9 +40,11 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 CORE = "elastorm.core"
-CORE_FORBIDDEN = frozenset({"bolts", "spouts", "streamparse", "pystorm", "kazoo", "pyspark"})
+CORE_FORBIDDEN = frozenset(
+    {"bolts", "spouts", "controller", "streamparse", "pystorm", "kazoo", "pyspark"}
+)
 LIBRARY = "elastorm"
-EXAMPLE_PROJECT = frozenset({"bolts", "spouts", "demos", "drivers"})
+EXAMPLE_PROJECT = frozenset({"bolts", "spouts", "controller", "demos", "drivers"})
 OFFLINE = ("elastorm.jobs", "demos")
 STORM = frozenset({"streamparse", "pystorm"})
 
@@ -270,7 +273,7 @@ def graph() -> Graph:
 
 def test_the_graph_sees_the_packages_of_src(graph: Graph) -> None:
     packages = {m.split(".")[0] for m in graph.files}
-    assert packages == {"elastorm", "bolts", "spouts", "demos"}
+    assert packages == {"elastorm", "bolts", "spouts", "controller", "demos"}
     assert "elastorm.core.migration.keygroup" in graph.files
     assert "demos.flights_schema" in graph.edges("spouts.flights")
 

@@ -19,6 +19,7 @@ from elastorm.core.keys import (
     split_path,
 )
 from elastorm.core.routing import RoutingTable
+from elastorm.storm.controller_bolt import MigrationControllerBolt
 from elastorm.storm.keyed_bolt import ROUTER_KEYS, KeyRouter, resolve_key_function
 from elastorm.storm.topology import WiringError
 
@@ -237,3 +238,37 @@ def test_router_counts_and_logs_a_tuple_whose_key_function_raises(monkeypatch, c
 def test_router_refuses_at_initialize_a_function_that_does_not_import(monkeypatch) -> None:
     with pytest.raises(KeySelectorError, match="does not import"):
         _running_router(monkeypatch, "gone_module:f")
+
+
+class ProjectController(MigrationControllerBolt):
+    """A project's own controller component (``src/controller/``)."""
+
+
+def _controller_command(topology) -> str:
+    shell = topology.thrift_bolts["controller"].bolt_object.shell
+    return f"{shell.execution_command} {shell.script}"
+
+
+def test_a_topology_runs_elastorms_controller_or_the_subclass_it_names() -> None:
+    """``controller_bolt`` names the controller component's class (a project keeps its
+    own in ``src/controller/``); unnamed, elastorm's; anything but a subclass of
+    elastorm's is refused in one line."""
+
+    class Plain(ElasticTopology):
+        flights = Flights.spec(par=2)
+        counts = Count.spec(inputs={flights: keyed("airline")}, par=2)
+
+    class Own(ElasticTopology):
+        controller_bolt = ProjectController
+        flights = Flights.spec(par=2)
+        counts = Count.spec(inputs={flights: keyed("airline")}, par=2)
+
+    assert _controller_command(Plain).endswith("controller_bolt.MigrationControllerBolt")
+    assert _controller_command(Own).endswith(f"{__name__}.ProjectController")
+    assert not hasattr(Own, "controller_bolt")
+    with pytest.raises(WiringError, match="controller_bolt must be a subclass"):
+
+        class Bad(ElasticTopology):
+            controller_bolt = Count
+            flights = Flights.spec(par=2)
+            counts = Count.spec(inputs={flights: keyed("airline")}, par=2)

@@ -20,6 +20,9 @@ before streamparse builds the Thrift topology:
   emitters and the keyed bolts (these close cycles, so they are named by component
   id); the controller (``controller``), which hears the keyed bolts' reports and
   commands through ZooKeeper (``elastorm.zk.commands``), never on a Storm stream;
+  elastorm's :class:`~elastorm.storm.controller_bolt.MigrationControllerBolt`, or the
+  project's own subclass named by the class attribute ``controller_bolt`` (a
+  streamparse project's ``src/controller/``, as its bolts are in ``src/bolts/``);
 * the conf ``elastorm.operators``: ``{keyed bolt: [its emitters]}``, from which
   every component learns its peers at run time, and a tick frequency;
 * the conf ``elastorm.routed_from``: ``{keyed bolt: [components feeding its
@@ -472,7 +475,7 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     # The leader and its standbys (elastorm.controller.standby): every report reaches
     # each, so a standby knows of a restarted task that its leader died before handling.
     standbys = _checked(classname, config).controller.standbys
-    added[CONTROLLER_COMPONENT] = MigrationControllerBolt.spec(
+    added[CONTROLLER_COMPONENT] = _controller_bolt(classname, class_dict).spec(
         name=CONTROLLER_COMPONENT,
         inputs={s[REPORTS]: Grouping.ALL for s in keyed_specs},
         par=1 + standbys,
@@ -511,6 +514,18 @@ def wire(classname: str, class_dict: dict[str, Any]) -> None:
     for spec in (*specs.values(), *added.values()):
         with_encoding(spec, checked.multilang_encoding)
     class_dict["config"] = config
+
+
+def _controller_bolt(classname: str, class_dict: dict[str, Any]) -> type[MigrationControllerBolt]:
+    """The controller component's class: the topology's ``controller_bolt`` (taken out
+    of ``class_dict``: streamparse sees components only), else elastorm's own."""
+    bolt = class_dict.pop("controller_bolt", MigrationControllerBolt)
+    if not (isinstance(bolt, type) and issubclass(bolt, MigrationControllerBolt)):
+        raise WiringError(
+            f"{classname}.controller_bolt must be a subclass of "
+            f"elastorm.storm.controller_bolt.MigrationControllerBolt, got {bolt!r}"
+        )
+    return bolt
 
 
 def _checked(classname: str, config: dict) -> TopologyConfig:
