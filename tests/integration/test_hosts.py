@@ -35,13 +35,23 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     """Four hosts with names and addresses of their own (from another port than the
-    project's, so its hosts, if any are up, are left alone), in a home of their own that
-    shares the project's Storm home and JVM build (nothing is rebuilt)."""
+    project's, so its hosts, if any are up, are left alone), in a home of their own. Its
+    Storm home is a stock one (Storm's folders, linked from the project's, without
+    elastorm's) into which elastorm's plugins are installed as ``elastorm storm-plugins``
+    installs them into any Storm; the JVM build is the project's (nothing is rebuilt)."""
+    from elastorm.runtime.plugins import PLUGIN_DIR, install_plugins
+
     project = load_config()
     home = tmp_path_factory.mktemp("hosts") / "home"
     home.mkdir()
-    for built in (project.storm_home, project.jvm_build):
-        (home / built.name).symlink_to(built)
+    (home / project.jvm_build.name).symlink_to(project.jvm_build)
+    storm = home / project.storm_home.name
+    storm.mkdir()
+    for part in project.storm_home.iterdir():
+        if part.name != PLUGIN_DIR:  # Storm's own; elastorm's plugins go in below
+            (storm / part.name).symlink_to(part)
+    jar = install_plugins(storm, project.jvm_build, project.storm_version)
+    assert jar.parent == storm / PLUGIN_DIR and not jar.is_symlink()
     cfg = dataclasses.replace(project, home=home, zookeeper_port=22181)
     made = Hosts(cfg)
     plan = made.up(4)
