@@ -220,6 +220,10 @@ def test_the_elastic_flights_job_runs_exact_across_the_hosts_through_control_pla
     assert alive == [z for z in r.zookeepers if z is not leader]
 
 
+# 257 s in session 36's fresh-clone CI (772a8ca), which took 36.6 min in all: with
+# --slow (CI's 40 minutes); its recorded runs are in docs/benchmarks.md, "Slow tests".
+# The hosts' production path stays in CI with the flights job above.
+@pytest.mark.slow
 def test_the_tutorials_word_count_runs_exact_across_the_hosts(
     hosts, ssh_agent, monkeypatch, tmp_path
 ):
